@@ -1,0 +1,2 @@
+//! gpack-quant: see DESIGN.md. (Work in progress.)
+

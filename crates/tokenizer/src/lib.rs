@@ -1,0 +1,2 @@
+//! gpack-tokenizer: see DESIGN.md. (Work in progress.)
+#![forbid(unsafe_code)]
