@@ -194,7 +194,7 @@ impl GgmlType {
     /// whole number of blocks or the size overflows.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
         let (bs, ts) = self.block();
-        if n_elements % bs != 0 {
+        if !n_elements.is_multiple_of(bs) {
             return None;
         }
         (n_elements / bs).checked_mul(ts)

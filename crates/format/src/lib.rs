@@ -1,5 +1,35 @@
-//! gpack-format: the GPACK v1 and GIW containers (raw structs, reader, writer).
-//! No model semantics live here; see `docs/FORMAT.md` for the normative layout.
+//! gpack-format: the GPACK v1 container (and, later, GIW bundles): raw
+//! structs, a streaming atomic writer, a quick-validating zero-copy reader and
+//! full SHA-256 verification. No model semantics live here; the normative
+//! byte layout is `docs/FORMAT.md`.
+//!
+//! ```no_run
+//! use gpack_format::{GpackWriter, WriteOptions, SectionKind, ManifestInput, Gpack};
+//! # fn main() -> Result<(), gpack_format::Error> {
+//! let out = std::path::Path::new("model.gpack");
+//! let mut w = GpackWriter::create(out, WriteOptions::default())?;
+//! w.add_section(SectionKind::MetadataKv, "metadata_kv", b"...", 1)?;
+//! w.finish(&ManifestInput { name: "demo".into(), ..Default::default() })?;
+//! let g = Gpack::open(out)?; // quick open: magics, versions, size, table, manifest
+//! g.verify_full(&|_| {})?;   // every section's SHA-256
+//! # Ok(()) }
+//! ```
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
+mod error;
 pub mod ggml;
+mod kind;
+pub mod manifest;
+pub mod mmap;
+pub mod raw;
+mod read;
+mod write;
+
+pub use error::{DigestFailure, Error, Result, SectionProblem};
+pub use kind::{HeaderFlags, SectionKind};
+pub use manifest::{Manifest, ManifestInput, ManifestSection};
+pub use read::{parse_layout, single_tensor, verify_payloads, Gpack, Layout, Section, SectionInfo};
+pub use write::{
+    remove_live_temp_files, temp_path_for, GpackWriter, SectionWriter, WriteOptions, Written,
+};

@@ -1,0 +1,6 @@
+//! Integration tests of the GPACK container.
+
+mod common;
+mod corruption;
+mod crash;
+mod roundtrip;
