@@ -1,1 +1,57 @@
-fn main() {}
+//! `gpack`: convert, verify, inspect, run and serve model files.
+//!
+//! Exit codes: 0 success, 1 the input is invalid or the work failed,
+//! 2 usage error, 130 interrupted.
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod progress;
+
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::process::ExitCode;
+
+/// gpack: one portable, page-aligned, mmap-ready, hash-verified file per model.
+#[derive(Parser)]
+#[command(name = "gpack", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Verify(cmd::verify::Args),
+    Inspect(cmd::inspect::Args),
+}
+
+fn main() -> ExitCode {
+    // Ctrl-C / SIGTERM: remove any half-written output, then exit 130.
+    let _ = ctrlc::set_handler(|| {
+        gpack_format::remove_live_temp_files();
+        std::process::exit(130);
+    });
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Verify(a) => cmd::verify::run(a),
+        Command::Inspect(a) => cmd::inspect::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            let _ = std::io::stdout().flush();
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

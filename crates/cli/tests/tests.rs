@@ -1,1 +1,7 @@
+//! End-to-end tests of the `gpack` binary.
 
+mod verify_inspect;
+
+pub fn gpack() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_gpack"))
+}

@@ -1,0 +1,100 @@
+//! `gpack inspect`: what is inside a .gpack file.
+
+use anyhow::{Context, Result};
+use gpack_format::{Gpack, HeaderFlags};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Show a .gpack file's header, flags, sections and manifest.
+///
+/// Runs the quick check first (an invalid file is reported, exit 1); it does
+/// not hash the payloads: use `gpack verify` for that.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  gpack inspect model.gpack\n  gpack inspect model.gpack --json | jq .sections"
+)]
+pub struct Args {
+    /// The .gpack file.
+    file: PathBuf,
+    /// Print JSON (schema "gpack.inspect.v1") instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let g = Gpack::open(&a.file).with_context(|| format!("{}", a.file.display()))?;
+    let l = g.layout();
+    let h = &l.header;
+    let flags = HeaderFlags(h.flags.get());
+    let m = g.manifest();
+    if a.json {
+        super::print_json(&json!({
+            "schema": "gpack.inspect.v1",
+            "file": a.file.display().to_string(),
+            "size": g.bytes().len(),
+            "digest": hex::encode(l.digest()),
+            "header": {
+                "format_version": h.format_version.get(),
+                "min_reader_version": h.min_reader_version.get(),
+                "flags": flags.0,
+                "flag_names": flags.names(),
+                "section_count": h.section_count.get(),
+                "section_table_offset": h.section_table_offset.get(),
+                "manifest_offset": h.manifest_offset.get(),
+                "manifest_size": h.manifest_size.get(),
+                "total_file_size": h.total_file_size.get(),
+            },
+            "sections": l.sections.iter().map(|s| json!({
+                "kind": s.kind as u32,
+                "kind_name": s.kind.spec_name(),
+                "name": s.name,
+                "offset": s.offset,
+                "size": s.size,
+                "alignment": s.alignment,
+                "item_count": s.item_count,
+                "sha256": hex::encode(s.sha256),
+            })).collect::<Vec<_>>(),
+            "manifest": m.to_value(),
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("file:      {}", a.file.display());
+    println!("size:      {} bytes", g.bytes().len());
+    println!("digest:    {}", hex::encode(l.digest()));
+    println!(
+        "format:    GPACK v{} (needs reader v{})",
+        h.format_version.get(),
+        h.min_reader_version.get()
+    );
+    println!("flags:     {:#06x} {}", flags.0, flags.names().join(" | "));
+    println!(
+        "model:     {} ({})",
+        m.name,
+        if m.architecture.is_empty() {
+            "-"
+        } else {
+            &m.architecture
+        }
+    );
+    println!("source:    {}", m.source);
+    println!("sections:");
+    println!(
+        "  {:>2}  {:<20} {:<20} {:>12} {:>14} {:>5} {:>9}  sha256",
+        "#", "kind", "name", "offset", "size", "align", "items"
+    );
+    for s in &l.sections {
+        println!(
+            "  {:>2}  {:<20} {:<20} {:>12} {:>14} {:>5} {:>9}  {}",
+            s.kind as u32,
+            s.kind.spec_name(),
+            s.name,
+            s.offset,
+            s.size,
+            s.alignment,
+            s.item_count,
+            &hex::encode(s.sha256)[..16]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

