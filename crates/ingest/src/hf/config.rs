@@ -1,0 +1,245 @@
+//! Hugging Face `config.json` → GGUF metadata keys.
+//!
+//! Mirrors what llama.cpp's `convert_hf_to_gguf.py` writes for each architecture
+//! (`TextModel.set_gguf_parameters` plus the per-model overrides), so that an HF
+//! directory and the GGUF converted from it carry the same `<arch>.*` keys and
+//! values: counts as `UINT32`, rates and epsilons as `FLOAT32`. Keys whose config
+//! field is absent are omitted, as the converter omits them. Tokenizer keys are not
+//! derived here: the raw tokenizer files are [`crate::Source::assets`].
+
+use std::path::Path;
+
+use serde_json::Value as Json;
+
+use crate::error::Error;
+use crate::value::{Metadata, Value};
+
+/// The GGUF architecture for an HF config: from `architectures[0]` as the converter
+/// does, else from `model_type`. `None` for architectures we do not map.
+pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
+    let by_class = config
+        .get("architectures")
+        .and_then(|a| a.get(0))
+        .and_then(Json::as_str);
+    let from_class = by_class.and_then(|c| {
+        Some(match c {
+            "LlamaForCausalLM" | "MistralForCausalLM" | "MixtralForCausalLM" => "llama",
+            "Qwen2ForCausalLM" => "qwen2",
+            "Qwen3ForCausalLM" => "qwen3",
+            "Qwen3MoeForCausalLM" => "qwen3moe",
+            "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => "gemma3",
+            _ => return None,
+        })
+    });
+    from_class.or_else(|| {
+        Some(match config.get("model_type")?.as_str()? {
+            "llama" | "mistral" | "mixtral" => "llama",
+            "qwen2" => "qwen2",
+            "qwen3" => "qwen3",
+            "qwen3_moe" => "qwen3moe",
+            "gemma3" | "gemma3_text" => "gemma3",
+            _ => return None,
+        })
+    })
+}
+
+/// Hyper-parameter lookup: a multimodal config's `text_config` first, then the top level.
+struct Hp<'a> {
+    config: &'a Json,
+    file: &'a Path,
+}
+
+impl<'a> Hp<'a> {
+    fn raw(&self, key: &str) -> Option<&'a Json> {
+        let v = self
+            .config
+            .get("text_config")
+            .and_then(|t| t.get(key))
+            .or_else(|| self.config.get(key))?;
+        (!v.is_null()).then_some(v)
+    }
+
+    fn u32(&self, key: &'static str) -> Result<Option<u32>, Error> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .map(Some)
+                .ok_or_else(|| Error::BadConfig {
+                    file: self.file.to_path_buf(),
+                    key,
+                    problem: "must be an unsigned integer below 2^32",
+                }),
+        }
+    }
+
+    fn f32(&self, key: &'static str) -> Result<Option<f32>, Error> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(|v| Some(v as f32))
+                .ok_or_else(|| Error::BadConfig {
+                    file: self.file.to_path_buf(),
+                    key,
+                    problem: "must be a number",
+                }),
+        }
+    }
+
+    /// `rope_theta` at the top level (transformers < 5) or in `rope_parameters`
+    /// (transformers 5), optionally for one layer type (`"full_attention"`).
+    fn rope_theta(&self, layer_type: Option<&str>) -> Result<Option<f32>, Error> {
+        let params = self.raw("rope_parameters");
+        let nested = match layer_type {
+            Some(t) => params.and_then(|p| p.get(t)),
+            None => params,
+        };
+        let v = nested.and_then(|p| p.get("rope_theta")).or_else(|| {
+            if layer_type.is_none() {
+                self.raw("rope_theta")
+            } else {
+                None
+            }
+        });
+        match v {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(|v| Some(v as f32))
+                .ok_or_else(|| Error::BadConfig {
+                    file: self.file.to_path_buf(),
+                    key: "rope_theta",
+                    problem: "must be a number",
+                }),
+        }
+    }
+}
+
+/// Builds GGUF-style metadata from a parsed `config.json` (`file` is used in errors).
+///
+/// Sets `general.architecture` (the GGUF name for known architectures, else the
+/// config's `model_type`) and the `<arch>.*` hyper-parameter keys the converter writes.
+pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error> {
+    let mut m = Metadata::new();
+    let hp = Hp { config, file };
+    let arch = match gguf_architecture(config) {
+        Some(a) => a.to_string(),
+        None => match hp.raw("model_type").and_then(Json::as_str) {
+            Some(t) => t.to_string(),
+            None => return Ok(m),
+        },
+    };
+    m.insert("general.architecture", Value::String(arch.as_str().into()));
+    let a = arch.as_str();
+    let put_u32 = |m: &mut Metadata, key: &str, v: Option<u32>| {
+        if let Some(v) = v {
+            m.insert(format!("{a}.{key}"), Value::U32(v));
+        }
+    };
+    put_u32(&mut m, "block_count", hp.u32("num_hidden_layers")?);
+    put_u32(&mut m, "context_length", hp.u32("max_position_embeddings")?);
+    put_u32(&mut m, "embedding_length", hp.u32("hidden_size")?);
+    put_u32(&mut m, "feed_forward_length", hp.u32("intermediate_size")?);
+    put_u32(
+        &mut m,
+        "attention.head_count",
+        hp.u32("num_attention_heads")?,
+    );
+    put_u32(
+        &mut m,
+        "attention.head_count_kv",
+        hp.u32("num_key_value_heads")?,
+    );
+    let put_f32 = |m: &mut Metadata, key: &str, v: Option<f32>| {
+        if let Some(v) = v {
+            m.insert(format!("{a}.{key}"), Value::F32(v));
+        }
+    };
+    if a == "gemma3" {
+        // transformers 5: rope_parameters.{full,sliding}_attention; earlier:
+        // rope_theta + rope_local_base_freq.
+        let full = hp
+            .rope_theta(Some("full_attention"))?
+            .map_or_else(|| hp.rope_theta(None), |v| Ok(Some(v)))?;
+        put_f32(&mut m, "rope.freq_base", full);
+        let swa = hp
+            .rope_theta(Some("sliding_attention"))?
+            .map_or_else(|| hp.f32("rope_local_base_freq"), |v| Ok(Some(v)))?;
+        put_f32(&mut m, "rope.freq_base_swa", swa);
+    } else {
+        put_f32(&mut m, "rope.freq_base", hp.rope_theta(None)?);
+    }
+    put_f32(
+        &mut m,
+        "attention.layer_norm_rms_epsilon",
+        hp.f32("rms_norm_eps")?,
+    );
+    let experts = match hp.u32("num_local_experts")? {
+        Some(n) => Some(n),
+        None => hp.u32("num_experts")?,
+    };
+    put_u32(&mut m, "expert_count", experts);
+    put_u32(&mut m, "expert_used_count", hp.u32("num_experts_per_tok")?);
+    let head_dim = hp.u32("head_dim")?;
+    put_u32(&mut m, "attention.key_length", head_dim);
+    put_u32(&mut m, "attention.value_length", head_dim);
+    if a == "gemma3" {
+        put_u32(
+            &mut m,
+            "attention.sliding_window",
+            hp.u32("sliding_window")?,
+        );
+    }
+    if a == "llama" {
+        put_u32(&mut m, "vocab_size", hp.u32("vocab_size")?);
+        let rope_dim = match head_dim {
+            Some(d) => Some(d),
+            None => match (hp.u32("hidden_size")?, hp.u32("num_attention_heads")?) {
+                (Some(h), Some(n)) if n > 0 => Some(h / n),
+                _ => None,
+            },
+        };
+        put_u32(&mut m, "rope.dimension_count", rope_dim);
+    }
+    if a == "qwen3moe" {
+        put_u32(
+            &mut m,
+            "expert_feed_forward_length",
+            hp.u32("moe_intermediate_size")?,
+        );
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_types_are_errors_and_nulls_are_absent() {
+        let c: Json = serde_json::json!({"model_type": "qwen2", "hidden_size": -1});
+        assert!(matches!(
+            config_to_metadata(&c, Path::new("c")),
+            Err(Error::BadConfig {
+                key: "hidden_size",
+                ..
+            })
+        ));
+        let c: Json =
+            serde_json::json!({"model_type": "qwen2", "head_dim": null, "rope_theta": 5.0});
+        let m = config_to_metadata(&c, Path::new("c")).unwrap();
+        assert_eq!(m.get_str("general.architecture"), Some("qwen2"));
+        assert_eq!(m.get("qwen2.attention.key_length"), None);
+        assert_eq!(m.get_f32("qwen2.rope.freq_base"), Some(5.0));
+    }
+
+    #[test]
+    fn unknown_arch_keeps_model_type() {
+        let c: Json = serde_json::json!({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "num_hidden_layers": 3});
+        let m = config_to_metadata(&c, Path::new("c")).unwrap();
+        assert_eq!(m.get_str("general.architecture"), Some("phi3"));
+        assert_eq!(m.get_u32("phi3.block_count"), Some(3));
+    }
+}

@@ -1,0 +1,433 @@
+//! Hugging Face models: safetensors weights (one file or an index.json of shards),
+//! `config.json` → GGUF metadata, HF tensor names → GGUF names.
+//!
+//! The goal is that opening an HF directory gives the same tensors (names, shapes,
+//! values) and the same architecture keys as opening the GGUF llama.cpp's
+//! `convert_hf_to_gguf.py` makes from it, so everything downstream only knows GGUF.
+//! Element types are *not* converted (a BF16 checkpoint stays BF16); where values
+//! must change to match, a [`Transform`] says how, and is applied lazily by
+//! [`crate::Source::tensor_bytes`]:
+//! - llama-family `q_proj`/`k_proj` rows: [`Transform::RopePermute`];
+//! - Gemma 3 RMS-norm weights (`*norm.weight`): [`Transform::PlusOne`] (stored as F32,
+//!   like the converter);
+//! - per-expert matrices (qwen3moe `mlp.experts.E.*`, mixtral
+//!   `block_sparse_moe.experts.E.w1/w2/w3`): one stacked `[cols, rows, n_expert]`
+//!   tensor `blk.N.ffn_{gate,up,down}_exps.weight` ([`Transform::Stack`], or a plain
+//!   range when the experts happen to be back to back in one file).
+//!
+//! Shard paths in an index.json are checked lexically (relative, no `..`, no root);
+//! symlinks are followed, since the Hugging Face cache is made of them.
+
+mod config;
+mod names;
+
+pub use config::{config_to_metadata, gguf_architecture};
+pub use names::{map_tensor_name, HfName};
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+
+use gpack_format::ggml::GgmlType;
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::safetensors::{self, SafetensorsTensor};
+use crate::source::{
+    Asset, ByteRange, Source, SourceFile, SourceKind, TensorInfo, Transform, ASSET_NAMES,
+};
+use crate::value::Metadata;
+
+/// Opens an HF model directory.
+pub(crate) fn open_dir(dir: &Path) -> Result<Source, Error> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        return open_index(&index);
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return open_safetensors_file(SourceFile::open(&single)?);
+    }
+    let mut indexes = Vec::new();
+    let mut files = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::Io {
+        file: dir.to_path_buf(),
+        what: "read directory",
+        source: e,
+    })?;
+    for e in entries {
+        let e = e.map_err(|e| Error::Io {
+            file: dir.to_path_buf(),
+            what: "read directory",
+            source: e,
+        })?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".safetensors.index.json") {
+            indexes.push(e.path());
+        } else if name.ends_with(".safetensors") {
+            files.push(e.path());
+        }
+    }
+    match (indexes.as_slice(), files.as_slice()) {
+        ([index], _) => open_index(index),
+        ([], [file]) => open_safetensors_file(SourceFile::open(file)?),
+        _ => Err(Error::NoWeights {
+            file: dir.to_path_buf(),
+        }),
+    }
+}
+
+#[derive(Deserialize)]
+struct Index {
+    weight_map: BTreeMap<String, String>,
+}
+
+/// Whether `shard` is a plain relative path that stays inside its directory.
+fn safe_shard_path(shard: &str) -> bool {
+    let p = Path::new(shard);
+    !shard.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// Opens a sharded `*.index.json`.
+pub(crate) fn open_index(index: &Path) -> Result<Source, Error> {
+    let bytes = std::fs::read(index).map_err(|e| Error::Io {
+        file: index.to_path_buf(),
+        what: "read",
+        source: e,
+    })?;
+    let parsed: Index = serde_json::from_slice(&bytes).map_err(|e| Error::BadJson {
+        file: index.to_path_buf(),
+        what: "index.json",
+        source: e,
+    })?;
+    let dir = index.parent().unwrap_or(Path::new("."));
+    // Shards in name order; tensors expected in each.
+    let mut expected: BTreeMap<&str, HashSet<&str>> = BTreeMap::new();
+    for (tensor, shard) in &parsed.weight_map {
+        if !safe_shard_path(shard) {
+            return Err(Error::UnsafeShardPath {
+                file: index.to_path_buf(),
+                shard: shard.clone(),
+            });
+        }
+        expected
+            .entry(shard.as_str())
+            .or_default()
+            .insert(tensor.as_str());
+    }
+    let mut files = Vec::new();
+    let mut tensors = Vec::new();
+    for (shard, names) in &expected {
+        let path = dir.join(shard);
+        let file = SourceFile::open(&path)?;
+        let st = safetensors::parse_named(file.bytes(), &path)?;
+        let found: HashSet<&str> = st.tensors.iter().map(|t| t.name.as_str()).collect();
+        let mismatch = |tensor: &str, problem| Error::IndexMismatch {
+            file: index.to_path_buf(),
+            tensor: tensor.to_string(),
+            shard: shard.to_string(),
+            problem,
+        };
+        if let Some(t) = names.iter().find(|t| !found.contains(*t)) {
+            return Err(mismatch(t, "is listed for but missing from"));
+        }
+        if let Some(t) = st.tensors.iter().find(|t| !names.contains(t.name.as_str())) {
+            return Err(mismatch(&t.name, "is not listed but found in"));
+        }
+        let i = files.len();
+        tensors.extend(st.tensors.into_iter().map(|t| (i, t)));
+        files.push(file);
+    }
+    build(dir, files, tensors)
+}
+
+/// Opens one safetensors file (config and assets from its directory, when present).
+pub(crate) fn open_safetensors_file(file: SourceFile) -> Result<Source, Error> {
+    let st = safetensors::parse_named(file.bytes(), &file.path)?;
+    let dir = file
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let tensors = st.tensors.into_iter().map(|t| (0, t)).collect();
+    build(&dir, vec![file], tensors)
+}
+
+fn read_assets(dir: &Path) -> Result<Vec<Asset>, Error> {
+    let mut assets = Vec::new();
+    for name in ASSET_NAMES {
+        let p = dir.join(name);
+        if p.is_file() {
+            let bytes = std::fs::read(&p).map_err(|e| Error::Io {
+                file: p.clone(),
+                what: "read",
+                source: e,
+            })?;
+            assets.push(Asset {
+                name: name.to_string(),
+                bytes,
+            });
+        }
+    }
+    Ok(assets)
+}
+
+/// Converts F32/F16/BF16 little-endian bytes to f32 (`None` for other types or a
+/// length that is not a whole number of elements).
+pub fn to_f32(bytes: &[u8], t: GgmlType) -> Option<Vec<f32>> {
+    let two = |f: fn(u16) -> f32| {
+        bytes.len().is_multiple_of(2).then(|| {
+            bytes
+                .chunks_exact(2)
+                .map(|c| f(u16::from_le_bytes([c[0], c[1]])))
+                .collect()
+        })
+    };
+    match t {
+        GgmlType::F32 => bytes.len().is_multiple_of(4).then(|| {
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        }),
+        GgmlType::F16 => two(|b| half::f16::from_bits(b).to_f32()),
+        GgmlType::BF16 => two(|b| half::bf16::from_bits(b).to_f32()),
+        _ => None,
+    }
+}
+
+/// A tensor being assembled: a finished descriptor, or a stacked-expert group.
+enum Slot {
+    Done(TensorInfo),
+    Group(String),
+}
+
+fn build(
+    dir: &Path,
+    files: Vec<SourceFile>,
+    tensors: Vec<(usize, SafetensorsTensor)>,
+) -> Result<Source, Error> {
+    let assets = read_assets(dir)?;
+    let config_path = dir.join("config.json");
+    let metadata = match assets.iter().find(|a| a.name == "config.json") {
+        Some(a) => {
+            let json: serde_json::Value =
+                serde_json::from_slice(&a.bytes).map_err(|e| Error::BadJson {
+                    file: config_path.clone(),
+                    what: "config.json",
+                    source: e,
+                })?;
+            config_to_metadata(&json, &config_path)?
+        }
+        None => Metadata::new(),
+    };
+    let arch = metadata
+        .get_str("general.architecture")
+        .unwrap_or("")
+        .to_string();
+    let n_head = |key: &str| metadata.get_u32(&format!("{arch}.{key}"));
+    let need = |key: &'static str, v: Option<u32>| {
+        v.ok_or(Error::BadConfig {
+            file: config_path.clone(),
+            key,
+            problem: "is missing (needed for the rope permutation)",
+        })
+    };
+
+    let mut slots = Vec::with_capacity(tensors.len());
+    let mut groups: HashMap<String, Vec<(u64, usize, SafetensorsTensor)>> = HashMap::new();
+    let mut names = HashSet::new();
+    for (fi, t) in tensors {
+        let path = &files[fi].path;
+        let dims: Vec<u64> = t.shape.iter().rev().copied().collect();
+        let name = match map_tensor_name(&arch, &t.name) {
+            HfName::Expert {
+                expert, stacked, ..
+            } => {
+                let g = groups.entry(stacked.clone()).or_default();
+                if g.is_empty() {
+                    if !names.insert(stacked.clone()) {
+                        return Err(Error::DuplicateTensor {
+                            file: path.clone(),
+                            tensor: stacked,
+                        });
+                    }
+                    slots.push(Slot::Group(stacked));
+                }
+                g.push((expert, fi, t));
+                continue;
+            }
+            HfName::Gguf(n) => n,
+            HfName::Unmapped => t.name.clone(),
+        };
+        if !names.insert(name.clone()) {
+            return Err(Error::DuplicateTensor {
+                file: path.clone(),
+                tensor: name,
+            });
+        }
+        let mut info = TensorInfo {
+            name,
+            ggml_type: t.ggml_type,
+            dims,
+            file: fi,
+            offset: t.offset,
+            size: t.size,
+            transform: None,
+        };
+        let bad = |info: &TensorInfo, reason| Error::BadTransform {
+            file: path.clone(),
+            tensor: info.name.clone(),
+            reason,
+        };
+        if arch == "llama" {
+            let heads = if info.name.ends_with("attn_q.weight")
+                || info.name.ends_with("attn_q.bias")
+            {
+                Some(need("num_attention_heads", n_head("attention.head_count"))?)
+            } else if info.name.ends_with("attn_k.weight") || info.name.ends_with("attn_k.bias") {
+                Some(match n_head("attention.head_count_kv") {
+                    Some(n) => n,
+                    None => need("num_attention_heads", n_head("attention.head_count"))?,
+                })
+            } else {
+                None
+            };
+            if let Some(n_head) = heads {
+                let rows = info.dims.last().copied().unwrap_or(0);
+                let group = 2 * u64::from(n_head);
+                if group == 0 || rows == 0 || rows % group != 0 || info.ggml_type.block_size() != 1
+                {
+                    return Err(bad(
+                        &info,
+                        "rows are not a multiple of 2 × heads, cannot undo the rotary permutation",
+                    ));
+                }
+                info.transform = Some(Transform::RopePermute { n_head });
+            }
+        }
+        if arch == "gemma3" && info.name.ends_with("norm.weight") {
+            if !matches!(
+                info.ggml_type,
+                GgmlType::F32 | GgmlType::F16 | GgmlType::BF16
+            ) {
+                return Err(bad(&info, "Gemma norm weights must be F32, F16 or BF16"));
+            }
+            let n = info.n_elements();
+            info.size = n
+                .checked_mul(4)
+                .ok_or_else(|| bad(&info, "size overflows"))?;
+            info.transform = Some(Transform::PlusOne {
+                from: info.ggml_type,
+            });
+            info.ggml_type = GgmlType::F32;
+        }
+        slots.push(Slot::Done(info));
+    }
+
+    let expert_count = metadata.get_u32(&format!("{arch}.expert_count"));
+    let mut out = Vec::with_capacity(slots.len());
+    for slot in slots {
+        match slot {
+            Slot::Done(t) => out.push(t),
+            Slot::Group(name) => {
+                let parts = groups.remove(&name).unwrap_or_default();
+                out.push(stack(&files, name, parts, expert_count)?);
+            }
+        }
+    }
+    Ok(Source {
+        kind: SourceKind::Safetensors,
+        files,
+        metadata,
+        tensors: out,
+        assets,
+    })
+}
+
+/// Stacks per-expert 2-D tensors into one `[cols, rows, n]` tensor.
+fn stack(
+    files: &[SourceFile],
+    name: String,
+    mut parts: Vec<(u64, usize, SafetensorsTensor)>,
+    expert_count: Option<u32>,
+) -> Result<TensorInfo, Error> {
+    parts.sort_by_key(|p| p.0);
+    let Some((_, f0, first)) = parts.first() else {
+        return Err(Error::BadTransform {
+            file: PathBuf::new(),
+            tensor: name,
+            reason: "no experts",
+        });
+    };
+    let bad = |reason| Error::BadTransform {
+        file: files[*f0].path.clone(),
+        tensor: name.clone(),
+        reason,
+    };
+    if parts.iter().enumerate().any(|(i, p)| p.0 != i as u64) {
+        return Err(bad("expert numbers are not 0..n without gaps or repeats"));
+    }
+    if let Some(n) = expert_count {
+        if u64::from(n) != parts.len() as u64 {
+            return Err(bad(
+                "the number of experts differs from config.json's expert count",
+            ));
+        }
+    }
+    if first.shape.len() != 2
+        || parts
+            .iter()
+            .any(|p| p.2.shape != first.shape || p.2.ggml_type != first.ggml_type)
+    {
+        return Err(bad("experts must all be 2-D with the same shape and dtype"));
+    }
+    let n = parts.len() as u64;
+    let size = first
+        .size
+        .checked_mul(n)
+        .ok_or_else(|| bad("size overflows"))?;
+    let ranges: Vec<ByteRange> = parts
+        .iter()
+        .map(|(_, f, t)| ByteRange {
+            file: *f,
+            offset: t.offset,
+            size: t.size,
+        })
+        .collect();
+    let contiguous = ranges
+        .windows(2)
+        .all(|w| w[1].file == w[0].file && w[1].offset == w[0].offset + w[0].size);
+    Ok(TensorInfo {
+        name,
+        ggml_type: first.ggml_type,
+        dims: vec![first.shape[1], first.shape[0], n],
+        file: ranges[0].file,
+        offset: ranges[0].offset,
+        size,
+        transform: (!contiguous).then_some(Transform::Stack { parts: ranges }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_paths() {
+        assert!(safe_shard_path("model-00001-of-00002.safetensors"));
+        assert!(safe_shard_path("sub/model.safetensors"));
+        assert!(!safe_shard_path("../model.safetensors"));
+        assert!(!safe_shard_path("sub/../../x"));
+        assert!(!safe_shard_path("/etc/passwd"));
+        assert!(!safe_shard_path("./x"));
+        assert!(!safe_shard_path(""));
+    }
+
+    #[test]
+    fn f32_conversion() {
+        assert_eq!(to_f32(&[0, 0x3c], GgmlType::F16), Some(vec![1.0]));
+        assert_eq!(to_f32(&[0x80, 0x3f], GgmlType::BF16), Some(vec![1.0]));
+        assert_eq!(to_f32(&[0, 0x3c, 0], GgmlType::F16), None);
+        assert_eq!(to_f32(&[0; 4], GgmlType::I32), None);
+    }
+}

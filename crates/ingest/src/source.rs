@@ -1,0 +1,414 @@
+//! [`Source`]: one model, whatever it came from, as metadata + tensor byte ranges.
+//!
+//! Nothing is copied at open: files are memory-mapped and tensors are described by
+//! (file, offset, size). Only tensors that need a [`Transform`] to look like their
+//! GGUF counterpart (HF llama q/k rows, Gemma norms, per-expert HF weights) are
+//! materialised, one at a time, by [`Source::tensor_bytes`].
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use gpack_format::ggml::GgmlType;
+
+use crate::error::Error;
+use crate::value::Metadata;
+
+/// A file of a source: its path and its bytes (memory-mapped).
+pub struct SourceFile {
+    /// Where the file is.
+    pub path: PathBuf,
+    data: Data,
+}
+
+enum Data {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl SourceFile {
+    /// Opens and memory-maps `path` (an empty file is held as an empty buffer).
+    pub fn open(path: &Path) -> Result<SourceFile, Error> {
+        let io = |what, e| Error::Io {
+            file: path.to_path_buf(),
+            what,
+            source: e,
+        };
+        let file = std::fs::File::open(path).map_err(|e| io("open", e))?;
+        let len = file.metadata().map_err(|e| io("stat", e))?.len();
+        let data = if len == 0 {
+            Data::Owned(Vec::new())
+        } else {
+            Data::Mapped(crate::mmap::map(&file, path)?)
+        };
+        Ok(SourceFile {
+            path: path.to_path_buf(),
+            data,
+        })
+    }
+
+    /// A file held in memory (tests, fuzzing, generated shards).
+    pub fn from_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> SourceFile {
+        SourceFile {
+            path: path.into(),
+            data: Data::Owned(bytes),
+        }
+    }
+
+    /// All bytes of the file.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.data {
+            Data::Mapped(m) => m,
+            Data::Owned(v) => v,
+        }
+    }
+
+    /// File length in bytes.
+    pub fn len(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes().is_empty()
+    }
+}
+
+impl std::fmt::Debug for SourceFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceFile")
+            .field("path", &self.path)
+            .field("len", &self.len())
+            .field("mapped", &matches!(self.data, Data::Mapped(_)))
+            .finish()
+    }
+}
+
+/// A byte range in one of a [`Source`]'s files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ByteRange {
+    /// Index into [`Source::files`].
+    pub file: usize,
+    /// Absolute byte offset in that file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub size: u64,
+}
+
+/// How a tensor's bytes are made from source bytes when they are not simply
+/// `files[file][offset..offset + size]`. Produced only for Hugging Face sources,
+/// so that each tensor equals what llama.cpp's `convert_hf_to_gguf.py` writes.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transform {
+    /// The rows (outermost HF axis) are reordered from HF's "two halves" rotary layout
+    /// to GGUF's interleaved pairs, per head: HF row `h·2k + j·k + i` becomes row
+    /// `h·2k + 2i + j` (`k` = rows / n_head / 2). This is `LlamaModel.permute` in
+    /// `convert_hf_to_gguf.py`, applied to llama-family `q_proj` (n_head =
+    /// `num_attention_heads`) and `k_proj` (n_head = `num_key_value_heads`).
+    /// Source bytes: `(file, offset, size)` of the tensor itself; same type and size.
+    RopePermute {
+        /// Number of heads the rows are grouped into.
+        n_head: u32,
+    },
+    /// Each element converted to f32 and 1.0 added: Gemma keeps RMS-norm weights as
+    /// `w` and computes `x·(1 + w)`; llama.cpp's converter stores `1 + w` (in f32).
+    /// Source bytes: elements of type `from` starting at `(file, offset)`; the tensor
+    /// itself is `F32`, `size` = 4 × elements.
+    PlusOne {
+        /// Type of the source elements (F32, F16 or BF16).
+        from: GgmlType,
+    },
+    /// The concatenation of `parts`, in order: the per-expert HF matrices
+    /// `experts.{0..n}.{gate,up,down}_proj` stacked into one `[cols, rows, n]` tensor,
+    /// as GGUF stores `ffn_{gate,up,down}_exps`. `(file, offset)` is `parts[0]`'s.
+    Stack {
+        /// The source ranges, expert 0 first; all of the tensor's type.
+        parts: Vec<ByteRange>,
+    },
+}
+
+/// One tensor of a [`Source`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// GGUF name (`blk.0.attn_q.weight`), or the HF name for unmapped tensors.
+    pub name: String,
+    /// Element type of the bytes [`Source::tensor_bytes`] returns.
+    pub ggml_type: GgmlType,
+    /// Dimensions in GGUF order: `ne0` (innermost, contiguous) first.
+    pub dims: Vec<u64>,
+    /// Index into [`Source::files`] of the (first) source bytes.
+    pub file: usize,
+    /// Absolute byte offset of the (first) source bytes in that file.
+    pub offset: u64,
+    /// Byte size of the tensor as [`Source::tensor_bytes`] returns it
+    /// (= `ggml_type` bytes for `dims`). Without a transform this is also the source
+    /// range's length.
+    pub size: u64,
+    /// How the bytes are made, when they are not the plain range `offset..offset+size`.
+    pub transform: Option<Transform>,
+}
+
+impl TensorInfo {
+    /// Number of elements (product of `dims`; saturating, validated at open).
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().fold(1u64, |n, &d| n.saturating_mul(d))
+    }
+
+    /// The source byte ranges this tensor is made from.
+    pub fn source_ranges(&self) -> Vec<ByteRange> {
+        match &self.transform {
+            None | Some(Transform::RopePermute { .. }) => {
+                vec![ByteRange {
+                    file: self.file,
+                    offset: self.offset,
+                    size: self.size,
+                }]
+            }
+            Some(Transform::PlusOne { from }) => vec![ByteRange {
+                file: self.file,
+                offset: self.offset,
+                size: self.n_elements().saturating_mul(from.type_size()),
+            }],
+            Some(Transform::Stack { parts }) => parts.clone(),
+        }
+    }
+}
+
+/// A raw auxiliary file of a Hugging Face model (tokenizer, configs, chat template).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Asset {
+    /// File name, e.g. `"tokenizer.json"`.
+    pub name: String,
+    /// The file's bytes, unmodified.
+    pub bytes: Vec<u8>,
+}
+
+/// What a [`Source`] was read from.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A GGUF file, or all shards of a split GGUF.
+    Gguf,
+    /// A safetensors file, a sharded index.json, or a Hugging Face model directory.
+    Safetensors,
+}
+
+/// The files names of a Hugging Face directory that become [`Source::assets`].
+pub const ASSET_NAMES: [&str; 8] = [
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+];
+
+/// One model: metadata (GGUF keys), tensor descriptors over mapped files, raw assets.
+#[derive(Debug)]
+pub struct Source {
+    /// What the source was read from.
+    pub kind: SourceKind,
+    /// The files tensors point into (GGUF shards, or safetensors shards).
+    pub files: Vec<SourceFile>,
+    /// GGUF-style metadata. For a split GGUF: the first shard's, without the
+    /// `split.*` keys (the source is presented as one unsplit model). For safetensors:
+    /// derived from config.json by [`crate::hf::config_to_metadata`].
+    pub metadata: Metadata,
+    /// Tensors, in file order (split GGUF: shard by shard).
+    pub tensors: Vec<TensorInfo>,
+    /// Raw auxiliary files ([`ASSET_NAMES`] found next to safetensors weights).
+    pub assets: Vec<Asset>,
+}
+
+impl Source {
+    /// Opens a model, detecting what `path` is:
+    /// - a directory: a Hugging Face model directory (`model.safetensors.index.json`,
+    ///   `model.safetensors`, or a single `*.safetensors` / `*.safetensors.index.json`);
+    /// - a file ending in `.index.json`: a sharded safetensors index;
+    /// - a file starting with `GGUF`: a GGUF; if its name is `<prefix>-NNNNN-of-MMMMM.gguf`,
+    ///   every shard of the split is found next to it and checked;
+    /// - any other file: a safetensors file.
+    ///
+    /// For safetensors weights, `config.json` and the other [`ASSET_NAMES`] are read from
+    /// the weights' directory when present. Never panics on malformed input.
+    pub fn open(path: &Path) -> Result<Source, Error> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::Io {
+            file: path.to_path_buf(),
+            what: "open",
+            source: e,
+        })?;
+        if meta.is_dir() {
+            return crate::hf::open_dir(path);
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with(".index.json") {
+            return crate::hf::open_index(path);
+        }
+        let file = SourceFile::open(path)?;
+        if file.bytes().starts_with(&crate::gguf::MAGIC) {
+            return crate::gguf::split::open(file);
+        }
+        if name.ends_with(".gguf") {
+            // Let the GGUF parser say what is wrong with the magic.
+            crate::gguf::parse_named(file.bytes(), path)?;
+        }
+        if file.len() < 8 {
+            return Err(Error::UnknownFormat {
+                file: path.to_path_buf(),
+            });
+        }
+        crate::hf::open_safetensors_file(file)
+    }
+
+    /// The tensor named `name` (linear search).
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// `general.architecture`.
+    pub fn architecture(&self) -> Option<&str> {
+        self.metadata.get_str("general.architecture")
+    }
+
+    /// The bytes of tensor `t`: borrowed from the mapping, or owned when a
+    /// [`Transform`] applies. Never panics: a `TensorInfo` that does not fit this
+    /// source is an error.
+    pub fn tensor_bytes(&self, t: &TensorInfo) -> Result<Cow<'_, [u8]>, Error> {
+        match &t.transform {
+            None => Ok(Cow::Borrowed(self.range(
+                t,
+                ByteRange {
+                    file: t.file,
+                    offset: t.offset,
+                    size: t.size,
+                },
+            )?)),
+            Some(Transform::RopePermute { n_head }) => {
+                let src = self.range(
+                    t,
+                    ByteRange {
+                        file: t.file,
+                        offset: t.offset,
+                        size: t.size,
+                    },
+                )?;
+                // The outermost HF axis is the last GGUF dimension.
+                let rows = t.dims.last().copied().unwrap_or(0);
+                permute_rows(src, rows, *n_head)
+                    .map(Cow::Owned)
+                    .ok_or_else(|| Error::BadTensorInfo {
+                        tensor: t.name.clone(),
+                        reason: "rope permutation: rows are not a multiple of 2 × n_head",
+                    })
+            }
+            Some(Transform::PlusOne { from }) => {
+                let n = t.n_elements();
+                let src_size =
+                    n.checked_mul(from.type_size())
+                        .ok_or_else(|| Error::BadTensorInfo {
+                            tensor: t.name.clone(),
+                            reason: "source size overflows",
+                        })?;
+                if t.ggml_type != GgmlType::F32 || t.size != n.saturating_mul(4) {
+                    return Err(Error::BadTensorInfo {
+                        tensor: t.name.clone(),
+                        reason: "PlusOne produces F32",
+                    });
+                }
+                let src = self.range(
+                    t,
+                    ByteRange {
+                        file: t.file,
+                        offset: t.offset,
+                        size: src_size,
+                    },
+                )?;
+                let vals = crate::hf::to_f32(src, *from).ok_or_else(|| Error::BadTensorInfo {
+                    tensor: t.name.clone(),
+                    reason: "PlusOne source type must be F32, F16 or BF16",
+                })?;
+                Ok(Cow::Owned(
+                    vals.into_iter()
+                        .flat_map(|v| (v + 1.0).to_le_bytes())
+                        .collect(),
+                ))
+            }
+            Some(Transform::Stack { parts }) => {
+                let total = parts.iter().try_fold(0u64, |a, p| a.checked_add(p.size));
+                if total != Some(t.size) {
+                    return Err(Error::BadTensorInfo {
+                        tensor: t.name.clone(),
+                        reason: "stacked parts do not add up to the size",
+                    });
+                }
+                let mut out = Vec::with_capacity(usize::try_from(t.size).unwrap_or(0));
+                for p in parts {
+                    out.extend_from_slice(self.range(t, *p)?);
+                }
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+
+    fn range(&self, t: &TensorInfo, r: ByteRange) -> Result<&[u8], Error> {
+        let bad = |reason| Error::BadTensorInfo {
+            tensor: t.name.clone(),
+            reason,
+        };
+        let f = self
+            .files
+            .get(r.file)
+            .ok_or_else(|| bad("file index out of range"))?;
+        let end = r
+            .offset
+            .checked_add(r.size)
+            .ok_or_else(|| bad("byte range overflows"))?;
+        let b = f.bytes();
+        if end > b.len() as u64 {
+            return Err(bad("byte range outside its file"));
+        }
+        Ok(&b[r.offset as usize..end as usize])
+    }
+}
+
+/// Reorders `rows` equal rows of `src` as [`Transform::RopePermute`] describes.
+/// `None` when `rows` is not a multiple of `2 × n_head` or does not divide `src`.
+pub(crate) fn permute_rows(src: &[u8], rows: u64, n_head: u32) -> Option<Vec<u8>> {
+    let n_head = u64::from(n_head);
+    let group = n_head.checked_mul(2)?;
+    if rows == 0 || group == 0 || !rows.is_multiple_of(group) || !(src.len() as u64).is_multiple_of(rows) {
+        return None;
+    }
+    let row_bytes = (src.len() as u64 / rows) as usize;
+    let half = (rows / group) as usize;
+    let mut out = Vec::with_capacity(src.len());
+    for h in 0..n_head as usize {
+        for i in 0..half {
+            for j in 0..2 {
+                let r = h * 2 * half + j * half + i;
+                out.extend_from_slice(&src[r * row_bytes..(r + 1) * row_bytes]);
+            }
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permute_matches_numpy_reshape_swapaxes() {
+        // 8 rows of 1 byte, 2 heads: per head rows [a0 a1 b0 b1] -> [a0 b0 a1 b1].
+        let src: Vec<u8> = (0..8).collect();
+        assert_eq!(
+            permute_rows(&src, 8, 2).unwrap(),
+            vec![0, 2, 1, 3, 4, 6, 5, 7]
+        );
+        assert_eq!(permute_rows(&src, 8, 3), None);
+        assert_eq!(permute_rows(&src, 8, 0), None);
+        assert_eq!(permute_rows(&[], 0, 1), None);
+    }
+}

@@ -1,0 +1,196 @@
+//! An HF directory must read as the GGUF llama.cpp's convert_hf_to_gguf.py made
+//! from it: same tensor names and shapes, same values (after transforms; F16 GGUF
+//! tensors compared with the HF value rounded to f16, F32 ones exactly), and the
+//! same `<arch>.*` metadata keys and values.
+
+use std::collections::BTreeMap;
+
+use gpack_ingest::hf::to_f32;
+use gpack_ingest::{GgmlType, Source, SourceKind, Transform, Value};
+
+use crate::common::{f16_bits, tiny, ARCHES};
+
+fn arch_keys(s: &Source, arch: &str) -> BTreeMap<String, Value> {
+    s.metadata
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{arch}.")))
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn compare(hf: &Source, gguf: &Source, what: &str) {
+    let arch = gguf.architecture().unwrap();
+    assert_eq!(hf.architecture(), Some(arch), "{what}");
+    assert_eq!(
+        arch_keys(hf, arch),
+        arch_keys(gguf, arch),
+        "{what}: architecture metadata"
+    );
+
+    let mut hn: Vec<_> = hf.tensors.iter().map(|t| t.name.as_str()).collect();
+    let mut gn: Vec<_> = gguf.tensors.iter().map(|t| t.name.as_str()).collect();
+    hn.sort();
+    gn.sort();
+    assert_eq!(hn, gn, "{what}: tensor names");
+
+    for g in &gguf.tensors {
+        let h = hf.tensor(&g.name).unwrap();
+        assert_eq!(h.dims, g.dims, "{what}: {}", g.name);
+        let hb = hf.tensor_bytes(h).unwrap();
+        assert_eq!(hb.len() as u64, h.size, "{what}: {}", g.name);
+        assert_eq!(
+            h.ggml_type.bytes_for(h.n_elements()),
+            Some(h.size),
+            "{what}: {}",
+            g.name
+        );
+        let hv = to_f32(&hb, h.ggml_type).unwrap();
+        let gb = gguf.tensor_bytes(g).unwrap();
+        match g.ggml_type {
+            GgmlType::F16 => {
+                let gv: Vec<u16> = gb
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect();
+                let hv: Vec<u16> = hv.iter().map(|&v| f16_bits(v)).collect();
+                assert!(hv == gv, "{what}: {} values differ", g.name);
+            }
+            GgmlType::F32 => {
+                let gv = to_f32(&gb, GgmlType::F32).unwrap();
+                let same = hv.iter().zip(&gv).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same && hv.len() == gv.len(),
+                    "{what}: {} values differ",
+                    g.name
+                );
+            }
+            t => panic!("{what}: {}: unexpected type {t}", g.name),
+        }
+    }
+}
+
+#[test]
+fn every_tiny_hf_dir_equals_its_f16_gguf() {
+    for arch in ARCHES {
+        let hf = Source::open(&tiny(arch).join("hf")).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let gguf = Source::open(&tiny(arch).join(format!("{arch}-f16.gguf"))).unwrap();
+        assert_eq!(hf.kind, SourceKind::Safetensors);
+        compare(&hf, &gguf, arch);
+    }
+}
+
+#[test]
+fn sharded_index_and_single_file_equal_the_gguf() {
+    let gguf = Source::open(&tiny("llama").join("llama-f16.gguf")).unwrap();
+    let dir = tiny("llama").join("hf-sharded");
+    for p in [
+        dir.clone(),
+        dir.join("model.safetensors.index.json"),
+        tiny("llama").join("hf/model.safetensors"),
+    ] {
+        let hf = Source::open(&p).unwrap();
+        compare(&hf, &gguf, &p.display().to_string());
+    }
+    let s = Source::open(&dir).unwrap();
+    assert_eq!(s.files.len(), 2);
+    assert!(s.tensors.iter().any(|t| t.file == 1));
+}
+
+#[test]
+fn transforms_used_where_expected() {
+    let s = Source::open(&tiny("llama").join("hf")).unwrap();
+    assert_eq!(
+        s.tensor("blk.0.attn_q.weight").unwrap().transform,
+        Some(Transform::RopePermute { n_head: 4 })
+    );
+    assert_eq!(
+        s.tensor("blk.1.attn_k.weight").unwrap().transform,
+        Some(Transform::RopePermute { n_head: 2 })
+    );
+    assert_eq!(s.tensor("blk.1.attn_v.weight").unwrap().transform, None);
+    let v = s.tensor("blk.0.attn_v.weight").unwrap();
+    assert!(matches!(
+        s.tensor_bytes(v).unwrap(),
+        std::borrow::Cow::Borrowed(_)
+    ));
+
+    let s = Source::open(&tiny("gemma3").join("hf")).unwrap();
+    let n = s.tensor("blk.0.attn_q_norm.weight").unwrap();
+    assert_eq!(
+        (n.ggml_type, n.size, &n.transform),
+        (
+            GgmlType::F32,
+            64,
+            &Some(Transform::PlusOne {
+                from: GgmlType::BF16
+            })
+        )
+    );
+    assert_eq!(n.source_ranges()[0].size, 32);
+    assert_eq!(
+        s.tensor("token_embd.weight").unwrap().ggml_type,
+        GgmlType::BF16
+    );
+    assert!(s.tensor("output.weight").is_none(), "tied embeddings");
+
+    let s = Source::open(&tiny("qwen3moe").join("hf")).unwrap();
+    let e = s.tensor("blk.1.ffn_down_exps.weight").unwrap();
+    assert_eq!(e.dims, [128, 64, 4]);
+    let Some(Transform::Stack { parts }) = &e.transform else {
+        panic!("{e:?}")
+    };
+    assert_eq!(parts.len(), 4);
+    assert_eq!(e.source_ranges(), *parts);
+}
+
+#[test]
+fn assets_are_the_raw_files() {
+    let s = Source::open(&tiny("gemma3").join("hf")).unwrap();
+    let names: Vec<_> = s.assets.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+            "chat_template.jinja",
+            "tokenizer.model"
+        ]
+    );
+    for a in &s.assets {
+        assert_eq!(
+            a.bytes,
+            std::fs::read(tiny("gemma3").join("hf").join(&a.name)).unwrap()
+        );
+    }
+    let s = Source::open(&tiny("llama").join("hf-sharded/model.safetensors.index.json")).unwrap();
+    assert_eq!(s.assets.len(), 5);
+}
+
+#[test]
+fn unknown_architecture_keeps_hf_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(
+        tiny("llama").join("hf/model.safetensors"),
+        d.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("config.json"),
+        br#"{"model_type":"phi3","architectures":["Phi3ForCausalLM"],"hidden_size":64}"#,
+    )
+    .unwrap();
+    let s = Source::open(d).unwrap();
+    assert_eq!(s.architecture(), Some("phi3"));
+    assert_eq!(s.metadata.get_u32("phi3.embedding_length"), Some(64));
+    assert_eq!(s.tensors.len(), 21);
+    assert!(s.tensor("model.layers.0.self_attn.q_proj.weight").is_some());
+    assert!(s.tensors.iter().all(|t| t.transform.is_none()));
+    // Without config.json at all: no metadata, names kept.
+    std::fs::remove_file(d.join("config.json")).unwrap();
+    let s = Source::open(&d.join("model.safetensors")).unwrap();
+    assert!(s.metadata.is_empty());
+    assert!(s.tensor("lm_head.weight").is_some());
+}
