@@ -1,0 +1,636 @@
+//! GBT1: the binary tokenizer, and its zero-copy reader.
+//!
+//! The byte layout is normative in `FORMAT-GBT1.md`; this module mirrors it. Design note:
+//! a tokenizer is used by hashing token bytes to ids and token-id pairs to merges, so the
+//! hash tables themselves are in the file. Opening checks the header and that every region
+//! lies inside the slice (O(1) in the vocabulary size); the entries are checked when they are
+//! read, and a bad entry reads as absent, never as a panic or an out-of-range id.
+
+use crate::error::{add, mul, Error, Result};
+use crate::spec::{ModelKind, PreTokenizer, TokenType};
+
+/// `"GBT1"` read as a little-endian u32.
+pub const MAGIC: u32 = 0x3154_4247;
+/// The layout version this crate writes and the highest it reads.
+pub const VERSION: u16 = 1;
+/// Header size in bytes.
+pub const HEADER_SIZE: usize = 128;
+/// Largest vocabulary accepted (2^24; the largest real vocabularies are about 2^18).
+pub const MAX_VOCAB: u32 = 1 << 24;
+/// Largest merge count accepted (2^25).
+pub const MAX_MERGES: u32 = 1 << 25;
+/// Largest vocabulary blob (1 GiB).
+pub const MAX_BLOB: u32 = 1 << 30;
+/// Largest hash table (2^27 slots).
+pub const MAX_SLOTS: u32 = 1 << 27;
+/// Marks an empty pair-table slot and an absent byte-table entry.
+pub const NONE: u32 = u32::MAX;
+/// Pseudo-id base for a character that is not in a SentencePiece vocabulary (see `bpe.rs`).
+pub const PSEUDO_CHAR: u32 = 0x8000_0000;
+
+/// Header flag: prepend BOS when encoding with `add_special`.
+pub const FLAG_ADD_BOS: u32 = 1 << 0;
+/// Header flag: append EOS when encoding with `add_special`.
+pub const FLAG_ADD_EOS: u32 = 1 << 1;
+/// Header flag: SentencePiece dummy prefix (a space before every text fragment).
+pub const FLAG_ADD_SPACE_PREFIX: u32 = 1 << 2;
+/// Header flag: byte fallback to `<0xXX>` tokens.
+pub const FLAG_BYTE_FALLBACK: u32 = 1 << 3;
+/// Header flag: a word that is a token is emitted without merging (HF `ignore_merges`).
+pub const FLAG_IGNORE_MERGES: u32 = 1 << 4;
+/// Header flag: Hugging Face merge-queue semantics (`MergeMode::HfQueue`).
+pub const FLAG_HF_QUEUE: u32 = 1 << 5;
+/// Header flag: every merged token has exactly one merge producing it.
+pub const FLAG_PAIR_UNIQUE: u32 = 1 << 6;
+/// Header flag: characters missing from a SentencePiece vocabulary are merge symbols
+/// (pseudo-ids `PSEUDO_CHAR | codepoint`, llama.cpp) rather than byte-fallback tokens at once (HF).
+pub const FLAG_CHAR_PSEUDO_IDS: u32 = 1 << 7;
+/// All flags version 1 defines.
+pub const KNOWN_FLAGS: u32 = (1 << 8) - 1;
+
+/// Token-type byte: low 3 bits are the [`TokenType`], this bit marks "matched before the model".
+pub const TYPE_SPLIT: u8 = 0x80;
+/// Token-type byte: special (dropped by `decode_skip_special`).
+pub const TYPE_SPECIAL: u8 = 0x40;
+
+/// FNV-style mixing constants of the GBT1 hash (normative, see FORMAT-GBT1.md).
+const H_SEED: u64 = 0x243F_6A88_85A3_08D3;
+const H_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
+}
+
+/// The GBT1 hash of a token's bytes.
+pub fn hash_bytes(b: &[u8]) -> u64 {
+    let mut h = H_SEED ^ b.len() as u64;
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(H_MUL);
+        h ^= h >> 29;
+    }
+    let r = chunks.remainder();
+    if !r.is_empty() {
+        let mut w = [0u8; 8];
+        w[..r.len()].copy_from_slice(r);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(H_MUL);
+        h ^= h >> 29;
+    }
+    fmix64(h)
+}
+
+/// The GBT1 hash of a token-id pair.
+#[inline]
+pub fn hash_pair(left: u32, right: u32) -> u64 {
+    fmix64(((left as u64) << 32) | right as u64)
+}
+
+/// Region byte ranges, in file order.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Layout {
+    pub offsets: usize,
+    pub types: usize,
+    pub scores: usize,
+    pub blob: usize,
+    pub merges: usize,
+    pub ranks: usize,
+    pub token_hash: usize,
+    pub pair_hash: usize,
+    pub byte_table: usize,
+    pub split_bitmap: usize,
+    pub split_lengths: usize,
+    pub template: usize,
+    pub total: usize,
+}
+
+/// The counts a layout is computed from.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counts {
+    pub vocab: u32,
+    pub merges: u32,
+    pub blob: u32,
+    pub template: u32,
+    pub token_slots: u32,
+    pub pair_slots: u32,
+    pub split_lengths: u32,
+}
+
+fn align8(x: u64) -> Result<u64> {
+    Ok(add(x, 7, "alignment")? & !7)
+}
+
+impl Layout {
+    /// Every region starts at the next multiple of 8 after the previous one.
+    pub(crate) fn compute(c: &Counts) -> Result<Layout> {
+        let v = c.vocab as u64;
+        let mut at = HEADER_SIZE as u64;
+        let mut next = |size: u64| -> Result<usize> {
+            let start = align8(at)?;
+            at = add(start, size, "region end")?;
+            usize::try_from(start).map_err(|_| Error::Overflow {
+                what: "region offset",
+            })
+        };
+        let offsets = next(mul(add(v, 1, "offsets")?, 4, "offsets")?)?;
+        let types = next(v)?;
+        let scores = next(mul(v, 4, "scores")?)?;
+        let blob = next(c.blob as u64)?;
+        let merges = next(mul(c.merges as u64, 12, "merges")?)?;
+        let ranks = next(mul(c.merges as u64, 4, "merge ranks")?)?;
+        let token_hash = next(mul(c.token_slots as u64, 4, "token hash")?)?;
+        let pair_hash = next(mul(c.pair_slots as u64, 16, "pair hash")?)?;
+        let byte_table = next(256 * 4)?;
+        let split_bitmap = next(32)?;
+        let split_lengths = next(mul(c.split_lengths as u64, 4, "split lengths")?)?;
+        let template = next(c.template as u64)?;
+        let total =
+            usize::try_from(align8(at)?).map_err(|_| Error::Overflow { what: "total size" })?;
+        Ok(Layout {
+            offsets,
+            types,
+            scores,
+            blob,
+            merges,
+            ranks,
+            token_hash,
+            pair_hash,
+            byte_table,
+            split_bitmap,
+            split_lengths,
+            template,
+            total,
+        })
+    }
+}
+
+#[inline]
+fn rd_u32(b: &[u8], at: usize) -> u32 {
+    match b.get(at..at + 4) {
+        Some(s) => u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
+        None => NONE,
+    }
+}
+
+fn rd_u16(b: &[u8], at: usize) -> u16 {
+    match b.get(at..at + 2) {
+        Some(s) => u16::from_le_bytes([s[0], s[1]]),
+        None => 0,
+    }
+}
+
+fn rd_u64(b: &[u8], at: usize) -> u64 {
+    match b.get(at..at + 8) {
+        Some(s) => u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]),
+        None => 0,
+    }
+}
+
+/// A parsed, borrowed GBT1 tokenizer.
+#[derive(Clone, Copy, Debug)]
+pub struct Gbt1<'a> {
+    bytes: &'a [u8],
+    flags: u32,
+    model: ModelKind,
+    pre: PreTokenizer,
+    counts: Counts,
+    ids: [u32; 4],
+    max_token_bytes: u32,
+    layout: Layout,
+}
+
+impl<'a> Gbt1<'a> {
+    /// Parse GBT1 bytes.
+    ///
+    /// Checks the header, every count against its cap, that the hash-table sizes are powers
+    /// of two and that every region fits the slice exactly. Cost is O(1) in the vocabulary
+    /// size. Never panics, whatever the input.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self> {
+        if bytes.len() < HEADER_SIZE {
+            return Err(Error::Truncated {
+                what: "GBT1 header",
+                need: HEADER_SIZE as u64,
+                have: bytes.len() as u64,
+            });
+        }
+        let magic = rd_u32(bytes, 0);
+        if magic != MAGIC {
+            return Err(Error::BadMagic {
+                expected: MAGIC,
+                found: magic,
+            });
+        }
+        let version = rd_u16(bytes, 4);
+        if version == 0 || version > VERSION {
+            return Err(Error::UnsupportedVersion {
+                found: version,
+                max: VERSION,
+            });
+        }
+        let header_size = rd_u16(bytes, 6);
+        if header_size as usize != HEADER_SIZE {
+            return Err(Error::Invalid {
+                what: "header size",
+                value: header_size as u64,
+                limit: HEADER_SIZE as u64,
+            });
+        }
+        let flags = rd_u32(bytes, 8);
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(Error::UnknownFlags {
+                flags: flags & !KNOWN_FLAGS,
+            });
+        }
+        let model = match bytes[12] {
+            1 => ModelKind::ByteLevelBpe,
+            2 => ModelKind::SentencePieceBpe,
+            v => {
+                return Err(Error::Invalid {
+                    what: "model kind",
+                    value: v as u64,
+                    limit: 2,
+                })
+            }
+        };
+        let pre = PreTokenizer::from_u8(bytes[13]).ok_or(Error::Invalid {
+            what: "pre-tokenizer",
+            value: bytes[13] as u64,
+            limit: 4,
+        })?;
+        if rd_u16(bytes, 14) != 0 {
+            return Err(Error::Invalid {
+                what: "reserved header field",
+                value: rd_u16(bytes, 14) as u64,
+                limit: 0,
+            });
+        }
+        let counts = Counts {
+            vocab: rd_u32(bytes, 16),
+            merges: rd_u32(bytes, 20),
+            blob: rd_u32(bytes, 40),
+            template: rd_u32(bytes, 44),
+            token_slots: rd_u32(bytes, 48),
+            pair_slots: rd_u32(bytes, 52),
+            split_lengths: rd_u32(bytes, 56),
+        };
+        let cap = |what: &'static str, v: u32, lo: u32, hi: u32| -> Result<()> {
+            if v < lo || v > hi {
+                Err(Error::Invalid {
+                    what,
+                    value: v as u64,
+                    limit: hi as u64,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        cap("vocab size", counts.vocab, 1, MAX_VOCAB)?;
+        cap("merge count", counts.merges, 0, MAX_MERGES)?;
+        cap("vocab blob size", counts.blob, 0, MAX_BLOB)?;
+        cap("chat template size", counts.template, 0, MAX_BLOB)?;
+        cap("token hash slots", counts.token_slots, 1, MAX_SLOTS)?;
+        cap("pair hash slots", counts.pair_slots, 1, MAX_SLOTS)?;
+        cap("split length count", counts.split_lengths, 0, 4096)?;
+        if !counts.token_slots.is_power_of_two() || counts.token_slots < counts.vocab {
+            return Err(Error::Invalid {
+                what: "token hash slots",
+                value: counts.token_slots as u64,
+                limit: counts.vocab as u64,
+            });
+        }
+        if !counts.pair_slots.is_power_of_two() || counts.pair_slots < counts.merges {
+            return Err(Error::Invalid {
+                what: "pair hash slots",
+                value: counts.pair_slots as u64,
+                limit: counts.merges as u64,
+            });
+        }
+        let mut ids = [0u32; 4];
+        for (k, id) in ids.iter_mut().enumerate() {
+            let v = rd_u32(bytes, 24 + 4 * k);
+            if v != NONE && v >= counts.vocab {
+                return Err(Error::TokenOutOfRange {
+                    id: v as u64,
+                    vocab_size: counts.vocab as u64,
+                });
+            }
+            *id = v;
+        }
+        let max_token_bytes = rd_u32(bytes, 60);
+        if max_token_bytes > counts.blob {
+            return Err(Error::Invalid {
+                what: "max token bytes",
+                value: max_token_bytes as u64,
+                limit: counts.blob as u64,
+            });
+        }
+        let total = rd_u64(bytes, 64);
+        if bytes[72..HEADER_SIZE].iter().any(|&b| b != 0) {
+            return Err(Error::Invalid {
+                what: "reserved header bytes",
+                value: 1,
+                limit: 0,
+            });
+        }
+        let layout = Layout::compute(&counts)?;
+        if total != layout.total as u64 {
+            return Err(Error::Invalid {
+                what: "total size",
+                value: total,
+                limit: layout.total as u64,
+            });
+        }
+        if bytes.len() as u64 != total {
+            return Err(Error::SizeMismatch {
+                expected: total,
+                found: bytes.len() as u64,
+            });
+        }
+        let g = Gbt1 {
+            bytes,
+            flags,
+            model,
+            pre,
+            counts,
+            ids,
+            max_token_bytes,
+            layout,
+        };
+        // Two O(1) spot checks that catch most truncation/corruption early.
+        if g.offset(0) != 0 || g.offset(counts.vocab) != counts.blob {
+            return Err(Error::Invalid {
+                what: "vocab offsets ends",
+                value: g.offset(counts.vocab) as u64,
+                limit: counts.blob as u64,
+            });
+        }
+        if counts.template > 0 {
+            std::str::from_utf8(g.template_bytes()).map_err(|_| Error::Invalid {
+                what: "chat template UTF-8",
+                value: 0,
+                limit: 0,
+            })?;
+        }
+        Ok(g)
+    }
+
+    /// The bytes this view borrows.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> u32 {
+        self.counts.vocab
+    }
+    /// Number of merges.
+    pub fn n_merges(&self) -> u32 {
+        self.counts.merges
+    }
+    /// Header flags.
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+    /// Model kind.
+    pub fn model(&self) -> ModelKind {
+        self.model
+    }
+    /// Pre-tokenizer.
+    pub fn pre_tokenizer(&self) -> PreTokenizer {
+        self.pre
+    }
+    fn opt(v: u32) -> Option<u32> {
+        (v != NONE).then_some(v)
+    }
+    /// BOS id.
+    pub fn bos(&self) -> Option<u32> {
+        Self::opt(self.ids[0])
+    }
+    /// EOS id.
+    pub fn eos(&self) -> Option<u32> {
+        Self::opt(self.ids[1])
+    }
+    /// Padding id.
+    pub fn pad(&self) -> Option<u32> {
+        Self::opt(self.ids[2])
+    }
+    /// Unknown id.
+    pub fn unk(&self) -> Option<u32> {
+        Self::opt(self.ids[3])
+    }
+    /// Longest token in bytes.
+    pub fn max_token_bytes(&self) -> u32 {
+        self.max_token_bytes
+    }
+
+    #[inline]
+    fn offset(&self, i: u32) -> u32 {
+        rd_u32(self.bytes, self.layout.offsets + 4 * i as usize)
+    }
+
+    /// The stored bytes of token `id`; `None` when out of range or when its offsets are corrupt.
+    #[inline]
+    pub fn token_bytes(&self, id: u32) -> Option<&'a [u8]> {
+        if id >= self.counts.vocab {
+            return None;
+        }
+        let a = self.offset(id) as usize;
+        let b = self.offset(id + 1) as usize;
+        if a > b || b > self.counts.blob as usize {
+            return None;
+        }
+        self.bytes.get(self.layout.blob + a..self.layout.blob + b)
+    }
+
+    /// The raw type byte of token `id` (type in the low 3 bits, [`TYPE_SPLIT`], [`TYPE_SPECIAL`]).
+    #[inline]
+    pub fn type_byte(&self, id: u32) -> u8 {
+        if id >= self.counts.vocab {
+            return 0;
+        }
+        self.bytes
+            .get(self.layout.types + id as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Token type of `id`.
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        TokenType::from_u8(self.type_byte(id) & 7)
+    }
+
+    /// SentencePiece score of `id` (0 when absent).
+    pub fn score(&self, id: u32) -> f32 {
+        if id >= self.counts.vocab {
+            return 0.0;
+        }
+        f32::from_bits(rd_u32(self.bytes, self.layout.scores + 4 * id as usize))
+    }
+
+    /// Merge `rank` as `[left, right, merged]`.
+    pub fn merge(&self, rank: u32) -> Option<[u32; 3]> {
+        if rank >= self.counts.merges {
+            return None;
+        }
+        let at = self.layout.merges + 12 * rank as usize;
+        let m = [
+            rd_u32(self.bytes, at),
+            rd_u32(self.bytes, at + 4),
+            rd_u32(self.bytes, at + 8),
+        ];
+        (m[2] < self.counts.vocab).then_some(m)
+    }
+
+    /// The priority of merge `rank` (equal for SentencePiece merges of equal score).
+    pub fn merge_priority(&self, rank: u32) -> Option<u32> {
+        if rank >= self.counts.merges {
+            return None;
+        }
+        Some(rd_u32(self.bytes, self.layout.ranks + 4 * rank as usize))
+    }
+
+    fn template_bytes(&self) -> &'a [u8] {
+        let a = self.layout.template;
+        self.bytes
+            .get(a..a + self.counts.template as usize)
+            .unwrap_or(&[])
+    }
+
+    /// The chat template, if any (checked to be UTF-8 at parse).
+    pub fn chat_template(&self) -> Option<&'a str> {
+        if self.counts.template == 0 {
+            return None;
+        }
+        std::str::from_utf8(self.template_bytes()).ok()
+    }
+
+    /// Id of the token whose stored bytes are `b`.
+    #[inline]
+    pub fn token_id(&self, b: &[u8]) -> Option<u32> {
+        let slots = self.counts.token_slots;
+        let mask = slots - 1;
+        let mut i = (hash_bytes(b) as u32) & mask;
+        for _ in 0..slots {
+            let v = rd_u32(self.bytes, self.layout.token_hash + 4 * i as usize);
+            if v == 0 || v == NONE {
+                return None;
+            }
+            let id = v - 1;
+            if self.token_bytes(id) == Some(b) {
+                return Some(id);
+            }
+            i = (i + 1) & mask;
+        }
+        None
+    }
+
+    /// The merge of pair `(left, right)`: `(priority, merged id)`.
+    #[inline]
+    pub fn pair(&self, left: u32, right: u32) -> Option<(u32, u32)> {
+        let slots = self.counts.pair_slots;
+        let mask = slots - 1;
+        let mut i = (hash_pair(left, right) as u32) & mask;
+        let base = self.layout.pair_hash;
+        for _ in 0..slots {
+            let at = base + 16 * i as usize;
+            let s = self.bytes.get(at..at + 16)?;
+            let l = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+            if l == NONE {
+                return None;
+            }
+            let r = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+            if l == left && r == right {
+                let rank = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+                let m = u32::from_le_bytes([s[12], s[13], s[14], s[15]]);
+                return (m < self.counts.vocab).then_some((rank, m));
+            }
+            i = (i + 1) & mask;
+        }
+        None
+    }
+
+    /// Byte table: for byte-level BPE the id of the one-byte token `b`, for SentencePiece
+    /// the id of `<0xXX>`.
+    #[inline]
+    pub fn byte_token(&self, b: u8) -> Option<u32> {
+        let v = rd_u32(self.bytes, self.layout.byte_table + 4 * b as usize);
+        (v < self.counts.vocab).then_some(v)
+    }
+
+    /// Whether some split token starts with byte `b`.
+    #[inline]
+    pub fn split_starts_with(&self, b: u8) -> bool {
+        let byte = self
+            .bytes
+            .get(self.layout.split_bitmap + (b >> 3) as usize)
+            .copied()
+            .unwrap_or(0);
+        byte & (1 << (b & 7)) != 0
+    }
+
+    /// The distinct byte lengths of split tokens, longest first.
+    pub fn split_lengths(&self) -> impl Iterator<Item = usize> + 'a {
+        let b = self.bytes;
+        let at = self.layout.split_lengths;
+        (0..self.counts.split_lengths as usize).map(move |k| rd_u32(b, at + 4 * k) as usize)
+    }
+
+    /// Number of distinct split-token lengths.
+    pub fn n_split_lengths(&self) -> usize {
+        self.counts.split_lengths as usize
+    }
+
+    /// Check every entry (O(size)): offsets monotonic, types known, merges in range and equal
+    /// to the concatenation, hash tables find every token and merge. For `verify` and fuzzing.
+    pub fn validate_deep(&self) -> Result<()> {
+        let v = self.counts.vocab;
+        let mut prev = 0u32;
+        for i in 0..=v {
+            let o = self.offset(i);
+            if o < prev || o > self.counts.blob {
+                return Err(Error::BadEntry {
+                    what: "vocab offset",
+                    index: i as u64,
+                });
+            }
+            prev = o;
+        }
+        for id in 0..v {
+            if self.token_type(id).is_none() {
+                return Err(Error::BadEntry {
+                    what: "token type",
+                    index: id as u64,
+                });
+            }
+        }
+        for r in 0..self.counts.merges {
+            let m = self.merge(r).ok_or(Error::BadEntry {
+                what: "merge",
+                index: r as u64,
+            })?;
+            let (p, got) = self.pair(m[0], m[1]).ok_or(Error::BadEntry {
+                what: "pair hash entry",
+                index: r as u64,
+            })?;
+            let _ = p;
+            if m[0] < PSEUDO_CHAR && m[0] >= v || m[1] < PSEUDO_CHAR && m[1] >= v {
+                return Err(Error::BadEntry {
+                    what: "merge operand",
+                    index: r as u64,
+                });
+            }
+            if got != m[2] && self.flags & FLAG_HF_QUEUE == 0 {
+                return Err(Error::BadEntry {
+                    what: "pair hash entry",
+                    index: r as u64,
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,343 @@
+//! `Tokenizer`: encode and decode directly on a parsed [`Gbt1`] view.
+//!
+//! Encoding: split tokens (added, control, user-defined) are found first, leftmost-longest,
+//! in the raw text (HF's added-vocabulary split; llama.cpp's `tokenizer_st_partition` with
+//! `parse_special`). Each text fragment between them goes to the model: byte-level BPE
+//! pre-tokenizes it and merges every word from its bytes; SentencePiece-style BPE escapes
+//! spaces to U+2581 and merges the whole fragment from its characters.
+
+use crate::bpe::{self, Scratch};
+use crate::error::Result;
+use crate::gbt1::*;
+use crate::pretok;
+use crate::spec::{ModelKind, TokenType};
+use std::borrow::Cow;
+use std::cell::RefCell;
+
+/// A tokenizer over a borrowed GBT1 view. Holds no copy of the vocabulary.
+#[derive(Clone, Copy, Debug)]
+pub struct Tokenizer<'a> {
+    g: Gbt1<'a>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+const SPACE_MARK: &str = "\u{2581}";
+
+impl<'a> Tokenizer<'a> {
+    /// A tokenizer over a parsed view.
+    pub fn new(g: Gbt1<'a>) -> Self {
+        Tokenizer { g }
+    }
+
+    /// Parse GBT1 bytes and wrap them.
+    pub fn from_bytes(bytes: &'a [u8]) -> Result<Self> {
+        Ok(Tokenizer {
+            g: Gbt1::parse(bytes)?,
+        })
+    }
+
+    /// The underlying view.
+    pub fn gbt1(&self) -> &Gbt1<'a> {
+        &self.g
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> u32 {
+        self.g.vocab_size()
+    }
+
+    /// BOS id.
+    pub fn bos(&self) -> Option<u32> {
+        self.g.bos()
+    }
+
+    /// EOS id.
+    pub fn eos(&self) -> Option<u32> {
+        self.g.eos()
+    }
+
+    /// The chat template stored with the tokenizer.
+    pub fn chat_template(&self) -> Option<&'a str> {
+        self.g.chat_template()
+    }
+
+    /// Id of a token by its text (as the model spells it; split tokens by their raw text).
+    pub fn token_to_id(&self, text: &str) -> Option<u32> {
+        self.g.token_id(text.as_bytes())
+    }
+
+    /// Encode `text`. With `add_special`, BOS/EOS are added as the tokenizer's flags say.
+    /// Special-token text in `text` always maps to its id (HF `encode`, llama.cpp
+    /// `parse_special = true`). Never panics; every id is below `vocab_size`.
+    pub fn encode(&self, text: &str, add_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        self.encode_into(text, add_special, &mut out);
+        out
+    }
+
+    /// [`Tokenizer::encode`] appending to `out`.
+    pub fn encode_into(&self, text: &str, add_special: bool, out: &mut Vec<u32>) {
+        let f = self.g.flags();
+        if add_special && f & FLAG_ADD_BOS != 0 {
+            if let Some(b) = self.g.bos() {
+                out.push(b);
+            }
+        }
+        SCRATCH.with(|s| {
+            let mut sc = s.try_borrow_mut();
+            let mut local;
+            let sc: &mut Scratch = match sc.as_deref_mut() {
+                Ok(x) => x,
+                Err(_) => {
+                    local = Scratch::default();
+                    &mut local
+                }
+            };
+            let mut prev_special = true;
+            let mut start = 0;
+            let b = text.as_bytes();
+            let has_split = self.g.n_split_lengths() > 0;
+            let mut i = 0;
+            while has_split && i < b.len() {
+                if self.g.split_starts_with(b[i]) && text.is_char_boundary(i) {
+                    if let Some((id, len)) = self.match_split(text, i) {
+                        if start < i {
+                            self.encode_fragment(&text[start..i], prev_special, sc, out);
+                        }
+                        out.push(id);
+                        prev_special = true;
+                        i += len;
+                        start = i;
+                        continue;
+                    }
+                }
+                i += 1;
+            }
+            if start < text.len() {
+                self.encode_fragment(&text[start..], prev_special, sc, out);
+            }
+        });
+        if add_special && f & FLAG_ADD_EOS != 0 {
+            if let Some(e) = self.g.eos() {
+                out.push(e);
+            }
+        }
+    }
+
+    /// Longest split token starting at byte `i`.
+    fn match_split(&self, text: &str, i: usize) -> Option<(u32, usize)> {
+        let rest = &text.as_bytes()[i..];
+        for len in self.g.split_lengths() {
+            if len == 0 || len > rest.len() {
+                continue;
+            }
+            if let Some(id) = self.g.token_id(&rest[..len]) {
+                if self.g.type_byte(id) & TYPE_SPLIT != 0 {
+                    return Some((id, len));
+                }
+            }
+        }
+        None
+    }
+
+    fn encode_fragment(
+        &self,
+        frag: &str,
+        prev_special: bool,
+        sc: &mut Scratch,
+        out: &mut Vec<u32>,
+    ) {
+        match self.g.model() {
+            ModelKind::ByteLevelBpe => self.encode_byte_level(frag, sc, out),
+            ModelKind::SentencePieceBpe => self.encode_spm(frag, prev_special, sc, out),
+        }
+    }
+
+    fn encode_byte_level(&self, frag: &str, sc: &mut Scratch, out: &mut Vec<u32>) {
+        let f = self.g.flags();
+        let hf = f & FLAG_HF_QUEUE != 0;
+        let exact_small = !hf || f & FLAG_PAIR_UNIQUE != 0;
+        let ignore = f & FLAG_IGNORE_MERGES != 0;
+        let mut ids: Vec<u32> = Vec::with_capacity(32);
+        pretok::split(self.g.pre_tokenizer(), frag, |w| {
+            let wb = w.as_bytes();
+            if wb.len() == 1 {
+                if let Some(id) = self.g.byte_token(wb[0]) {
+                    out.push(id);
+                }
+                return;
+            }
+            if ignore {
+                if let Some(id) = self.g.token_id(wb) {
+                    out.push(id);
+                    return;
+                }
+            }
+            ids.clear();
+            ids.extend(wb.iter().filter_map(|&b| self.g.byte_token(b)));
+            bpe::merge(&self.g, &ids, hf, exact_small, sc, out);
+        });
+    }
+
+    fn encode_spm(&self, frag: &str, prev_special: bool, sc: &mut Scratch, out: &mut Vec<u32>) {
+        let f = self.g.flags();
+        let hf = f & FLAG_HF_QUEUE != 0;
+        let exact_small = !hf || f & FLAG_PAIR_UNIQUE != 0;
+        let pseudo = f & FLAG_CHAR_PSEUDO_IDS != 0;
+        let mut ids: Vec<u32> = Vec::with_capacity(frag.len() + 1);
+        let unk = self.g.unk();
+        let mut last_unk = false;
+        let mut push_char = |ids: &mut Vec<u32>, s: &str| {
+            if let Some(id) = self.g.token_id(s.as_bytes()) {
+                ids.push(id);
+                last_unk = false;
+                return;
+            }
+            if pseudo {
+                let c = s.chars().next().map_or(0xFFFD, |c| c as u32);
+                ids.push(PSEUDO_CHAR | c);
+                return;
+            }
+            if f & FLAG_BYTE_FALLBACK != 0 {
+                let bytes: Option<Vec<u32>> = s.bytes().map(|b| self.g.byte_token(b)).collect();
+                if let Some(v) = bytes {
+                    ids.extend(v);
+                    last_unk = false;
+                    return;
+                }
+            }
+            if let Some(u) = unk {
+                // fuse_unk: HF fuses consecutive unknowns into one.
+                if !last_unk {
+                    ids.push(u);
+                }
+                last_unk = true;
+            }
+        };
+        if f & FLAG_ADD_SPACE_PREFIX != 0 && prev_special {
+            push_char(&mut ids, SPACE_MARK);
+        }
+        let mut buf = [0u8; 4];
+        for c in frag.chars() {
+            if c == ' ' {
+                push_char(&mut ids, SPACE_MARK);
+            } else {
+                push_char(&mut ids, c.encode_utf8(&mut buf));
+            }
+        }
+        let start = out.len();
+        bpe::merge(&self.g, &ids, hf, exact_small, sc, out);
+        if pseudo && out[start..].iter().any(|&x| bpe::is_pseudo(x)) {
+            // Characters outside the vocabulary fall back to their UTF-8 bytes (llama.cpp's
+            // resegment), or to unk when a byte token is missing.
+            let tail: Vec<u32> = out.drain(start..).collect();
+            for id in tail {
+                if bpe::is_pseudo(id) {
+                    let c = char::from_u32(id & !PSEUDO_CHAR).unwrap_or('\u{FFFD}');
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        match self.g.byte_token(b).or(unk) {
+                            Some(t) => out.push(t),
+                            None => {}
+                        }
+                    }
+                } else {
+                    out.push(id);
+                }
+            }
+        }
+    }
+
+    /// The bytes token `id` contributes to decoded text (`<0xXX>` → one byte, U+2581 → space
+    /// for SentencePiece). Empty for an unknown id.
+    pub fn token_piece(&self, id: u32) -> Cow<'a, [u8]> {
+        let Some(b) = self.g.token_bytes(id) else {
+            return Cow::Borrowed(&[]);
+        };
+        match self.g.model() {
+            ModelKind::ByteLevelBpe => Cow::Borrowed(b),
+            ModelKind::SentencePieceBpe => {
+                if self.g.token_type(id) == Some(TokenType::Byte) {
+                    if let Some(x) = crate::spec::parse_byte_token(b) {
+                        return Cow::Owned(vec![x]);
+                    }
+                }
+                if memfind(b, SPACE_MARK.as_bytes()) {
+                    Cow::Owned(replace_mark(b))
+                } else {
+                    Cow::Borrowed(b)
+                }
+            }
+        }
+    }
+
+    /// The token as the model spells it (U+2581 kept, `<0xXX>` kept), lossy UTF-8.
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        let b = self.g.token_bytes(id)?;
+        Some(match self.g.model() {
+            ModelKind::ByteLevelBpe if self.g.type_byte(id) & TYPE_SPLIT == 0 => {
+                crate::spec::map_byte_level(b)
+            }
+            _ => String::from_utf8_lossy(b).into_owned(),
+        })
+    }
+
+    /// Decoded bytes of `ids` (special tokens included).
+    pub fn decode_bytes(&self, ids: &[u32]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(ids.len() * 4);
+        for &id in ids {
+            v.extend_from_slice(&self.token_piece(id));
+        }
+        if self.g.flags() & FLAG_ADD_SPACE_PREFIX != 0 && v.first() == Some(&b' ') {
+            v.remove(0);
+        }
+        v
+    }
+
+    /// Decode `ids` to text (special tokens included; invalid UTF-8 becomes U+FFFD).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        String::from_utf8_lossy(&self.decode_bytes(ids)).into_owned()
+    }
+
+    /// Decode `ids`, leaving out special tokens (HF `skip_special_tokens=True`).
+    pub fn decode_skip_special(&self, ids: &[u32]) -> String {
+        let kept: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.g.type_byte(id) & TYPE_SPECIAL == 0)
+            .collect();
+        self.decode(&kept)
+    }
+
+    /// A streaming decoder for this tokenizer.
+    pub fn stream_decoder(&self) -> crate::stream::StreamDecoder<'a> {
+        crate::stream::StreamDecoder::new(*self)
+    }
+
+    /// Is `id` special (control-like)?
+    pub fn is_special(&self, id: u32) -> bool {
+        self.g.type_byte(id) & TYPE_SPECIAL != 0
+    }
+}
+
+fn memfind(h: &[u8], n: &[u8]) -> bool {
+    h.windows(n.len()).any(|w| w == n)
+}
+
+fn replace_mark(b: &[u8]) -> Vec<u8> {
+    let m = SPACE_MARK.as_bytes();
+    let mut v = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(m) {
+            v.push(b' ');
+            i += m.len();
+        } else {
+            v.push(b[i]);
+            i += 1;
+        }
+    }
+    v
+}

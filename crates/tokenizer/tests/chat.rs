@@ -1,0 +1,55 @@
+//! Chat templates render exactly what transformers' apply_chat_template renders
+//! (testdata/tokenizer/chat_refs.json, made by scripts/make_chat_refs.py).
+
+use crate::common::*;
+use gpack_tokenizer::{ChatMessage, Tokenizer};
+
+#[test]
+fn chat_templates_match_transformers() {
+    let refs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(testdata().join("chat_refs.json")).unwrap()).unwrap();
+    let convs = refs["conversations"].as_array().unwrap();
+    let mut n = 0;
+    for name in ["smollm2", "bpe2048", "spm2048"] {
+        let t = Tokenizer::from_bytes(hf_gbt1(name)).unwrap();
+        let renders = refs["renders"][name].as_array().unwrap();
+        assert_eq!(renders.len(), convs.len() * 2);
+        for (k, r) in renders.iter().enumerate() {
+            let conv: Vec<ChatMessage> = serde_json::from_value(convs[k / 2].clone()).unwrap();
+            let agp = r["add_generation_prompt"].as_bool().unwrap();
+            let got = t.apply_chat_template(&conv, agp).unwrap();
+            assert_eq!(
+                got,
+                r["text"].as_str().unwrap(),
+                "{name} conversation {} agp={agp}",
+                k / 2
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 36);
+}
+
+#[test]
+fn chat_template_tricky_fixture() {
+    // tricky.json's rendered conversation and its ids.
+    let t = tricky();
+    for (name, key) in [
+        ("smollm2", "smollm2-135m-instruct"),
+        ("bpe2048", "bpe2048"),
+        ("spm2048", "spm2048"),
+    ] {
+        let c = &t["chat"][key];
+        let tok = Tokenizer::from_bytes(hf_gbt1(name)).unwrap();
+        let conv: Vec<ChatMessage> = serde_json::from_value(c["messages"].clone()).unwrap();
+        let text = tok.apply_chat_template(&conv, true).unwrap();
+        assert_eq!(text, c["text"].as_str().unwrap(), "{name}");
+        let ids: Vec<u32> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(tok.encode(&text, false), ids, "{name}");
+    }
+}

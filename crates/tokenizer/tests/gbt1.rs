@@ -1,0 +1,154 @@
+//! GBT1 reader: one hand-made-bytes test per error, round trips, O(1) load.
+
+use crate::common::*;
+use gpack_tokenizer::gbt1::{self, Gbt1};
+use gpack_tokenizer::{Error, Tokenizer};
+
+fn small() -> Vec<u8> {
+    hf_gbt1("bpe2048").to_vec()
+}
+
+#[test]
+fn parse_ok_and_deep_valid() {
+    for name in NAMES {
+        let g = Gbt1::parse(hf_gbt1(name)).unwrap();
+        g.validate_deep().unwrap();
+    }
+    Gbt1::parse(gemma_spm_gbt1())
+        .unwrap()
+        .validate_deep()
+        .unwrap();
+}
+
+#[test]
+fn errors_each_variant() {
+    let b = small();
+    assert!(matches!(
+        Gbt1::parse(&b[..10]),
+        Err(Error::Truncated { .. })
+    ));
+    let mut m = b.clone();
+    m[0] = b'X';
+    assert!(matches!(Gbt1::parse(&m), Err(Error::BadMagic { .. })));
+    let mut m = b.clone();
+    m[4] = 9;
+    assert!(matches!(
+        Gbt1::parse(&m),
+        Err(Error::UnsupportedVersion { found: 9, .. })
+    ));
+    let mut m = b.clone();
+    m[11] = 0x80;
+    assert!(matches!(Gbt1::parse(&m), Err(Error::UnknownFlags { .. })));
+    let mut m = b.clone();
+    m[12] = 7;
+    assert!(matches!(
+        Gbt1::parse(&m),
+        Err(Error::Invalid {
+            what: "model kind",
+            ..
+        })
+    ));
+    let mut m = b.clone();
+    m.push(0);
+    assert!(matches!(Gbt1::parse(&m), Err(Error::SizeMismatch { .. })));
+    let mut m = b.clone();
+    m[48..52].copy_from_slice(&3u32.to_le_bytes());
+    assert!(matches!(
+        Gbt1::parse(&m),
+        Err(Error::Invalid {
+            what: "token hash slots",
+            ..
+        })
+    ));
+    let mut m = b.clone();
+    m[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        Gbt1::parse(&m),
+        Err(Error::Invalid {
+            what: "vocab size",
+            ..
+        })
+    ));
+    let mut m = b.clone();
+    m[24..28].copy_from_slice(&999_999u32.to_le_bytes());
+    assert!(matches!(
+        Gbt1::parse(&m),
+        Err(Error::TokenOutOfRange { .. })
+    ));
+    let mut m = b.clone();
+    m[100] = 1;
+    assert!(matches!(
+        Gbt1::parse(&m),
+        Err(Error::Invalid {
+            what: "reserved header bytes",
+            ..
+        })
+    ));
+    let mut m = b.clone();
+    m[64..72].copy_from_slice(&1u64.to_le_bytes());
+    assert!(matches!(
+        Gbt1::parse(&m),
+        Err(Error::Invalid {
+            what: "total size",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn corrupt_entries_read_as_absent() {
+    // Scribble over the whole body: parse may fail or succeed, encode must not panic and
+    // must return ids in range.
+    let b = small();
+    for seed in 0..64u64 {
+        let mut m = b.clone();
+        let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        for _ in 0..200 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = gbt1::HEADER_SIZE + (x as usize % (m.len() - gbt1::HEADER_SIZE));
+            m[at] = (x >> 32) as u8;
+        }
+        if let Ok(t) = Tokenizer::from_bytes(&m) {
+            let ids = t.encode("Hello world <|im_start|> 123 héllo", true);
+            assert!(ids.iter().all(|&i| i < t.vocab_size()));
+            let _ = t.decode(&ids);
+            let _ = t.gbt1().validate_deep();
+        }
+    }
+}
+
+#[test]
+fn spec_roundtrip_through_gbt1() {
+    let s = hf_spec("spm2048");
+    let g = s.to_gbt1().unwrap();
+    let p = Gbt1::parse(&g).unwrap();
+    assert_eq!(p.vocab_size() as usize, s.tokens.len());
+    assert_eq!(p.n_merges() as usize, s.merges.len());
+    for (i, t) in s.tokens.iter().enumerate() {
+        assert_eq!(p.token_bytes(i as u32), Some(t.bytes.as_slice()));
+        assert_eq!(p.token_type(i as u32), Some(t.ty));
+    }
+    for (r, m) in s.merges.iter().enumerate() {
+        assert_eq!(p.merge(r as u32), Some(*m));
+    }
+    assert_eq!(p.chat_template(), s.chat_template.as_deref());
+}
+
+#[test]
+fn load_is_fast_for_gemma() {
+    // 262,144 tokens: parse must not touch the entries.
+    let b = gemma_spm_gbt1();
+    let t0 = std::time::Instant::now();
+    let mut n = 0;
+    for _ in 0..1000 {
+        n += Gbt1::parse(std::hint::black_box(b)).unwrap().vocab_size();
+    }
+    let per = t0.elapsed() / 1000;
+    assert_eq!(n, 262_144_000);
+    assert!(
+        per < std::time::Duration::from_millis(1),
+        "parse took {per:?}"
+    );
+}
