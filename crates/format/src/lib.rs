@@ -22,6 +22,7 @@ pub mod ggml;
 mod kind;
 pub mod manifest;
 pub mod mmap;
+pub mod payload;
 pub mod raw;
 mod read;
 mod write;

@@ -120,6 +120,25 @@ const _: () = assert!(core::mem::size_of::<FooterV1>() as u64 == FOOTER_SIZE);
 const _: () =
     assert!(core::mem::size_of::<SingleTensorHeaderV1>() as u64 == SINGLE_TENSOR_HEADER_SIZE);
 
+impl SingleTensorHeaderV1 {
+    /// The 64 header bytes for a payload of `byte_size` bytes: `layout_tag` 0
+    /// means ggml blocks of `ggml_type`, 1 a native tensor (docs/FORMAT.md).
+    pub fn encode(ggml_type: u32, layout_tag: u32, ne0: u64, ne1: u64, byte_size: u64) -> [u8; 64] {
+        let h = SingleTensorHeaderV1 {
+            ggml_type: ggml_type.into(),
+            reserved0: layout_tag.into(),
+            ne0: ne0.into(),
+            ne1: ne1.into(),
+            byte_size: byte_size.into(),
+            data_offset: SINGLE_TENSOR_HEADER_SIZE.into(),
+            reserved: [0; 24],
+        };
+        let mut out = [0u8; 64];
+        out.copy_from_slice(h.as_bytes());
+        out
+    }
+}
+
 impl SectionEntryV1 {
     /// The name up to its NUL terminator, if it is well-formed ASCII with a
     /// terminator and only zeros after it.
