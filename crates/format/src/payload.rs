@@ -400,7 +400,10 @@ pub fn parse_blob_index(
             cols: c.u64("cols")?,
         };
         let end = e.offset.checked_add(e.size);
-        if e.offset < prev_end || end.is_none_or(|x| x > blob_size) || e.offset % align != 0 {
+        if e.offset < prev_end
+            || end.is_none_or(|x| x > blob_size)
+            || !e.offset.is_multiple_of(align)
+        {
             return Err(c.err(format!(
                 "entry [{}, +{}) is misaligned, overlapping or outside the {blob_size}-byte blob",
                 e.offset, e.size
