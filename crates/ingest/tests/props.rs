@@ -48,6 +48,20 @@ fn touch_gguf(bytes: &[u8]) {
             assert_eq!(r.len() as u64, t.size);
             assert_eq!(t.offset % g.alignment, 0);
         }
+        // What is accepted can be written back and read again to the same thing.
+        // (Compared as bytes: metadata may hold NaNs.)
+        let rewrite = |g: &gguf::GgufFile, bytes: &[u8]| {
+            gguf::to_vec(
+                &g.metadata,
+                g.tensors.iter().map(|t| {
+                    (t.name.as_str(), t.ggml_type, t.dims.as_slice(), &bytes[t.offset as usize..(t.offset + t.size) as usize])
+                }),
+            )
+            .unwrap()
+        };
+        let out = rewrite(&g, bytes);
+        let again = gguf::parse(&out).unwrap();
+        assert!(rewrite(&again, &out) == out);
     }
 }
 
