@@ -1,0 +1,225 @@
+//! Kernel throughput: weight bytes streamed per second, per layout and ISA.
+//!
+//! * `matvec_1t/<rows>x<cols>/<layout>/<isa>`: one thread, every ISA.
+//! * `matvec_mt/<rows>x<cols>/<layout>/{pool,rayon}`: best ISA, all cores,
+//!   the crate's persistent pool against rayon.
+//! * `matmul_1t/...`: 4 activation vectors (weights read once).
+//! * `membw/{1t,mt}`: a plain read loop over 256 MiB, the bandwidth limit.
+//!
+//! `GPACK_BENCH_QUICK=1` shortens the measurement (for CI smoke runs).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use gpack_quant::kernels::{matvec_on, matvec_rayon};
+use gpack_quant::{matmul_with, transcode, GgmlType, Isa, NativeView, Pool};
+use std::hint::black_box;
+use std::time::Duration;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn normal(&mut self) -> f32 {
+        (0..4)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32)
+            .sum::<f32>()
+            - 2.0
+    }
+}
+
+/// A native tensor transcoded from random `t` blocks, in a 16-aligned buffer.
+struct Tensor {
+    buf: Vec<u128>,
+    len: usize,
+}
+impl Tensor {
+    fn new(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Tensor {
+        let (bs, ts) = t.block();
+        let nblk = rows * cols / bs as usize;
+        let mut src: Vec<u8> = (0..nblk * ts as usize).map(|_| rng.next() as u8).collect();
+        let f16_at: &[usize] = match t {
+            GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q5_0 => &[0],
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q2_K => &[80, 82],
+            GgmlType::Q6_K => &[208],
+            GgmlType::F16 => &[],
+            _ => &[],
+        };
+        if t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::F32 {
+            let vals: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+            src = match t {
+                GgmlType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                GgmlType::F16 => vals
+                    .iter()
+                    .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                    .collect(),
+                _ => vals
+                    .iter()
+                    .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                    .collect(),
+            };
+        } else {
+            for blk in src.chunks_exact_mut(ts as usize) {
+                for &o in f16_at {
+                    blk[o..o + 2]
+                        .copy_from_slice(&half::f16::from_f32(rng.normal() * 0.01).to_le_bytes());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        transcode(t, &src, rows as u64, cols as u64, &mut out).unwrap();
+        let mut buf = vec![0u128; out.len().div_ceil(16)];
+        bytemuck::cast_slice_mut::<u128, u8>(&mut buf)[..out.len()].copy_from_slice(&out);
+        Tensor {
+            buf,
+            len: out.len(),
+        }
+    }
+    fn view(&self) -> NativeView<'_> {
+        NativeView::parse(&bytemuck::cast_slice::<u128, u8>(&self.buf)[..self.len]).unwrap()
+    }
+}
+
+/// Bytes a matvec streams: codes + scales + mins.
+fn weight_bytes(v: &NativeView) -> u64 {
+    (v.codes().len() + 4 * (v.scales().len() + v.mins().len())) as u64
+}
+
+const LAYOUTS: [(GgmlType, &str); 9] = [
+    (GgmlType::Q8_0, "i8sym_g32"),
+    (GgmlType::Q5_K, "i8asym_g32"),
+    (GgmlType::Q6_K, "i8sym_g16"),
+    (GgmlType::Q2_K, "i8asym_g16"),
+    (GgmlType::Q4_0, "i4sym_g32"),
+    (GgmlType::Q4_1, "i4asym_g32"),
+    (GgmlType::F16, "f16"),
+    (GgmlType::BF16, "bf16"),
+    (GgmlType::F32, "f32"),
+];
+
+fn config(c: &mut Criterion) -> &mut Criterion {
+    c
+}
+
+fn bench_1t(c: &mut Criterion) {
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let pool1 = Pool::new(1);
+    for (rows, cols) in [(1536usize, 576usize), (4096, 4096)] {
+        let mut g = config(c).benchmark_group(format!("matvec_1t/{rows}x{cols}"));
+        for (t, name) in LAYOUTS {
+            let tensor = Tensor::new(t, rows, cols, &mut rng);
+            let v = tensor.view();
+            let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+            let mut y = vec![0f32; rows];
+            g.throughput(Throughput::Bytes(weight_bytes(&v)));
+            for isa in Isa::available() {
+                if isa == Isa::Scalar && rows * cols > 1 << 20 {
+                    continue; // the reference is far too slow to matter here
+                }
+                g.bench_function(BenchmarkId::new(name, isa.name()), |b| {
+                    b.iter(|| matvec_on(isa, &pool1, &v, black_box(&x), &mut y))
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+fn bench_mt(c: &mut Criterion) {
+    let mut rng = Rng(0x2234_5678_9abc_def1);
+    let isa = Isa::best();
+    let pool = Pool::global();
+    for (rows, cols) in [
+        (576usize, 576usize),
+        (1536, 576),
+        (576, 1536),
+        (49152, 576),
+        (4096, 4096),
+    ] {
+        let mut g = config(c).benchmark_group(format!("matvec_mt/{rows}x{cols}"));
+        for (t, name) in [LAYOUTS[0], LAYOUTS[4], LAYOUTS[5], LAYOUTS[6]] {
+            let tensor = Tensor::new(t, rows, cols, &mut rng);
+            let v = tensor.view();
+            let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+            let mut y = vec![0f32; rows];
+            g.throughput(Throughput::Bytes(weight_bytes(&v)));
+            g.bench_function(BenchmarkId::new(name, "pool"), |b| {
+                b.iter(|| matvec_on(isa, pool, &v, black_box(&x), &mut y))
+            });
+            g.bench_function(BenchmarkId::new(name, "rayon"), |b| {
+                b.iter(|| matvec_rayon(isa, &v, black_box(&x), &mut y))
+            });
+        }
+        g.finish();
+    }
+}
+
+fn bench_matmul(c: &mut Criterion) {
+    let mut rng = Rng(0x3234_5678_9abc_def1);
+    let (rows, cols, n) = (1536usize, 576usize, 4usize);
+    let mut g = config(c).benchmark_group(format!("matmul_n{n}/{rows}x{cols}"));
+    for (t, name) in [LAYOUTS[0], LAYOUTS[5]] {
+        let tensor = Tensor::new(t, rows, cols, &mut rng);
+        let v = tensor.view();
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.normal()).collect();
+        let mut y = vec![0f32; n * rows];
+        g.throughput(Throughput::Bytes(weight_bytes(&v)));
+        g.bench_function(BenchmarkId::new(name, Isa::best().name()), |b| {
+            b.iter(|| matmul_with(Isa::best(), &v, black_box(&x), n, &mut y))
+        });
+    }
+    g.finish();
+}
+
+fn read_sum(s: &[u64]) -> u64 {
+    // Eight independent lanes so the loop is load-bound, not add-latency-bound.
+    let mut acc = [0u64; 8];
+    for ch in s.chunks_exact(8) {
+        for k in 0..8 {
+            acc[k] = acc[k].wrapping_add(ch[k]);
+        }
+    }
+    acc.iter().fold(0, |a, b| a.wrapping_add(*b))
+}
+
+fn bench_membw(c: &mut Criterion) {
+    let n = 256 << 20;
+    let buf: Vec<u64> = (0..n / 8).map(|i| i as u64).collect();
+    let mut g = config(c).benchmark_group("membw");
+    g.throughput(Throughput::Bytes(n as u64));
+    g.bench_function("read_1t", |b| {
+        b.iter(|| black_box(read_sum(black_box(&buf))))
+    });
+    let pool = Pool::global();
+    let tasks = pool.threads() * 4;
+    let chunk = buf.len() / tasks;
+    g.bench_function(format!("read_{}t", pool.threads()), |b| {
+        b.iter(|| {
+            let total = std::sync::atomic::AtomicU64::new(0);
+            pool.run(tasks, &|i| {
+                let s = read_sum(&buf[i * chunk..(i + 1) * chunk]);
+                total.fetch_add(s, std::sync::atomic::Ordering::Relaxed);
+            });
+            black_box(total.into_inner())
+        })
+    });
+    g.finish();
+}
+
+fn criterion() -> Criterion {
+    let quick = std::env::var_os("GPACK_BENCH_QUICK").is_some();
+    Criterion::default()
+        .sample_size(if quick { 10 } else { 20 })
+        .warm_up_time(Duration::from_millis(if quick { 100 } else { 300 }))
+        .measurement_time(Duration::from_millis(if quick { 300 } else { 1200 }))
+}
+
+criterion_group! {
+    name = benches;
+    config = criterion();
+    targets = bench_membw, bench_1t, bench_mt, bench_matmul
+}
+criterion_main!(benches);

@@ -1,0 +1,333 @@
+//! ggml block decoding: the split of each ggml block into native codes,
+//! scales and mins, and [`dequantize_ggml`].
+//!
+//! Block structs and formulas follow `ggml-common.h` / `ggml-quants.c`
+//! (`dequantize_row_*`) and the `gguf` Python package (`gguf/quants.py`),
+//! whose dequantizer the tests compare against bit for bit. For each type the
+//! comment gives the byte layout, bits per weight, the ggml formula and the
+//! native mapping. Scales are folded exactly as ggml computes them in f32
+//! before the last multiply (see the crate docs, "Exactness").
+
+use crate::layout::{native_layout_for, Layout};
+use crate::{Error, GgmlType};
+use half::{bf16, f16};
+
+/// ggml `QK4_0`, `QK8_0`, … : elements per block of the 32-element types.
+pub const QK: usize = 32;
+/// ggml `QK_K`: elements per K-quant super-block.
+pub const QK_K: usize = 256;
+
+#[inline]
+fn f16_at(b: &[u8], o: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
+}
+
+/// Q4_K/Q5_K 6-bit scale and min `j` (0..8) from the 12 packed bytes
+/// (ggml `get_scale_min_k4`).
+#[inline]
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Packs 32 codes (each 0..=15) into 16 bytes in the native nibble order
+/// (byte i = element i | element i+16 << 4).
+#[inline]
+fn pack_nibbles32(q: &[u8; 32], out: &mut [u8]) {
+    for i in 0..16 {
+        out[i] = q[i] | (q[i + 16] << 4);
+    }
+}
+
+/// Decodes one ggml block of a type with an exact native layout into the
+/// native arrays: `codes` receives the block's codes in the native encoding
+/// (`block_size` bytes for I8 layouts, `block_size / 2` for I4), `scales` and
+/// `mins` one value per native group of the block (`mins` untouched for
+/// symmetric layouts).
+///
+/// # Panics
+/// If `blk` or the outputs are shorter than one block needs, or `t` is F32,
+/// F16, BF16 or has no exact native layout (callers check with
+/// [`native_layout_for`]).
+pub(crate) fn decode_block(
+    t: GgmlType,
+    blk: &[u8],
+    codes: &mut [u8],
+    scales: &mut [f32],
+    mins: &mut [f32],
+) {
+    use GgmlType as T;
+    match t {
+        // block_q8_0 { f16 d; i8 qs[32]; } 8.5 bpw. x = qs * d → I8Sym G32, s = d.
+        T::Q8_0 => {
+            scales[0] = f16_at(blk, 0);
+            codes[..32].copy_from_slice(&blk[2..34]);
+        }
+        // block_q5_0 { f16 d; u8 qh[4]; u8 qs[16]; } 5.5 bpw.
+        // x = (((qs nibble) | qh bit << 4) - 16) * d → I8Sym G32, q - 16.
+        T::Q5_0 => {
+            scales[0] = f16_at(blk, 0);
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            let qs = &blk[6..22];
+            for i in 0..32 {
+                let lo = if i < 16 { qs[i] & 0xF } else { qs[i - 16] >> 4 };
+                let hi = ((qh >> i) & 1) as u8;
+                codes[i] = ((lo | (hi << 4)) as i8 - 16) as u8;
+            }
+        }
+        // block_q5_1 { f16 d; f16 m; u8 qh[4]; u8 qs[16]; } 6 bpw.
+        // x = q * d + m, q in 0..32 → I8Asym G32.
+        T::Q5_1 => {
+            scales[0] = f16_at(blk, 0);
+            mins[0] = f16_at(blk, 2);
+            let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+            let qs = &blk[8..24];
+            for i in 0..32 {
+                let lo = if i < 16 { qs[i] & 0xF } else { qs[i - 16] >> 4 };
+                let hi = ((qh >> i) & 1) as u8;
+                codes[i] = lo | (hi << 4);
+            }
+        }
+        // block_q4_0 { f16 d; u8 qs[16]; } 4.5 bpw. x = (q - 8) * d; nibble order
+        // identical to native I4 → codes copied.
+        T::Q4_0 => {
+            scales[0] = f16_at(blk, 0);
+            codes[..16].copy_from_slice(&blk[2..18]);
+        }
+        // block_q4_1 { f16 d; f16 m; u8 qs[16]; } 5 bpw. x = q * d + m.
+        T::Q4_1 => {
+            scales[0] = f16_at(blk, 0);
+            mins[0] = f16_at(blk, 2);
+            codes[..16].copy_from_slice(&blk[4..20]);
+        }
+        // block_q2_K { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin; } 2.625 bpw.
+        // Sub-block j of 16: dl = d * (sc & 0xF), ml = dmin * (sc >> 4),
+        // x = dl * q - ml with q = (qs[h*32 + b] >> 2k) & 3 for element
+        // e = h*128 + k*32 + b → I8Asym G16, s = dl, m = -ml.
+        T::Q2_K => {
+            let d = f16_at(blk, 80);
+            let dmin = f16_at(blk, 82);
+            for j in 0..16 {
+                let sc = blk[j];
+                scales[j] = d * f32::from(sc & 0xF);
+                mins[j] = -(dmin * f32::from(sc >> 4));
+            }
+            let qs = &blk[16..80];
+            for (e, c) in codes[..QK_K].iter_mut().enumerate() {
+                let (h, k, b) = (e / 128, (e % 128) / 32, e % 32);
+                *c = (qs[h * 32 + b] >> (2 * k)) & 3;
+            }
+        }
+        // block_q3_K { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; } 3.4375 bpw.
+        // 16 6-bit signed scales sc - 32; q = ((qs >> 2k) & 3) - (hmask bit ? 0 : 4);
+        // x = (d * sc) * q → I8Sym G16, s = d * sc.
+        T::Q3_K => {
+            let hmask = &blk[0..32];
+            let qs = &blk[32..96];
+            let sc = &blk[96..108];
+            let d = f16_at(blk, 108);
+            for (i, s) in scales[..16].iter_mut().enumerate() {
+                let lo = if i < 8 { sc[i] & 0xF } else { sc[i - 8] >> 4 };
+                let hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+                let v = (lo | (hi << 4)) as i8 - 32;
+                *s = d * f32::from(v);
+            }
+            for (e, c) in codes[..QK_K].iter_mut().enumerate() {
+                let (h, k, b) = (e / 128, (e % 128) / 32, e % 32);
+                let ql = ((qs[h * 32 + b] >> (2 * k)) & 3) as i8;
+                let hbit = (hmask[b] >> (e / 32)) & 1;
+                *c = (ql - if hbit == 0 { 4 } else { 0 }) as u8;
+            }
+        }
+        // block_q4_K { f16 d; f16 dmin; u8 scales[12]; u8 qs[128]; } 4.5 bpw.
+        // Sub-block j of 32: d1 = d * sc_j, m1 = dmin * m_j; x = d1 * q - m1;
+        // qs[32c + b]: low nibble = element 64c + b, high = 64c + 32 + b
+        // → I4Asym G32, s = d1, m = -m1, nibbles repacked to native order.
+        T::Q4_K => {
+            let d = f16_at(blk, 0);
+            let dmin = f16_at(blk, 2);
+            let sc = &blk[4..16];
+            let qs = &blk[16..144];
+            for j in 0..8 {
+                let (s, m) = scale_min_k4(j, sc);
+                scales[j] = d * f32::from(s);
+                mins[j] = -(dmin * f32::from(m));
+                let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                let shift = 4 * (j % 2);
+                let mut q = [0u8; 32];
+                for (b, v) in q.iter_mut().enumerate() {
+                    *v = (chunk[b] >> shift) & 0xF;
+                }
+                pack_nibbles32(&q, &mut codes[16 * j..16 * j + 16]);
+            }
+        }
+        // block_q5_K { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; } 5.5 bpw.
+        // As Q4_K plus a fifth bit: bit j of qh[b] for element 32j + b.
+        // → I8Asym G32, s = d * sc, m = -(dmin * m).
+        T::Q5_K => {
+            let d = f16_at(blk, 0);
+            let dmin = f16_at(blk, 2);
+            let sc = &blk[4..16];
+            let qh = &blk[16..48];
+            let qs = &blk[48..176];
+            for j in 0..8 {
+                let (s, m) = scale_min_k4(j, sc);
+                scales[j] = d * f32::from(s);
+                mins[j] = -(dmin * f32::from(m));
+                let chunk = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                let shift = 4 * (j % 2);
+                for b in 0..32 {
+                    let lo = (chunk[b] >> shift) & 0xF;
+                    let hi = (qh[b] >> j) & 1;
+                    codes[32 * j + b] = lo | (hi << 4);
+                }
+            }
+        }
+        // block_q6_K { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; } 6.5625 bpw.
+        // Element e = h*128 + r: ql nibble (ql[h*64 + r%64] >> 4*(r/64)), qh bits
+        // (qh[h*32 + r%32] >> 2*(r/32)) & 3, q = (ql | qh << 4) - 32;
+        // x = (d * sc[e/16]) * q → I8Sym G16, s = d * sc.
+        T::Q6_K => {
+            let ql = &blk[0..128];
+            let qh = &blk[128..192];
+            let sc = &blk[192..208];
+            let d = f16_at(blk, 208);
+            for (j, s) in scales[..16].iter_mut().enumerate() {
+                *s = d * f32::from(sc[j] as i8);
+            }
+            for (e, c) in codes[..QK_K].iter_mut().enumerate() {
+                let (h, r) = (e / 128, e % 128);
+                let lo = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
+                let hi = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
+                *c = ((lo | (hi << 4)) as i8 - 32) as u8;
+            }
+        }
+        other => panic!("decode_block: {other} has no native block decoding"),
+    }
+}
+
+/// Dequantizes one code of a native integer layout: the single definition of
+/// the value formula shared by [`dequantize_ggml`] and
+/// [`crate::NativeView::dequantize_row`].
+#[inline(always)]
+pub(crate) fn native_value(layout: Layout, code: u8, s: f32, m: f32) -> f32 {
+    match layout {
+        Layout::I8Sym { .. } => f32::from(code as i8) * s,
+        Layout::I8Asym { .. } | Layout::I4Asym { .. } => f32::from(code) * s + m,
+        Layout::I4Sym { .. } => f32::from(code as i8 - 8) * s,
+        _ => unreachable!("native_value on a float layout"),
+    }
+}
+
+/// Expands the native codes/scales/mins of `n` elements into f32.
+pub(crate) fn expand_native(
+    layout: Layout,
+    codes: &[u8],
+    scales: &[f32],
+    mins: &[f32],
+    out: &mut [f32],
+) {
+    let g = layout.group() as usize;
+    let is4 = matches!(layout, Layout::I4Sym { .. } | Layout::I4Asym { .. });
+    for (gi, chunk) in out.chunks_mut(g).enumerate() {
+        let s = scales[gi];
+        let m = if layout.has_mins() { mins[gi] } else { 0.0 };
+        if is4 {
+            let c = &codes[gi * 16..gi * 16 + 16];
+            for i in 0..16 {
+                chunk[i] = native_value(layout, c[i] & 0xF, s, m);
+                chunk[i + 16] = native_value(layout, c[i] >> 4, s, m);
+            }
+        } else {
+            let c = &codes[gi * g..gi * g + g];
+            for (o, &q) in chunk.iter_mut().zip(c) {
+                *o = native_value(layout, q, s, m);
+            }
+        }
+    }
+}
+
+/// Whether [`dequantize_ggml`] supports `t`.
+pub fn can_dequantize(t: GgmlType) -> bool {
+    use GgmlType as T;
+    matches!(
+        t,
+        T::F32
+            | T::F16
+            | T::BF16
+            | T::Q4_0
+            | T::Q4_1
+            | T::Q5_0
+            | T::Q5_1
+            | T::Q8_0
+            | T::Q2_K
+            | T::Q3_K
+            | T::Q4_K
+            | T::Q5_K
+            | T::Q6_K
+    )
+}
+
+/// Dequantizes ggml data of type `t` into `out` (one f32 per element), bit for
+/// bit as ggml's `dequantize_row_*` and `gguf.quants.dequantize` do.
+///
+/// `src` must hold exactly `out.len()` elements' worth of blocks. Supported:
+/// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+pub fn dequantize_ggml(t: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Error> {
+    if !can_dequantize(t) {
+        return Err(Error::Unsupported {
+            what: "dequantize_ggml",
+            name: t.name(),
+        });
+    }
+    let n = out.len() as u64;
+    let need = t.bytes_for(n).ok_or(Error::Shape {
+        what: t.name(),
+        rows: 1,
+        cols: n,
+    })?;
+    if src.len() as u64 != need {
+        return Err(Error::Truncated {
+            what: "ggml data",
+            needed: need,
+            have: src.len() as u64,
+        });
+    }
+    match t {
+        GgmlType::F32 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        GgmlType::BF16 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        _ => {
+            let layout = native_layout_for(t);
+            let (bs, ts) = t.block();
+            let (bs, ts) = (bs as usize, ts as usize);
+            let ng = bs / layout.group() as usize;
+            let mut codes = [0u8; QK_K];
+            let mut scales = [0f32; 16];
+            let mut mins = [0f32; 16];
+            for (blk, o) in src.chunks_exact(ts).zip(out.chunks_exact_mut(bs)) {
+                decode_block(t, blk, &mut codes, &mut scales[..ng], &mut mins[..ng]);
+                expand_native(layout, &codes, &scales[..ng], &mins[..ng], o);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! AVX-512 VNNI kernels: two activation blocks (64 elements) per step in one
+//! 512-bit register, whose low half is canonical stream 0 (even blocks) and
+//! high half stream 1 (odd blocks); an odd last block goes to the low half
+//! with 256-bit AVX-512VL VNNI ops.
+//!
+//! Perf log (SmolLM2 shapes, 1 thread, see docs/PERFORMANCE-quant-draft.md):
+//! * I4 unpack: the native nibble order (ggml's, per group of 32) costs one
+//!   `vshufi64x2` per 64 codes over a "pair of groups" order; kept, since the
+//!   kernel is memory-bound beyond L2 and the ggml order makes Q4_0/Q4_1
+//!   transcoding a copy.
+
+use super::avx2::{dot_float_row_avx2, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM};
+use super::scalar::dot_float_row;
+use super::{Act, ActRef, QA};
+use crate::layout::Layout;
+use crate::view::NativeView;
+use std::arch::x86_64::*;
+
+/// Exact lane sums `P` of two blocks (16 i32: blocks b and b+1).
+///
+/// # Safety
+/// AVX-512 F/BW + VNNI; `codes` valid for two blocks.
+#[inline(always)]
+unsafe fn p2<const KIND: u8>(codes: *const u8, x: __m512i, ls: __m512i) -> __m512i {
+    // SAFETY: caller guarantees the features and two blocks of codes.
+    unsafe {
+        let z = _mm512_setzero_si512();
+        match KIND {
+            I8SYM => {
+                let u = _mm512_xor_si512(
+                    _mm512_loadu_si512(codes as *const _),
+                    _mm512_set1_epi8(-128),
+                );
+                _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u, x), _mm512_slli_epi32(ls, 7))
+            }
+            I8ASYM => _mm512_dpbusd_epi32(z, _mm512_loadu_si512(codes as *const _), x),
+            _ => {
+                let t = _mm256_loadu_si256(codes as *const __m256i);
+                let v = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+                // [A, B, A>>4, B>>4] -> [A, A>>4, B, B>>4]
+                let v = _mm512_shuffle_i64x2(v, v, 0b11_01_10_00);
+                let u = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+                let p = _mm512_dpbusd_epi32(z, u, x);
+                if KIND == I4SYM {
+                    _mm512_sub_epi32(p, _mm512_slli_epi32(ls, 3))
+                } else {
+                    p
+                }
+            }
+        }
+    }
+}
+
+/// Exact lane sums of one block, 256-bit (AVX-512VL VNNI encoding).
+///
+/// # Safety
+/// AVX-512 VL + VNNI; `codes` valid for one block.
+#[inline(always)]
+unsafe fn p1<const KIND: u8>(codes: *const u8, x: __m256i, ls: __m256i) -> __m256i {
+    // SAFETY: caller guarantees the features and one block of codes.
+    unsafe {
+        let z = _mm256_setzero_si256();
+        let nib = |p: *const u8| {
+            let t = _mm_loadu_si128(p as *const __m128i);
+            _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+                _mm256_set1_epi8(0x0F),
+            )
+        };
+        match KIND {
+            I8SYM => {
+                let u = _mm256_xor_si256(
+                    _mm256_loadu_si256(codes as *const __m256i),
+                    _mm256_set1_epi8(-128),
+                );
+                _mm256_sub_epi32(_mm256_dpbusd_epi32(z, u, x), _mm256_slli_epi32(ls, 7))
+            }
+            I8ASYM => _mm256_dpbusd_epi32(z, _mm256_loadu_si256(codes as *const __m256i), x),
+            I4SYM => _mm256_sub_epi32(
+                _mm256_dpbusd_epi32(z, nib(codes), x),
+                _mm256_slli_epi32(ls, 3),
+            ),
+            _ => _mm256_dpbusd_epi32(z, nib(codes), x),
+        }
+    }
+}
+
+/// Canonical dot of one integer row.
+///
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI + FMA; slices sized for one row (NativeView).
+#[inline(always)]
+unsafe fn dot_int_row<const KIND: u8, const G16: bool>(
+    codes: &[u8],
+    scales: &[f32],
+    mins: &[f32],
+    a: &ActRef,
+) -> f32 {
+    let nb = a.d.len();
+    let is4 = KIND == I4SYM || KIND == I4ASYM;
+    let asym = KIND == I8ASYM || KIND == I4ASYM;
+    let bpb = if is4 { 16 } else { 32 };
+    let (c, s, m) = (codes.as_ptr(), scales.as_ptr(), mins.as_ptr());
+    let (xq, dx, lsp) = (a.q.as_ptr(), a.d.as_ptr(), a.ls.as_ptr());
+    // SAFETY: every block index b < nb = cols/32; codes, scales, mins and the
+    // activations are sized for the whole row (NativeView / QuantizedActivations).
+    unsafe {
+        // Lane l of the scale vector takes product index idx[l].
+        let idx = if G16 {
+            _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
+        } else {
+            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+        };
+        // Per-group activation scale: [dx_b, dx_b+1] (G32) or [dx_b, dx_b, dx_b+1, dx_b+1] (G16).
+        let dxv = |b: usize| -> __m128 {
+            let d2 = _mm_castpd_ps(_mm_load_sd(dx.add(b) as *const f64));
+            if G16 {
+                _mm_unpacklo_ps(d2, d2)
+            } else {
+                d2
+            }
+        };
+        let grp = |p: *const f32, b: usize| -> __m128 {
+            if G16 {
+                _mm_loadu_ps(p.add(2 * b))
+            } else {
+                _mm_castpd_ps(_mm_load_sd(p.add(b) as *const f64))
+            }
+        };
+        let mut acc = _mm512_setzero_ps();
+        let mut b = 0;
+        while b + 2 <= nb {
+            let x = _mm512_loadu_si512(xq.add(b * QA) as *const _);
+            let ls = _mm512_loadu_si512(lsp.add(b * 8) as *const _);
+            let p = p2::<KIND>(c.add(b * bpb), x, ls);
+            let d = dxv(b);
+            let ds = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(grp(s, b), d)));
+            acc = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(p), acc);
+            if asym {
+                let dm =
+                    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(grp(m, b), d)));
+                acc = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(ls), acc);
+            }
+            b += 2;
+        }
+        let mut lo = _mm512_castps512_ps256(acc);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+        if b < nb {
+            let x = _mm256_loadu_si256(xq.add(b * QA) as *const __m256i);
+            let ls = _mm256_loadu_si256(lsp.add(b * 8) as *const __m256i);
+            let p = p1::<KIND>(c.add(b * bpb), x, ls);
+            let d = *dx.add(b);
+            let ds = if G16 {
+                _mm256_set_m128(
+                    _mm_set1_ps(*s.add(2 * b + 1) * d),
+                    _mm_set1_ps(*s.add(2 * b) * d),
+                )
+            } else {
+                _mm256_set1_ps(*s.add(b) * d)
+            };
+            lo = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), lo);
+            if asym {
+                let dm = if G16 {
+                    _mm256_set_m128(
+                        _mm_set1_ps(*m.add(2 * b + 1) * d),
+                        _mm_set1_ps(*m.add(2 * b) * d),
+                    )
+                } else {
+                    _mm256_set1_ps(*m.add(b) * d)
+                };
+                lo = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ls), lo);
+            }
+        }
+        reduce8(_mm256_add_ps(lo, hi))
+    }
+}
+
+/// Float-layout row dot: 2 × 16-lane FMA accumulators, 32 elements per step.
+///
+/// # Safety
+/// AVX-512 F + AVX2/FMA/F16C; `r < w.rows()`, `x.len() == w.cols()`.
+#[inline(always)]
+unsafe fn dot_float_row512(w: &NativeView, r: usize, x: &[f32]) -> f32 {
+    let n = x.len();
+    if n < 32 || !n.is_multiple_of(32) {
+        // SAFETY: forwarded caller guarantees (AVX2 ⊂ the caller's features).
+        return unsafe { dot_float_row_avx2(w, r, x) };
+    }
+    let cp = w.row_codes(r).as_ptr();
+    let xp = x.as_ptr();
+    // SAFETY: i + 32 <= n for every load; the row holds n elements.
+    unsafe {
+        let mut a0 = _mm512_setzero_ps();
+        let mut a1 = _mm512_setzero_ps();
+        let mut i = 0;
+        macro_rules! run {
+            (|$k:ident| $load:block) => {
+                while i + 32 <= n {
+                    let $k = i;
+                    let (w0, w1): (__m512, __m512) = $load;
+                    a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp.add(i)), a0);
+                    a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(i + 16)), a1);
+                    i += 32;
+                }
+            };
+        }
+        match w.layout() {
+            Layout::F32 => run!(|k| {
+                let p = cp.add(k * 4) as *const f32;
+                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+            }),
+            Layout::F16 => run!(|k| {
+                let p = cp.add(k * 2) as *const __m256i;
+                (
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p)),
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p.add(1))),
+                )
+            }),
+            _ => run!(|k| {
+                let p = cp.add(k * 2) as *const __m256i;
+                (
+                    _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256(p)),
+                        16,
+                    )),
+                    _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.add(1))),
+                        16,
+                    )),
+                )
+            }),
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
+    }
+}
+
+/// AVX-512 VNNI entry point.
+///
+/// # Safety
+/// `Isa::Avx512Vnni.is_available()` must hold, and `r0 + out.len() <= w.rows()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn rows_dot(w: &NativeView, r0: usize, act: Act, out: &mut [f32]) {
+    match act {
+        Act::Int(a) => {
+            macro_rules! go {
+                ($k:expr, $g16:expr) => {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let r = r0 + i;
+                        // SAFETY: features per this fn's contract; r < rows.
+                        *o = unsafe {
+                            dot_int_row::<{ $k }, { $g16 }>(
+                                w.row_codes(r),
+                                w.row_scales(r),
+                                w.row_mins(r),
+                                &a,
+                            )
+                        };
+                    }
+                };
+            }
+            match (kind_of(w.layout()), w.group() == 16) {
+                (I8SYM, false) => go!(I8SYM, false),
+                (I8SYM, true) => go!(I8SYM, true),
+                (I8ASYM, false) => go!(I8ASYM, false),
+                (I8ASYM, true) => go!(I8ASYM, true),
+                (I4SYM, _) => go!(I4SYM, false),
+                _ => go!(I4ASYM, false),
+            }
+        }
+        Act::Float(x) => {
+            let mut scratch = Vec::new();
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = match w.layout() {
+                    // SAFETY: features per this fn's contract; r0 + i < rows.
+                    Layout::F32 | Layout::F16 | Layout::BF16 => unsafe {
+                        dot_float_row512(w, r0 + i, x)
+                    },
+                    _ => dot_float_row(w, r0 + i, x, &mut scratch),
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! Matrix-vector and small matrix-matrix kernels over [`NativeView`]s.
+//!
+//! # Integer layouts
+//!
+//! Activations are quantized to int8 per block of 32 ([`QuantizedActivations`]:
+//! `d = amax / 127`, `q = roundf(x / d)` computed as `x * (1/d)` like ggml's
+//! `quantize_row_q8_0`, but with an f32 `d`), and each weight row is dotted
+//! with integer SIMD. Every ISA computes the same *canonical* sum, so integer
+//! paths are exactly (bit for bit) equal to the scalar reference
+//! [`matvec_ref`]:
+//!
+//! ```text
+//! for each activation block b (32 elements), lanes j = 0..8 (elements 4j..4j+4):
+//!     P[j]  = Σ_k w[4j+k] * xq[4j+k]                 (exact i32; w = signed value code,
+//!                                                      or the unsigned code for asym)
+//!     ds[j] = scale(group of lane j) * d_b           (f32 multiply)
+//!     acc[b % 2][j] = fma(ds[j], P[j] as f32, acc[b % 2][j])
+//!     asym: acc[b % 2][j] = fma(min(group of lane j) * d_b, S_b[j] as f32, acc[b % 2][j])
+//!                                                     (S_b[j] = Σ_k xq[4j+k])
+//! v[j] = acc[0][j] + acc[1][j];  w[j] = v[j] + v[j+4];  y = (w[0] + w[2]) + (w[1] + w[3])
+//! ```
+//!
+//! The two accumulator streams are the two 256-bit halves of one AVX-512
+//! register (which handles blocks b, b+1 in one step), or two AVX2 registers.
+//! The unsigned×signed instructions get unsigned codes: `vpdpbusd` (VNNI)
+//! takes `code ^ 0x80` for I8Sym (= q + 128) and subtracts `128 * S_b[j]`
+//! (I4Sym: nibble, subtract `8 * S_b[j]`); AVX2's `vpmaddubsw` saturates at
+//! i16, so it uses ggml's sign trick (`|w|`, `sign(x, w)`; |w| ≤ 128,
+//! |xq| ≤ 127 cannot saturate) and, for I8Asym, `u ^ 0x80` plus `128 * S_b[j]`.
+//! Every intermediate is below 2^24, so the i32 → f32 conversion is exact.
+//!
+//! G16 layouts need `cols % 32 == 0` (K-quants always have it); other shapes
+//! take the dequantizing fallback.
+//!
+//! # Float layouts
+//!
+//! F32/F16/BF16 use f32 FMAs on the unquantized activations (F16 via F16C
+//! `vcvtph2ps`, BF16 by a 16-bit shift). Their summation order differs
+//! between ISAs; tests hold them to `|Δ| ≤ 1e-5 · Σ|w·x|` (a few ulps of the
+//! magnitude sum over ≤ 4096 terms, far below the quantization error of any
+//! integer layout).
+//!
+//! # Raw ggml layouts
+//!
+//! [`Layout::Ggml`] rows are dequantized into a scratch row and dotted in f32
+//! (correctness path only).
+//!
+//! # Threads
+//!
+//! Rows are split into chunks run on [`Pool::global`]; see `pool.rs` for the
+//! perf log (persistent pool vs rayon).
+
+use crate::layout::Layout;
+use crate::pool::Pool;
+use crate::view::NativeView;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod scalar;
+
+/// An instruction-set path for the kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable scalar reference.
+    Scalar,
+    /// AVX2 + FMA + F16C, `vpmaddubsw` integer dots.
+    Avx2,
+    /// AVX2 + AVX-VNNI (`vpdpbusd` on 256 bits).
+    AvxVnni,
+    /// AVX-512 F/BW/VL + VNNI (`vpdpbusd` on 512 bits).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// Whether this CPU can run the path.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => Isa::Avx2.is_available() && is_x86_feature_detected!("avxvnni"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => {
+                Isa::Avx2.is_available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every path this CPU can run, slowest first.
+    pub fn available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
+            .into_iter()
+            .filter(|i| i.is_available())
+            .collect()
+    }
+
+    /// The fastest available path, detected once and cached. Setting the
+    /// environment variable `GPACK_ISA` to `scalar`, `avx2`, `avxvnni` or
+    /// `avx512vnni` caps the choice (for testing "SIMD off" in CI).
+    pub fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let avail = Isa::available();
+            let mut best = *avail.last().unwrap_or(&Isa::Scalar);
+            if let Ok(v) = std::env::var("GPACK_ISA") {
+                if let Some(want) = avail
+                    .iter()
+                    .copied()
+                    .find(|i| i.name().eq_ignore_ascii_case(&v))
+                {
+                    best = want;
+                }
+            }
+            log::debug!(
+                "gpack-quant: kernels use the {} path (available: {:?})",
+                best.name(),
+                avail
+            );
+            best
+        })
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+}
+
+/// Elements per activation block.
+pub const QA: usize = 32;
+
+/// Activations quantized to int8 per block of 32, `n` vectors of `cols`.
+///
+/// Per block: `d` (f32 scale) and the eight lane sums `S[j] = Σ_k q[4j+k]`
+/// used by the asymmetric and offset corrections (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub struct QuantizedActivations {
+    n: usize,
+    cols: usize,
+    /// `[n][cols]` codes in -127..=127.
+    q: Vec<i8>,
+    /// `[n][cols / 32]` scales.
+    d: Vec<f32>,
+    /// `[n][cols / 32][8]` lane sums.
+    ls: Vec<i32>,
+}
+
+/// One quantized activation vector, borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct ActRef<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub ls: &'a [i32],
+}
+
+/// C `roundf` (half away from zero) for |v| < 2^23, written so it vectorizes.
+#[inline(always)]
+fn round_half_away(v: f32) -> i32 {
+    let t = v as i32; // truncation toward zero, exact for |v| < 2^31
+    let f = v - t as f32; // exact
+    t + (f >= 0.5) as i32 - (f <= -0.5) as i32
+}
+
+impl QuantizedActivations {
+    /// An empty buffer (reused across calls by [`QuantizedActivations::quantize`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Quantizes `n` vectors of `cols` f32 (`x.len() == n * cols`,
+    /// `cols % 32 == 0`), reusing this buffer's allocations.
+    ///
+    /// # Panics
+    /// If the shapes do not match.
+    pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
+        assert_eq!(x.len(), n * cols, "activation length must be n * cols");
+        assert_eq!(cols % QA, 0, "activation cols must be a multiple of 32");
+        let nb = cols / QA;
+        self.n = n;
+        self.cols = cols;
+        self.q.resize(n * cols, 0);
+        self.d.resize(n * nb, 0.0);
+        self.ls.resize(n * nb * 8, 0);
+        for ((xb, qb), (d, ls)) in x
+            .chunks_exact(QA)
+            .zip(self.q.chunks_exact_mut(QA))
+            .zip(self.d.iter_mut().zip(self.ls.chunks_exact_mut(8)))
+        {
+            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let db = amax / 127.0;
+            let id = if db != 0.0 { 1.0 / db } else { 0.0 };
+            for (q, &v) in qb.iter_mut().zip(xb) {
+                *q = round_half_away(v * id).clamp(-127, 127) as i8;
+            }
+            *d = db;
+            for (j, s) in ls.iter_mut().enumerate() {
+                *s = qb[4 * j..4 * j + 4].iter().map(|&v| i32::from(v)).sum();
+            }
+        }
+    }
+
+    /// Number of vectors.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Elements per vector.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub(crate) fn get(&self, i: usize) -> ActRef<'_> {
+        let nb = self.cols / QA;
+        ActRef {
+            q: &self.q[i * self.cols..(i + 1) * self.cols],
+            d: &self.d[i * nb..(i + 1) * nb],
+            ls: &self.ls[i * nb * 8..(i + 1) * nb * 8],
+        }
+    }
+}
+
+/// What a row kernel needs besides the weights.
+#[derive(Clone, Copy)]
+pub(crate) enum Act<'a> {
+    /// Unquantized activations, for float and raw ggml layouts.
+    Float(&'a [f32]),
+    /// Quantized activations, for integer layouts.
+    Int(ActRef<'a>),
+}
+
+/// Whether `w` runs on the integer kernels (else float or fallback).
+fn uses_int(w: &NativeView) -> bool {
+    match w.layout() {
+        Layout::I8Sym { .. }
+        | Layout::I8Asym { .. }
+        | Layout::I4Sym { .. }
+        | Layout::I4Asym { .. } => w.cols().is_multiple_of(QA),
+        _ => false,
+    }
+}
+
+/// Computes `out[i] = dot(row r0 + i, act)` for `i in 0..out.len()` on `isa`.
+fn rows_dot(isa: Isa, w: &NativeView, r0: usize, act: Act, out: &mut [f32]) {
+    match (isa, act) {
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni, a) => {
+            // SAFETY: callers only pass an ISA for which `is_available()` holds
+            // (checked in `matvec_with`/`matmul_with`, or `Isa::best()`).
+            unsafe { avx512::rows_dot(w, r0, a, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Isa::AvxVnni, a) => {
+            // SAFETY: as above.
+            unsafe { avx2::rows_dot_vnni(w, r0, a, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, a) => {
+            // SAFETY: as above.
+            unsafe { avx2::rows_dot_avx2(w, r0, a, out) }
+        }
+        (_, a) => scalar::rows_dot(w, r0, a, out),
+    }
+}
+
+thread_local! {
+    static ACT: RefCell<QuantizedActivations> = RefCell::new(QuantizedActivations::new());
+}
+
+/// Rows per task: at least this many weight bytes per task, so a task's cost
+/// dwarfs the ~0.1 µs of claiming it.
+const MIN_TASK_BYTES: usize = 32 * 1024;
+/// Below this many weight bytes a call runs on the caller thread alone.
+const MIN_PARALLEL_BYTES: usize = 96 * 1024;
+
+fn split_rows(w: &NativeView, threads: usize) -> (usize, usize) {
+    let rows = w.rows();
+    let row_bytes = (w.byte_len() / rows).max(1);
+    let total = w.byte_len();
+    if threads <= 1 || total < MIN_PARALLEL_BYTES {
+        return (rows, 1);
+    }
+    let min_rows = MIN_TASK_BYTES.div_ceil(row_bytes).max(4);
+    let want_tasks = threads * 4;
+    let chunk = rows.div_ceil(want_tasks).max(min_rows).min(rows);
+    let chunk = chunk.next_multiple_of(4).min(rows);
+    (chunk, rows.div_ceil(chunk))
+}
+
+/// A `*mut f32` that may cross threads: each task writes a disjoint range.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: `OutPtr` is only used to write disjoint, in-bounds ranges from the
+// tasks of one `Pool::run`, which returns only after every task finished.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer to element `i` (taking `self` whole, so closures capture the
+    /// `Send + Sync` wrapper rather than its raw-pointer field).
+    ///
+    /// # Safety
+    /// `i` must be within the allocation `self` points into.
+    #[inline]
+    unsafe fn at(self, i: usize) -> *mut f32 {
+        // SAFETY: the caller keeps `i` in bounds.
+        unsafe { self.0.add(i) }
+    }
+}
+
+fn run_matvec(isa: Isa, pool: &Pool, w: &NativeView, act: Act, y: &mut [f32]) {
+    let (chunk, tasks) = split_rows(w, pool.threads());
+    if tasks == 1 {
+        rows_dot(isa, w, 0, act, y);
+        return;
+    }
+    let rows = w.rows();
+    let out = OutPtr(y.as_mut_ptr());
+    pool.run(tasks, &|t| {
+        let r0 = t * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        // SAFETY: rows r0..r1 of distinct tasks are disjoint and in 0..rows =
+        // 0..y.len(); `y` outlives `pool.run`, which waits for every task.
+        let ys = unsafe { std::slice::from_raw_parts_mut(out.at(r0), r1 - r0) };
+        rows_dot(isa, w, r0, act, ys);
+    });
+}
+
+/// `y = W · x` for one activation vector (`x.len() == cols`, `y.len() == rows`),
+/// on the best ISA, multi-threaded over rows on [`Pool::global`].
+///
+/// # Panics
+/// On shape mismatches, or for a raw ggml layout [`crate::dequantize_ggml`]
+/// cannot decode.
+pub fn matvec(w: &NativeView, x: &[f32], y: &mut [f32]) {
+    matvec_with(Isa::best(), w, x, y)
+}
+
+/// [`matvec`] on a given ISA.
+///
+/// # Panics
+/// As [`matvec`], and if `isa` is not available on this CPU.
+pub fn matvec_with(isa: Isa, w: &NativeView, x: &[f32], y: &mut [f32]) {
+    matvec_on(isa, Pool::global(), w, x, y)
+}
+
+/// [`matvec_with`] on a given pool (benchmarks, or callers with their own pool).
+///
+/// # Panics
+/// As [`matvec_with`].
+pub fn matvec_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], y: &mut [f32]) {
+    assert!(
+        isa.is_available(),
+        "ISA {} is not available on this CPU",
+        isa.name()
+    );
+    assert_eq!(x.len(), w.cols(), "x length must equal cols");
+    assert_eq!(y.len(), w.rows(), "y length must equal rows");
+    if uses_int(w) {
+        ACT.with(|a| {
+            let mut a = a.borrow_mut();
+            a.quantize(x, 1, w.cols());
+            run_matvec(isa, pool, w, Act::Int(a.get(0)), y);
+        });
+    } else {
+        run_matvec(isa, pool, w, Act::Float(x), y);
+    }
+}
+
+/// [`matvec`] with activations already quantized (reuse one quantization for
+/// several weights of the same input, e.g. q, k and v).
+///
+/// # Panics
+/// As [`matvec`], and if `w` is not an integer layout or `xq` has another
+/// `cols` or `xq.n() != 1`.
+pub fn matvec_quantized(w: &NativeView, xq: &QuantizedActivations, y: &mut [f32]) {
+    assert!(
+        uses_int(w),
+        "matvec_quantized needs an integer layout with cols % 32 == 0"
+    );
+    assert_eq!(
+        xq.cols(),
+        w.cols(),
+        "activation cols must equal weight cols"
+    );
+    assert_eq!(xq.n(), 1, "matvec_quantized takes one vector");
+    assert_eq!(y.len(), w.rows(), "y length must equal rows");
+    run_matvec(Isa::best(), Pool::global(), w, Act::Int(xq.get(0)), y);
+}
+
+/// Runs `matvec` with rayon instead of [`Pool`]: kept for the benchmark that
+/// justifies the pool (see `pool.rs`).
+#[doc(hidden)]
+pub fn matvec_rayon(isa: Isa, w: &NativeView, x: &[f32], y: &mut [f32]) {
+    use rayon::prelude::*;
+    assert!(isa.is_available());
+    assert_eq!(x.len(), w.cols());
+    assert_eq!(y.len(), w.rows());
+    let (chunk, _) = split_rows(w, rayon::current_num_threads());
+    let run = |act: Act, y: &mut [f32]| {
+        y.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(t, ys)| rows_dot(isa, w, t * chunk, act, ys));
+    };
+    if uses_int(w) {
+        let mut a = QuantizedActivations::new();
+        a.quantize(x, 1, w.cols());
+        run(Act::Int(a.get(0)), y);
+    } else {
+        run(Act::Float(x), y);
+    }
+}
+
+/// The scalar reference: `matvec` on [`Isa::Scalar`], single-threaded. Every
+/// integer SIMD path equals it bit for bit.
+pub fn matvec_ref(w: &NativeView, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), w.cols(), "x length must equal cols");
+    assert_eq!(y.len(), w.rows(), "y length must equal rows");
+    if uses_int(w) {
+        let mut a = QuantizedActivations::new();
+        a.quantize(x, 1, w.cols());
+        scalar::rows_dot(w, 0, Act::Int(a.get(0)), y);
+    } else {
+        scalar::rows_dot(w, 0, Act::Float(x), y);
+    }
+}
+
+/// `y[i] = W · x[i]` for `n` vectors: `x` is `n × cols`, `y` is `n × rows`
+/// (row-major), on the best ISA. Each weight row chunk is read once from memory
+/// for all `n` vectors.
+///
+/// # Panics
+/// On shape mismatches.
+pub fn matmul(w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
+    matmul_with(Isa::best(), w, x, n, y)
+}
+
+/// [`matmul`] on a given ISA.
+///
+/// # Panics
+/// As [`matmul`], and if `isa` is not available.
+pub fn matmul_with(isa: Isa, w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
+    assert!(
+        isa.is_available(),
+        "ISA {} is not available on this CPU",
+        isa.name()
+    );
+    assert_eq!(x.len(), n * w.cols(), "x length must equal n * cols");
+    assert_eq!(y.len(), n * w.rows(), "y length must equal n * rows");
+    if n == 0 {
+        return;
+    }
+    let rows = w.rows();
+    let cols = w.cols();
+    let pool = Pool::global();
+    let (chunk, tasks) = split_rows(w, pool.threads());
+    let out = OutPtr(y.as_mut_ptr());
+    let mut qa = QuantizedActivations::new();
+    let int = uses_int(w);
+    if int {
+        qa.quantize(x, n, cols);
+    }
+    let task = |t: usize| {
+        let r0 = t * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let mut tmp = vec![0f32; r1 - r0];
+        for i in 0..n {
+            let act = if int {
+                Act::Int(qa.get(i))
+            } else {
+                Act::Float(&x[i * cols..(i + 1) * cols])
+            };
+            rows_dot(isa, w, r0, act, &mut tmp);
+            // SAFETY: (i, r0..r1) ranges of distinct tasks are disjoint and
+            // within y (i < n, r1 <= rows); y outlives the pool run.
+            let ys = unsafe { std::slice::from_raw_parts_mut(out.at(i * rows + r0), r1 - r0) };
+            ys.copy_from_slice(&tmp);
+        }
+    };
+    if tasks == 1 {
+        task(0);
+    } else {
+        pool.run(tasks, &task);
+    }
+}

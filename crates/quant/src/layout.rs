@@ -1,0 +1,407 @@
+//! Native layouts and the serialized native tensor header.
+//!
+//! # Serialized native tensor (normative; little-endian)
+//!
+//! A native tensor is a 64-byte [`NativeTensorHeader`] followed by up to four
+//! arrays. Every offset is relative to the start of the tensor (its header),
+//! and every array starts 16-byte aligned relative to it; writers place
+//! tensors 256-aligned, so the arrays are 16-aligned in a mapped file.
+//!
+//! ```text
+//! @0  layout      u32   Layout::code()
+//! @4  group       u32   elements per group (0 for F32/F16/BF16/Ggml)
+//! @8  flags       u32   bit 0: has_f16_scales; other bits must be 0
+//! @12 reserved    u32   must be 0
+//! @16 rows        u64   ne1, output features, >= 1
+//! @24 cols        u64   ne0, input features (contiguous), >= 1
+//! @32 codes_off   u64   = 64
+//! @40 scales_off  u64   = align16(codes_off + codes_len), or 0 when no scales
+//! @48 mins_off    u64   = align16(scales_off + scales_len) for asymmetric layouts, else 0
+//! @56 f16_off     u64   = align16(end of previous array) iff flags bit 0, else 0
+//! ```
+//!
+//! Lengths are implied by layout, rows and cols (see [`ArrayLens`]):
+//!
+//! * codes: F32 `rows*cols*4`, F16/BF16 `rows*cols*2` (raw little-endian
+//!   values, row-major); I8 `rows*cols` bytes (`i8` for symmetric, `u8` for
+//!   asymmetric); I4 `rows*cols/2` bytes; Ggml(t) `rows * (cols/block) * type_size`
+//!   (the ggml blocks, byte for byte).
+//! * scales: f32, one per (row, group), row-major: `rows*(cols/group)*4` bytes.
+//! * mins (asymmetric only): the same shape as the scales.
+//! * f16 scales (optional): the scales as IEEE binary16, `rows*(cols/group)*2`.
+//!
+//! The tensor ends at the end of its last array (no trailing padding is part of
+//! it); padding bytes between arrays must be zero.
+//!
+//! Values: symmetric I8 `q * s`; asymmetric I8 `q * s + m` (q unsigned);
+//! I4 symmetric `(q - 8) * s`; I4 asymmetric `q * s + m` (q in 0..=15).
+//! I4 nibble order, per group of 32 elements (16 bytes): byte `i` holds element
+//! `i` in its low nibble and element `i + 16` in its high nibble (ggml's
+//! `block_q4_0` order, so Q4_0/Q4_1 codes are copied unchanged and the AVX2
+//! unpack is one shift and one mask).
+
+use crate::{add, align16, mul, Error, GgmlType};
+
+/// A native weight layout. The numeric codes ([`Layout::code`]) are stable and
+/// stored in files; never renumber them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// f32 values, row-major.
+    F32,
+    /// IEEE binary16 values, row-major.
+    F16,
+    /// bfloat16 values, row-major.
+    BF16,
+    /// `i8` codes, one f32 scale per group: `q * s`.
+    I8Sym {
+        /// Elements per group (16 or 32).
+        group: u32,
+    },
+    /// `u8` codes, f32 scale and min per group: `q * s + m`.
+    I8Asym {
+        /// Elements per group (16 or 32).
+        group: u32,
+    },
+    /// 4-bit codes, f32 scale per group: `(q - 8) * s`.
+    I4Sym {
+        /// Elements per group (32).
+        group: u32,
+    },
+    /// 4-bit codes, f32 scale and min per group: `q * s + m`.
+    I4Asym {
+        /// Elements per group (32).
+        group: u32,
+    },
+    /// Raw ggml blocks kept byte for byte, for types without an exact native
+    /// layout (IQ*, TQ*, MXFP4, …). Kernels dequantize them row by row.
+    Ggml(GgmlType),
+}
+
+/// Layout codes: 1..=7 for the native layouts; `0x1000 + ggml id` for raw ggml.
+const CODE_GGML_BASE: u32 = 0x1000;
+
+impl Layout {
+    /// The stable numeric code stored in [`NativeTensorHeader::layout`].
+    pub fn code(self) -> u32 {
+        match self {
+            Layout::F32 => 1,
+            Layout::F16 => 2,
+            Layout::BF16 => 3,
+            Layout::I8Sym { .. } => 4,
+            Layout::I8Asym { .. } => 5,
+            Layout::I4Sym { .. } => 6,
+            Layout::I4Asym { .. } => 7,
+            Layout::Ggml(t) => CODE_GGML_BASE + t.id(),
+        }
+    }
+
+    /// The layout for a header's `(code, group)`, validated: the group must be
+    /// one the layout supports (16 or 32 for I8, 32 for I4, 0 otherwise).
+    pub fn from_code(code: u32, group: u32) -> Result<Layout, Error> {
+        let l = match code {
+            1 => Layout::F32,
+            2 => Layout::F16,
+            3 => Layout::BF16,
+            4 => Layout::I8Sym { group },
+            5 => Layout::I8Asym { group },
+            6 => Layout::I4Sym { group },
+            7 => Layout::I4Asym { group },
+            c if c >= CODE_GGML_BASE => {
+                let t = GgmlType::from_id(c - CODE_GGML_BASE).ok_or(Error::Invalid {
+                    what: "layout code",
+                    value: u64::from(code),
+                })?;
+                Layout::Ggml(t)
+            }
+            _ => {
+                return Err(Error::Invalid {
+                    what: "layout code",
+                    value: u64::from(code),
+                })
+            }
+        };
+        if l.group() != group {
+            return Err(Error::Invalid {
+                what: "group",
+                value: u64::from(group),
+            });
+        }
+        l.check_group()?;
+        Ok(l)
+    }
+
+    fn check_group(self) -> Result<(), Error> {
+        let ok = match self {
+            Layout::I8Sym { group } | Layout::I8Asym { group } => group == 16 || group == 32,
+            Layout::I4Sym { group } | Layout::I4Asym { group } => group == 32,
+            _ => true,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Invalid {
+                what: "group",
+                value: u64::from(self.group()),
+            })
+        }
+    }
+
+    /// Elements per group (0 for layouts without groups).
+    pub fn group(self) -> u32 {
+        match self {
+            Layout::I8Sym { group }
+            | Layout::I8Asym { group }
+            | Layout::I4Sym { group }
+            | Layout::I4Asym { group } => group,
+            _ => 0,
+        }
+    }
+
+    /// Whether this layout has per-group scales.
+    pub fn has_scales(self) -> bool {
+        self.group() != 0
+    }
+
+    /// Whether this layout has per-group mins (asymmetric).
+    pub fn has_mins(self) -> bool {
+        matches!(self, Layout::I8Asym { .. } | Layout::I4Asym { .. })
+    }
+
+    /// A short name (`"I4Asym/G32"`), for logs and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::F32 => "F32",
+            Layout::F16 => "F16",
+            Layout::BF16 => "BF16",
+            Layout::I8Sym { group: 16 } => "I8Sym/G16",
+            Layout::I8Sym { .. } => "I8Sym/G32",
+            Layout::I8Asym { group: 16 } => "I8Asym/G16",
+            Layout::I8Asym { .. } => "I8Asym/G32",
+            Layout::I4Sym { .. } => "I4Sym/G32",
+            Layout::I4Asym { .. } => "I4Asym/G32",
+            Layout::Ggml(t) => t.name(),
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The native layout a ggml type is transcoded to, exactly (DESIGN.md table).
+pub fn native_layout_for(t: GgmlType) -> Layout {
+    use GgmlType as T;
+    match t {
+        T::F32 => Layout::F32,
+        T::F16 => Layout::F16,
+        T::BF16 => Layout::BF16,
+        T::Q8_0 | T::Q5_0 => Layout::I8Sym { group: 32 },
+        T::Q5_1 | T::Q5_K => Layout::I8Asym { group: 32 },
+        T::Q6_K | T::Q3_K => Layout::I8Sym { group: 16 },
+        T::Q2_K => Layout::I8Asym { group: 16 },
+        T::Q4_0 => Layout::I4Sym { group: 32 },
+        T::Q4_1 | T::Q4_K => Layout::I4Asym { group: 32 },
+        other => Layout::Ggml(other),
+    }
+}
+
+/// The implied byte lengths of a native tensor's arrays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrayLens {
+    /// Codes (or raw values / raw ggml blocks).
+    pub codes: u64,
+    /// f32 scales (0 when the layout has none).
+    pub scales: u64,
+    /// f32 mins (0 when the layout has none).
+    pub mins: u64,
+    /// f16 scales (0 when absent).
+    pub f16_scales: u64,
+}
+
+impl ArrayLens {
+    /// Array lengths for `layout` with `rows x cols`, or an error when the shape
+    /// does not fit the layout or the sizes overflow.
+    pub fn new(layout: Layout, rows: u64, cols: u64, has_f16_scales: bool) -> Result<Self, Error> {
+        let shape_err = || Error::Shape {
+            what: layout.name(),
+            rows,
+            cols,
+        };
+        if rows == 0 || cols == 0 {
+            return Err(shape_err());
+        }
+        let n = mul(rows, cols, "element count")?;
+        let codes = match layout {
+            Layout::F32 => mul(n, 4, "codes length")?,
+            Layout::F16 | Layout::BF16 => mul(n, 2, "codes length")?,
+            Layout::I8Sym { .. } | Layout::I8Asym { .. } => n,
+            Layout::I4Sym { .. } | Layout::I4Asym { .. } => n / 2,
+            Layout::Ggml(t) => {
+                let (bs, ts) = t.block();
+                if !cols.is_multiple_of(bs) {
+                    return Err(shape_err());
+                }
+                mul(mul(rows, cols / bs, "block count")?, ts, "codes length")?
+            }
+        };
+        let g = u64::from(layout.group());
+        let (scales, mins, f16_scales) = if g == 0 {
+            if has_f16_scales {
+                return Err(Error::Invalid {
+                    what: "flags",
+                    value: FLAG_F16_SCALES.into(),
+                });
+            }
+            (0, 0, 0)
+        } else {
+            if !cols.is_multiple_of(g) {
+                return Err(shape_err());
+            }
+            let ng = mul(rows, cols / g, "group count")?;
+            let s = mul(ng, 4, "scales length")?;
+            let m = if layout.has_mins() { s } else { 0 };
+            let h = if has_f16_scales {
+                mul(ng, 2, "f16 scales length")?
+            } else {
+                0
+            };
+            (s, m, h)
+        };
+        Ok(ArrayLens {
+            codes,
+            scales,
+            mins,
+            f16_scales,
+        })
+    }
+}
+
+/// Header flag: an f16 copy of the scales follows the other arrays.
+pub const FLAG_F16_SCALES: u32 = 1;
+
+/// Size of [`NativeTensorHeader`] in bytes.
+pub const HEADER_LEN: u64 = 64;
+
+/// The fixed 64-byte little-endian descriptor at the start of every native
+/// tensor (layout in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeTensorHeader {
+    /// [`Layout::code`].
+    pub layout: u32,
+    /// Elements per group, 0 for layouts without groups.
+    pub group: u32,
+    /// Flags; bit 0 = has f16 scales.
+    pub flags: u32,
+    /// Rows (ne1).
+    pub rows: u64,
+    /// Cols (ne0).
+    pub cols: u64,
+    /// Offset of the codes array (always 64).
+    pub codes_off: u64,
+    /// Offset of the f32 scales, 0 if none.
+    pub scales_off: u64,
+    /// Offset of the f32 mins, 0 if none.
+    pub mins_off: u64,
+    /// Offset of the f16 scales, 0 if none.
+    pub f16_scales_off: u64,
+}
+
+impl NativeTensorHeader {
+    /// The canonical header of a `layout` tensor of `rows x cols`, and the
+    /// tensor's total byte length.
+    pub fn new(
+        layout: Layout,
+        rows: u64,
+        cols: u64,
+        has_f16_scales: bool,
+    ) -> Result<(Self, u64), Error> {
+        layout.check_group()?;
+        let lens = ArrayLens::new(layout, rows, cols, has_f16_scales)?;
+        let codes_off = HEADER_LEN;
+        let mut end = add(codes_off, lens.codes, "codes end")?;
+        let mut place = |len: u64, what: &'static str| -> Result<u64, Error> {
+            if len == 0 {
+                return Ok(0);
+            }
+            let off = align16(end, what)?;
+            end = add(off, len, what)?;
+            Ok(off)
+        };
+        let scales_off = place(lens.scales, "scales offset")?;
+        let mins_off = place(lens.mins, "mins offset")?;
+        let f16_scales_off = place(lens.f16_scales, "f16 scales offset")?;
+        Ok((
+            NativeTensorHeader {
+                layout: layout.code(),
+                group: layout.group(),
+                flags: if has_f16_scales { FLAG_F16_SCALES } else { 0 },
+                rows,
+                cols,
+                codes_off,
+                scales_off,
+                mins_off,
+                f16_scales_off,
+            },
+            end,
+        ))
+    }
+
+    /// The 64 header bytes.
+    pub fn to_bytes(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..4].copy_from_slice(&self.layout.to_le_bytes());
+        b[4..8].copy_from_slice(&self.group.to_le_bytes());
+        b[8..12].copy_from_slice(&self.flags.to_le_bytes());
+        b[16..24].copy_from_slice(&self.rows.to_le_bytes());
+        b[24..32].copy_from_slice(&self.cols.to_le_bytes());
+        b[32..40].copy_from_slice(&self.codes_off.to_le_bytes());
+        b[40..48].copy_from_slice(&self.scales_off.to_le_bytes());
+        b[48..56].copy_from_slice(&self.mins_off.to_le_bytes());
+        b[56..64].copy_from_slice(&self.f16_scales_off.to_le_bytes());
+        b
+    }
+
+    /// Reads the raw fields (no validation beyond length and the reserved word;
+    /// [`crate::NativeView::parse`] validates the rest).
+    pub fn from_bytes(b: &[u8]) -> Result<Self, Error> {
+        let Some(b) = b.get(..64) else {
+            return Err(Error::Truncated {
+                what: "native tensor header",
+                needed: HEADER_LEN,
+                have: b.len() as u64,
+            });
+        };
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let reserved = u32_at(12);
+        if reserved != 0 {
+            return Err(Error::Invalid {
+                what: "reserved header word",
+                value: u64::from(reserved),
+            });
+        }
+        Ok(NativeTensorHeader {
+            layout: u32_at(0),
+            group: u32_at(4),
+            flags: u32_at(8),
+            rows: u64_at(16),
+            cols: u64_at(24),
+            codes_off: u64_at(32),
+            scales_off: u64_at(40),
+            mins_off: u64_at(48),
+            f16_scales_off: u64_at(56),
+        })
+    }
+}
+
+/// Total serialized length (header included) of a `layout` tensor of
+/// `rows x cols` without f16 scales.
+pub fn encoded_len(layout: Layout, rows: u64, cols: u64) -> Result<u64, Error> {
+    Ok(NativeTensorHeader::new(layout, rows, cols, false)?.1)
+}

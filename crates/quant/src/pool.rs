@@ -1,0 +1,256 @@
+//! A persistent thread pool for the row-parallel kernels.
+//!
+//! The runtime calls `matvec` ~900 times per token (SmolLM2-135M) at 150+
+//! tokens/s, i.e. a call every ~7 µs, so the fork/join cost must be well under
+//! a microsecond. Workers spin on an epoch word for a while after each job
+//! (so back-to-back calls find them awake), then park on a condvar. The
+//! caller publishes a job, works on it too, and waits for the last task.
+//!
+//! Protocol: one `AtomicU64` packs `epoch << 32 | n_tasks << 16 | next_task`.
+//! A job is published by storing its descriptor pointer, then the new word
+//! (Release). A thread claims task `i` by a CAS on the whole word, and only
+//! then loads the descriptor pointer: the job cannot finish before the
+//! claimed task does, so that pointer is this job's. (A first version read the
+//! pointer before claiming, and a stale worker could pair the next job's
+//! descriptor with the previous epoch's word in the window between the two
+//! stores: a use-after-return, caught by the pool tests.) The caller waits
+//! until `done == n_tasks`, after which no thread touches the descriptor.
+//!
+//! Perf log (2 cores, SmolLM2 576×1536 I4Asym matvec, `cargo bench`):
+//! see docs/PERFORMANCE-quant-draft.md, "pool vs rayon".
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// `word` = `epoch << 32 | n_tasks << 16 | next_task`.
+const TASK_BITS: u32 = 16;
+const TASK_MASK: u64 = (1 << TASK_BITS) - 1;
+const EPOCH_SHIFT: u32 = 32;
+/// How long an idle worker spins before parking.
+const SPIN: Duration = Duration::from_micros(200);
+
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+}
+
+struct AbortOnUnwind;
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        std::process::abort();
+    }
+}
+
+struct Shared {
+    /// `epoch << 24 | next task index`.
+    word: AtomicU64,
+    /// The current job's descriptor (`*const Job` with its lifetime erased).
+    job: AtomicPtr<Job<'static>>,
+    /// Tasks finished in the current job.
+    done: AtomicUsize,
+    sleepers: AtomicUsize,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+}
+
+impl Shared {
+    /// Claims and runs tasks of the job of `epoch` until none is left.
+    fn work(&self, epoch: u64) {
+        loop {
+            let cur = self.word.load(Ordering::Acquire);
+            if cur >> EPOCH_SHIFT != epoch {
+                return;
+            }
+            let n = (cur >> TASK_BITS) & TASK_MASK;
+            let i = cur & TASK_MASK;
+            if i >= n {
+                return;
+            }
+            if self
+                .word
+                .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                // The job of `epoch` cannot finish before task i (ours now)
+                // does, and the next job's descriptor is stored only after this
+                // one finished; so this load sees exactly this job's descriptor
+                // (stored before the epoch was published, which our CAS
+                // synchronizes with).
+                let job = self.job.load(Ordering::Acquire);
+                // A panic inside `f` would leave `done` short forever (and the
+                // caller's frame holding the job could be popped while other
+                // threads still run it), so it aborts instead.
+                let bomb = AbortOnUnwind;
+                // SAFETY: `job` points to the live descriptor of this epoch's
+                // job (above), alive until `done` reaches n, which needs our
+                // increment below.
+                unsafe { ((*job).f)(i as usize) };
+                std::mem::forget(bomb);
+                self.done.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// A persistent pool of `threads - 1` workers plus the calling thread.
+pub struct Pool {
+    shared: Arc<Shared>,
+    run_lock: Mutex<()>,
+    workers: Vec<JoinHandle<()>>,
+    threads: usize,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+fn worker(shared: Arc<Shared>) {
+    let mut seen = shared.word.load(Ordering::Acquire) >> EPOCH_SHIFT;
+    loop {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        let epoch = loop {
+            let e = shared.word.load(Ordering::Acquire) >> EPOCH_SHIFT;
+            if e != seen {
+                break e;
+            }
+            if shared.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(1024) || start.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut g = shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            shared.sleepers.fetch_add(1, Ordering::SeqCst);
+            while shared.word.load(Ordering::SeqCst) >> EPOCH_SHIFT == seen
+                && !shared.shutdown.load(Ordering::SeqCst)
+            {
+                g = shared.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            shared.sleepers.fetch_sub(1, Ordering::SeqCst);
+        };
+        seen = epoch;
+        shared.work(epoch);
+    }
+}
+
+impl Pool {
+    /// A pool running jobs on `n_threads` threads in total (the caller
+    /// included; `n_threads <= 1` runs everything on the caller).
+    pub fn new(n_threads: usize) -> Pool {
+        let threads = n_threads.max(1);
+        let shared = Arc::new(Shared {
+            word: AtomicU64::new(0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            done: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        let workers = (1..threads)
+            .filter_map(|i| {
+                let s = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("gpack-quant-{i}"))
+                    .spawn(move || worker(s))
+                    .ok()
+            })
+            .collect::<Vec<_>>();
+        let threads = workers.len() + 1;
+        Pool {
+            shared,
+            run_lock: Mutex::new(()),
+            workers,
+            threads,
+        }
+    }
+
+    /// The process-wide pool, with one thread per available core
+    /// (`GPACK_THREADS` overrides).
+    pub fn global() -> &'static Pool {
+        static POOL: OnceLock<Pool> = OnceLock::new();
+        POOL.get_or_init(|| {
+            let n = std::env::var("GPACK_THREADS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            log::debug!("gpack-quant: thread pool with {n} threads");
+            Pool::new(n)
+        })
+    }
+
+    /// Threads a job runs on (workers + the caller).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f(i)` for every `i in 0..n_tasks`, each exactly once, across the
+    /// pool and the calling thread; returns when all have finished. A nested
+    /// or concurrent call runs its tasks on the calling thread alone.
+    ///
+    /// # Panics
+    /// If `n_tasks >= 2^16`. A panic inside `f` on a worker aborts the process
+    /// (the caller could otherwise wait forever).
+    pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        assert!((n_tasks as u64) < TASK_MASK, "too many tasks");
+        if n_tasks == 0 {
+            return;
+        }
+        let guard = if self.threads > 1 && n_tasks > 1 {
+            self.run_lock.try_lock().ok()
+        } else {
+            None
+        };
+        let Some(_guard) = guard else {
+            (0..n_tasks).for_each(f);
+            return;
+        };
+        let sh = &*self.shared;
+        let job = Job { f };
+        sh.done.store(0, Ordering::Relaxed);
+        sh.job
+            .store(&job as *const Job as *mut Job<'static>, Ordering::Release);
+        let epoch = ((sh.word.load(Ordering::Relaxed) >> EPOCH_SHIFT) + 1) & 0xFFFF_FFFF;
+        sh.word.store(
+            epoch << EPOCH_SHIFT | (n_tasks as u64) << TASK_BITS,
+            Ordering::SeqCst,
+        );
+        if sh.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = sh.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            sh.wake.notify_all();
+        }
+        sh.work(epoch);
+        while sh.done.load(Ordering::Acquire) < n_tasks {
+            std::hint::spin_loop();
+        }
+        // `job` may now be dropped: every task is done, and no thread can claim
+        // another task of this epoch.
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        {
+            let _g = self
+                .shared
+                .sleep_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Kernels: every available ISA against the scalar reference (integer layouts
+//! bit for bit; float layouts within 1e-5 of Σ|w·x|), ragged shapes, all-zero
+//! groups, matmul against matvec, and the error budget against f32.
+
+#![allow(clippy::needless_range_loop)]
+
+use crate::common::{Aligned, Rng};
+use gpack_quant::kernels::{matvec_quantized, QuantizedActivations};
+use gpack_quant::layout::NativeTensorHeader;
+use gpack_quant::{
+    matmul_with, matvec, matvec_ref, matvec_with, transcode, GgmlType, Isa, Layout, NativeView,
+};
+
+/// f16 scale fields per block type (ggml-common.h).
+fn f16_fields(t: GgmlType) -> &'static [usize] {
+    use GgmlType as T;
+    match t {
+        T::Q4_0 | T::Q5_0 | T::Q8_0 => &[0],
+        T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => &[0, 2],
+        T::Q2_K => &[80, 82],
+        T::Q3_K => &[108],
+        T::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// Random valid blocks (finite scales); every 7th block all zero.
+pub fn random_blocks(rng: &mut Rng, t: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    if matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        let x: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        return match t {
+            GgmlType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            GgmlType::F16 => x
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
+            _ => x
+                .iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+        };
+    }
+    let (bs, ts) = t.block();
+    let n = rows * cols / bs as usize;
+    let mut b = rng.bytes(n * ts as usize);
+    for (i, blk) in b.chunks_exact_mut(ts as usize).enumerate() {
+        if i % 7 == 3 {
+            blk.fill(0);
+            continue;
+        }
+        for &o in f16_fields(t) {
+            let v = half::f16::from_f32(rng.normal() * 0.02);
+            blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    b
+}
+
+pub fn native(rng: &mut Rng, t: GgmlType, rows: usize, cols: usize) -> Aligned {
+    let src = random_blocks(rng, t, rows, cols);
+    let mut out = Vec::new();
+    transcode(t, &src, rows as u64, cols as u64, &mut out).unwrap();
+    Aligned::new(&out)
+}
+
+pub fn random_x(rng: &mut Rng, n: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    if n >= 64 {
+        x[32..64].fill(0.0); // an all-zero activation block
+    }
+    x
+}
+
+const INT_TYPES: [GgmlType; 10] = [
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q6_K,
+    GgmlType::Q3_K,
+    GgmlType::Q2_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+];
+
+fn shapes(t: GgmlType) -> Vec<(usize, usize)> {
+    let k = t.block_size() == 256;
+    let cols: &[usize] = if k {
+        &[256, 512, 768, 4096]
+    } else {
+        &[32, 64, 96, 160, 576, 4096]
+    };
+    let rows = [1usize, 3, 7, 17, 69];
+    let mut v = Vec::new();
+    for &c in cols {
+        for &r in &rows {
+            v.push((r, c));
+        }
+    }
+    v.push((300, 4096)); // big enough to run on several threads
+    v
+}
+
+fn sum_abs(v: &NativeView, x: &[f32], r: usize) -> f32 {
+    let mut row = vec![0f32; v.cols()];
+    v.dequantize_row(r, &mut row);
+    row.iter().zip(x).map(|(a, b)| (a * b).abs()).sum()
+}
+
+#[test]
+fn integer_paths_equal_the_reference_bit_for_bit() {
+    let mut rng = Rng::new(1);
+    for t in INT_TYPES {
+        for (rows, cols) in shapes(t) {
+            let buf = native(&mut rng, t, rows, cols);
+            let v = NativeView::parse(buf.bytes()).unwrap();
+            let x = random_x(&mut rng, cols);
+            let mut want = vec![0f32; rows];
+            matvec_ref(&v, &x, &mut want);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; rows];
+                matvec_with(isa, &v, &x, &mut got);
+                for r in 0..rows {
+                    assert_eq!(
+                        got[r].to_bits(),
+                        want[r].to_bits(),
+                        "{t} ({}) {rows}x{cols} {isa:?} row {r}: {} vs {}",
+                        v.layout(),
+                        got[r],
+                        want[r]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn float_paths_match_the_reference_within_tolerance() {
+    let mut rng = Rng::new(2);
+    for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        for (rows, cols) in [
+            (1, 1),
+            (3, 7),
+            (5, 16),
+            (9, 33),
+            (17, 576),
+            (70, 1000),
+            (300, 4096),
+        ] {
+            let buf = native(&mut rng, t, rows, cols);
+            let v = NativeView::parse(buf.bytes()).unwrap();
+            let x = random_x(&mut rng, cols);
+            let mut want = vec![0f32; rows];
+            matvec_ref(&v, &x, &mut want);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; rows];
+                matvec_with(isa, &v, &x, &mut got);
+                for r in 0..rows {
+                    let tol = 1e-5 * sum_abs(&v, &x, r) + 1e-30;
+                    assert!(
+                        (got[r] - want[r]).abs() <= tol,
+                        "{t} {rows}x{cols} {isa:?} row {r}: {} vs {}",
+                        got[r],
+                        want[r]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_equals_matvec_per_vector() {
+    let mut rng = Rng::new(3);
+    for t in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q2_K,
+        GgmlType::Q4_0,
+        GgmlType::F16,
+    ] {
+        let (rows, cols) = (37, 512);
+        let buf = native(&mut rng, t, rows, cols);
+        let v = NativeView::parse(buf.bytes()).unwrap();
+        for n in [1usize, 2, 3, 5] {
+            let x = random_x(&mut rng, n * cols);
+            for isa in Isa::available() {
+                let mut y = vec![f32::NAN; n * rows];
+                matmul_with(isa, &v, &x, n, &mut y);
+                for i in 0..n {
+                    let mut yi = vec![0f32; rows];
+                    matvec_with(isa, &v, &x[i * cols..(i + 1) * cols], &mut yi);
+                    let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&y[i * rows..(i + 1) * rows]),
+                        bits(&yi),
+                        "{t} n={n} i={i} {isa:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_activations_can_be_reused() {
+    let mut rng = Rng::new(4);
+    let buf = native(&mut rng, GgmlType::Q4_1, 20, 576);
+    let v = NativeView::parse(buf.bytes()).unwrap();
+    let x = random_x(&mut rng, 576);
+    let mut xq = QuantizedActivations::new();
+    xq.quantize(&x, 1, 576);
+    let (mut a, mut b) = (vec![0f32; 20], vec![0f32; 20]);
+    matvec_quantized(&v, &xq, &mut a);
+    matvec(&v, &x, &mut b);
+    assert_eq!(a, b);
+}
+
+/// |y - y_f32| is bounded by the activation rounding: each quantized
+/// activation is off by at most d_b / 2 = amax_b / 254, so
+/// |Σ w (x - x̂)| ≤ Σ_b (amax_b / 254) Σ_{i∈b} |w_i| (plus f32 rounding).
+#[test]
+fn error_budget_against_f32() {
+    let mut rng = Rng::new(5);
+    for t in INT_TYPES {
+        let cols = if t.block_size() == 256 { 1024 } else { 576 };
+        let rows = 33;
+        let buf = native(&mut rng, t, rows, cols);
+        let v = NativeView::parse(buf.bytes()).unwrap();
+        let x = random_x(&mut rng, cols);
+        let mut y = vec![0f32; rows];
+        matvec(&v, &x, &mut y);
+        let mut w = vec![0f32; cols];
+        for r in 0..rows {
+            v.dequantize_row(r, &mut w);
+            let exact: f64 = w
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            let mut bound = 0f64;
+            let mut mag = 0f64;
+            for (wb, xb) in w.chunks(32).zip(x.chunks(32)) {
+                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let sw: f64 = wb.iter().map(|v| f64::from(v.abs())).sum();
+                bound += f64::from(amax) / 254.0 * sw;
+                mag += wb
+                    .iter()
+                    .zip(xb)
+                    .map(|(a, b)| f64::from((a * b).abs()))
+                    .sum::<f64>();
+            }
+            let err = (f64::from(y[r]) - exact).abs();
+            assert!(
+                err <= bound * 1.001 + 1e-5 * mag + 1e-30,
+                "{t} row {r}: err {err:e} > bound {bound:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn raw_ggml_fallback_dequantizes() {
+    let mut rng = Rng::new(6);
+    let (rows, cols) = (5usize, 64usize);
+    let src = random_blocks(&mut rng, GgmlType::Q8_0, rows, cols);
+    let (h, total) = NativeTensorHeader::new(
+        Layout::Ggml(GgmlType::Q8_0),
+        rows as u64,
+        cols as u64,
+        false,
+    )
+    .unwrap();
+    let mut bytes = h.to_bytes().to_vec();
+    bytes.extend_from_slice(&src);
+    assert_eq!(bytes.len() as u64, total);
+    let a = Aligned::new(&bytes);
+    let v = NativeView::parse(a.bytes()).unwrap();
+    let x = random_x(&mut rng, cols);
+    let mut deq = vec![0f32; rows * cols];
+    gpack_quant::dequantize_ggml(GgmlType::Q8_0, &src, &mut deq).unwrap();
+    for isa in Isa::available() {
+        let mut y = vec![0f32; rows];
+        matvec_with(isa, &v, &x, &mut y);
+        for r in 0..rows {
+            let want: f32 = deq[r * cols..(r + 1) * cols]
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| a * b)
+                .sum();
+            assert_eq!(y[r], want, "{isa:?} row {r}");
+        }
+    }
+}
+
+#[test]
+fn isa_list_starts_with_scalar() {
+    let a = Isa::available();
+    assert_eq!(a[0], Isa::Scalar);
+    assert!(a.contains(&Isa::best()));
+}

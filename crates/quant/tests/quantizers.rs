@@ -1,0 +1,150 @@
+//! Quantizers: RMSE relative to f32 no worse than ggml's Q8_0 / Q4_0 / Q4_1 on
+//! the same data (the reference RMSE comes from the gguf package).
+
+use crate::common::{testdata, Aligned, Rng};
+use gpack_quant::{encoded_len, quantize, GgmlType, Layout, NativeView};
+
+fn quantize_f32(x: &[f32], rows: u64, cols: u64, target: Layout) -> Aligned {
+    let src: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = Vec::new();
+    let n = quantize(GgmlType::F32, &src, rows, cols, target, &mut out).unwrap();
+    assert_eq!(n, out.len() as u64);
+    assert_eq!(n, encoded_len(target, rows, cols).unwrap());
+    Aligned::new(&out)
+}
+
+fn rmse(v: &NativeView, x: &[f32]) -> f64 {
+    let mut row = vec![0f32; v.cols()];
+    let mut e = 0f64;
+    for r in 0..v.rows() {
+        v.dequantize_row(r, &mut row);
+        for (a, b) in row.iter().zip(&x[r * v.cols()..]) {
+            e += (f64::from(*a) - f64::from(*b)).powi(2);
+        }
+    }
+    (e / x.len() as f64).sqrt()
+}
+
+#[test]
+fn rmse_within_ggml_budget() {
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(testdata("quant/quant_ref.json")).unwrap()).unwrap();
+    let bin = std::fs::read(testdata("quant/quant_inputs.bin")).unwrap();
+    let mut off = 0;
+    for name in j["datasets"].as_array().unwrap() {
+        let name = name.as_str().unwrap();
+        let rows = u32::from_le_bytes(bin[off..off + 4].try_into().unwrap()) as usize;
+        let cols = u32::from_le_bytes(bin[off + 4..off + 8].try_into().unwrap()) as usize;
+        off += 8;
+        let x: Vec<f32> = bin[off..off + 4 * rows * cols]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        off += 4 * rows * cols;
+        let refs = &j["rmse"][name];
+        for (target, ggml) in [
+            (Layout::I8Sym { group: 32 }, "Q8_0"),
+            (Layout::I4Sym { group: 32 }, "Q4_0"),
+            (Layout::I4Asym { group: 32 }, "Q4_1"),
+        ] {
+            let buf = quantize_f32(&x, rows as u64, cols as u64, target);
+            let v = NativeView::parse(buf.bytes()).unwrap();
+            let ours = rmse(&v, &x);
+            let theirs = refs[ggml].as_f64().unwrap();
+            eprintln!("{name:24} {target:10}: rmse {ours:.6e}  ggml {ggml} {theirs:.6e}");
+            assert!(
+                ours <= theirs * (1.0 + 1e-9),
+                "{name} {target}: rmse {ours} > ggml {ggml} {theirs}"
+            );
+        }
+    }
+}
+
+#[test]
+fn quantize_from_f16_and_bf16_and_edge_groups() {
+    let mut rng = Rng::new(7);
+    let (rows, cols) = (3usize, 96usize);
+    let mut x: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+    x[..32].iter_mut().for_each(|v| *v = 0.0); // all-zero group
+    x[32..64].iter_mut().for_each(|v| *v = -2.5); // constant group
+    for (t, bytes) in [
+        (
+            GgmlType::F16,
+            x.iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
+        (
+            GgmlType::BF16,
+            x.iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
+    ] {
+        for target in [
+            Layout::I8Sym { group: 32 },
+            Layout::I4Sym { group: 32 },
+            Layout::I4Asym { group: 32 },
+        ] {
+            let mut out = Vec::new();
+            quantize(t, &bytes, rows as u64, cols as u64, target, &mut out).unwrap();
+            let a = Aligned::new(&out);
+            let v = NativeView::parse(a.bytes()).unwrap();
+            let mut row = vec![0f32; cols];
+            v.dequantize_row(0, &mut row);
+            assert!(
+                row[..32].iter().all(|&v| v == 0.0),
+                "{t} {target}: zero group"
+            );
+            assert!(
+                row[32..64].iter().all(|&v| (v + 2.5).abs() < 1e-6),
+                "{t} {target}: constant group {:?}",
+                &row[32..40]
+            );
+            let e = rmse(&v, &x);
+            assert!(e < 0.15, "{t} {target}: rmse {e}");
+        }
+    }
+}
+
+#[test]
+fn quantize_rejects_unsupported() {
+    let src = vec![0u8; 4 * 32];
+    let mut out = Vec::new();
+    assert!(quantize(
+        GgmlType::Q8_0,
+        &src[..34],
+        1,
+        32,
+        Layout::I8Sym { group: 32 },
+        &mut out
+    )
+    .is_err());
+    assert!(quantize(
+        GgmlType::F32,
+        &src,
+        1,
+        32,
+        Layout::I8Asym { group: 32 },
+        &mut out
+    )
+    .is_err());
+    assert!(quantize(
+        GgmlType::F32,
+        &src,
+        1,
+        32,
+        Layout::I8Sym { group: 16 },
+        &mut out
+    )
+    .is_err());
+    assert!(quantize(
+        GgmlType::F32,
+        &src,
+        1,
+        48,
+        Layout::I8Sym { group: 32 },
+        &mut out
+    )
+    .is_err());
+}

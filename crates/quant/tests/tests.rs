@@ -1,0 +1,8 @@
+//! gpack-quant integration tests (one binary, modules per concern).
+
+mod common;
+mod exact;
+mod kernels;
+mod parse;
+mod pool;
+mod quantizers;
