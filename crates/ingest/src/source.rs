@@ -378,7 +378,11 @@ impl Source {
 pub(crate) fn permute_rows(src: &[u8], rows: u64, n_head: u32) -> Option<Vec<u8>> {
     let n_head = u64::from(n_head);
     let group = n_head.checked_mul(2)?;
-    if rows == 0 || group == 0 || !rows.is_multiple_of(group) || !(src.len() as u64).is_multiple_of(rows) {
+    if rows == 0
+        || group == 0
+        || !rows.is_multiple_of(group)
+        || !(src.len() as u64).is_multiple_of(rows)
+    {
         return None;
     }
     let row_bytes = (src.len() as u64 / rows) as usize;

@@ -411,9 +411,7 @@ fn tensor_out_of_bounds() {
 
 #[test]
 fn offset_overflow() {
-    let e = err(&B::header(3, 1, 0)
-        .tensor("t", &[1], 0, !31)
-        .pad(32));
+    let e = err(&B::header(3, 1, 0).tensor("t", &[1], 0, !31).pad(32));
     assert!(
         matches!(
             e,

@@ -314,10 +314,17 @@ fn index_missing_shard_and_mismatches() {
 fn two_hf_names_mapping_to_one_gguf_name() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    write_st(d, "model.safetensors", &[("model.norm.weight", 4), ("output_norm.weight", 4)]);
+    write_st(
+        d,
+        "model.safetensors",
+        &[("model.norm.weight", 4), ("output_norm.weight", 4)],
+    );
     std::fs::write(d.join("config.json"), br#"{"model_type":"qwen2"}"#).unwrap();
     let e = Source::open(d).unwrap_err();
-    assert!(matches!(e, Error::DuplicateTensor { ref tensor, .. } if tensor == "output_norm.weight"), "{e:?}");
+    assert!(
+        matches!(e, Error::DuplicateTensor { ref tensor, .. } if tensor == "output_norm.weight"),
+        "{e:?}"
+    );
     // Unmapped (unknown architecture): both keep their names.
     std::fs::write(d.join("config.json"), br#"{"model_type":"other"}"#).unwrap();
     assert_eq!(Source::open(d).unwrap().tensors.len(), 2);

@@ -54,7 +54,12 @@ fn touch_gguf(bytes: &[u8]) {
             gguf::to_vec(
                 &g.metadata,
                 g.tensors.iter().map(|t| {
-                    (t.name.as_str(), t.ggml_type, t.dims.as_slice(), &bytes[t.offset as usize..(t.offset + t.size) as usize])
+                    (
+                        t.name.as_str(),
+                        t.ggml_type,
+                        t.dims.as_slice(),
+                        &bytes[t.offset as usize..(t.offset + t.size) as usize],
+                    )
                 }),
             )
             .unwrap()

@@ -138,32 +138,39 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
             m.insert(format!("{a}.{key}"), Value::U32(v));
         }
     };
+    let gemma = a == "gemma3";
+    // Gemma3Model.set_gguf_parameters fills in defaults the config may leave out.
+    let or = |v: Option<u32>, d: u32| if gemma { Some(v.unwrap_or(d)) } else { v };
     put_u32(&mut m, "block_count", hp.u32("num_hidden_layers")?);
-    put_u32(&mut m, "context_length", hp.u32("max_position_embeddings")?);
+    put_u32(
+        &mut m,
+        "context_length",
+        or(hp.u32("max_position_embeddings")?, 131_072),
+    );
     put_u32(&mut m, "embedding_length", hp.u32("hidden_size")?);
     put_u32(&mut m, "feed_forward_length", hp.u32("intermediate_size")?);
     put_u32(
         &mut m,
         "attention.head_count",
-        hp.u32("num_attention_heads")?,
+        or(hp.u32("num_attention_heads")?, 8),
     );
     put_u32(
         &mut m,
         "attention.head_count_kv",
-        hp.u32("num_key_value_heads")?,
+        or(hp.u32("num_key_value_heads")?, 4),
     );
     let put_f32 = |m: &mut Metadata, key: &str, v: Option<f32>| {
         if let Some(v) = v {
             m.insert(format!("{a}.{key}"), Value::F32(v));
         }
     };
-    if a == "gemma3" {
+    if gemma {
         // transformers 5: rope_parameters.{full,sliding}_attention; earlier:
         // rope_theta + rope_local_base_freq.
         let full = hp
             .rope_theta(Some("full_attention"))?
             .map_or_else(|| hp.rope_theta(None), |v| Ok(Some(v)))?;
-        put_f32(&mut m, "rope.freq_base", full);
+        put_f32(&mut m, "rope.freq_base", Some(full.unwrap_or(1_000_000.0)));
         let swa = hp
             .rope_theta(Some("sliding_attention"))?
             .map_or_else(|| hp.f32("rope_local_base_freq"), |v| Ok(Some(v)))?;
@@ -171,10 +178,16 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     } else {
         put_f32(&mut m, "rope.freq_base", hp.rope_theta(None)?);
     }
+    rope_scaling(&hp, &mut m, a)?;
+    let eps = hp.f32("rms_norm_eps")?;
     put_f32(
         &mut m,
         "attention.layer_norm_rms_epsilon",
-        hp.f32("rms_norm_eps")?,
+        if gemma {
+            Some(eps.unwrap_or(1e-6))
+        } else {
+            eps
+        },
     );
     let experts = match hp.u32("num_local_experts")? {
         Some(n) => Some(n),
@@ -182,15 +195,22 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     };
     put_u32(&mut m, "expert_count", experts);
     put_u32(&mut m, "expert_used_count", hp.u32("num_experts_per_tok")?);
-    let head_dim = hp.u32("head_dim")?;
+    let head_dim = or(hp.u32("head_dim")?, 256);
     put_u32(&mut m, "attention.key_length", head_dim);
     put_u32(&mut m, "attention.value_length", head_dim);
-    if a == "gemma3" {
-        put_u32(
+    if gemma {
+        put_f32(
             &mut m,
-            "attention.sliding_window",
-            hp.u32("sliding_window")?,
+            "final_logit_softcapping",
+            hp.f32("final_logit_softcapping")?.filter(|&v| v != 0.0),
         );
+        if hp.u32("sliding_window_pattern")? != Some(1) {
+            put_u32(
+                &mut m,
+                "attention.sliding_window",
+                hp.u32("sliding_window")?,
+            );
+        }
     }
     if a == "llama" {
         put_u32(&mut m, "vocab_size", hp.u32("vocab_size")?);
@@ -213,6 +233,59 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     Ok(m)
 }
 
+/// `<arch>.rope.scaling.*` from `rope_parameters` (transformers 5) or `rope_scaling`
+/// (earlier), as `TextModel.set_gguf_parameters` writes them: linear and YaRN with
+/// their factors, LongRoPE as a type only. Llama 3's `rope_type: "llama3"` becomes a
+/// `rope_freqs.weight` tensor in the converter, which is not generated here.
+fn rope_scaling(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
+    let Some(params) = hp.raw("rope_parameters").or_else(|| hp.raw("rope_scaling")) else {
+        return Ok(());
+    };
+    let params = params.get("full_attention").unwrap_or(params);
+    let kind = params
+        .get("rope_type")
+        .or_else(|| params.get("type"))
+        .and_then(Json::as_str);
+    let num = |k: &str| params.get(k).and_then(Json::as_f64).map(|v| v as f32);
+    let factor = num("factor");
+    let mut put = |k: &str, v: Value| {
+        m.insert(format!("{a}.rope.scaling.{k}"), v);
+    };
+    match (kind, factor) {
+        (Some("linear"), Some(f)) => {
+            put("type", Value::String("linear".into()));
+            put("factor", Value::F32(f));
+        }
+        (Some("yarn"), Some(f)) => {
+            put("type", Value::String("yarn".into()));
+            put("factor", Value::F32(f));
+            let orig = params
+                .get("original_max_position_embeddings")
+                .and_then(Json::as_u64);
+            let orig = orig.and_then(|v| u32::try_from(v).ok()).ok_or_else(|| Error::BadConfig {
+                file: hp.file.to_path_buf(),
+                key: "original_max_position_embeddings",
+                problem: "is needed for YaRN rope scaling and must be an unsigned integer below 2^32",
+            })?;
+            put("original_context_length", Value::U32(orig));
+            for (json, key) in [
+                ("extrapolation_factor", "yarn_ext_factor"),
+                ("attention_factor", "yarn_attn_factor"),
+                ("attn_factor", "yarn_attn_factor"),
+                ("beta_fast", "yarn_beta_fast"),
+                ("beta_slow", "yarn_beta_slow"),
+            ] {
+                if let Some(v) = num(json) {
+                    put(key, Value::F32(v));
+                }
+            }
+        }
+        (Some("su" | "longrope"), _) => put("type", Value::String("longrope".into())),
+        _ => {}
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,6 +306,41 @@ mod tests {
         assert_eq!(m.get_str("general.architecture"), Some("qwen2"));
         assert_eq!(m.get("qwen2.attention.key_length"), None);
         assert_eq!(m.get_f32("qwen2.rope.freq_base"), Some(5.0));
+    }
+
+    #[test]
+    fn rope_scaling_keys() {
+        let c: Json = serde_json::json!({"model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4.0,
+            "original_max_position_embeddings": 32768, "beta_fast": 32.0}});
+        let m = config_to_metadata(&c, Path::new("c")).unwrap();
+        assert_eq!(m.get_str("qwen2.rope.scaling.type"), Some("yarn"));
+        assert_eq!(m.get_f32("qwen2.rope.scaling.factor"), Some(4.0));
+        assert_eq!(
+            m.get_u32("qwen2.rope.scaling.original_context_length"),
+            Some(32768)
+        );
+        assert_eq!(m.get_f32("qwen2.rope.scaling.yarn_beta_fast"), Some(32.0));
+        let c: Json = serde_json::json!({"model_type": "llama", "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5}});
+        let m = config_to_metadata(&c, Path::new("c")).unwrap();
+        assert_eq!(m.get_str("llama.rope.scaling.type"), Some("linear"));
+        assert_eq!(m.get_f32("llama.rope.freq_base"), Some(5e5));
+        let c: Json = serde_json::json!({"model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4.0}});
+        assert!(matches!(
+            config_to_metadata(&c, Path::new("c")),
+            Err(Error::BadConfig { .. })
+        ));
+    }
+
+    #[test]
+    fn gemma3_defaults() {
+        let c: Json = serde_json::json!({"model_type": "gemma3_text", "sliding_window": 512, "final_logit_softcapping": 30.0});
+        let m = config_to_metadata(&c, Path::new("c")).unwrap();
+        assert_eq!(m.get_u32("gemma3.context_length"), Some(131_072));
+        assert_eq!(m.get_u32("gemma3.attention.key_length"), Some(256));
+        assert_eq!(m.get_u32("gemma3.attention.head_count_kv"), Some(4));
+        assert_eq!(m.get_f32("gemma3.rope.freq_base"), Some(1e6));
+        assert_eq!(m.get_f32("gemma3.final_logit_softcapping"), Some(30.0));
+        assert_eq!(m.get_u32("gemma3.attention.sliding_window"), Some(512));
     }
 
     #[test]
