@@ -1,9 +1,8 @@
 //! Builder from GGUF `tokenizer.ggml.*` metadata, and SentencePiece merge derivation.
 //!
-//! The metadata comes through the small [`GgufMeta`] trait so that this crate does not
-//! depend on a particular GGUF reader: `gpack-ingest`'s `Metadata` implements it, and so
-//! does the minimal stream reader [`GgufMetadata`] here (only the key-value section is read,
-//! never the tensor data).
+//! The metadata comes through the small [`GgufMeta`] trait, implemented here for
+//! `gpack-ingest`'s `Metadata` (the GGUF parser of the workspace) and implementable by any
+//! other key-value store.
 
 use crate::error::{Error, Result};
 use crate::gbt1::PSEUDO_CHAR;
@@ -229,233 +228,33 @@ impl TokenizerSpec {
     }
 }
 
-/// A GGUF metadata value (only what tokenizers need is kept typed; other arrays are skipped).
-#[derive(Clone, Debug)]
-pub enum GgufValue {
-    /// Any integer, widened.
-    Int(i64),
-    /// f32 or f64.
-    Float(f64),
-    /// Boolean.
-    Bool(bool),
-    /// String (raw bytes).
-    Str(Vec<u8>),
-    /// Array of strings.
-    StrArray(Vec<Vec<u8>>),
-    /// Array of integers.
-    IntArray(Vec<i64>),
-    /// Array of floats.
-    FloatArray(Vec<f32>),
-    /// Anything else.
-    Other,
-}
-
-/// Minimal GGUF (v2, v3) metadata reader: reads only the key-value section from a stream.
-#[derive(Clone, Debug, Default)]
-pub struct GgufMetadata {
-    /// Key → value.
-    pub map: HashMap<String, GgufValue>,
-}
-
-/// Caps (gguf.cpp uses similar sanity limits): keys, string length, array length.
-const MAX_KV: u64 = 1 << 20;
-const MAX_STR: u64 = 1 << 28;
-const MAX_ARR: u64 = 1 << 26;
-
-impl GgufMetadata {
-    /// Read the metadata of the GGUF file at `path`.
-    pub fn open(path: &std::path::Path) -> Result<Self> {
-        let f = std::fs::File::open(path).map_err(|source| Error::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::read(&mut std::io::BufReader::with_capacity(1 << 20, f)).map_err(|e| match e {
-            Error::Io { source, .. } => Error::Io {
-                path: path.display().to_string(),
-                source,
-            },
-            e => e,
-        })
-    }
-
-    /// Read from a stream positioned at the start of a GGUF file. Never panics.
-    pub fn read(r: &mut impl std::io::Read) -> Result<Self> {
-        let io = |source| Error::Io {
-            path: String::new(),
-            source,
-        };
-        let mut rd = |n: usize| -> Result<Vec<u8>> {
-            let mut v = vec![0u8; n];
-            r.read_exact(&mut v).map_err(io)?;
-            Ok(v)
-        };
-        let head = rd(4)?;
-        if head != b"GGUF" {
-            return Err(Error::BadMagic {
-                expected: 0x4655_4747,
-                found: u32::from_le_bytes([head[0], head[1], head[2], head[3]]),
-            });
-        }
-        let u32_ = |b: Vec<u8>| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let u64_ =
-            |b: Vec<u8>| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-        let version = u32_(rd(4)?);
-        if !(2..=3).contains(&version) {
-            return Err(Error::Unsupported {
-                what: "GGUF version",
-                value: version.to_string(),
-            });
-        }
-        let _n_tensors = u64_(rd(8)?);
-        let n_kv = u64_(rd(8)?);
-        if n_kv > MAX_KV {
-            return Err(Error::Invalid {
-                what: "GGUF kv count",
-                value: n_kv,
-                limit: MAX_KV,
-            });
-        }
-        let mut map = HashMap::new();
-        let read_str = |rd: &mut dyn FnMut(usize) -> Result<Vec<u8>>| -> Result<Vec<u8>> {
-            let b = rd(8)?;
-            let n = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-            if n > MAX_STR {
-                return Err(Error::Invalid {
-                    what: "GGUF string length",
-                    value: n,
-                    limit: MAX_STR,
-                });
-            }
-            rd(n as usize)
-        };
-        fn scalar(
-            rd: &mut dyn FnMut(usize) -> Result<Vec<u8>>,
-            ty: u32,
-        ) -> Result<Option<GgufValue>> {
-            let size = match ty {
-                0 | 1 | 7 => 1,
-                2 | 3 => 2,
-                4..=6 => 4,
-                10..=12 => 8,
-                _ => return Ok(None),
-            };
-            let b = rd(size)?;
-            let mut w = [0u8; 8];
-            w[..size].copy_from_slice(&b);
-            let u = u64::from_le_bytes(w);
-            Ok(Some(match ty {
-                0 => GgufValue::Int(u as u8 as i64),
-                1 => GgufValue::Int(u as u8 as i8 as i64),
-                2 => GgufValue::Int(u as u16 as i64),
-                3 => GgufValue::Int(u as u16 as i16 as i64),
-                4 => GgufValue::Int(u as u32 as i64),
-                5 => GgufValue::Int(u as u32 as i32 as i64),
-                6 => GgufValue::Float(f32::from_bits(u as u32) as f64),
-                7 => GgufValue::Bool(u != 0),
-                10 => GgufValue::Int(u as i64),
-                11 => GgufValue::Int(u as i64),
-                _ => GgufValue::Float(f64::from_bits(u)),
-            }))
-        }
-        for _ in 0..n_kv {
-            let key = String::from_utf8_lossy(&read_str(&mut rd)?).into_owned();
-            let ty = u32_(rd(4)?);
-            let v = match ty {
-                8 => GgufValue::Str(read_str(&mut rd)?),
-                9 => {
-                    let ety = u32_(rd(4)?);
-                    let n = u64_(rd(8)?);
-                    if n > MAX_ARR {
-                        return Err(Error::Invalid {
-                            what: "GGUF array length",
-                            value: n,
-                            limit: MAX_ARR,
-                        });
-                    }
-                    match ety {
-                        8 => {
-                            let mut v = Vec::with_capacity(n.min(1 << 20) as usize);
-                            for _ in 0..n {
-                                v.push(read_str(&mut rd)?);
-                            }
-                            GgufValue::StrArray(v)
-                        }
-                        6 => {
-                            let mut v = Vec::with_capacity(n.min(1 << 20) as usize);
-                            for _ in 0..n {
-                                let b = rd(4)?;
-                                v.push(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-                            }
-                            GgufValue::FloatArray(v)
-                        }
-                        _ => {
-                            let mut v = Vec::with_capacity(n.min(1 << 20) as usize);
-                            for _ in 0..n {
-                                match scalar(&mut rd, ety)? {
-                                    Some(GgufValue::Int(x)) => v.push(x),
-                                    Some(_) => v.push(0),
-                                    None => {
-                                        return Err(Error::Unsupported {
-                                            what: "GGUF array type",
-                                            value: ety.to_string(),
-                                        })
-                                    }
-                                }
-                            }
-                            GgufValue::IntArray(v)
-                        }
-                    }
-                }
-                t => scalar(&mut rd, t)?.ok_or(Error::Unsupported {
-                    what: "GGUF value type",
-                    value: t.to_string(),
-                })?,
-            };
-            map.insert(key, v);
-        }
-        Ok(GgufMetadata { map })
-    }
-}
-
-impl GgufMeta for GgufMetadata {
+impl GgufMeta for gpack_ingest::Metadata {
     fn get_str(&self, key: &str) -> Option<&str> {
-        match self.map.get(key)? {
-            GgufValue::Str(s) => std::str::from_utf8(s).ok(),
-            _ => None,
-        }
+        gpack_ingest::Metadata::get_str(self, key)
     }
     fn get_u32(&self, key: &str) -> Option<u32> {
-        match self.map.get(key)? {
-            GgufValue::Int(x) => u32::try_from(*x).ok(),
-            _ => None,
-        }
+        gpack_ingest::Metadata::get_u32(self, key)
     }
     fn get_bool(&self, key: &str) -> Option<bool> {
-        match self.map.get(key)? {
-            GgufValue::Bool(b) => Some(*b),
-            _ => None,
-        }
+        gpack_ingest::Metadata::get_bool(self, key)
     }
     fn get_string_array(&self, key: &str) -> Option<Vec<&[u8]>> {
-        match self.map.get(key)? {
-            GgufValue::StrArray(v) => Some(v.iter().map(|s| s.as_slice()).collect()),
-            _ => None,
-        }
+        Some(
+            gpack_ingest::Metadata::get_string_array(self, key)?
+                .iter()
+                .map(|s| s.as_bytes())
+                .collect(),
+        )
     }
     fn get_i32_array(&self, key: &str) -> Option<Vec<i32>> {
-        match self.map.get(key)? {
-            GgufValue::IntArray(v) => Some(
-                v.iter()
-                    .map(|&x| x.clamp(i32::MIN as i64, i32::MAX as i64) as i32)
-                    .collect(),
-            ),
-            _ => None,
+        if let Some(a) = gpack_ingest::Metadata::get_i32_array(self, key) {
+            return Some(a.to_vec());
         }
+        // Some writers store token types as u32.
+        let a = self.get_u32_array(key)?;
+        a.iter().map(|&v| i32::try_from(v).ok()).collect()
     }
     fn get_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        match self.map.get(key)? {
-            GgufValue::FloatArray(v) => Some(v.clone()),
-            _ => None,
-        }
+        gpack_ingest::Metadata::get_f32_array(self, key).map(<[f32]>::to_vec)
     }
 }

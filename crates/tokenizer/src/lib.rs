@@ -29,7 +29,7 @@ mod write;
 pub use chat::{ChatMessage, ChatTemplate};
 pub use error::{Error, Result};
 pub use gbt1::Gbt1;
-pub use gguf::{GgufMeta, GgufMetadata};
+pub use gguf::GgufMeta;
 pub use load::{load_any, LoadedTokenizer};
 pub use spec::{MergeMode, ModelKind, PreTokenizer, SpecToken, TokenType, TokenizerSpec};
 pub use stream::StreamDecoder;

@@ -1,7 +1,6 @@
 //! `load_any`: one entry point for the `gpack tokenize` command and tools.
 
 use crate::error::{Error, Result};
-use crate::gguf::GgufMetadata;
 use crate::spec::TokenizerSpec;
 use crate::tokenizer::Tokenizer;
 use std::path::Path;
@@ -58,8 +57,11 @@ pub fn load_any(path: &Path) -> Result<LoadedTokenizer> {
             });
         }
         if &head == b"GGUF" {
-            let meta = GgufMetadata::open(path)?;
-            let spec = TokenizerSpec::from_gguf(&meta)?;
+            let src = gpack_ingest::Source::open(path).map_err(|e| Error::Unsupported {
+                what: "GGUF file",
+                value: format!("{}: {e}", path.display()),
+            })?;
+            let spec = TokenizerSpec::from_gguf(&src.metadata)?;
             return Ok(LoadedTokenizer {
                 gbt1: spec.to_gbt1()?,
                 source: "gguf",

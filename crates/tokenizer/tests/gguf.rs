@@ -2,12 +2,12 @@
 //! models' GGUFs give the same ids as the tokenizer.json path.
 
 use crate::common::*;
-use gpack_tokenizer::{GgufMetadata, ModelKind, Tokenizer, TokenizerSpec};
+use gpack_tokenizer::{ModelKind, Tokenizer, TokenizerSpec};
 
 pub fn gguf_spec(name: &str) -> TokenizerSpec {
     let b = gunzip(&testdata().join(name).join("tokenizer.gguf.gz"));
-    let meta = GgufMetadata::read(&mut b.as_slice()).unwrap();
-    TokenizerSpec::from_gguf(&meta).unwrap()
+    let f = gpack_ingest::gguf::parse(&b).unwrap();
+    TokenizerSpec::from_gguf(&f.metadata).unwrap()
 }
 
 pub fn smollm2_gguf_gbt1() -> Vec<u8> {
@@ -44,12 +44,48 @@ fn gguf_model_kinds() {
 }
 
 #[test]
-fn gguf_reader_rejects_garbage() {
-    assert!(GgufMetadata::read(&mut &b"GGUF\x03\0\0\0"[..]).is_err());
-    assert!(GgufMetadata::read(&mut &b"NOPE"[..]).is_err());
-    let mut v = b"GGUF".to_vec();
-    v.extend(3u32.to_le_bytes());
-    v.extend(0u64.to_le_bytes());
-    v.extend(u64::MAX.to_le_bytes());
-    assert!(GgufMetadata::read(&mut v.as_slice()).is_err());
+fn gguf_missing_keys_are_errors() {
+    let m: gpack_ingest::Metadata = std::iter::empty().collect();
+    assert!(matches!(
+        TokenizerSpec::from_gguf(&m),
+        Err(gpack_tokenizer::Error::Missing { .. })
+    ));
+}
+
+#[test]
+fn load_any_detects_formats() {
+    let dir = std::env::temp_dir().join(format!("gpack-tok-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = dir.join("t.gguf");
+    std::fs::write(&g, gunzip(&testdata().join("bpe2048/tokenizer.gguf.gz"))).unwrap();
+    let j = dir.join("tokenizer.json");
+    std::fs::write(&j, gunzip(&testdata().join("bpe2048/tokenizer.json.gz"))).unwrap();
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        gunzip(&testdata().join("bpe2048/tokenizer_config.json.gz")),
+    )
+    .unwrap();
+    let b = dir.join("t.gbt1");
+    std::fs::write(&b, hf_gbt1("bpe2048")).unwrap();
+    let want = Tokenizer::from_bytes(hf_gbt1("bpe2048"))
+        .unwrap()
+        .encode("Hello <|im_start|> world 123", false);
+    for (p, src) in [
+        (&g, "gguf"),
+        (&j, "tokenizer.json"),
+        (&dir, "tokenizer.json"),
+        (&b, "gbt1"),
+    ] {
+        let l = gpack_tokenizer::load_any(p).unwrap();
+        assert_eq!(l.source, src);
+        assert_eq!(
+            l.tokenizer()
+                .unwrap()
+                .encode("Hello <|im_start|> world 123", false),
+            want,
+            "{}",
+            p.display()
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
