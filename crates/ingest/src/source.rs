@@ -404,6 +404,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn source_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Source>();
+        check::<SourceFile>();
+    }
+
+    #[test]
     fn permute_matches_numpy_reshape_swapaxes() {
         // 8 rows of 1 byte, 2 heads: per head rows [a0 a1 b0 b1] -> [a0 b0 a1 b1].
         let src: Vec<u8> = (0..8).collect();

@@ -23,9 +23,11 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
         .and_then(Json::as_str);
     let from_class = by_class.and_then(|c| {
         Some(match c {
-            "LlamaForCausalLM" | "MistralForCausalLM" | "MixtralForCausalLM" => "llama",
-            "Qwen2ForCausalLM" => "qwen2",
-            "Qwen3ForCausalLM" => "qwen3",
+            "LlamaForCausalLM" | "LlamaModel" | "MistralForCausalLM" | "MixtralForCausalLM" => {
+                "llama"
+            }
+            "Qwen2ForCausalLM" | "Qwen2Model" => "qwen2",
+            "Qwen3ForCausalLM" | "Qwen3Model" => "qwen3",
             "Qwen3MoeForCausalLM" => "qwen3moe",
             "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => "gemma3",
             _ => return None,

@@ -33,6 +33,10 @@ fn normalize(hf: &str) -> std::borrow::Cow<'_, str> {
             return format!("{to}{rest}").into();
         }
     }
+    // Bare `*Model` checkpoints (Qwen2Model, LlamaModel) have no `model.` prefix.
+    if hf.starts_with("layers.") || hf == "embed_tokens.weight" || hf == "norm.weight" {
+        return format!("model.{hf}").into();
+    }
     hf.into()
 }
 
@@ -152,6 +156,14 @@ mod tests {
         );
         assert_eq!(
             g("gemma3", "model.language_model.norm.weight").as_deref(),
+            Some("output_norm.weight")
+        );
+        assert_eq!(
+            g("qwen2", "layers.3.mlp.up_proj.weight").as_deref(),
+            Some("blk.3.ffn_up.weight")
+        );
+        assert_eq!(
+            g("qwen2", "norm.weight").as_deref(),
             Some("output_norm.weight")
         );
         assert_eq!(g("llama", "model.layers.01.mlp.up_proj.weight"), None);
