@@ -1,2 +1,36 @@
-//! gpack-runtime: see DESIGN.md. (Work in progress.)
+//! gpack-runtime: runs a model on the CPU from any weight store.
+//!
+//! * [`weights`]: the provider abstraction ([`WeightSource`], [`TensorRef`],
+//!   [`MetadataSource`]) every store implements;
+//! * [`gguf`]: the slow-path provider ([`GgufWeights`]): GGUF or Hugging Face
+//!   sources transcoded into native layouts in memory at load;
+//! * [`config`]: hyperparameters from GGUF-style metadata;
+//! * [`model`]: the graph ([`Model`]), KV cache and scratch ([`State`]),
+//!   batched prefill and decode ([`Model::forward`]);
+//! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
+//! * [`bench`]: prompt-processing and generation throughput.
+//!
+//! Weights are borrowed: `Model<'w>` binds views into its store and owns only
+//! the small norm/bias vectors (converted to f32 at load), its KV cache and
+//! scratch live in [`State`].
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod bench;
+pub mod config;
+mod error;
+pub mod generate;
+pub mod gguf;
+mod matrix;
+pub mod model;
+pub mod ops;
+pub mod sampler;
+pub mod weights;
+
+pub use config::{Activation, Arch, Config, RopeStyle};
+pub use error::{Error, Result};
+pub use generate::{generate, GenerateConfig, Generation, StopReason};
+pub use gguf::GgufWeights;
+pub use model::{Logits, Model, State};
+pub use sampler::{argmax, Sampler, SamplerConfig};
+pub use weights::{AlignedBuf, MetadataSource, TensorRef, WeightSource};

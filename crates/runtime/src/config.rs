@@ -1,0 +1,236 @@
+//! Hyperparameters, read from GGUF-style metadata keys through
+//! [`MetadataSource`], so every provider supplies them the same way.
+//!
+//! Conventions follow llama.cpp (`src/llama-model.cpp`, `llm_load_hparams`
+//! and `llama_model_rope_type`; `src/llama-hparams.cpp`):
+//! * rope type: LLM_ARCH_LLAMA uses `LLAMA_ROPE_TYPE_NORM` (rotate adjacent
+//!   pairs — GGUF's converter permutes q/k rows so this equals HF's
+//!   rotate-half); QWEN2, QWEN3 and GEMMA3 use `LLAMA_ROPE_TYPE_NEOX`
+//!   (rotate the two halves of each head).
+//! * gemma3: embeddings scaled by `sqrt(n_embd)`; attention scale
+//!   `1/sqrt(head_dim)` (`query_pre_attn_scalar` = head_dim for the released
+//!   sizes but 27B); sliding-window layers are `il % 6 < 5`
+//!   (`hparams.set_swa_pattern(6)`) with base `rope.freq_base_swa`, and the
+//!   window masks positions with `p_query - p_key >= n_swa`
+//!   (`is_masked_swa`, LLAMA_SWA_TYPE_STANDARD) — the same as HF's
+//!   `q_idx - kv_idx < sliding_window`; linear rope scaling applies to the
+//!   global layers only.
+
+use crate::error::{Error, Result};
+use crate::weights::MetadataSource;
+
+/// A model family with its own graph details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, SmolLM2, Mistral-style dense models.
+    Llama,
+    /// Qwen2 / Qwen2.5 (q/k/v biases).
+    Qwen2,
+    /// Qwen3 (per-head q/k RMS norms).
+    Qwen3,
+    /// Gemma 3 (GeGLU, pre/post norms, embedding scaling, sliding window).
+    Gemma3,
+}
+
+impl Arch {
+    /// From `general.architecture`.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        Some(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gemma3" => Arch::Gemma3,
+            _ => return None,
+        })
+    }
+    /// The `general.architecture` name (metadata key prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// How rotary embeddings pair the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// ggml `LLAMA_ROPE_TYPE_NORM`: pairs `(x[2i], x[2i+1])`.
+    Normal,
+    /// ggml `LLAMA_ROPE_TYPE_NEOX`: pairs `(x[i], x[i + n_rot/2])`.
+    Neox,
+}
+
+/// The feed-forward activation of the gated FFN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: `silu(gate) * up`.
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// Everything the graph needs besides the tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Architecture.
+    pub arch: Arch,
+    /// Residual width (`embedding_length`).
+    pub n_embd: usize,
+    /// Number of blocks.
+    pub n_layer: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (grouped-query attention when < n_head).
+    pub n_head_kv: usize,
+    /// Per-head q/k width (`attention.key_length`, default n_embd / n_head).
+    pub head_dim: usize,
+    /// Per-head v width (`attention.value_length`, default head_dim).
+    pub head_dim_v: usize,
+    /// FFN width.
+    pub n_ff: usize,
+    /// Vocabulary size (rows of the output head).
+    pub n_vocab: usize,
+    /// Training context (`context_length`).
+    pub n_ctx_train: usize,
+    /// RMS norm epsilon.
+    pub rms_eps: f32,
+    /// Rotated dims per head (`rope.dimension_count`, default head_dim).
+    pub n_rot: usize,
+    /// RoPE base of global layers.
+    pub rope_base: f32,
+    /// RoPE base of sliding-window layers.
+    pub rope_base_swa: f32,
+    /// Position multiplier of global layers (1 / linear scaling factor).
+    pub rope_freq_scale: f32,
+    /// Pair layout of the rotation.
+    pub rope_style: RopeStyle,
+    /// Sliding window (positions a query sees, itself included), if any.
+    pub sliding_window: Option<usize>,
+    /// Which layers use the sliding window (`true` = SWA layer).
+    pub swa_layers: Vec<bool>,
+    /// Scale of q·k (default `1/sqrt(head_dim)`).
+    pub attn_scale: f32,
+    /// `cap * tanh(x / cap)` on attention scores, if configured.
+    pub attn_softcap: Option<f32>,
+    /// `cap * tanh(x / cap)` on the final logits, if configured.
+    pub final_softcap: Option<f32>,
+    /// Multiplier of the token embedding (gemma: sqrt(n_embd)).
+    pub embed_scale: Option<f32>,
+    /// FFN activation.
+    pub activation: Activation,
+}
+
+fn get_u(m: &dyn MetadataSource, key: String) -> Result<usize> {
+    m.meta_u64(&key)
+        .map(|v| v as usize)
+        .ok_or(Error::Metadata { key, what: "integer" })
+}
+
+fn get_f(m: &dyn MetadataSource, key: String) -> Result<f32> {
+    m.meta_f32(&key).ok_or(Error::Metadata { key, what: "float" })
+}
+
+impl Config {
+    /// Reads the hyperparameters. `n_vocab` is given by the caller (rows of the
+    /// embedding), as not every file has `<arch>.vocab_size`.
+    pub fn from_metadata(m: &dyn MetadataSource, n_vocab: usize) -> Result<Config> {
+        let arch_name = m.meta_str("general.architecture").ok_or(Error::Metadata {
+            key: "general.architecture".into(),
+            what: "string",
+        })?;
+        let arch = Arch::from_name(arch_name).ok_or_else(|| Error::Architecture { arch: arch_name.into() })?;
+        let a = arch.name();
+        let k = |s: &str| format!("{a}.{s}");
+        let n_embd = get_u(m, k("embedding_length"))?;
+        let n_layer = get_u(m, k("block_count"))?;
+        let n_head = get_u(m, k("attention.head_count"))?;
+        let n_head_kv = m.meta_u64(&k("attention.head_count_kv")).map_or(n_head, |v| v as usize);
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(Error::Hparam {
+                what: "attention.head_count_kv",
+                value: n_head_kv as u64,
+            });
+        }
+        let head_dim = m.meta_u64(&k("attention.key_length")).map_or(n_embd / n_head, |v| v as usize);
+        let head_dim_v = m.meta_u64(&k("attention.value_length")).map_or(head_dim, |v| v as usize);
+        let n_ff = get_u(m, k("feed_forward_length"))?;
+        let n_ctx_train = m.meta_u64(&k("context_length")).map_or(2048, |v| v as usize);
+        let rms_eps = get_f(m, k("attention.layer_norm_rms_epsilon"))?;
+        let n_rot = m.meta_u64(&k("rope.dimension_count")).map_or(head_dim, |v| v as usize);
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(Error::Hparam {
+                what: "rope.dimension_count",
+                value: n_rot as u64,
+            });
+        }
+        let rope_base = m.meta_f32(&k("rope.freq_base")).unwrap_or(10000.0);
+        let rope_base_swa = m.meta_f32(&k("rope.freq_base_swa")).unwrap_or(match arch {
+            Arch::Gemma3 => 10000.0,
+            _ => rope_base,
+        });
+        let scaling_type = m.meta_str(&k("rope.scaling.type"));
+        let rope_freq_scale = match (scaling_type, m.meta_f32(&k("rope.scaling.factor"))) {
+            (Some("linear"), Some(f)) if f > 0.0 => 1.0 / f,
+            _ => 1.0,
+        };
+        let sliding_window = m.meta_u64(&k("attention.sliding_window")).map(|v| v as usize).filter(|&w| w > 0);
+        let swa_layers = match (arch, sliding_window) {
+            (Arch::Gemma3, Some(_)) => {
+                let pattern = m.meta_u64(&k("attention.sliding_window_pattern")).map_or(6, |v| v as usize).max(1);
+                (0..n_layer).map(|il| il % pattern < pattern - 1).collect()
+            }
+            _ => vec![false; n_layer],
+        };
+        let rope_style = match arch {
+            Arch::Llama => RopeStyle::Normal,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeStyle::Neox,
+        };
+        let (embed_scale, activation) = match arch {
+            Arch::Gemma3 => (Some((n_embd as f32).sqrt()), Activation::GeluTanh),
+            _ => (None, Activation::Silu),
+        };
+        let attn_scale = 1.0 / (head_dim as f32).sqrt();
+        let softcap = |s: &str| m.meta_f32(&k(s)).filter(|&c| c > 0.0);
+        Ok(Config {
+            arch,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            n_ff,
+            n_vocab,
+            n_ctx_train,
+            rms_eps,
+            n_rot,
+            rope_base,
+            rope_base_swa,
+            rope_freq_scale,
+            rope_style,
+            sliding_window,
+            swa_layers,
+            attn_scale,
+            attn_softcap: softcap("attn_logit_softcapping"),
+            final_softcap: softcap("final_logit_softcapping"),
+            embed_scale,
+            activation,
+        })
+    }
+
+    /// Width of all query heads.
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+    /// Width of all key heads (one cache row).
+    pub fn k_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+    /// Width of all value heads.
+    pub fn v_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim_v
+    }
+}

@@ -1,0 +1,89 @@
+//! The one error type of this crate.
+
+/// Errors of model loading and generation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A required metadata key is missing or has the wrong type.
+    #[error("metadata key {key} is missing or not a {what}")]
+    Metadata {
+        /// The key, e.g. `llama.block_count`.
+        key: String,
+        /// The expected kind of value.
+        what: &'static str,
+    },
+    /// The architecture is not one this runtime has a graph for.
+    #[error("unsupported architecture {arch:?}")]
+    Architecture {
+        /// `general.architecture`.
+        arch: String,
+    },
+    /// A required tensor is absent.
+    #[error("tensor {name} is missing")]
+    MissingTensor {
+        /// GGUF tensor name.
+        name: String,
+    },
+    /// A tensor has a shape the graph does not accept.
+    #[error("tensor {name} has shape {found:?}, expected {expected:?}")]
+    Shape {
+        /// GGUF tensor name.
+        name: String,
+        /// Expected dims, ne0 first.
+        expected: Vec<u64>,
+        /// Found dims, ne0 first.
+        found: Vec<u64>,
+    },
+    /// A tensor is stored in a type the runtime cannot use there.
+    #[error("tensor {name}: {what} does not support type {ty}")]
+    TensorType {
+        /// GGUF tensor name.
+        name: String,
+        /// What would have used it (e.g. "norm weight").
+        what: &'static str,
+        /// The ggml type name.
+        ty: &'static str,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    Token {
+        /// The id.
+        id: u32,
+        /// Vocabulary size.
+        n_vocab: usize,
+    },
+    /// The KV cache is full.
+    #[error("context full: {needed} positions needed, the cache holds {capacity}")]
+    ContextFull {
+        /// Positions the call needs.
+        needed: usize,
+        /// Positions the cache holds.
+        capacity: usize,
+    },
+    /// A hyperparameter value the graph cannot run with.
+    #[error("invalid hyperparameter {what}: {value}")]
+    Hparam {
+        /// Which hyperparameter.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// Reading the source model failed.
+    #[error("reading the model")]
+    Ingest(#[from] gpack_ingest::Error),
+    /// A native tensor could not be made or read.
+    #[error("native tensor {name}")]
+    Quant {
+        /// GGUF tensor name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: gpack_quant::Error,
+    },
+    /// The tokenizer failed to load.
+    #[error("tokenizer")]
+    Tokenizer(#[from] gpack_tokenizer::Error),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

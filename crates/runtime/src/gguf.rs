@@ -1,0 +1,206 @@
+//! The slow-path weight provider: a GGUF file or a Hugging Face directory
+//! (anything `gpack_ingest::Source::open` reads), every matrix transcoded
+//! into its native layout in memory at load.
+//!
+//! Why transcode instead of running on ggml blocks: the kernels only have fast
+//! paths for the native structure-of-arrays layouts (DESIGN.md), and the
+//! transcode is exact, so a model loaded here gives the same logits as the
+//! same model loaded zero-copy from a `.gpack` with `--quant keep`.
+//!
+//! q‖k‖v and gate‖up of a layer are fused at load when they share a ggml
+//! type and column count: their ggml rows are concatenated (ggml blocks never
+//! straddle rows, so the concatenation is itself a valid ggml tensor) and
+//! transcoded as one native tensor; each member is served as a row range.
+//! 1-D tensors (norms, biases, rope factors) are copied as they are.
+
+use crate::error::{Error, Result};
+use crate::weights::{AlignedBuf, MetadataSource, TensorRef, WeightSource};
+use gpack_ingest::{Metadata, Source, TensorInfo};
+use gpack_quant::{GgmlType, NativeView};
+use std::collections::HashMap;
+use std::path::Path;
+
+enum Entry {
+    Native { buf: usize, row_start: usize, rows: usize },
+    Dense { ggml_type: GgmlType, dims: Vec<u64>, bytes: Vec<u8> },
+}
+
+/// A model read with `gpack_ingest` and transcoded into native layouts in
+/// memory (owned; the source mapping is released after load).
+pub struct GgufWeights {
+    metadata: Metadata,
+    natives: Vec<AlignedBuf>,
+    index: HashMap<String, Entry>,
+    native_bytes: usize,
+}
+
+impl std::fmt::Debug for GgufWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufWeights")
+            .field("tensors", &self.index.len())
+            .field("native_tensors", &self.natives.len())
+            .field("native_bytes", &self.native_bytes)
+            .finish()
+    }
+}
+
+/// Groups fused at load: members in row order.
+const FUSED_GROUPS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
+
+fn is_matrix(t: &TensorInfo) -> bool {
+    t.dims.len() >= 2 && t.dims[1..].iter().product::<u64>() > 1
+}
+
+fn rows_cols(t: &TensorInfo) -> (u64, u64) {
+    (t.dims[1..].iter().product(), t.dims[0])
+}
+
+fn quant_err(name: &str) -> impl FnOnce(gpack_quant::Error) -> Error + '_ {
+    move |e| Error::Quant {
+        name: name.to_string(),
+        source: e,
+    }
+}
+
+/// Transcodes `src` (`rows × cols` of `ty`) into a fresh aligned native buffer.
+fn transcode_to_buf(name: &str, ty: GgmlType, src: &[u8], rows: u64, cols: u64) -> Result<AlignedBuf> {
+    let layout = gpack_quant::native_layout_for(ty);
+    let len = gpack_quant::encoded_len(layout, rows, cols).map_err(quant_err(name))?;
+    let mut buf = AlignedBuf::zeroed(len as usize);
+    gpack_quant::transcode(ty, src, rows, cols, &mut buf).map_err(quant_err(name))?;
+    // Validate once here; `tensor()` re-parses cheaply and cannot fail after this.
+    NativeView::parse(buf.as_slice()).map_err(quant_err(name))?;
+    Ok(buf)
+}
+
+impl GgufWeights {
+    /// Opens `path` (GGUF file, split GGUF, safetensors file/index or HF
+    /// directory) and transcodes its matrices.
+    pub fn open(path: &Path) -> Result<Self> {
+        let source = Source::open(path)?;
+        Self::from_source(&source)
+    }
+
+    /// Transcodes the tensors of an opened source.
+    pub fn from_source(source: &Source) -> Result<Self> {
+        let mut index: HashMap<String, Entry> = HashMap::new();
+        let mut natives = Vec::new();
+        let mut fused_done: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let by_name: HashMap<&str, &TensorInfo> = source.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+
+        // Fused groups first.
+        let n_layer = source
+            .tensors
+            .iter()
+            .filter_map(|t| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
+            .max()
+            .map_or(0, |m| m + 1);
+        for l in 0..n_layer {
+            for group in FUSED_GROUPS {
+                let names: Vec<String> = group.iter().map(|m| format!("blk.{l}.{m}.weight")).collect();
+                let members: Option<Vec<&TensorInfo>> = names.iter().map(|n| by_name.get(n.as_str()).copied()).collect();
+                let Some(members) = members else { continue };
+                let ty = members[0].ggml_type;
+                let cols = members[0].dims[0];
+                if !members.iter().all(|t| is_matrix(t) && t.ggml_type == ty && t.dims[0] == cols && t.dims.len() == 2) {
+                    continue;
+                }
+                let mut bytes = Vec::new();
+                let mut total_rows = 0u64;
+                for t in &members {
+                    bytes.extend_from_slice(&source.tensor_bytes(t)?);
+                    total_rows += rows_cols(t).0;
+                }
+                let buf = transcode_to_buf(&names[0], ty, &bytes, total_rows, cols)?;
+                let id = natives.len();
+                natives.push(buf);
+                let mut row = 0usize;
+                for (t, n) in members.iter().zip(&names) {
+                    let rows = rows_cols(t).0 as usize;
+                    index.insert(n.clone(), Entry::Native { buf: id, row_start: row, rows });
+                    fused_done.insert(n.clone());
+                    row += rows;
+                }
+            }
+        }
+
+        for t in &source.tensors {
+            if fused_done.contains(&t.name) {
+                continue;
+            }
+            let bytes = source.tensor_bytes(t)?;
+            if is_matrix(t) {
+                let (rows, cols) = rows_cols(t);
+                let buf = transcode_to_buf(&t.name, t.ggml_type, &bytes, rows, cols)?;
+                let id = natives.len();
+                natives.push(buf);
+                index.insert(t.name.clone(), Entry::Native { buf: id, row_start: 0, rows: rows as usize });
+            } else {
+                index.insert(
+                    t.name.clone(),
+                    Entry::Dense {
+                        ggml_type: t.ggml_type,
+                        dims: t.dims.clone(),
+                        bytes: bytes.into_owned(),
+                    },
+                );
+            }
+        }
+        let native_bytes = natives.iter().map(|b| b.as_slice().len()).sum();
+        Ok(GgufWeights {
+            metadata: source.metadata.clone(),
+            natives,
+            index,
+            native_bytes,
+        })
+    }
+
+    /// The metadata (GGUF keys; for HF directories as ingest derives them).
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Bytes of native tensors held in memory.
+    pub fn native_bytes(&self) -> usize {
+        self.native_bytes
+    }
+}
+
+impl MetadataSource for GgufWeights {
+    fn meta_u64(&self, key: &str) -> Option<u64> {
+        self.metadata.meta_u64(key)
+    }
+    fn meta_f32(&self, key: &str) -> Option<f32> {
+        self.metadata.meta_f32(key)
+    }
+    fn meta_str(&self, key: &str) -> Option<&str> {
+        self.metadata.meta_str(key)
+    }
+    fn meta_bool(&self, key: &str) -> Option<bool> {
+        self.metadata.meta_bool(key)
+    }
+    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
+        self.metadata.meta_f32_array(key)
+    }
+}
+
+impl WeightSource for GgufWeights {
+    fn tensor(&self, name: &str) -> Option<TensorRef<'_>> {
+        match self.index.get(name)? {
+            Entry::Native { buf, row_start, rows } => {
+                // Parsed successfully at load; the bytes are immutable since.
+                let view = NativeView::parse(self.natives[*buf].as_slice()).ok()?;
+                Some(TensorRef::Native {
+                    view,
+                    row_start: *row_start,
+                    rows: *rows,
+                })
+            }
+            Entry::Dense { ggml_type, dims, bytes } => Some(TensorRef::Dense {
+                ggml_type: *ggml_type,
+                dims: dims.clone(),
+                bytes,
+            }),
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Matrix weights bound to their storage, and projections that share an input.
+//!
+//! [`Matrix`] is a validated [`TensorRef`]: a native row range (fast path,
+//! the quant crate's kernels) or raw ggml data (slow correctness path,
+//! dequantized row by row). [`Proj`] is a group of matrices applied to the
+//! same input (q, k, v or gate, up); when its members tile one native tensor
+//! it runs as one kernel call.
+
+use crate::error::{Error, Result};
+use crate::weights::TensorRef;
+use gpack_quant::{GgmlType, NativeView};
+
+/// A `rows × cols` weight (y = W·x has `rows` outputs).
+#[derive(Clone, Debug)]
+pub(crate) enum Matrix<'a> {
+    /// Rows `row_start..row_start + rows` of a native tensor.
+    Native {
+        view: NativeView<'a>,
+        row_start: usize,
+        rows: usize,
+    },
+    /// Raw ggml rows.
+    Dense {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        row_bytes: usize,
+        bytes: &'a [u8],
+    },
+}
+
+impl<'a> Matrix<'a> {
+    /// Binds `t` as a matrix of `cols` columns (and `rows` rows when given).
+    pub fn bind(name: &str, t: TensorRef<'a>, cols: usize, rows: Option<usize>) -> Result<Self> {
+        let shape_err = |found: Vec<u64>| Error::Shape {
+            name: name.to_string(),
+            expected: vec![cols as u64, rows.unwrap_or(0) as u64],
+            found,
+        };
+        let m = match t {
+            TensorRef::Native { view, row_start, rows: r } => {
+                if view.cols() != cols || row_start.checked_add(r).is_none_or(|e| e > view.rows()) {
+                    return Err(shape_err(vec![view.cols() as u64, r as u64]));
+                }
+                Matrix::Native {
+                    view,
+                    row_start,
+                    rows: r,
+                }
+            }
+            TensorRef::Dense { ggml_type, dims, bytes } => {
+                let r: u64 = dims.iter().skip(1).product();
+                if dims.first().copied() != Some(cols as u64) || !gpack_quant::ggml::can_dequantize(ggml_type) {
+                    return Err(shape_err(dims));
+                }
+                let row_bytes = ggml_type.bytes_for(cols as u64).ok_or_else(|| shape_err(dims.clone()))? as usize;
+                if bytes.len() != row_bytes * r as usize {
+                    return Err(shape_err(dims));
+                }
+                Matrix::Dense {
+                    ty: ggml_type,
+                    rows: r as usize,
+                    cols,
+                    row_bytes,
+                    bytes,
+                }
+            }
+        };
+        if let Some(want) = rows {
+            if m.rows() != want {
+                return Err(shape_err(vec![cols as u64, m.rows() as u64]));
+            }
+        }
+        Ok(m)
+    }
+
+    pub fn rows(&self) -> usize {
+        match self {
+            Matrix::Native { rows, .. } | Matrix::Dense { rows, .. } => *rows,
+        }
+    }
+
+    pub fn cols(&self) -> usize {
+        match self {
+            Matrix::Native { view, .. } => view.cols(),
+            Matrix::Dense { cols, .. } => *cols,
+        }
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` values): the embedding lookup.
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        match self {
+            Matrix::Native { view, row_start, .. } => view.dequantize_row(row_start + r, out),
+            Matrix::Dense { ty, row_bytes, bytes, .. } => {
+                // Checked at bind: the type decodes and the row fits.
+                let _ = gpack_quant::dequantize_ggml(*ty, &bytes[r * row_bytes..(r + 1) * row_bytes], out);
+            }
+        }
+    }
+
+    /// `y[i] = W · x[i]` for `n` inputs: `x` is `[n][cols]`, `y` is `[n][rows]`.
+    /// `tmp` is scratch for the partial-view and dense paths.
+    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32], tmp: &mut Vec<f32>) {
+        let cols = self.cols();
+        let rows = self.rows();
+        debug_assert_eq!(x.len(), n * cols);
+        debug_assert_eq!(y.len(), n * rows);
+        match self {
+            Matrix::Native { view, row_start, .. } => {
+                let whole = *row_start == 0 && rows == view.rows();
+                if whole {
+                    if n == 1 {
+                        gpack_quant::matvec(view, x, y);
+                    } else {
+                        gpack_quant::matmul(view, x, n, y);
+                    }
+                } else {
+                    // The quant crate has no row-range kernel: run the whole
+                    // view and keep our rows (only reached by members of a
+                    // fused tensor used apart, which `Proj` avoids).
+                    let vr = view.rows();
+                    tmp.resize(n * vr, 0.0);
+                    if n == 1 {
+                        gpack_quant::matvec(view, x, tmp);
+                    } else {
+                        gpack_quant::matmul(view, x, n, tmp);
+                    }
+                    for (yo, t) in y.chunks_exact_mut(rows).zip(tmp.chunks_exact(vr)) {
+                        yo.copy_from_slice(&t[*row_start..*row_start + rows]);
+                    }
+                }
+            }
+            Matrix::Dense { ty, row_bytes, bytes, .. } => {
+                tmp.resize(cols, 0.0);
+                for r in 0..rows {
+                    let _ = gpack_quant::dequantize_ggml(*ty, &bytes[r * row_bytes..(r + 1) * row_bytes], tmp);
+                    for i in 0..n {
+                        y[i * rows + r] = crate::ops::dot(tmp, &x[i * cols..(i + 1) * cols]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Matrices applied to one input whose outputs are concatenated per token:
+/// `out[i] = [W0·x[i], W1·x[i], …]`.
+#[derive(Debug)]
+pub(crate) struct Proj<'a> {
+    /// One matrix covering all members, when they are adjacent rows of one view.
+    fused: Option<Matrix<'a>>,
+    parts: Vec<Matrix<'a>>,
+    total: usize,
+}
+
+fn same_view(a: &NativeView, b: &NativeView) -> bool {
+    std::ptr::eq(a.codes().as_ptr(), b.codes().as_ptr()) && a.codes().len() == b.codes().len()
+}
+
+impl<'a> Proj<'a> {
+    pub fn new(parts: Vec<Matrix<'a>>) -> Self {
+        let total = parts.iter().map(Matrix::rows).sum();
+        let mut fused = None;
+        if let Some(Matrix::Native { view, row_start, .. }) = parts.first() {
+            let mut next = *row_start;
+            let adjacent = parts.iter().all(|p| match p {
+                Matrix::Native {
+                    view: v,
+                    row_start: s,
+                    rows,
+                } if same_view(v, view) && *s == next => {
+                    next += rows;
+                    true
+                }
+                _ => false,
+            });
+            if adjacent && parts.len() > 1 {
+                fused = Some(Matrix::Native {
+                    view: *view,
+                    row_start: *row_start,
+                    rows: total,
+                });
+            }
+        }
+        Proj { fused, parts, total }
+    }
+
+    /// Whether the members run as one kernel call.
+    pub fn is_fused(&self) -> bool {
+        self.fused.is_some() || self.parts.len() == 1
+    }
+
+    /// `out` is `[n][rows()]`.
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32], tmp: &mut Vec<f32>, tmp2: &mut Vec<f32>) {
+        if let Some(f) = &self.fused {
+            return f.matmul(x, n, out, tmp);
+        }
+        if self.parts.len() == 1 {
+            return self.parts[0].matmul(x, n, out, tmp);
+        }
+        let mut off = 0;
+        for p in &self.parts {
+            let r = p.rows();
+            if n == 1 {
+                p.matmul(x, 1, &mut out[off..off + r], tmp);
+            } else {
+                tmp2.resize(n * r, 0.0);
+                p.matmul(x, n, tmp2, tmp);
+                for (o, t) in out.chunks_exact_mut(self.total).zip(tmp2.chunks_exact(r)) {
+                    o[off..off + r].copy_from_slice(t);
+                }
+            }
+            off += r;
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Small f32 kernels of the graph: RMS norm, rotary embeddings, softmax,
+//! activations and the dot/axpy loops of attention.
+//!
+//! Written in safe Rust so that LLVM vectorizes them: reductions use eight
+//! independent accumulators (`chunks_exact(8)`), since a single f32
+//! accumulator forces a serial add chain (floats are not reassociated).
+
+use crate::config::RopeStyle;
+
+/// `Σ a[i] * b[i]` with eight partial sums (vectorizes to one 256-bit lane set).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ar.iter().zip(br) {
+        s += x * y;
+    }
+    s
+}
+
+/// `y += a * x`.
+#[inline]
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    for (yv, xv) in y.iter_mut().zip(x) {
+        *yv += a * xv;
+    }
+}
+
+/// `out = x / sqrt(mean(x²) + eps) * w` (llama.cpp `ggml_rms_norm` then
+/// `ggml_mul`; HF `LlamaRMSNorm`). The sum of squares is accumulated in f32
+/// with eight partial sums.
+#[inline]
+pub fn rmsnorm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
+    let ss = dot(x, x) / x.len() as f32;
+    let inv = 1.0 / (ss + eps).sqrt();
+    for ((o, &xv), &wv) in out.iter_mut().zip(x).zip(w) {
+        *o = xv * inv * wv;
+    }
+}
+
+/// In-place [`rmsnorm`].
+#[inline]
+pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let ss = dot(x, x) / x.len() as f32;
+    let inv = 1.0 / (ss + eps).sqrt();
+    for (xv, &wv) in x.iter_mut().zip(w) {
+        *xv = *xv * inv * wv;
+    }
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// SiLU, `x * sigmoid(x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU, tanh approximation (`gelu_pytorch_tanh`, ggml `ggml_gelu`).
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// Rotary tables for one base: the inverse frequencies `base^(-2i/n_rot)`.
+#[derive(Clone, Debug)]
+pub struct Rope {
+    /// `[n_rot / 2]` inverse frequencies.
+    inv_freq: Vec<f32>,
+    /// Position multiplier (1 / linear scaling factor).
+    freq_scale: f32,
+    style: RopeStyle,
+    n_rot: usize,
+}
+
+impl Rope {
+    /// Tables for `n_rot` rotated dims of base `base`. Frequencies are computed
+    /// in f64 and rounded once (HF computes them in f32, ggml by repeated f32
+    /// multiplication; both are within a few ulps of this).
+    pub fn new(n_rot: usize, base: f32, freq_scale: f32, style: RopeStyle, freq_factors: Option<&[f32]>) -> Rope {
+        let inv_freq = (0..n_rot / 2)
+            .map(|i| {
+                let f = (base as f64).powf(-2.0 * i as f64 / n_rot as f64);
+                let ff = freq_factors.and_then(|v| v.get(i)).copied().unwrap_or(1.0) as f64;
+                (f / ff) as f32
+            })
+            .collect();
+        Rope {
+            inv_freq,
+            freq_scale,
+            style,
+            n_rot,
+        }
+    }
+
+    /// Fills `cs` (`[n_rot/2][2]`: cos, sin) for position `pos`.
+    pub fn cos_sin(&self, pos: usize, cs: &mut [f32]) {
+        let p = pos as f64 * self.freq_scale as f64;
+        for (c, &f) in cs.chunks_exact_mut(2).zip(&self.inv_freq) {
+            let (s, co) = (p * f as f64).sin_cos();
+            c[0] = co as f32;
+            c[1] = s as f32;
+        }
+    }
+
+    /// Rotates each head (`head_dim` wide) of `x` in place with the table `cs`
+    /// from [`Rope::cos_sin`]. Dims past `n_rot` are left unchanged.
+    pub fn apply(&self, x: &mut [f32], head_dim: usize, cs: &[f32]) {
+        let half = self.n_rot / 2;
+        for h in x.chunks_exact_mut(head_dim) {
+            match self.style {
+                RopeStyle::Normal => {
+                    for (p, c) in h[..self.n_rot].chunks_exact_mut(2).zip(cs.chunks_exact(2)) {
+                        let (x0, x1) = (p[0], p[1]);
+                        p[0] = x0 * c[0] - x1 * c[1];
+                        p[1] = x0 * c[1] + x1 * c[0];
+                    }
+                }
+                RopeStyle::Neox => {
+                    let (a, b) = h[..self.n_rot].split_at_mut(half);
+                    for ((x0, x1), c) in a.iter_mut().zip(b.iter_mut()).zip(cs.chunks_exact(2)) {
+                        let (v0, v1) = (*x0, *x1);
+                        *x0 = v0 * c[0] - v1 * c[1];
+                        *x1 = v0 * c[1] + v1 * c[0];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_matches_naive() {
+        let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.25).collect();
+        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - naive).abs() < 1e-3);
+    }
+
+    #[test]
+    fn neox_and_normal_agree_after_permutation() {
+        // NORM on interleaved pairs == NEOX on the halves of the permuted head.
+        let hd = 8;
+        let x: Vec<f32> = (0..hd).map(|i| i as f32 + 1.0).collect();
+        let norm = Rope::new(hd, 10000.0, 1.0, RopeStyle::Normal, None);
+        let neox = Rope::new(hd, 10000.0, 1.0, RopeStyle::Neox, None);
+        let mut cs = vec![0f32; hd];
+        norm.cos_sin(5, &mut cs);
+        let mut a = x.clone();
+        norm.apply(&mut a, hd, &cs);
+        // interleaved [x0 y0 x1 y1 ...] -> halves [x0 x1 .. y0 y1 ..]
+        let mut b: Vec<f32> = (0..hd / 2).map(|i| x[2 * i]).chain((0..hd / 2).map(|i| x[2 * i + 1])).collect();
+        neox.apply(&mut b, hd, &cs);
+        for i in 0..hd / 2 {
+            assert!((a[2 * i] - b[i]).abs() < 1e-6);
+            assert!((a[2 * i + 1] - b[i + hd / 2]).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut v = vec![1.0, 2.0, 3.0, -1.0];
+        softmax(&mut v);
+        assert!((v.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(v[2] > v[1] && v[1] > v[0] && v[0] > v[3]);
+    }
+}

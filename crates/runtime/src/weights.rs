@@ -1,0 +1,165 @@
+//! The weight-store abstraction every model provider implements.
+//!
+//! A provider (the GGUF slow path in [`crate::gguf`], the zero-copy `.gpack`
+//! and `.giw` readers) answers two questions: "what is metadata key K" and
+//! "where is tensor N". Tensors come back as borrowed [`TensorRef`]s, so the
+//! model graph (`Model<'w>`) borrows from the store and never owns weights.
+//!
+//! Why [`TensorRef::Native`] carries a row range: a fused q‖k‖v or gate‖up
+//! tensor is stored once (its members' rows back to back, DESIGN.md "Native
+//! weight layouts") and each member is served as a row range of it. The graph
+//! recognises members that tile one view and then runs ONE matrix-vector call
+//! over all of them (see `model.rs`, `Proj`).
+
+use crate::error::{Error, Result};
+use gpack_quant::{GgmlType, NativeView};
+
+/// GGUF-style metadata key/value lookups (`<arch>.embedding_length`, …).
+///
+/// Integer getters accept any integer type that fits; float getters accept
+/// f32 (and f64, rounded) where the provider can.
+pub trait MetadataSource {
+    /// A non-negative integer value.
+    fn meta_u64(&self, key: &str) -> Option<u64>;
+    /// A float value.
+    fn meta_f32(&self, key: &str) -> Option<f32>;
+    /// A UTF-8 string value.
+    fn meta_str(&self, key: &str) -> Option<&str>;
+    /// A boolean value.
+    fn meta_bool(&self, key: &str) -> Option<bool>;
+    /// An array of f32 values (e.g. per-layer values), if the provider has it.
+    fn meta_f32_array(&self, _key: &str) -> Option<Vec<f32>> {
+        None
+    }
+}
+
+impl MetadataSource for gpack_ingest::Metadata {
+    fn meta_u64(&self, key: &str) -> Option<u64> {
+        self.get_u64(key)
+    }
+    fn meta_f32(&self, key: &str) -> Option<f32> {
+        self.get_f32(key)
+    }
+    fn meta_str(&self, key: &str) -> Option<&str> {
+        self.get_str(key)
+    }
+    fn meta_bool(&self, key: &str) -> Option<bool> {
+        self.get_bool(key)
+    }
+    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
+        self.get_f32_array(key).map(<[f32]>::to_vec)
+    }
+}
+
+/// A borrowed tensor as a provider hands it out.
+#[derive(Clone, Debug)]
+pub enum TensorRef<'a> {
+    /// Rows `row_start .. row_start + rows` of a native tensor (all of it when
+    /// `row_start == 0 && rows == view.rows()`). Matrix weights (ne1 > 1)
+    /// should come this way: the kernels run on native layouts.
+    Native {
+        /// The whole native tensor (possibly a fused group).
+        view: NativeView<'a>,
+        /// First row of this member.
+        row_start: usize,
+        /// Rows of this member.
+        rows: usize,
+    },
+    /// Raw ggml data: norms, biases, rope factors (and, on a slow path,
+    /// embeddings or a head kept in a ggml block type).
+    Dense {
+        /// Element type of `bytes`.
+        ggml_type: GgmlType,
+        /// Dimensions, ne0 (contiguous) first.
+        dims: Vec<u64>,
+        /// The data, exactly `ggml_type` bytes for `dims`.
+        bytes: &'a [u8],
+    },
+}
+
+impl TensorRef<'_> {
+    /// Dimensions, ne0 first (`[cols, rows]` for a matrix).
+    pub fn dims(&self) -> Vec<u64> {
+        match self {
+            TensorRef::Native { view, rows, .. } => vec![view.cols() as u64, *rows as u64],
+            TensorRef::Dense { dims, .. } => dims.clone(),
+        }
+    }
+}
+
+/// A model's weights: metadata plus named tensors (GGUF names,
+/// `blk.N.attn_q.weight`).
+pub trait WeightSource: MetadataSource {
+    /// The tensor named `name`, or `None` when absent.
+    fn tensor(&self, name: &str) -> Option<TensorRef<'_>>;
+}
+
+/// Reads a 1-D (or any) dense tensor as f32 values (F32, F16, BF16 and the
+/// ggml block types [`gpack_quant::dequantize_ggml`] knows). Used at load for
+/// norms and biases, which are small.
+pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> Result<Vec<f32>> {
+    match t {
+        TensorRef::Dense { ggml_type, dims, bytes } => {
+            let n = dims.iter().product::<u64>() as usize;
+            let mut out = vec![0f32; n];
+            gpack_quant::dequantize_ggml(*ggml_type, bytes, &mut out).map_err(|e| Error::Quant {
+                name: name.to_string(),
+                source: e,
+            })?;
+            Ok(out)
+        }
+        TensorRef::Native { view, row_start, rows } => {
+            let cols = view.cols();
+            let mut out = vec![0f32; cols * rows];
+            for (i, o) in out.chunks_exact_mut(cols).enumerate() {
+                view.dequantize_row(row_start + i, o);
+            }
+            let _ = what;
+            Ok(out)
+        }
+    }
+}
+
+/// A byte buffer whose start is 64-byte aligned, made in safe Rust by
+/// over-allocating a `Vec<u8>` and starting at the first aligned address.
+/// Native views need their scale arrays 4-aligned and prefer 16/64 for SIMD
+/// loads; a plain `Vec<u8>` guarantees only 1.
+pub struct AlignedBuf {
+    buf: Vec<u8>,
+    off: usize,
+    len: usize,
+    pos: usize,
+}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes.
+    pub fn zeroed(len: usize) -> Self {
+        let buf = vec![0u8; len + 64];
+        let off = (64 - (buf.as_ptr() as usize % 64)) % 64;
+        AlignedBuf { buf, off, len, pos: 0 }
+    }
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[self.off..self.off + self.len]
+    }
+    /// Bytes written so far through the `Write` impl.
+    pub fn written(&self) -> usize {
+        self.pos
+    }
+}
+
+impl std::io::Write for AlignedBuf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let room = self.len - self.pos;
+        if data.len() > room {
+            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "native tensor longer than its encoded_len"));
+        }
+        let s = self.off + self.pos;
+        self.buf[s..s + data.len()].copy_from_slice(data);
+        self.pos += data.len();
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
