@@ -225,7 +225,8 @@ pub struct Source {
 impl Source {
     /// Opens a model, detecting what `path` is:
     /// - a directory: a Hugging Face model directory (`model.safetensors.index.json`,
-    ///   `model.safetensors`, or a single `*.safetensors` / `*.safetensors.index.json`);
+    ///   else `model.safetensors`, else the single `*.safetensors.index.json`, else all
+    ///   `*.safetensors` files in name order);
     /// - a file ending in `.index.json`: a sharded safetensors index;
     /// - a file starting with `GGUF`: a GGUF; if its name is `<prefix>-NNNNN-of-MMMMM.gguf`,
     ///   every shard of the split is found next to it and checked;

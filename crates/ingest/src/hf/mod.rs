@@ -37,7 +37,9 @@ use crate::source::{
 };
 use crate::value::Metadata;
 
-/// Opens an HF model directory.
+/// Opens an HF model directory: `model.safetensors.index.json`, else
+/// `model.safetensors`, else the one `*.safetensors.index.json`, else every
+/// `*.safetensors` file (in name order; a tensor name may appear only once).
 pub(crate) fn open_dir(dir: &Path) -> Result<Source, Error> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
