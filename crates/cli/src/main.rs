@@ -21,6 +21,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    Convert(cmd::convert::Args),
     Verify(cmd::verify::Args),
     Inspect(cmd::inspect::Args),
 }
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
     });
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Convert(a) => cmd::convert::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
     };

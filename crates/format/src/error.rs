@@ -209,6 +209,14 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// An external expert file is missing, resized or altered.
+    #[error("external expert file {file}: {problem}")]
+    ExternalExperts {
+        /// The recorded file name.
+        file: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A size computation overflowed u64.
     #[error("size overflow computing {what}")]
     Overflow {

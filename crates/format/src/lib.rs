@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod external;
 pub mod ggml;
 mod kind;
 pub mod manifest;

@@ -464,7 +464,7 @@ pub struct ExpertLayout {
 }
 
 const FILE_REC: usize = 24;
-const SLICE_REC: usize = 88;
+const SLICE_REC: usize = 80;
 
 impl ExpertLayout {
     /// The slice of `part` (0 gate, 1 up, 2 down) of `expert` in `layer`.

@@ -1,7 +1,8 @@
 //! `gpack inspect`: what is inside a .gpack file.
 
 use anyhow::{Context, Result};
-use gpack_format::{Gpack, HeaderFlags};
+use gpack_format::ggml::GgmlType;
+use gpack_format::{Gpack, HeaderFlags, SectionKind};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +57,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 "sha256": hex::encode(s.sha256),
             })).collect::<Vec<_>>(),
             "manifest": m.to_value(),
+            "tensors": tensors(&g)?,
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -96,5 +98,59 @@ pub fn run(a: Args) -> Result<ExitCode> {
             &hex::encode(s.sha256)[..16]
         );
     }
+    let t = tensors(&g)?;
+    if !t.is_empty() {
+        println!("tensors:   {}", t.len());
+        for e in &t {
+            println!(
+                "  {:<40} {:<6} {:<18} {:<14} {}",
+                e["name"].as_str().unwrap_or(""),
+                e["type"].as_str().unwrap_or(""),
+                e["dims"].to_string(),
+                e["section"].as_str().unwrap_or(""),
+                e["layout"].as_str().unwrap_or("")
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The TensorIndex as JSON rows (empty when the file has none).
+fn tensors(g: &Gpack) -> Result<Vec<serde_json::Value>> {
+    let Some(s) = g.section(SectionKind::TensorIndex) else {
+        return Ok(Vec::new());
+    };
+    let entries = gpack_format::payload::parse_tensor_index(s.bytes)?;
+    Ok(entries
+        .iter()
+        .map(|e| {
+            let ty = GgmlType::from_id(e.src_type)
+                .map_or_else(|| format!("#{}", e.src_type), |t| t.name().to_string());
+            json!({
+                "name": e.name,
+                "type": ty,
+                "dims": e.dims,
+                "section": SectionKind::from_u32(e.section).map_or("?", |k| k.default_name()),
+                "layout": layout_name(e.layout, e.group),
+                "offset": e.offset,
+                "size": e.size,
+            })
+        })
+        .collect())
+}
+
+fn layout_name(code: u32, group: u32) -> String {
+    match code {
+        gpack_format::payload::LAYOUT_GGML => "raw".into(),
+        1 => "F32".into(),
+        2 => "F16".into(),
+        3 => "BF16".into(),
+        4 => format!("I8Sym/G{group}"),
+        5 => format!("I8Asym/G{group}"),
+        6 => format!("I4Sym/G{group}"),
+        7 => format!("I4Asym/G{group}"),
+        c if c >= 0x1000 => GgmlType::from_id(c - 0x1000)
+            .map_or_else(|| format!("#{c}"), |t| format!("ggml:{}", t.name())),
+        c => format!("#{c}"),
+    }
 }

@@ -1,0 +1,125 @@
+//! `gpack convert`: GGUF / safetensors / HF directory → one .gpack.
+
+use crate::progress::bytes_bar;
+use anyhow::{Context, Result};
+use gpack_convert::{convert, ConvertOptions, Progress, Quant};
+use indicatif::ProgressBar;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+/// Convert a model into one self-contained, page-aligned, hash-verified .gpack.
+///
+/// SRC is a GGUF file (for a split GGUF, any shard: all shards are found and
+/// checked), a safetensors file, a `model.safetensors.index.json`, or a Hugging
+/// Face model directory. Tensors are streamed one at a time into their
+/// sections (peak memory: about one tensor), the file is written to
+/// `<OUT>.tmp.<pid>`, verified, and renamed into place: an interrupted
+/// conversion never leaves a partial file, and an existing OUT is kept unless
+/// --force is given.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  gpack convert SmolLM2-135M-Instruct.Q4_1.gguf --name smollm2 -o smollm2.gpack
+  gpack convert model-00001-of-00003.gguf --external-experts -o ext.gpack --json
+  gpack convert ./hf_model_dir -o model.gpack
+  gpack convert ./hf_model_dir/model.safetensors.index.json -o model.gpack --quant int8")]
+pub struct Args {
+    /// The source model.
+    src: PathBuf,
+    /// The .gpack to write.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Model name recorded in the manifest (default: general.name, or OUT's stem).
+    #[arg(long)]
+    name: Option<String>,
+    /// Weight layout: keep (exact native layout of each ggml type), int8 or int4
+    /// (quantize matmul weights, groups of 32).
+    #[arg(long, value_enum, default_value = "keep")]
+    quant: QuantArg,
+    /// Leave routed experts in the source GGUF shards (which must sit next to OUT)
+    /// and record references to them instead of copying.
+    #[arg(long)]
+    external_experts: bool,
+    /// Replace OUT if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Print a JSON report (schema "gpack.convert.v1") of what went where.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum QuantArg {
+    Keep,
+    Int8,
+    Int4,
+}
+
+struct Bars {
+    visible: bool,
+    current: Mutex<Option<ProgressBar>>,
+}
+
+impl Progress for Bars {
+    fn section(&self, name: &str, bytes: u64) {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pb) = cur.take() {
+            pb.finish();
+        }
+        *cur = Some(bytes_bar(bytes, name, self.visible && bytes > 1 << 20));
+    }
+    fn advance(&self, bytes: u64) {
+        if let Some(pb) = &*self.current.lock().unwrap_or_else(|e| e.into_inner()) {
+            pb.inc(bytes);
+        }
+    }
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let opts = ConvertOptions {
+        source: a.src.clone(),
+        output: a.output.clone(),
+        name: a.name,
+        quant: match a.quant {
+            QuantArg::Keep => Quant::Keep,
+            QuantArg::Int8 => Quant::Int8,
+            QuantArg::Int4 => Quant::Int4,
+        },
+        external_experts: a.external_experts,
+        force: a.force,
+    };
+    let bars = Bars {
+        visible: !a.json,
+        current: Mutex::new(None),
+    };
+    let report = convert(&opts, &bars)
+        .with_context(|| format!("converting {} to {}", a.src.display(), a.output.display()))?;
+    if let Some(pb) = bars
+        .current
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        pb.finish_and_clear();
+    }
+    if a.json {
+        super::print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        let raw = report.stored_as_ggml_blocks.len();
+        println!(
+            "wrote {} ({} bytes, {} tensors, {} sections{}) in {:.2} s\ndigest: {}",
+            report.output,
+            report.size,
+            report.tensors.len(),
+            report.sections.len() + 1,
+            if raw > 0 {
+                format!(", {raw} kept as ggml blocks")
+            } else {
+                String::new()
+            },
+            report.seconds,
+            report.digest
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,41 @@
+//! Errors of a conversion.
+
+use std::path::PathBuf;
+
+/// What can go wrong converting a model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The source could not be read.
+    #[error(transparent)]
+    Ingest(#[from] gpack_ingest::Error),
+    /// Writing the container failed.
+    #[error(transparent)]
+    Format(#[from] gpack_format::Error),
+    /// Transcoding a tensor failed.
+    #[error("tensor {tensor}: {source}")]
+    Quant {
+        /// Tensor name.
+        tensor: String,
+        /// Why.
+        #[source]
+        source: gpack_quant::Error,
+    },
+    /// The tokenizer could not be built.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// A tensor cannot be placed as asked.
+    #[error("tensor {tensor}: {problem}")]
+    Tensor {
+        /// Tensor name.
+        tensor: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// An option does not apply to this source.
+    #[error("{0}")]
+    Option(String),
+    /// The output exists and `--force` was not given.
+    #[error("{0} already exists (pass --force to replace it)")]
+    OutputExists(PathBuf),
+}

@@ -1,0 +1,299 @@
+//! The plan: every source tensor gets a section, a layout, an offset and a size
+//! before anything is written.
+
+use crate::Error;
+use gpack_format::payload::LAYOUT_GGML;
+use gpack_format::SectionKind;
+use gpack_ingest::{GgmlType, Source, TensorInfo};
+use gpack_quant::{encoded_len, native_layout_for, Layout};
+
+/// The weight layout asked for with `--quant`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Quant {
+    /// Every tensor in the native layout that is exact for its ggml type.
+    #[default]
+    Keep,
+    /// Matmul weights quantized to int8, symmetric, groups of 32.
+    Int8,
+    /// Matmul weights quantized to int4, asymmetric, groups of 32.
+    Int4,
+}
+
+impl Quant {
+    /// The name used on the command line and in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quant::Keep => "keep",
+            Quant::Int8 => "int8",
+            Quant::Int4 => "int4",
+        }
+    }
+}
+
+/// Where a tensor goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// `token_embd.weight` → Embed.
+    Embed,
+    /// `output.weight` → Head.
+    Head,
+    /// Per-layer embedding table → Ple.
+    Ple,
+    /// Vectors and other small tensors, raw → DensePack.
+    Dense,
+    /// Matmul weights, native layout → NativeDense arena.
+    Native,
+    /// Stacked routed experts → ExpertBlobs (or external references).
+    Experts,
+}
+
+impl Placement {
+    /// The section that holds this placement's bytes.
+    pub fn section(self, external_experts: bool) -> SectionKind {
+        match self {
+            Placement::Embed => SectionKind::Embed,
+            Placement::Head => SectionKind::Head,
+            Placement::Ple => SectionKind::Ple,
+            Placement::Dense => SectionKind::DensePack,
+            Placement::Native => SectionKind::NativeDense,
+            Placement::Experts if external_experts => SectionKind::ExpertLayout,
+            Placement::Experts => SectionKind::ExpertBlobs,
+        }
+    }
+}
+
+/// One tensor of the plan.
+#[derive(Clone, Debug)]
+pub struct PlannedTensor {
+    /// Index into `Source::tensors`.
+    pub source: usize,
+    /// Where it goes.
+    pub placement: Placement,
+    /// Target native layout (`None`: raw bytes of the source type, Dense only).
+    pub layout: Option<Layout>,
+    /// Rows as the native layout sees them (product of dims after the first;
+    /// for experts, one expert's rows).
+    pub rows: u64,
+    /// Columns (ne0).
+    pub cols: u64,
+    /// Offset within its section (Dense, Native) or of its payload after the
+    /// 64-byte single-tensor header (Embed, Head, Ple: always 64).
+    pub offset: u64,
+    /// Encoded bytes (for experts: one expert's slice).
+    pub size: u64,
+}
+
+impl PlannedTensor {
+    /// The layout code recorded in the tensor index.
+    pub fn layout_code(&self) -> u32 {
+        self.layout.map_or(LAYOUT_GGML, |l| l.code())
+    }
+}
+
+/// The routed-expert part of a plan.
+#[derive(Clone, Debug, Default)]
+pub struct ExpertPlan {
+    /// Layers (block_count).
+    pub n_layers: u32,
+    /// Experts per layer.
+    pub n_expert: u32,
+    /// `[layer][part]` → index into `Plan::tensors` (part 0 gate, 1 up, 2 down).
+    pub parts: Vec<[Option<usize>; 3]>,
+    /// Offsets in ExpertBlobs, `[(layer × n_expert + e) × 3 + part]`.
+    pub blob_offsets: Vec<u64>,
+    /// Size of ExpertBlobs.
+    pub blob_size: u64,
+}
+
+/// The whole plan.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Every tensor, in source order.
+    pub tensors: Vec<PlannedTensor>,
+    /// Size of DensePack.
+    pub dense_size: u64,
+    /// Size of the NativeDense arena.
+    pub native_size: u64,
+    /// Routed experts.
+    pub experts: ExpertPlan,
+}
+
+/// Alignment of each tensor in the NativeDense arena and ExpertBlobs.
+pub const NATIVE_ALIGN: u64 = 256;
+/// Alignment of each tensor in DensePack.
+pub const DENSE_ALIGN: u64 = 64;
+
+fn align(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+fn tensor_err(t: &TensorInfo, problem: impl Into<String>) -> Error {
+    Error::Tensor {
+        tensor: t.name.clone(),
+        problem: problem.into(),
+    }
+}
+
+/// `blk.N.ffn_{gate,up,down}_exps.weight` → `(N, part)`.
+fn expert_part(name: &str) -> Option<(u32, usize)> {
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let part = match rest {
+        "ffn_gate_exps.weight" => 0,
+        "ffn_up_exps.weight" => 1,
+        "ffn_down_exps.weight" => 2,
+        _ => return None,
+    };
+    Some((layer.parse().ok()?, part))
+}
+
+fn classify(t: &TensorInfo) -> Placement {
+    match t.name.as_str() {
+        "token_embd.weight" => return Placement::Embed,
+        "output.weight" => return Placement::Head,
+        "per_layer_token_embd.weight" => return Placement::Ple,
+        _ => {}
+    }
+    if expert_part(&t.name).is_some() && t.dims.len() == 3 {
+        return Placement::Experts;
+    }
+    if t.dims.len() == 2 && t.dims[1] > 1 && t.dims[0] > 1 {
+        Placement::Native
+    } else {
+        Placement::Dense
+    }
+}
+
+fn target_layout(t: &TensorInfo, placement: Placement, quant: Quant) -> Layout {
+    let exact = native_layout_for(t.ggml_type);
+    let quantizable = matches!(
+        placement,
+        Placement::Native | Placement::Head | Placement::Experts
+    ) && t.dims[0] % 32 == 0
+        && !matches!(exact, Layout::Ggml(_));
+    match quant {
+        Quant::Int8 if quantizable => Layout::I8Sym { group: 32 },
+        Quant::Int4 if quantizable => Layout::I4Asym { group: 32 },
+        _ => exact,
+    }
+}
+
+/// Plans `source`.
+pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Plan, Error> {
+    let mut p = Plan::default();
+    let n_layers = source
+        .architecture()
+        .and_then(|a| source.metadata.get_u32(&format!("{a}.block_count")))
+        .unwrap_or(0);
+    let mut expert_tensors: Vec<(u32, usize, usize)> = Vec::new();
+    for (i, t) in source.tensors.iter().enumerate() {
+        let placement = classify(t);
+        let cols = t.dims.first().copied().unwrap_or(1);
+        let all_rows = t.dims.iter().skip(1).product::<u64>();
+        let (layout, rows, size) = match placement {
+            Placement::Dense => (None, all_rows, t.size),
+            Placement::Experts => {
+                let rows = t.dims[1];
+                let layout = target_layout(t, placement, quant);
+                let size = if external_experts {
+                    t.ggml_type
+                        .bytes_for(rows * cols)
+                        .ok_or_else(|| tensor_err(t, "expert slice is not whole blocks"))?
+                } else {
+                    encoded_len(layout, rows, cols).map_err(|e| Error::Quant {
+                        tensor: t.name.clone(),
+                        source: e,
+                    })?
+                };
+                let (layer, part) = expert_part(&t.name).unwrap_or((0, 0));
+                expert_tensors.push((layer, part, i));
+                let layout = if external_experts { None } else { Some(layout) };
+                (layout, rows, size)
+            }
+            _ => {
+                let layout = target_layout(t, placement, quant);
+                let size = encoded_len(layout, all_rows, cols).map_err(|e| Error::Quant {
+                    tensor: t.name.clone(),
+                    source: e,
+                })?;
+                (Some(layout), all_rows, size)
+            }
+        };
+        let offset = match placement {
+            Placement::Dense => {
+                let o = align(p.dense_size, DENSE_ALIGN);
+                p.dense_size = o + size;
+                o
+            }
+            Placement::Native => {
+                let o = align(p.native_size, NATIVE_ALIGN);
+                p.native_size = o + size;
+                o
+            }
+            Placement::Embed | Placement::Head | Placement::Ple => 64,
+            Placement::Experts => 0,
+        };
+        p.tensors.push(PlannedTensor {
+            source: i,
+            placement,
+            layout,
+            rows,
+            cols,
+            offset,
+            size,
+        });
+    }
+    if !expert_tensors.is_empty() {
+        let n_expert = source.tensors[expert_tensors[0].2].dims[2];
+        let n_expert = u32::try_from(n_expert)
+            .map_err(|_| tensor_err(&source.tensors[expert_tensors[0].2], "too many experts"))?;
+        let max_layer = expert_tensors.iter().map(|e| e.0).max().unwrap_or(0);
+        let n_layers = n_layers.max(max_layer + 1);
+        let mut parts = vec![[None; 3]; n_layers as usize];
+        for &(layer, part, i) in &expert_tensors {
+            let t = &source.tensors[i];
+            if t.dims[2] != u64::from(n_expert) {
+                return Err(tensor_err(
+                    t,
+                    format!("has {} experts, others have {n_expert}", t.dims[2]),
+                ));
+            }
+            if parts[layer as usize][part].replace(i).is_some() {
+                return Err(tensor_err(t, "duplicate expert tensor"));
+            }
+        }
+        let mut blob_offsets = Vec::new();
+        let mut pos = 0u64;
+        for layer_parts in &parts {
+            for _e in 0..n_expert {
+                for part in layer_parts {
+                    match part {
+                        Some(i) if !external_experts => {
+                            pos = align(pos, NATIVE_ALIGN);
+                            blob_offsets.push(pos);
+                            pos += p.tensors[*i].size;
+                        }
+                        _ => blob_offsets.push(0),
+                    }
+                }
+            }
+        }
+        p.experts = ExpertPlan {
+            n_layers,
+            n_expert,
+            parts,
+            blob_offsets,
+            blob_size: if external_experts { 0 } else { pos },
+        };
+    }
+    Ok(p)
+}
+
+/// Whether `t` is stored as raw ggml blocks (no exact native layout).
+pub fn is_raw_ggml(layout: Option<Layout>) -> Option<GgmlType> {
+    match layout {
+        Some(Layout::Ggml(t)) => Some(t),
+        _ => None,
+    }
+}

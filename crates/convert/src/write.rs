@@ -1,0 +1,635 @@
+//! Executing a plan: the sections are written in kind order, each tensor read,
+//! transcoded into its section and dropped.
+
+use crate::plan::{self, Placement, PlannedTensor, Quant, NATIVE_ALIGN};
+use crate::Error;
+use gpack_format::payload::{
+    self, BlobEntry, ExpertFile, ExpertLayout, ExpertSlice, KvRecord, TensorEntry,
+};
+use gpack_format::raw::SingleTensorHeaderV1;
+use gpack_format::{GpackWriter, ManifestInput, SectionKind, SectionWriter, WriteOptions};
+use gpack_ingest::{GgmlType, Source, SourceKind, TensorInfo};
+use gpack_quant::{native_layout_for, Layout};
+use rayon::prelude::*;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What to convert and how.
+#[derive(Clone, Debug, Default)]
+pub struct ConvertOptions {
+    /// A GGUF file (any shard of a split), a safetensors file, an
+    /// `index.json` or a Hugging Face directory.
+    pub source: PathBuf,
+    /// The .gpack to write.
+    pub output: PathBuf,
+    /// Model name for the manifest (default: `general.name` or the file stem).
+    pub name: Option<String>,
+    /// Weight layout.
+    pub quant: Quant,
+    /// Keep routed experts in the source GGUF shards next to the output.
+    pub external_experts: bool,
+    /// Replace an existing output.
+    pub force: bool,
+}
+
+/// Progress callbacks (called from the converting thread).
+pub trait Progress: Sync {
+    /// A section of `bytes` bytes starts.
+    fn section(&self, _name: &str, _bytes: u64) {}
+    /// `bytes` more bytes were written.
+    fn advance(&self, _bytes: u64) {}
+}
+
+impl Progress for () {}
+
+/// One section of the output, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SectionReport {
+    /// Seed name of the kind.
+    pub kind: &'static str,
+    /// Table name.
+    pub name: String,
+    /// Payload bytes.
+    pub size: u64,
+    /// Items.
+    pub items: u64,
+}
+
+/// One tensor of the output, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct TensorReport {
+    /// Name.
+    pub name: String,
+    /// Source ggml type.
+    pub source_type: &'static str,
+    /// Dimensions, ne0 first.
+    pub dims: Vec<u64>,
+    /// Where it went.
+    pub placement: Placement,
+    /// Section name.
+    pub section: &'static str,
+    /// Layout name (`"raw"` for raw bytes in DensePack or external references).
+    pub layout: &'static str,
+    /// Bytes stored in this file for it.
+    pub bytes: u64,
+}
+
+/// What a conversion did (`gpack convert --json`, schema `gpack.convert.v1`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Always `"gpack.convert.v1"`.
+    pub schema: &'static str,
+    /// Output path.
+    pub output: String,
+    /// Output size.
+    pub size: u64,
+    /// SHA-256 of the manifest (the file's digest).
+    pub digest: String,
+    /// Source path and format.
+    pub source: serde_json::Value,
+    /// `--quant`.
+    pub quant: &'static str,
+    /// Whether experts were left in the source shards.
+    pub external_experts: bool,
+    /// Sections written.
+    pub sections: Vec<SectionReport>,
+    /// Every tensor.
+    pub tensors: Vec<TensorReport>,
+    /// Tensors with no exact native layout, stored as their ggml blocks.
+    pub stored_as_ggml_blocks: Vec<String>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Transcodes (or quantizes) `rows × cols` elements of `src_type` into `layout`.
+fn write_layout(
+    name: &str,
+    src_type: GgmlType,
+    bytes: &[u8],
+    rows: u64,
+    cols: u64,
+    layout: Layout,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
+    let q = |source| Error::Quant {
+        tensor: name.to_string(),
+        source,
+    };
+    if layout == native_layout_for(src_type) {
+        return gpack_quant::transcode(src_type, bytes, rows, cols, w).map_err(q);
+    }
+    if matches!(src_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return gpack_quant::quantize(src_type, bytes, rows, cols, layout, w).map_err(q);
+    }
+    // Re-quantization: dequantize one row at a time is not possible for every
+    // ggml type (K-quants span 256), so dequantize the tensor, then quantize.
+    let n = (rows * cols) as usize;
+    let mut f = vec![0f32; n];
+    gpack_quant::dequantize_ggml(src_type, bytes, &mut f).map_err(q)?;
+    let fb: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+    gpack_quant::quantize(GgmlType::F32, &fb, rows, cols, layout, w).map_err(q)
+}
+
+struct Counting<'a, 'w, P: Progress + ?Sized> {
+    s: &'a mut SectionWriter<'w>,
+    progress: &'a P,
+}
+
+impl<P: Progress + ?Sized> Write for Counting<'_, '_, P> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.s.write_all(buf)?;
+        self.progress.advance(buf.len() as u64);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn tensor_bytes<'s>(
+    source: &'s Source,
+    t: &TensorInfo,
+) -> Result<std::borrow::Cow<'s, [u8]>, Error> {
+    Ok(source.tensor_bytes(t)?)
+}
+
+/// The plain name of a file, required to sit next to the output.
+fn external_file_name(shard: &Path, output: &Path) -> Result<String, Error> {
+    let dir_of = |p: &Path| {
+        let d = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())
+    };
+    if dir_of(shard) != dir_of(output) {
+        return Err(Error::Option(format!(
+            "--external-experts: the .gpack must be written next to its source shards (in {}), because expert files are resolved only next to it; got -o {}",
+            dir_of(shard).display(),
+            output.display()
+        )));
+    }
+    let name = shard
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| payload::is_plain_file_name(n))
+        .ok_or_else(|| {
+            Error::Option(format!(
+                "shard file name {} is not a plain UTF-8 name",
+                shard.display()
+            ))
+        })?;
+    Ok(name.to_string())
+}
+
+/// Converts a model into a .gpack file.
+pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report, Error> {
+    let start = std::time::Instant::now();
+    if !opts.force && opts.output.exists() {
+        return Err(Error::OutputExists(opts.output.clone()));
+    }
+    let source = Source::open(&opts.source)?;
+    if opts.external_experts && source.kind != SourceKind::Gguf {
+        return Err(Error::Option(
+            "--external-experts needs a GGUF source: experts are referenced in place, and safetensors experts are not in GGUF's stacked layout".into(),
+        ));
+    }
+    let plan = plan::plan(&source, opts.quant, opts.external_experts)?;
+    if opts.external_experts && plan.experts.n_expert == 0 {
+        return Err(Error::Option(
+            "--external-experts: this model has no routed experts".into(),
+        ));
+    }
+
+    let mut w = GpackWriter::create(
+        &opts.output,
+        WriteOptions {
+            replace: opts.force,
+        },
+    )?;
+    let mut sections = Vec::new();
+    let mut record = |kind: SectionKind, size: u64, items: u64| {
+        sections.push(SectionReport {
+            kind: kind.spec_name(),
+            name: kind.default_name().to_string(),
+            size,
+            items,
+        })
+    };
+
+    // 0 MetadataKv: every source key, in source order.
+    let values: Vec<(String, u32, Vec<u8>)> = source
+        .metadata
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.value_type().id(),
+                gpack_ingest::gguf::encode_value(v),
+            )
+        })
+        .collect();
+    let kv = payload::encode_kv(values.iter().map(|(k, t, v)| KvRecord {
+        key: k,
+        value_type: *t,
+        value: v,
+    }));
+    w.add_section(
+        SectionKind::MetadataKv,
+        "metadata_kv",
+        &kv,
+        values.len() as u64,
+    )?;
+    record(
+        SectionKind::MetadataKv,
+        kv.len() as u64,
+        values.len() as u64,
+    );
+    drop(values);
+
+    // 1 TensorIndex.
+    let entries: Vec<TensorEntry> = plan
+        .tensors
+        .iter()
+        .map(|pt| {
+            let t = &source.tensors[pt.source];
+            let (offset, size) = match pt.placement {
+                Placement::Experts => (0, pt.size * t.dims[2]),
+                _ => (pt.offset, pt.size),
+            };
+            TensorEntry {
+                name: t.name.clone(),
+                dims: t.dims.clone(),
+                src_type: t.ggml_type.id(),
+                section: pt.placement.section(opts.external_experts) as u32,
+                layout: pt.layout_code(),
+                group: pt.layout.map_or(0, |l| l.group()),
+                offset,
+                size,
+                row_start: 0,
+                flags: 0,
+            }
+        })
+        .collect();
+    let ti = payload::encode_tensor_index(&entries);
+    w.add_section(
+        SectionKind::TensorIndex,
+        "tensor_index",
+        &ti,
+        entries.len() as u64,
+    )?;
+    record(
+        SectionKind::TensorIndex,
+        ti.len() as u64,
+        entries.len() as u64,
+    );
+    // Positions in the (name-sorted) index, for the blob indexes.
+    let mut sorted: Vec<(&str, usize)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.name.as_str(), i))
+        .collect();
+    sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut index_pos = vec![0u32; entries.len()];
+    for (pos, (_, i)) in sorted.iter().enumerate() {
+        index_pos[*i] = pos as u32;
+    }
+
+    // 2 DenseIndex + 3 DensePack.
+    let dense: Vec<(usize, &PlannedTensor)> = plan
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.placement == Placement::Dense)
+        .collect();
+    if !dense.is_empty() {
+        let idx: Vec<BlobEntry> = dense
+            .iter()
+            .map(|(i, p)| BlobEntry {
+                tensor: index_pos[*i],
+                layout: source.tensors[p.source].ggml_type.id(),
+                offset: p.offset,
+                size: p.size,
+                rows: p.rows,
+                cols: p.cols,
+            })
+            .collect();
+        let b = payload::encode_blob_index(payload::DENSE_INDEX_MAGIC, plan.dense_size, &idx);
+        w.add_section(SectionKind::DenseIndex, "dense_index", &b, idx.len() as u64)?;
+        record(SectionKind::DenseIndex, b.len() as u64, idx.len() as u64);
+        progress.section("dense", plan.dense_size);
+        let mut s = w.begin_section(SectionKind::DensePack, "dense_pack")?;
+        for (_, p) in &dense {
+            s.pad_to(plan::DENSE_ALIGN)?;
+            let bytes = tensor_bytes(&source, &source.tensors[p.source])?;
+            s.write_bytes(&bytes)?;
+            progress.advance(bytes.len() as u64);
+        }
+        s.finish(dense.len() as u64)?;
+        record(SectionKind::DensePack, plan.dense_size, dense.len() as u64);
+    }
+
+    // 4 NativeDenseIndex + 5 NativeDense.
+    let native: Vec<(usize, &PlannedTensor)> = plan
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.placement == Placement::Native)
+        .collect();
+    if !native.is_empty() {
+        let idx: Vec<BlobEntry> = native
+            .iter()
+            .map(|(i, p)| BlobEntry {
+                tensor: index_pos[*i],
+                layout: p.layout_code(),
+                offset: p.offset,
+                size: p.size,
+                rows: p.rows,
+                cols: p.cols,
+            })
+            .collect();
+        let b = payload::encode_blob_index(payload::NATIVE_INDEX_MAGIC, plan.native_size, &idx);
+        w.add_section(
+            SectionKind::NativeDenseIndex,
+            "native_dense_index",
+            &b,
+            idx.len() as u64,
+        )?;
+        record(
+            SectionKind::NativeDenseIndex,
+            b.len() as u64,
+            idx.len() as u64,
+        );
+        progress.section("weights", plan.native_size);
+        let mut s = w.begin_section(SectionKind::NativeDense, "native_dense")?;
+        for (_, p) in &native {
+            s.pad_to(NATIVE_ALIGN)?;
+            let t = &source.tensors[p.source];
+            let bytes = tensor_bytes(&source, t)?;
+            let layout = p.layout.unwrap_or(Layout::F32);
+            let mut c = Counting {
+                s: &mut s,
+                progress,
+            };
+            let n = write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+            debug_assert_eq!(n, p.size);
+        }
+        s.finish(native.len() as u64)?;
+        record(
+            SectionKind::NativeDense,
+            plan.native_size,
+            native.len() as u64,
+        );
+    }
+
+    // 6 Embed, 7 Head, 8 Ple.
+    for (placement, kind) in [
+        (Placement::Embed, SectionKind::Embed),
+        (Placement::Head, SectionKind::Head),
+        (Placement::Ple, SectionKind::Ple),
+    ] {
+        let Some(p) = plan.tensors.iter().find(|p| p.placement == placement) else {
+            continue;
+        };
+        let t = &source.tensors[p.source];
+        progress.section(kind.default_name(), p.size);
+        let mut s = w.begin_section(kind, kind.default_name())?;
+        s.write_bytes(&SingleTensorHeaderV1::encode(
+            t.ggml_type.id(),
+            1,
+            p.cols,
+            p.rows,
+            p.size,
+        ))?;
+        let bytes = tensor_bytes(&source, t)?;
+        let layout = p.layout.unwrap_or(Layout::F32);
+        let mut c = Counting {
+            s: &mut s,
+            progress,
+        };
+        write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+        s.finish(1)?;
+        record(kind, 64 + p.size, 1);
+    }
+
+    // 9 ExpertLayout + 10 ExpertBlobs.
+    let ex = &plan.experts;
+    if ex.n_expert > 0 {
+        let mut files: Vec<ExpertFile> = Vec::new();
+        let mut file_index = std::collections::HashMap::new();
+        let mut slices = Vec::with_capacity(ex.blob_offsets.len());
+        for (layer, parts) in ex.parts.iter().enumerate() {
+            for e in 0..ex.n_expert as u64 {
+                for (part, pi) in parts.iter().enumerate() {
+                    let Some(pi) = pi else {
+                        slices.push(ExpertSlice {
+                            file: payload::EXPERT_ABSENT,
+                            layout: payload::LAYOUT_GGML,
+                            src_type: 0,
+                            offset: 0,
+                            size: 0,
+                            rows: 0,
+                            cols: 0,
+                            sha256: [0; 32],
+                        });
+                        continue;
+                    };
+                    let p = &plan.tensors[*pi];
+                    let t = &source.tensors[p.source];
+                    let slot = (layer * ex.n_expert as usize + e as usize) * 3 + part;
+                    let (file, offset) = if opts.external_experts {
+                        let f = *file_index.entry(t.file).or_insert_with(|| {
+                            files.push(ExpertFile {
+                                name: String::new(),
+                                size: source.files[t.file].len(),
+                            });
+                            files.len() - 1
+                        });
+                        (f as u32, t.offset + e * p.size)
+                    } else {
+                        (payload::EXPERT_EMBEDDED, ex.blob_offsets[slot])
+                    };
+                    slices.push(ExpertSlice {
+                        file,
+                        layout: p.layout_code(),
+                        src_type: t.ggml_type.id(),
+                        offset,
+                        size: p.size,
+                        rows: p.rows,
+                        cols: p.cols,
+                        sha256: [0; 32],
+                    });
+                }
+            }
+        }
+        if opts.external_experts {
+            let mut shard_of = vec![0usize; files.len()];
+            for (src_file, f) in &file_index {
+                shard_of[*f] = *src_file;
+            }
+            for (f, file) in files.iter_mut().enumerate() {
+                file.name = external_file_name(&source.files[shard_of[f]].path, &opts.output)?;
+            }
+            // Digest every external slice (checked at full verify).
+            slices
+                .par_iter_mut()
+                .filter(|s| s.file != payload::EXPERT_ABSENT)
+                .for_each(|s| {
+                    let bytes = source.files[shard_of[s.file as usize]].bytes();
+                    let r = &bytes[s.offset as usize..(s.offset + s.size) as usize];
+                    s.sha256 = Sha256::digest(r).into();
+                });
+        }
+        let layout = ExpertLayout {
+            n_layers: ex.n_layers,
+            n_expert: ex.n_expert,
+            files,
+            slices,
+        };
+        let b = layout.encode();
+        let items = u64::from(ex.n_layers) * u64::from(ex.n_expert);
+        w.add_section(SectionKind::ExpertLayout, "expert_layout", &b, items)?;
+        record(SectionKind::ExpertLayout, b.len() as u64, items);
+        if !opts.external_experts {
+            progress.section("experts", ex.blob_size);
+            let mut s = w.begin_section(SectionKind::ExpertBlobs, "expert_blobs")?;
+            for parts in &ex.parts {
+                let srcs: Vec<Option<(&TensorInfo, std::borrow::Cow<[u8]>, &PlannedTensor)>> =
+                    parts
+                        .iter()
+                        .map(|pi| {
+                            pi.map(|pi| {
+                                let p = &plan.tensors[pi];
+                                let t = &source.tensors[p.source];
+                                tensor_bytes(&source, t).map(|b| (t, b, p))
+                            })
+                            .transpose()
+                        })
+                        .collect::<Result<_, _>>()?;
+                for e in 0..ex.n_expert as u64 {
+                    for (t, bytes, p) in srcs.iter().flatten() {
+                        let slice_src = t.ggml_type.bytes_for(p.rows * p.cols).unwrap_or(0);
+                        let start = (e * slice_src) as usize;
+                        let part = &bytes[start..start + slice_src as usize];
+                        s.pad_to(NATIVE_ALIGN)?;
+                        let layout = p.layout.unwrap_or(Layout::F32);
+                        let mut c = Counting {
+                            s: &mut s,
+                            progress,
+                        };
+                        write_layout(&t.name, t.ggml_type, part, p.rows, p.cols, layout, &mut c)?;
+                    }
+                }
+            }
+            s.finish(items)?;
+            record(SectionKind::ExpertBlobs, ex.blob_size, items);
+        }
+    }
+
+    // 11 TokenizerBin.
+    if let Some(gbt1) = crate::tokenizer::build(&source)? {
+        w.add_section(
+            SectionKind::TokenizerBin,
+            "tokenizer_bin",
+            &gbt1.bytes,
+            gbt1.vocab_size,
+        )?;
+        record(
+            SectionKind::TokenizerBin,
+            gbt1.bytes.len() as u64,
+            gbt1.vocab_size,
+        );
+    }
+
+    // 12 TokenizerAssets.
+    if !source.assets.is_empty() {
+        let b = payload::encode_assets(
+            source
+                .assets
+                .iter()
+                .map(|a| (a.name.as_str(), a.bytes.as_slice())),
+        );
+        let n = source.assets.len() as u64;
+        w.add_section(SectionKind::TokenizerAssets, "tokenizer_assets", &b, n)?;
+        record(SectionKind::TokenizerAssets, b.len() as u64, n);
+    }
+
+    let source_desc = serde_json::json!({
+        "format": match source.kind { SourceKind::Gguf => "gguf", _ => "safetensors" },
+        "path": opts.source.display().to_string(),
+        "files": source.files.iter().map(|f| serde_json::json!({
+            "name": f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            "size": f.len(),
+        })).collect::<Vec<_>>(),
+    });
+    let name = opts
+        .name
+        .clone()
+        .or_else(|| source.metadata.get_str("general.name").map(str::to_string))
+        .unwrap_or_else(|| {
+            opts.output
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+    let stored_as_ggml: Vec<String> = plan
+        .tensors
+        .iter()
+        .filter(|p| plan::is_raw_ggml(p.layout).is_some())
+        .map(|p| source.tensors[p.source].name.clone())
+        .collect();
+    let written = w.finish(&ManifestInput {
+        name,
+        architecture: source.architecture().unwrap_or("").to_string(),
+        source: source_desc.clone(),
+        extra: [(
+            "convert".to_string(),
+            serde_json::json!({
+                "quant": opts.quant.name(),
+                "external_experts": opts.external_experts,
+                "tensors": plan.tensors.len(),
+                "stored_as_ggml_blocks": stored_as_ggml.len(),
+            }),
+        )]
+        .into(),
+    })?;
+    let tensors = plan
+        .tensors
+        .iter()
+        .map(|p| {
+            let t = &source.tensors[p.source];
+            TensorReport {
+                name: t.name.clone(),
+                source_type: t.ggml_type.name(),
+                dims: t.dims.clone(),
+                placement: p.placement,
+                section: p.placement.section(opts.external_experts).default_name(),
+                layout: p.layout.map_or("raw", |l| l.name()),
+                bytes: if p.placement == Placement::Experts {
+                    if opts.external_experts {
+                        0
+                    } else {
+                        p.size * t.dims[2]
+                    }
+                } else {
+                    p.size
+                },
+            }
+        })
+        .collect();
+    Ok(Report {
+        schema: "gpack.convert.v1",
+        output: written.path.display().to_string(),
+        size: written.size,
+        digest: hex::encode(written.digest),
+        source: source_desc,
+        quant: opts.quant.name(),
+        external_experts: opts.external_experts,
+        sections,
+        tensors,
+        stored_as_ggml_blocks: stored_as_ggml,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}

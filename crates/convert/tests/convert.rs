@@ -1,0 +1,277 @@
+use crate::common::*;
+use gpack_convert::{convert, ConvertOptions, Error, Quant};
+use gpack_format::{Gpack, SectionKind};
+use std::path::Path;
+
+const ARCHES: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral"];
+
+/// Every tiny fixture converts from its f16 and q8_0 GGUFs and from its HF
+/// directory; every tensor keeps its name, type and shape and dequantizes to
+/// the same bits; the file verifies fully.
+#[test]
+fn every_tiny_fixture_converts_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ARCHES {
+        let base = testdata().join("tiny").join(arch);
+        for src in [
+            base.join(format!("{arch}-f16.gguf")),
+            base.join(format!("{arch}-q8_0.gguf")),
+            base.join("hf"),
+        ] {
+            let out = dir.path().join(format!(
+                "{arch}-{}.gpack",
+                src.file_name().unwrap().to_string_lossy()
+            ));
+            let report = convert_to(&src, &out, Quant::Keep, false);
+            assert_eq!(report.schema, "gpack.convert.v1");
+            let g = Gpack::open(&out).unwrap();
+            g.verify_full(&|_| {}).unwrap();
+            assert_same_tensors(&src, &g);
+            assert!(
+                g.section(SectionKind::TokenizerBin).is_some(),
+                "{arch}: no tokenizer"
+            );
+            // llama.cpp writes mixtral as arch "llama".
+            let expect = gpack_ingest::Source::open(&src).unwrap();
+            assert_eq!(
+                Some(g.manifest().architecture.as_str()),
+                expect.architecture()
+            );
+            if src.is_dir() {
+                assert!(g.section(SectionKind::TokenizerAssets).is_some());
+            }
+        }
+    }
+}
+
+/// The real model: convert → full verify → every tensor's dequantized values
+/// equal the source's.
+#[test]
+fn smollm2_q4_1_converts_exactly() {
+    let model = smollm2();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("smollm2.gpack");
+    let r = convert_to(&model, &out, Quant::Keep, false);
+    assert_eq!(r.tensors.len(), 272);
+    let g = Gpack::open(&out).unwrap();
+    g.verify_full(&|_| {}).unwrap();
+    assert_same_tensors(&model, &g);
+}
+
+/// A split GGUF gives the same tensors, bytes and metadata as the unsplit one.
+#[test]
+fn split_gguf_converts_like_the_unsplit_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let llama = testdata().join("tiny/llama");
+    let a = dir.path().join("whole.gpack");
+    let b = dir.path().join("split.gpack");
+    convert_to(&llama.join("llama-f16.gguf"), &a, Quant::Keep, false);
+    // Any shard finds the others.
+    convert_to(
+        &llama.join("split/llama-f16-00002-of-00002.gguf"),
+        &b,
+        Quant::Keep,
+        false,
+    );
+    let (ga, gb) = (Gpack::open(&a).unwrap(), Gpack::open(&b).unwrap());
+    for kind in [
+        SectionKind::MetadataKv,
+        SectionKind::TensorIndex,
+        SectionKind::DensePack,
+        SectionKind::NativeDense,
+        SectionKind::Embed,
+        SectionKind::Head,
+        SectionKind::TokenizerBin,
+    ] {
+        assert_eq!(
+            ga.section(kind).map(|s| s.bytes),
+            gb.section(kind).map(|s| s.bytes),
+            "{kind} differs"
+        );
+    }
+}
+
+/// Embedded and external experts hold the same expert values; the external
+/// file is smaller by at least the expert bytes; a changed or resized shard is
+/// caught.
+#[test]
+fn moe_embedded_and_external_experts_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let shard = dir.path().join("qwen3moe-q8_0.gguf");
+    std::fs::copy(testdata().join("tiny/qwen3moe/qwen3moe-q8_0.gguf"), &shard).unwrap();
+    let emb = dir.path().join("emb.gpack");
+    let ext = dir.path().join("ext.gpack");
+    let re = convert_to(&shard, &emb, Quant::Keep, false);
+    let rx = convert_to(&shard, &ext, Quant::Keep, true);
+    let (ge, gx) = (Gpack::open(&emb).unwrap(), Gpack::open(&ext).unwrap());
+    assert!(gx
+        .layout()
+        .flags()
+        .contains(gpack_format::HeaderFlags::EXTERNAL_EXPERTS));
+    assert!(gx.section(SectionKind::ExpertBlobs).is_none());
+    let expert_bytes = ge.section(SectionKind::ExpertBlobs).unwrap().info.size;
+    assert!(
+        re.size >= rx.size + expert_bytes,
+        "{} vs {} + {expert_bytes}",
+        re.size,
+        rx.size
+    );
+    gx.verify_external(true).unwrap();
+
+    // Same values: every external slice, dequantized from the shard, equals
+    // the embedded native slice.
+    let (le, lx) = (
+        ge.expert_layout().unwrap().unwrap(),
+        gx.expert_layout().unwrap().unwrap(),
+    );
+    assert_eq!((le.n_layers, le.n_expert), (lx.n_layers, lx.n_expert));
+    let shard_bytes = std::fs::read(&shard).unwrap();
+    let blobs = ge.section(SectionKind::ExpertBlobs).unwrap().bytes;
+    let mut checked = 0;
+    for (se, sx) in le.slices.iter().zip(&lx.slices) {
+        if sx.size == 0 {
+            continue;
+        }
+        let t = gpack_ingest::GgmlType::from_id(sx.src_type).unwrap();
+        let mut a = vec![0f32; (sx.rows * sx.cols) as usize];
+        gpack_quant::dequantize_ggml(
+            t,
+            &shard_bytes[sx.offset as usize..(sx.offset + sx.size) as usize],
+            &mut a,
+        )
+        .unwrap();
+        let v = gpack_quant::NativeView::parse(
+            &blobs[se.offset as usize..(se.offset + se.size) as usize],
+        )
+        .unwrap();
+        let mut b = vec![0f32; v.rows() * v.cols()];
+        for r in 0..v.rows() {
+            v.dequantize_row(r, &mut b[r * v.cols()..(r + 1) * v.cols()]);
+        }
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        checked += 1;
+    }
+    assert_eq!(checked, le.n_layers as usize * le.n_expert as usize * 3);
+
+    // A changed byte inside an expert slice: the quick check passes (sizes),
+    // the full check names the slice.
+    let s = lx.slices[5];
+    let mut bad = shard_bytes.clone();
+    bad[(s.offset + s.size / 2) as usize] ^= 0x40;
+    std::fs::write(&shard, &bad).unwrap();
+    let gx = Gpack::open(&ext).unwrap();
+    gx.verify_external(false).unwrap();
+    let e = gx.verify_external(true).unwrap_err().to_string();
+    assert!(
+        e.contains("qwen3moe-q8_0.gguf") && e.contains("SHA-256"),
+        "{e}"
+    );
+    // A resized shard fails the quick check.
+    bad.push(0);
+    std::fs::write(&shard, &bad).unwrap();
+    let e = gx.verify_external(false).unwrap_err().to_string();
+    assert!(e.contains("size"), "{e}");
+}
+
+#[test]
+fn external_experts_must_sit_next_to_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ext.gpack");
+    let e = convert(
+        &ConvertOptions {
+            source: testdata().join("tiny/qwen3moe/qwen3moe-q8_0.gguf"),
+            output: out.clone(),
+            external_experts: true,
+            ..Default::default()
+        },
+        &(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("next to its source shards"), "{e}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn existing_output_needs_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.gpack");
+    std::fs::write(&out, b"keep me").unwrap();
+    let opts = ConvertOptions {
+        source: testdata().join("tiny/llama/llama-q8_0.gguf"),
+        output: out.clone(),
+        ..Default::default()
+    };
+    assert!(matches!(convert(&opts, &()), Err(Error::OutputExists(_))));
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    convert(
+        &ConvertOptions {
+            force: true,
+            ..opts
+        },
+        &(),
+    )
+    .unwrap();
+    Gpack::open(&out).unwrap();
+}
+
+fn assert_fails_cleanly(src: &Path, dir: &Path, expect: &str) {
+    let out = dir.join("out.gpack");
+    let e = convert(
+        &ConvertOptions {
+            source: src.to_path_buf(),
+            output: out.clone(),
+            ..Default::default()
+        },
+        &(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.to_lowercase().contains(expect), "{}: {e}", src.display());
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("out.gpack"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Malformed sources give clear errors and leave no output.
+#[test]
+fn malformed_sources_leave_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(testdata().join("tiny/llama/llama-q8_0.gguf")).unwrap();
+    // Truncated GGUF.
+    let p = dir.path().join("trunc.gguf");
+    std::fs::write(&p, &good[..good.len() / 2]).unwrap();
+    assert_fails_cleanly(&p, dir.path(), "trunc.gguf");
+    // Lying tensor count (offset 8 in GGUF v3).
+    let mut lying = good.clone();
+    lying[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    let p = dir.path().join("lying.gguf");
+    std::fs::write(&p, &lying).unwrap();
+    assert_fails_cleanly(&p, dir.path(), "lying.gguf");
+    // Bad safetensors JSON header.
+    let p = dir.path().join("bad.safetensors");
+    let mut st = 20u64.to_le_bytes().to_vec();
+    st.extend_from_slice(b"{\"a\": [not json]}   ");
+    std::fs::write(&p, &st).unwrap();
+    assert_fails_cleanly(&p, dir.path(), "bad.safetensors");
+    // index.json pointing outside its directory.
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    std::fs::copy(
+        testdata().join("tiny/llama/hf/config.json"),
+        hf.join("config.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        hf.join("model.safetensors.index.json"),
+        br#"{"metadata":{},"weight_map":{"model.embed_tokens.weight":"../outside.safetensors"}}"#,
+    )
+    .unwrap();
+    assert_fails_cleanly(
+        &hf.join("model.safetensors.index.json"),
+        dir.path(),
+        "outside",
+    );
+}
