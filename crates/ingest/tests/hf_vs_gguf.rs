@@ -194,3 +194,37 @@ fn unknown_architecture_keeps_hf_names() {
     assert!(s.metadata.is_empty());
     assert!(s.tensor("lm_head.weight").is_some());
 }
+
+#[test]
+fn llama3_rope_generates_rope_freqs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(
+        tiny("llama").join("hf/model.safetensors"),
+        d.join("model.safetensors"),
+    )
+    .unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tiny("llama").join("hf/config.json")).unwrap())
+            .unwrap();
+    config["rope_parameters"] = serde_json::json!({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16});
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+    let s = Source::open(d).unwrap();
+    let t = &s.tensors[0];
+    assert_eq!(
+        (t.name.as_str(), t.ggml_type, t.dims.as_slice()),
+        ("rope_freqs.weight", GgmlType::F32, &[8u64][..])
+    );
+    assert!(t.source_ranges().is_empty());
+    let v = to_f32(&s.tensor_bytes(t).unwrap(), GgmlType::F32).unwrap();
+    assert_eq!(v, gpack_ingest::hf::llama3_rope_factors(&config).unwrap());
+    assert!(v[0] > 1.0 && v[0] < 32.0, "blended");
+    assert_eq!(v[7], 32.0);
+    assert_eq!(s.tensors.len(), 22);
+    assert_eq!(
+        s.metadata.get("llama.rope.scaling.type"),
+        None,
+        "llama3 scaling is the tensor, not keys"
+    );
+}

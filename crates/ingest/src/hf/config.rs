@@ -288,6 +288,65 @@ fn rope_scaling(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The `rope_freqs.weight` values llama.cpp's converter generates for Llama 3.x
+/// (`rope_type: "llama3"`, `LlamaModel.generate_extra_tensors`): one factor per
+/// rotary frequency pair, 1 for short wavelengths, `factor` for long ones and a
+/// smooth blend between. Computed in f32 like the converter's torch code; `powf`
+/// may differ from torch's in the last bit. `None` when the config is not llama3 RoPE.
+pub fn llama3_rope_factors(config: &Json) -> Option<Vec<f32>> {
+    let hp = Hp {
+        config,
+        file: Path::new(""),
+    };
+    let params = hp
+        .raw("rope_parameters")
+        .or_else(|| hp.raw("rope_scaling"))?;
+    let params = params.get("full_attention").unwrap_or(params);
+    let kind = params
+        .get("rope_type")
+        .or_else(|| params.get("type"))
+        .and_then(Json::as_str)?;
+    if !kind.eq_ignore_ascii_case("llama3") {
+        return None;
+    }
+    let num = |k: &str, d: f64| params.get(k).and_then(Json::as_f64).unwrap_or(d);
+    let base = params
+        .get("rope_theta")
+        .or_else(|| hp.raw("rope_theta"))
+        .and_then(Json::as_f64)
+        .unwrap_or(10_000.0);
+    let dim = match hp.u32("head_dim").ok().flatten() {
+        Some(d) => d,
+        None => hp.u32("hidden_size").ok()?? / hp.u32("num_attention_heads").ok()??.max(1),
+    };
+    if dim == 0 || dim > 1 << 16 {
+        return None;
+    }
+    let factor = num("factor", 8.0) as f32;
+    let (low, high) = (num("low_freq_factor", 1.0), num("high_freq_factor", 4.0));
+    let old_ctx = num("original_max_position_embeddings", 8192.0);
+    let (low_wavelen, high_wavelen) = ((old_ctx / low) as f32, (old_ctx / high) as f32);
+    let (low, high, old_ctx) = (low as f32, high as f32, old_ctx as f32);
+    let two_pi = std::f64::consts::TAU as f32;
+    Some(
+        (0..dim)
+            .step_by(2)
+            .map(|i| {
+                let freq = 1.0 / (base as f32).powf(i as f32 / dim as f32);
+                let wavelen = two_pi / freq;
+                if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    factor
+                } else {
+                    let smooth = (old_ctx / wavelen - low) / (high - low);
+                    1.0 / ((1.0 - smooth) / factor + smooth)
+                }
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,6 +390,24 @@ mod tests {
             config_to_metadata(&c, Path::new("c")),
             Err(Error::BadConfig { .. })
         ));
+    }
+
+    #[test]
+    fn llama3_rope_factors_match_numpy_f32() {
+        // Llama 3.2 1B's rope parameters; expected bits from numpy float32.
+        let c: Json = serde_json::json!({"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "llama3",
+            "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+            "rope_theta": 500000.0});
+        let f = llama3_rope_factors(&c).unwrap();
+        assert_eq!(f.len(), 32);
+        assert!(f[..15].iter().all(|&v| v == 1.0));
+        assert_eq!(
+            [f[15].to_bits(), f[16].to_bits(), f[17].to_bits()],
+            [0x3fd35ec2, 0x4052b46f, 0x411aaaee]
+        );
+        assert!(f[18..].iter().all(|&v| v == 32.0));
+        let c: Json = serde_json::json!({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 2.0}});
+        assert_eq!(llama3_rope_factors(&c), None);
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! - per-expert matrices (qwen3moe `mlp.experts.E.*`, mixtral
 //!   `block_sparse_moe.experts.E.w1/w2/w3`): one stacked `[cols, rows, n_expert]`
 //!   tensor `blk.N.ffn_{gate,up,down}_exps.weight` ([`Transform::Stack`], or a plain
-//!   range when the experts happen to be back to back in one file).
+//!   range when the experts happen to be back to back in one file);
+//! - Llama 3 RoPE (`rope_type: "llama3"`): the converter's generated
+//!   `rope_freqs.weight` ([`Transform::Generated`]).
 //!
 //! Shard paths in an index.json are checked lexically (relative, no `..`, no root);
 //! symlinks are followed, since the Hugging Face cache is made of them.
@@ -21,7 +23,7 @@
 mod config;
 mod names;
 
-pub use config::{config_to_metadata, gguf_architecture};
+pub use config::{config_to_metadata, gguf_architecture, llama3_rope_factors};
 pub use names::{map_tensor_name, HfName};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -210,16 +212,18 @@ fn build(
 ) -> Result<Source, Error> {
     let assets = read_assets(dir)?;
     let config_path = dir.join("config.json");
-    let metadata = match assets.iter().find(|a| a.name == "config.json") {
-        Some(a) => {
-            let json: serde_json::Value =
-                serde_json::from_slice(&a.bytes).map_err(|e| Error::BadJson {
-                    file: config_path.clone(),
-                    what: "config.json",
-                    source: e,
-                })?;
-            config_to_metadata(&json, &config_path)?
-        }
+    let config: Option<serde_json::Value> = match assets.iter().find(|a| a.name == "config.json") {
+        Some(a) => Some(
+            serde_json::from_slice(&a.bytes).map_err(|e| Error::BadJson {
+                file: config_path.clone(),
+                what: "config.json",
+                source: e,
+            })?,
+        ),
+        None => None,
+    };
+    let metadata = match &config {
+        Some(c) => config_to_metadata(c, &config_path)?,
         None => Metadata::new(),
     };
     let arch = metadata
@@ -235,9 +239,27 @@ fn build(
         })
     };
 
-    let mut slots = Vec::with_capacity(tensors.len());
-    let mut groups: HashMap<String, Vec<(u64, usize, SafetensorsTensor)>> = HashMap::new();
+    let mut slots = Vec::with_capacity(tensors.len() + 1);
     let mut names = HashSet::new();
+    // Llama 3 RoPE: the converter generates `rope_freqs.weight` (first, as it does).
+    if let Some(factors) = config
+        .as_ref()
+        .filter(|_| arch == "llama")
+        .and_then(llama3_rope_factors)
+    {
+        let bytes: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+        names.insert("rope_freqs.weight".to_string());
+        slots.push(Slot::Done(TensorInfo {
+            name: "rope_freqs.weight".into(),
+            ggml_type: GgmlType::F32,
+            dims: vec![factors.len() as u64],
+            file: 0,
+            offset: 0,
+            size: bytes.len() as u64,
+            transform: Some(Transform::Generated { bytes }),
+        }));
+    }
+    let mut groups: HashMap<String, Vec<(u64, usize, SafetensorsTensor)>> = HashMap::new();
     for (fi, t) in tensors {
         let path = &files[fi].path;
         let dims: Vec<u64> = t.shape.iter().rev().copied().collect();
