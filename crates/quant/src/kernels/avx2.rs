@@ -130,102 +130,107 @@ pub(super) unsafe fn reduce8(v: __m256) -> f32 {
     }
 }
 
-/// One canonical block step into `acc`.
+/// One canonical block step of `R` rows into `acc` (one accumulator per row).
 ///
 /// # Safety
-/// `codes`/`scales`/`mins` valid for block `b` of the row; the `D` ISA available.
+/// Rows' codes/scales/mins valid for block `b`; the `D` ISA available.
 #[inline(always)]
-unsafe fn block_step<D: Dot, const KIND: u8, const G16: bool>(
-    acc: __m256,
-    codes: *const u8,
-    scales: *const f32,
-    mins: *const f32,
+unsafe fn block_step<D: Dot, const KIND: u8, const G16: bool, const R: usize>(
+    acc: &mut [__m256; R],
+    c: &[*const u8; R],
+    s: &[*const f32; R],
+    m: &[*const f32; R],
     a: &ActRef,
     b: usize,
-) -> __m256 {
+) {
     // SAFETY: the caller guarantees that block b is in bounds for the codes
-    // (b*32 or b*16 bytes on), scales/mins (1 or 2 per block) and activations.
+    // (b*32 or b*16 bytes on), scales/mins (1 or 2 per block) and activations;
+    // mins are only read for asymmetric layouts.
     unsafe {
-        let bytes_per_block = if KIND == I4SYM || KIND == I4ASYM {
-            16
-        } else {
-            32
-        };
+        let asym = KIND == I8ASYM || KIND == I4ASYM;
+        let bytes_per_block = if KIND == I4SYM || KIND == I4ASYM { 16 } else { 32 };
         let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QA) as *const __m256i);
         let ls = _mm256_loadu_si256(a.ls.as_ptr().add(b * 8) as *const __m256i);
-        let p = D::p::<KIND>(codes.add(b * bytes_per_block), x, ls);
+        let lsf = if asym { _mm256_cvtepi32_ps(ls) } else { _mm256_setzero_ps() };
         let dx = *a.d.get_unchecked(b);
-        let ds = if G16 {
-            let s0 = *scales.add(2 * b) * dx;
-            let s1 = *scales.add(2 * b + 1) * dx;
-            _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0))
-        } else {
-            _mm256_set1_ps(*scales.add(b) * dx)
-        };
-        let mut acc = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), acc);
-        if KIND == I8ASYM || KIND == I4ASYM {
-            let dm = if G16 {
-                let m0 = *mins.add(2 * b) * dx;
-                let m1 = *mins.add(2 * b + 1) * dx;
-                _mm256_set_m128(_mm_set1_ps(m1), _mm_set1_ps(m0))
+        for i in 0..R {
+            let p = D::p::<KIND>(c[i].add(b * bytes_per_block), x, ls);
+            let ds = if G16 {
+                let s0 = *s[i].add(2 * b) * dx;
+                let s1 = *s[i].add(2 * b + 1) * dx;
+                _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0))
             } else {
-                _mm256_set1_ps(*mins.add(b) * dx)
+                _mm256_set1_ps(*s[i].add(b) * dx)
             };
-            acc = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ls), acc);
+            acc[i] = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), acc[i]);
+            if asym {
+                let dm = if G16 {
+                    let m0 = *m[i].add(2 * b) * dx;
+                    let m1 = *m[i].add(2 * b + 1) * dx;
+                    _mm256_set_m128(_mm_set1_ps(m1), _mm_set1_ps(m0))
+                } else {
+                    _mm256_set1_ps(*m[i].add(b) * dx)
+                };
+                acc[i] = _mm256_fmadd_ps(dm, lsf, acc[i]);
+            }
         }
-        acc
     }
 }
 
-/// Canonical dot of one integer row.
+/// Canonical dots of `R` integer rows starting at row `r`.
 ///
 /// # Safety
-/// Slices sized for the row as [`NativeView`] guarantees; the `D` ISA available.
+/// Rows `r..r + R` exist in `w`; the `D` ISA available.
 #[inline(always)]
-unsafe fn dot_int_row<D: Dot, const KIND: u8, const G16: bool>(
-    codes: &[u8],
-    scales: &[f32],
-    mins: &[f32],
+unsafe fn dot_int_rows<D: Dot, const KIND: u8, const G16: bool, const R: usize>(
+    w: &NativeView,
+    r: usize,
     a: &ActRef,
-) -> f32 {
+) -> [f32; R] {
     let nb = a.d.len();
-    let (c, s, m) = (codes.as_ptr(), scales.as_ptr(), mins.as_ptr());
-    // SAFETY: b < nb = cols/32 and the slices hold a whole row (NativeView).
+    let c: [*const u8; R] = std::array::from_fn(|i| w.row_codes(r + i).as_ptr());
+    let s: [*const f32; R] = std::array::from_fn(|i| w.row_scales(r + i).as_ptr());
+    let m: [*const f32; R] = std::array::from_fn(|i| w.row_mins(r + i).as_ptr());
+    // SAFETY: b < nb = cols/32 and the rows are whole (NativeView).
     unsafe {
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
+        let mut acc0 = [_mm256_setzero_ps(); R];
+        let mut acc1 = [_mm256_setzero_ps(); R];
         let mut b = 0;
         while b + 2 <= nb {
-            acc0 = block_step::<D, KIND, G16>(acc0, c, s, m, a, b);
-            acc1 = block_step::<D, KIND, G16>(acc1, c, s, m, a, b + 1);
+            block_step::<D, KIND, G16, R>(&mut acc0, &c, &s, &m, a, b);
+            block_step::<D, KIND, G16, R>(&mut acc1, &c, &s, &m, a, b + 1);
             b += 2;
         }
         if b < nb {
-            acc0 = block_step::<D, KIND, G16>(acc0, c, s, m, a, b);
+            block_step::<D, KIND, G16, R>(&mut acc0, &c, &s, &m, a, b);
         }
-        reduce8(_mm256_add_ps(acc0, acc1))
+        std::array::from_fn(|i| reduce8(_mm256_add_ps(acc0[i], acc1[i])))
     }
 }
 
+/// Rows per step (independent FMA chains, shared activation loads).
+const ROWS: usize = 4;
+
 /// # Safety
-/// As [`dot_int_row`].
+/// As [`dot_int_rows`], for rows `r0..r0 + out.len()`.
 #[inline(always)]
 unsafe fn rows_int<D: Dot>(w: &NativeView, r0: usize, a: &ActRef, out: &mut [f32]) {
     macro_rules! go {
-        ($k:expr, $g16:expr) => {
-            for (i, o) in out.iter_mut().enumerate() {
-                let r = r0 + i;
-                // SAFETY: r < rows (caller); the row slices come from NativeView.
-                *o = unsafe {
-                    dot_int_row::<D, { $k }, { $g16 }>(
-                        w.row_codes(r),
-                        w.row_scales(r),
-                        w.row_mins(r),
-                        a,
-                    )
-                };
+        ($k:expr, $g16:expr) => {{
+            let n = out.len();
+            let mut i = 0;
+            while i + ROWS <= n {
+                // SAFETY: r0 + i + ROWS <= rows (caller); ISA per the caller.
+                let v = unsafe { dot_int_rows::<D, { $k }, { $g16 }, ROWS>(w, r0 + i, a) };
+                out[i..i + ROWS].copy_from_slice(&v);
+                i += ROWS;
             }
-        };
+            while i < n {
+                // SAFETY: as above, one row.
+                out[i] = unsafe { dot_int_rows::<D, { $k }, { $g16 }, 1>(w, r0 + i, a) }[0];
+                i += 1;
+            }
+        }};
     }
     let g16 = w.group() == 16;
     match (kind_of(w.layout()), g16) {

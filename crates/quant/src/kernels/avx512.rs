@@ -85,25 +85,29 @@ unsafe fn p1<const KIND: u8>(codes: *const u8, x: __m256i, ls: __m256i) -> __m25
     }
 }
 
-/// Canonical dot of one integer row.
+/// Canonical dots of `R` integer rows at once (rows share the activation
+/// loads; each row keeps its own accumulator, so its result is the canonical
+/// one regardless of `R`).
 ///
 /// # Safety
-/// AVX-512 F/BW/VL + VNNI + FMA; slices sized for one row (NativeView).
+/// AVX-512 F/BW/VL + VNNI + FMA; rows `r..r + R` exist in `w`.
 #[inline(always)]
-unsafe fn dot_int_row<const KIND: u8, const G16: bool>(
-    codes: &[u8],
-    scales: &[f32],
-    mins: &[f32],
+unsafe fn dot_int_rows<const KIND: u8, const G16: bool, const R: usize>(
+    w: &NativeView,
+    r: usize,
     a: &ActRef,
-) -> f32 {
+) -> [f32; R] {
     let nb = a.d.len();
     let is4 = KIND == I4SYM || KIND == I4ASYM;
     let asym = KIND == I8ASYM || KIND == I4ASYM;
     let bpb = if is4 { 16 } else { 32 };
-    let (c, s, m) = (codes.as_ptr(), scales.as_ptr(), mins.as_ptr());
+    let c: [*const u8; R] = std::array::from_fn(|i| w.row_codes(r + i).as_ptr());
+    let s: [*const f32; R] = std::array::from_fn(|i| w.row_scales(r + i).as_ptr());
+    let m: [*const f32; R] = std::array::from_fn(|i| w.row_mins(r + i).as_ptr());
     let (xq, dx, lsp) = (a.q.as_ptr(), a.d.as_ptr(), a.ls.as_ptr());
     // SAFETY: every block index b < nb = cols/32; codes, scales, mins and the
-    // activations are sized for the whole row (NativeView / QuantizedActivations).
+    // activations are sized for whole rows (NativeView / QuantizedActivations);
+    // `m[i]` is only dereferenced for asymmetric layouts, which have mins.
     unsafe {
         // Lane l of the scale vector takes product index idx[l].
         let idx = if G16 {
@@ -111,69 +115,71 @@ unsafe fn dot_int_row<const KIND: u8, const G16: bool>(
         } else {
             _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
         };
-        // Per-group activation scale: [dx_b, dx_b+1] (G32) or [dx_b, dx_b, dx_b+1, dx_b+1] (G16).
-        let dxv = |b: usize| -> __m128 {
-            let d2 = _mm_castpd_ps(_mm_load_sd(dx.add(b) as *const f64));
-            if G16 {
-                _mm_unpacklo_ps(d2, d2)
-            } else {
-                d2
-            }
-        };
-        let grp = |p: *const f32, b: usize| -> __m128 {
-            if G16 {
-                _mm_loadu_ps(p.add(2 * b))
-            } else {
-                _mm_castpd_ps(_mm_load_sd(p.add(b) as *const f64))
-            }
-        };
-        let mut acc = _mm512_setzero_ps();
+        let mut acc = [_mm512_setzero_ps(); R];
         let mut b = 0;
         while b + 2 <= nb {
             let x = _mm512_loadu_si512(xq.add(b * QA) as *const _);
             let ls = _mm512_loadu_si512(lsp.add(b * 8) as *const _);
-            let p = p2::<KIND>(c.add(b * bpb), x, ls);
-            let d = dxv(b);
-            let ds = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(grp(s, b), d)));
-            acc = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(p), acc);
-            if asym {
-                let dm =
-                    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(grp(m, b), d)));
-                acc = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(ls), acc);
+            // Per-group activation scale: [dx_b, dx_b+1] (G32) or
+            // [dx_b, dx_b, dx_b+1, dx_b+1] (G16).
+            let d2 = _mm_castpd_ps(_mm_load_sd(dx.add(b) as *const f64));
+            let d = if G16 { _mm_unpacklo_ps(d2, d2) } else { d2 };
+            let lsf = if asym { _mm512_cvtepi32_ps(ls) } else { _mm512_setzero_ps() };
+            for i in 0..R {
+                let p = p2::<KIND>(c[i].add(b * bpb), x, ls);
+                let sg = if G16 {
+                    _mm_loadu_ps(s[i].add(2 * b))
+                } else {
+                    _mm_castpd_ps(_mm_load_sd(s[i].add(b) as *const f64))
+                };
+                let ds = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(sg, d)));
+                acc[i] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(p), acc[i]);
+                if asym {
+                    let mg = if G16 {
+                        _mm_loadu_ps(m[i].add(2 * b))
+                    } else {
+                        _mm_castpd_ps(_mm_load_sd(m[i].add(b) as *const f64))
+                    };
+                    let dm = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(mg, d)));
+                    acc[i] = _mm512_fmadd_ps(dm, lsf, acc[i]);
+                }
             }
             b += 2;
         }
-        let mut lo = _mm512_castps512_ps256(acc);
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-        if b < nb {
-            let x = _mm256_loadu_si256(xq.add(b * QA) as *const __m256i);
-            let ls = _mm256_loadu_si256(lsp.add(b * 8) as *const __m256i);
-            let p = p1::<KIND>(c.add(b * bpb), x, ls);
-            let d = *dx.add(b);
-            let ds = if G16 {
-                _mm256_set_m128(
-                    _mm_set1_ps(*s.add(2 * b + 1) * d),
-                    _mm_set1_ps(*s.add(2 * b) * d),
-                )
-            } else {
-                _mm256_set1_ps(*s.add(b) * d)
-            };
-            lo = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), lo);
-            if asym {
-                let dm = if G16 {
-                    _mm256_set_m128(
-                        _mm_set1_ps(*m.add(2 * b + 1) * d),
-                        _mm_set1_ps(*m.add(2 * b) * d),
-                    )
+        let mut out = [0f32; R];
+        for i in 0..R {
+            let mut lo = _mm512_castps512_ps256(acc[i]);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1));
+            if b < nb {
+                let x = _mm256_loadu_si256(xq.add(b * QA) as *const __m256i);
+                let ls = _mm256_loadu_si256(lsp.add(b * 8) as *const __m256i);
+                let p = p1::<KIND>(c[i].add(b * bpb), x, ls);
+                let d = *dx.add(b);
+                let (si, mi) = (s[i], m[i]);
+                let ds = if G16 {
+                    _mm256_set_m128(_mm_set1_ps(*si.add(2 * b + 1) * d), _mm_set1_ps(*si.add(2 * b) * d))
                 } else {
-                    _mm256_set1_ps(*m.add(b) * d)
+                    _mm256_set1_ps(*si.add(b) * d)
                 };
-                lo = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ls), lo);
+                lo = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), lo);
+                if asym {
+                    let dm = if G16 {
+                        _mm256_set_m128(_mm_set1_ps(*mi.add(2 * b + 1) * d), _mm_set1_ps(*mi.add(2 * b) * d))
+                    } else {
+                        _mm256_set1_ps(*mi.add(b) * d)
+                    };
+                    lo = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ls), lo);
+                }
             }
+            out[i] = reduce8(_mm256_add_ps(lo, hi));
         }
-        reduce8(_mm256_add_ps(lo, hi))
+        out
     }
 }
+
+/// Rows per step of the integer kernels: independent FMA chains that hide
+/// the 4-cycle FMA latency and share the activation loads.
+const ROWS: usize = 4;
 
 /// Float-layout row dot: 2 × 16-lane FMA accumulators, 32 elements per step.
 ///
@@ -243,20 +249,21 @@ pub(super) unsafe fn rows_dot(w: &NativeView, r0: usize, act: Act, out: &mut [f3
     match act {
         Act::Int(a) => {
             macro_rules! go {
-                ($k:expr, $g16:expr) => {
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let r = r0 + i;
-                        // SAFETY: features per this fn's contract; r < rows.
-                        *o = unsafe {
-                            dot_int_row::<{ $k }, { $g16 }>(
-                                w.row_codes(r),
-                                w.row_scales(r),
-                                w.row_mins(r),
-                                &a,
-                            )
-                        };
+                ($k:expr, $g16:expr) => {{
+                    let n = out.len();
+                    let mut i = 0;
+                    while i + ROWS <= n {
+                        // SAFETY: features per this fn's contract; r0 + i + ROWS <= rows.
+                        let v = unsafe { dot_int_rows::<{ $k }, { $g16 }, ROWS>(w, r0 + i, &a) };
+                        out[i..i + ROWS].copy_from_slice(&v);
+                        i += ROWS;
                     }
-                };
+                    while i < n {
+                        // SAFETY: as above, one row.
+                        out[i] = unsafe { dot_int_rows::<{ $k }, { $g16 }, 1>(w, r0 + i, &a) }[0];
+                        i += 1;
+                    }
+                }};
             }
             match (kind_of(w.layout()), w.group() == 16) {
                 (I8SYM, false) => go!(I8SYM, false),

@@ -503,3 +503,39 @@ pub fn matmul_with(isa: Isa, w: &NativeView, x: &[f32], n: usize, y: &mut [f32])
         pool.run(tasks, &task);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_half_away_is_roundf() {
+        let mut v = -130.0f32;
+        while v <= 130.0 {
+            for x in [v, v + 0.5, v - 0.5, f32::from_bits(v.to_bits() + 1), f32::from_bits(v.to_bits().max(1) - 1)] {
+                if x.abs() < 200.0 {
+                    assert_eq!(round_half_away(x), x.round() as i32, "{x}");
+                }
+            }
+            v += 0.0625;
+        }
+        assert_eq!(round_half_away(0.49999997), 0);
+        assert_eq!(round_half_away(-0.5), -1);
+        assert_eq!(round_half_away(2.5), 3);
+    }
+
+    #[test]
+    fn activation_lane_sums() {
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 - 30.0) * 0.1).collect();
+        let mut a = QuantizedActivations::new();
+        a.quantize(&x, 1, 64);
+        let r = a.get(0);
+        for b in 0..2 {
+            for j in 0..8 {
+                let s: i32 = r.q[b * 32 + 4 * j..b * 32 + 4 * j + 4].iter().map(|&v| i32::from(v)).sum();
+                assert_eq!(r.ls[b * 8 + j], s);
+            }
+            assert!(r.q[b * 32..b * 32 + 32].iter().any(|&v| v.abs() == 127));
+        }
+    }
+}
