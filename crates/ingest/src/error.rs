@@ -245,17 +245,19 @@ pub enum Error {
         file_len: u64,
     },
 
-    /// Two tensors' byte ranges overlap.
-    #[error("{}: tensors {first:?} and {second:?} overlap at byte {offset}", file.display())]
-    OverlappingTensors {
+    /// A GGUF tensor that does not start where the previous one's padded data ends.
+    /// gguf.cpp requires tensor data packed in descriptor order, so this also rules
+    /// out overlaps and holes.
+    #[error("{}: tensor {tensor:?}: data offset {offset}, expected {expected} (tensor data must be packed in order, each padded to the alignment)", file.display())]
+    UnexpectedOffset {
         /// The file.
         file: PathBuf,
-        /// The tensor that starts first.
-        first: String,
-        /// The tensor that starts inside it.
-        second: String,
-        /// Absolute start of `second`.
+        /// The tensor.
+        tensor: String,
+        /// Its offset, relative to the start of the tensor data section.
         offset: u64,
+        /// Where the previous tensor's padded data ends.
+        expected: u64,
     },
 
     /// A split GGUF whose shard file is missing.

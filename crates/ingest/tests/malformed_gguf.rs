@@ -400,9 +400,9 @@ fn misaligned_offset() {
 #[test]
 fn tensor_out_of_bounds() {
     let e = err(&B::header(3, 1, 0)
-        .tensor("t", &[16], 0, 32)
+        .tensor("t", &[16], 0, 0)
         .pad(32)
-        .zeros(64));
+        .zeros(32));
     assert!(
         matches!(e, Error::TensorOutOfBounds { size: 64, .. }),
         "{e:?}"
@@ -410,13 +410,16 @@ fn tensor_out_of_bounds() {
 }
 
 #[test]
-fn offset_overflow() {
-    let e = err(&B::header(3, 1, 0).tensor("t", &[1], 0, !31).pad(32));
+fn size_overflow() {
+    // 4 × (2^62 - 1) bytes fit in u64, but not once padded to the alignment.
+    let e = err(&B::header(3, 1, 0)
+        .tensor("t", &[(1 << 62) - 1], 0, 0)
+        .pad(32));
     assert!(
         matches!(
             e,
             Error::Overflow {
-                what: "tensor data offset",
+                what: "aligned offset",
                 ..
             }
         ),
@@ -425,23 +428,60 @@ fn offset_overflow() {
 }
 
 #[test]
-fn overlapping_tensors() {
+fn offsets_must_be_packed_in_order() {
+    // Overlap: b starts inside a.
     let e = err(&B::header(3, 2, 0)
         .tensor("a", &[16], 0, 0)
         .tensor("b", &[8], 0, 32)
         .pad(32)
         .zeros(96));
     assert!(
-        matches!(e, Error::OverlappingTensors { ref first, ref second, .. } if first == "a" && second == "b"),
+        matches!(e, Error::UnexpectedOffset { ref tensor, offset: 32, expected: 64, .. } if tensor == "b"),
         "{e:?}"
     );
-    // Empty tensors may sit anywhere.
-    let b = B::header(3, 2, 0)
-        .tensor("a", &[16], 0, 0)
-        .tensor("b", &[0], 0, 32)
+    // Hole: b starts after a gap.
+    let e = err(&B::header(3, 2, 0)
+        .tensor("a", &[1], 0, 0)
+        .tensor("b", &[1], 0, 64)
         .pad(32)
-        .zeros(64);
-    assert!(gguf::parse(b.bytes()).is_ok());
+        .zeros(96));
+    assert!(
+        matches!(
+            e,
+            Error::UnexpectedOffset {
+                offset: 64,
+                expected: 32,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // Out of order.
+    let e = err(&B::header(3, 2, 0)
+        .tensor("a", &[1], 0, 32)
+        .tensor("b", &[1], 0, 0)
+        .pad(32)
+        .zeros(64));
+    assert!(
+        matches!(
+            e,
+            Error::UnexpectedOffset {
+                offset: 32,
+                expected: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // Empty tensors take no room; each tensor is padded to the alignment.
+    let b = B::header(3, 3, 0)
+        .tensor("a", &[3], 0, 0)
+        .tensor("e", &[0], 0, 32)
+        .tensor("c", &[1], 0, 32)
+        .pad(32)
+        .zeros(36);
+    let g = gguf::parse(b.bytes()).unwrap();
+    assert_eq!(g.tensors[2].offset, g.data_offset + 32);
 }
 
 #[test]

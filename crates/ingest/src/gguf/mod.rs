@@ -3,10 +3,13 @@
 //! The reader validates everything once, up front, and then only hands out byte
 //! ranges: every count and length is checked against the bytes that remain
 //! *before* anything is allocated for it, every size goes through checked
-//! arithmetic, and tensor ranges are checked to be aligned, inside the file and
-//! disjoint. The checks mirror those of llama.cpp's `gguf.cpp` (which is what
-//! decides whether a GGUF is loadable in practice), so a file we accept is one
-//! llama.cpp would accept, and each check has its own [`Error`] variant.
+//! arithmetic, and tensor ranges are checked to be aligned, packed in order and
+//! inside the file. The checks mirror those of llama.cpp's `gguf.cpp` (which is
+//! what decides whether a GGUF is loadable in practice: key and tensor-name rules,
+//! `GGML_MAX_DIMS`, the row/block rule, `general.alignment` as a `UINT32` power of
+//! two, offsets packed in order), and each check has its own [`Error`] variant.
+//! Stricter than gguf.cpp: bools must be 0 or 1, keys and names UTF-8, unknown
+//! value types and too-deep nesting are errors.
 //!
 //! Byte layout (little-endian; v2 and v3 are identical, v3 only added the
 //! big-endian variant, which we reject; v1 used 32-bit counts and is rejected):
@@ -18,6 +21,8 @@
 //! padding to general.alignment (default 32) · tensor data (offsets relative to here)
 //! string = len u64 · bytes[len];  array = elem_type u32 · len u64 · elems[len]
 //! ```
+//!
+//! [`Error`]: crate::Error
 
 mod read;
 pub(crate) mod split;

@@ -29,8 +29,8 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile, Error> {
 /// Validates the header, every metadata value, `general.alignment` (a `UINT32`
 /// non-zero power of two), every tensor descriptor (known ggml type, at most
 /// [`super::MAX_DIMS`] dimensions, a row length that is a whole number of blocks,
-/// no overflow) and every tensor's byte range (aligned, inside `bytes`, disjoint
-/// from the others). Never panics, whatever the bytes.
+/// no overflow) and every tensor's byte range (aligned, packed in descriptor order
+/// as gguf.cpp requires, inside `bytes`). Never panics, whatever the bytes.
 pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
     let mut r = Reader {
         b: bytes,
@@ -160,8 +160,9 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
 
     let data_offset = align_up(file, r.pos(), alignment)?;
     let file_len = bytes.len() as u64;
+    let mut expected = 0u64;
     for (t, rel) in tensors.iter_mut().zip(rel_offsets) {
-        if rel % alignment != 0 {
+        if !rel.is_multiple_of(alignment) {
             return Err(Error::MisalignedTensor {
                 file: file.to_path_buf(),
                 tensor: t.name.clone(),
@@ -169,6 +170,20 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
                 alignment,
             });
         }
+        if rel != expected {
+            return Err(Error::UnexpectedOffset {
+                file: file.to_path_buf(),
+                tensor: t.name.clone(),
+                offset: rel,
+                expected,
+            });
+        }
+        expected = add(
+            file,
+            expected,
+            align_up(file, t.size, alignment)?,
+            "tensor data size",
+        )?;
         t.offset = add(file, data_offset, rel, "tensor data offset")?;
         let end = add(file, t.offset, t.size, "tensor data end")?;
         if end > file_len {
@@ -181,7 +196,6 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
             });
         }
     }
-    check_disjoint(file, &tensors)?;
 
     Ok(GgufFile {
         version,
@@ -232,24 +246,6 @@ pub(crate) fn tensor_size(
 /// Rounds `pos` up to a multiple of the power of two `alignment`.
 pub(crate) fn align_up(file: &Path, pos: u64, alignment: u64) -> Result<u64, Error> {
     Ok(add(file, pos, alignment - 1, "aligned offset")? & !(alignment - 1))
-}
-
-/// Tensors' byte ranges must not overlap (empty tensors never overlap anything).
-fn check_disjoint(file: &Path, tensors: &[GgufTensor]) -> Result<(), Error> {
-    let mut order: Vec<&GgufTensor> = tensors.iter().filter(|t| t.size > 0).collect();
-    order.sort_by_key(|t| t.offset);
-    for w in order.windows(2) {
-        // Ends were checked not to overflow.
-        if w[1].offset < w[0].offset + w[0].size {
-            return Err(Error::OverlappingTensors {
-                file: file.to_path_buf(),
-                first: w[0].name.clone(),
-                second: w[1].name.clone(),
-                offset: w[1].offset,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// A bounds-checked little-endian cursor.
