@@ -196,6 +196,28 @@ fn every_value_type_round_trips_through_the_writer() {
 }
 
 #[test]
+fn encode_and_decode_single_values() {
+    for (_, v) in every_value_type().iter() {
+        let b = gguf::encode_value(v);
+        assert_eq!(&gguf::decode_value(v.value_type().id(), &b).unwrap(), v);
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(matches!(
+            gguf::decode_value(v.value_type().id(), &longer),
+            Err(gpack_ingest::Error::TrailingBytes { .. })
+        ));
+        if !b.is_empty() {
+            assert!(gguf::decode_value(v.value_type().id(), &b[..b.len() - 1]).is_err());
+        }
+    }
+    assert_eq!(gguf::encode_value(&Value::U32(7)), 7u32.to_le_bytes());
+    assert!(matches!(
+        gguf::decode_value(13, &[]),
+        Err(gpack_ingest::Error::UnknownValueType { type_id: 13, .. })
+    ));
+}
+
+#[test]
 fn version_2_is_read_like_version_3() {
     let mut bytes = gguf::to_vec(&every_value_type(), []).unwrap();
     bytes[4] = 2;

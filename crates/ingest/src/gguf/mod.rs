@@ -28,7 +28,7 @@ mod read;
 pub(crate) mod split;
 mod write;
 
-pub use read::{parse, parse_named};
+pub use read::{decode_value, parse, parse_named};
 pub use write::{encode_value, to_vec, write, TensorHeader, Writer};
 
 use gpack_format::ggml::GgmlType;

@@ -206,6 +206,33 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
     })
 }
 
+/// Decodes one metadata value payload of GGUF type `type_id` (as written by
+/// [`super::encode_value`]); `bytes` must hold exactly that value. Same checks and
+/// caps as [`parse`]; never panics.
+pub fn decode_value(type_id: u32, bytes: &[u8]) -> Result<Value, Error> {
+    let file = Path::new("<memory>");
+    let mut r = Reader {
+        b: bytes,
+        pos: 0,
+        file,
+    };
+    let t = ValueType::from_id(type_id).ok_or_else(|| Error::UnknownValueType {
+        file: file.to_path_buf(),
+        offset: 0,
+        key: String::new(),
+        type_id,
+    })?;
+    let v = r.value_of(t, "", 0)?;
+    if r.remaining() != 0 {
+        return Err(Error::TrailingBytes {
+            file: file.to_path_buf(),
+            data_end: r.pos(),
+            file_len: bytes.len() as u64,
+        });
+    }
+    Ok(v)
+}
+
 /// Bytes of a tensor of `ggml_type` with `dims`, checking what gguf.cpp checks:
 /// dimensions fit in `i64`, the element count does not overflow `i64`, and a row
 /// (`dims[0]`) is a whole number of blocks.

@@ -211,8 +211,9 @@ pub fn write<'a>(
         })
 }
 
-/// The GGUF v3 encoding of one value (without its type id), as stored in a
-/// GPACK MetadataKv record.
+/// The GGUF encoding of `v`'s payload (without its type id): what follows the
+/// `value_type u32` of a metadata entry, and what a GPACK MetadataKv record stores.
+/// [`super::decode_value`] reads it back.
 pub fn encode_value(v: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     put_value(&mut out, v);
