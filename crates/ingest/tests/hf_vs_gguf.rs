@@ -169,6 +169,59 @@ fn assets_are_the_raw_files() {
 }
 
 #[test]
+fn multimodal_gemma3_prefixes_and_unmapped_tensors() {
+    // Gemma3ForConditionalGeneration: text weights under model.language_model.*, plus
+    // a vision tower whose norms must not get Gemma's +1.
+    let src = Source::open(&tiny("gemma3").join("hf")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let st = gpack_ingest::safetensors::parse(src.files[0].bytes()).unwrap();
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    let mut add = |name: String, dtype: &str, shape: Vec<u64>, bytes: &[u8]| {
+        let begin = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(name, serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [begin, data.len()]}));
+    };
+    for t in &st.tensors {
+        let bytes = &src.files[0].bytes()[t.offset as usize..(t.offset + t.size) as usize];
+        add(
+            t.name.replacen("model.", "model.language_model.", 1),
+            &t.dtype,
+            t.shape.clone(),
+            bytes,
+        );
+    }
+    add(
+        "model.vision_tower.post_layernorm.weight".into(),
+        "F32",
+        vec![2],
+        &[0; 8],
+    );
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&h);
+    file.extend_from_slice(&data);
+    std::fs::write(d.join("model.safetensors"), file).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tiny("gemma3").join("hf/config.json")).unwrap())
+            .unwrap();
+    config = serde_json::json!({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": config});
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+    let s = Source::open(d).unwrap();
+    let v = s
+        .tensor("model.vision_tower.post_layernorm.weight")
+        .unwrap();
+    assert_eq!((v.ggml_type, &v.transform), (GgmlType::F32, &None));
+    let mut without_vision = Source::open(d).unwrap();
+    without_vision
+        .tensors
+        .retain(|t| !t.name.starts_with("model.vision_tower"));
+    let gguf = Source::open(&tiny("gemma3").join("gemma3-f16.gguf")).unwrap();
+    compare(&without_vision, &gguf, "gemma3 multimodal layout");
+}
+
+#[test]
 fn unknown_architecture_keeps_hf_names() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -93,11 +93,7 @@ fn safe_shard_path(shard: &str) -> bool {
 
 /// Opens a sharded `*.index.json`.
 pub(crate) fn open_index(index: &Path) -> Result<Source, Error> {
-    let bytes = std::fs::read(index).map_err(|e| Error::Io {
-        file: index.to_path_buf(),
-        what: "read",
-        source: e,
-    })?;
+    let bytes = read_capped(index)?;
     let parsed: Index = serde_json::from_slice(&bytes).map_err(|e| Error::BadJson {
         file: index.to_path_buf(),
         what: "index.json",
@@ -156,16 +152,37 @@ pub(crate) fn open_safetensors_file(file: SourceFile) -> Result<Source, Error> {
     build(&dir, vec![file], tensors)
 }
 
+/// Largest JSON/asset file read into memory. The largest real ones are tokenizers
+/// (Gemma 3's tokenizer.json is 33 MB) and the index.json of very large MoE models
+/// (~10 MB); the cap only stops a hostile file from exhausting memory.
+pub const MAX_ASSET_SIZE: u64 = 1 << 30;
+
+/// Reads a whole file of at most [`MAX_ASSET_SIZE`] bytes.
+fn read_capped(p: &Path) -> Result<Vec<u8>, Error> {
+    let io = |what, e| Error::Io {
+        file: p.to_path_buf(),
+        what,
+        source: e,
+    };
+    let len = std::fs::metadata(p).map_err(|e| io("stat", e))?.len();
+    if len > MAX_ASSET_SIZE {
+        return Err(Error::TooLarge {
+            file: p.to_path_buf(),
+            offset: 0,
+            what: "file size",
+            value: len,
+            max: MAX_ASSET_SIZE,
+        });
+    }
+    std::fs::read(p).map_err(|e| io("read", e))
+}
+
 fn read_assets(dir: &Path) -> Result<Vec<Asset>, Error> {
     let mut assets = Vec::new();
     for name in ASSET_NAMES {
         let p = dir.join(name);
         if p.is_file() {
-            let bytes = std::fs::read(&p).map_err(|e| Error::Io {
-                file: p.clone(),
-                what: "read",
-                source: e,
-            })?;
+            let bytes = read_capped(&p)?;
             assets.push(Asset {
                 name: name.to_string(),
                 bytes,
@@ -263,7 +280,7 @@ fn build(
     for (fi, t) in tensors {
         let path = &files[fi].path;
         let dims: Vec<u64> = t.shape.iter().rev().copied().collect();
-        let name = match map_tensor_name(&arch, &t.name) {
+        let (name, mapped) = match map_tensor_name(&arch, &t.name) {
             HfName::Expert {
                 expert, stacked, ..
             } => {
@@ -280,8 +297,8 @@ fn build(
                 g.push((expert, fi, t));
                 continue;
             }
-            HfName::Gguf(n) => n,
-            HfName::Unmapped => t.name.clone(),
+            HfName::Gguf(n) => (n, true),
+            HfName::Unmapped => (t.name.clone(), false),
         };
         if !names.insert(name.clone()) {
             return Err(Error::DuplicateTensor {
@@ -303,7 +320,8 @@ fn build(
             tensor: info.name.clone(),
             reason,
         };
-        if arch == "llama" {
+        // Transforms apply only to tensors we understand (not e.g. a vision tower's norms).
+        if mapped && arch == "llama" {
             let heads = if info.name.ends_with("attn_q.weight")
                 || info.name.ends_with("attn_q.bias")
             {
@@ -329,7 +347,7 @@ fn build(
                 info.transform = Some(Transform::RopePermute { n_head });
             }
         }
-        if arch == "gemma3" && info.name.ends_with("norm.weight") {
+        if mapped && arch == "gemma3" && info.name.ends_with("norm.weight") {
             if !matches!(
                 info.ggml_type,
                 GgmlType::F32 | GgmlType::F16 | GgmlType::BF16
