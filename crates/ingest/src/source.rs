@@ -399,6 +399,7 @@ pub(crate) fn permute_rows(src: &[u8], rows: u64, n_head: u32) -> Option<Vec<u8>
         || group == 0
         || !rows.is_multiple_of(group)
         || !(src.len() as u64).is_multiple_of(rows)
+        || (src.len() as u64) < rows
     {
         return None;
     }
