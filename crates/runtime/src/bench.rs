@@ -18,10 +18,17 @@ pub struct BenchRun {
 
 /// Runs `reps` repetitions of: prefill `n_prompt` tokens into an empty cache,
 /// then (in a fresh cache, as llama-bench's `tg` test) decode `n_gen` tokens.
-pub fn bench(model: &Model<'_>, n_prompt: usize, n_gen: usize, reps: usize) -> Result<Vec<BenchRun>> {
+pub fn bench(
+    model: &Model<'_>,
+    n_prompt: usize,
+    n_gen: usize,
+    reps: usize,
+) -> Result<Vec<BenchRun>> {
     let n_vocab = model.config.n_vocab as u32;
     // Deterministic pseudo-random token ids (llama-bench uses random ids too).
-    let prompt: Vec<u32> = (0..n_prompt as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % n_vocab).collect();
+    let prompt: Vec<u32> = (0..n_prompt as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % n_vocab)
+        .collect();
     let mut state = model.new_state((n_prompt + n_gen).max(1));
     // Warm-up: touch every weight once.
     model.forward(&mut state, &prompt[..n_prompt.min(8)], Logits::Last)?;
@@ -41,7 +48,10 @@ pub fn bench(model: &Model<'_>, n_prompt: usize, n_gen: usize, reps: usize) -> R
             tok = crate::sampler::argmax(logits);
         }
         let tg = n_gen as f64 / t.elapsed().as_secs_f64().max(1e-9);
-        runs.push(BenchRun { pp_tps: pp, tg_tps: tg });
+        runs.push(BenchRun {
+            pp_tps: pp,
+            tg_tps: tg,
+        });
     }
     Ok(runs)
 }

@@ -124,13 +124,15 @@ pub struct Config {
 }
 
 fn get_u(m: &dyn MetadataSource, key: String) -> Result<usize> {
-    m.meta_u64(&key)
-        .map(|v| v as usize)
-        .ok_or(Error::Metadata { key, what: "integer" })
+    m.meta_u64(&key).map(|v| v as usize).ok_or(Error::Metadata {
+        key,
+        what: "integer",
+    })
 }
 
 fn get_f(m: &dyn MetadataSource, key: String) -> Result<f32> {
-    m.meta_f32(&key).ok_or(Error::Metadata { key, what: "float" })
+    m.meta_f32(&key)
+        .ok_or(Error::Metadata { key, what: "float" })
 }
 
 impl Config {
@@ -141,25 +143,37 @@ impl Config {
             key: "general.architecture".into(),
             what: "string",
         })?;
-        let arch = Arch::from_name(arch_name).ok_or_else(|| Error::Architecture { arch: arch_name.into() })?;
+        let arch = Arch::from_name(arch_name).ok_or_else(|| Error::Architecture {
+            arch: arch_name.into(),
+        })?;
         let a = arch.name();
         let k = |s: &str| format!("{a}.{s}");
         let n_embd = get_u(m, k("embedding_length"))?;
         let n_layer = get_u(m, k("block_count"))?;
         let n_head = get_u(m, k("attention.head_count"))?;
-        let n_head_kv = m.meta_u64(&k("attention.head_count_kv")).map_or(n_head, |v| v as usize);
+        let n_head_kv = m
+            .meta_u64(&k("attention.head_count_kv"))
+            .map_or(n_head, |v| v as usize);
         if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(Error::Hparam {
                 what: "attention.head_count_kv",
                 value: n_head_kv as u64,
             });
         }
-        let head_dim = m.meta_u64(&k("attention.key_length")).map_or(n_embd / n_head, |v| v as usize);
-        let head_dim_v = m.meta_u64(&k("attention.value_length")).map_or(head_dim, |v| v as usize);
+        let head_dim = m
+            .meta_u64(&k("attention.key_length"))
+            .map_or(n_embd / n_head, |v| v as usize);
+        let head_dim_v = m
+            .meta_u64(&k("attention.value_length"))
+            .map_or(head_dim, |v| v as usize);
         let n_ff = get_u(m, k("feed_forward_length"))?;
-        let n_ctx_train = m.meta_u64(&k("context_length")).map_or(2048, |v| v as usize);
+        let n_ctx_train = m
+            .meta_u64(&k("context_length"))
+            .map_or(2048, |v| v as usize);
         let rms_eps = get_f(m, k("attention.layer_norm_rms_epsilon"))?;
-        let n_rot = m.meta_u64(&k("rope.dimension_count")).map_or(head_dim, |v| v as usize);
+        let n_rot = m
+            .meta_u64(&k("rope.dimension_count"))
+            .map_or(head_dim, |v| v as usize);
         if n_rot > head_dim || n_rot % 2 != 0 {
             return Err(Error::Hparam {
                 what: "rope.dimension_count",
@@ -176,10 +190,16 @@ impl Config {
             (Some("linear"), Some(f)) if f > 0.0 => 1.0 / f,
             _ => 1.0,
         };
-        let sliding_window = m.meta_u64(&k("attention.sliding_window")).map(|v| v as usize).filter(|&w| w > 0);
+        let sliding_window = m
+            .meta_u64(&k("attention.sliding_window"))
+            .map(|v| v as usize)
+            .filter(|&w| w > 0);
         let swa_layers = match (arch, sliding_window) {
             (Arch::Gemma3, Some(_)) => {
-                let pattern = m.meta_u64(&k("attention.sliding_window_pattern")).map_or(6, |v| v as usize).max(1);
+                let pattern = m
+                    .meta_u64(&k("attention.sliding_window_pattern"))
+                    .map_or(6, |v| v as usize)
+                    .max(1);
                 (0..n_layer).map(|il| il % pattern < pattern - 1).collect()
             }
             _ => vec![false; n_layer],

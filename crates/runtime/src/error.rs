@@ -71,6 +71,9 @@ pub enum Error {
     /// Reading the source model failed.
     #[error("reading the model")]
     Ingest(#[from] gpack_ingest::Error),
+    /// A .gpack file is invalid.
+    #[error("reading the .gpack file")]
+    Gpack(#[from] gpack_format::Error),
     /// A native tensor could not be made or read.
     #[error("native tensor {name}")]
     Quant {

@@ -114,7 +114,11 @@ pub fn generate(
     let batch = cfg.prefill_batch.max(1);
     let mut chunks = prompt.chunks(batch).peekable();
     while let Some(c) = chunks.next() {
-        let want = if chunks.peek().is_none() { Logits::Last } else { Logits::None };
+        let want = if chunks.peek().is_none() {
+            Logits::Last
+        } else {
+            Logits::None
+        };
         model.forward(state, c, want)?;
     }
     let prefill_time = t0.elapsed();
@@ -148,7 +152,11 @@ pub fn generate(
         if let Some((pos, s)) = cfg
             .stop_strings
             .iter()
-            .filter_map(|s| out.text[emitted..].find(s.as_str()).map(|p| (emitted + p, s)))
+            .filter_map(|s| {
+                out.text[emitted..]
+                    .find(s.as_str())
+                    .map(|p| (emitted + p, s))
+            })
             .min_by_key(|(p, _)| *p)
         {
             let release = &out.text[emitted..pos];

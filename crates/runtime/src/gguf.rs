@@ -21,8 +21,16 @@ use std::collections::HashMap;
 use std::path::Path;
 
 enum Entry {
-    Native { buf: usize, row_start: usize, rows: usize },
-    Dense { ggml_type: GgmlType, dims: Vec<u64>, bytes: Vec<u8> },
+    Native {
+        buf: usize,
+        row_start: usize,
+        rows: usize,
+    },
+    Dense {
+        ggml_type: GgmlType,
+        dims: Vec<u64>,
+        bytes: Vec<u8>,
+    },
 }
 
 /// A model read with `gpack_ingest` and transcoded into native layouts in
@@ -63,7 +71,13 @@ fn quant_err(name: &str) -> impl FnOnce(gpack_quant::Error) -> Error + '_ {
 }
 
 /// Transcodes `src` (`rows × cols` of `ty`) into a fresh aligned native buffer.
-fn transcode_to_buf(name: &str, ty: GgmlType, src: &[u8], rows: u64, cols: u64) -> Result<AlignedBuf> {
+fn transcode_to_buf(
+    name: &str,
+    ty: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+) -> Result<AlignedBuf> {
     let layout = gpack_quant::native_layout_for(ty);
     let len = gpack_quant::encoded_len(layout, rows, cols).map_err(quant_err(name))?;
     let mut buf = AlignedBuf::zeroed(len as usize);
@@ -86,23 +100,42 @@ impl GgufWeights {
         let mut index: HashMap<String, Entry> = HashMap::new();
         let mut natives = Vec::new();
         let mut fused_done: std::collections::HashSet<String> = std::collections::HashSet::new();
-        let by_name: HashMap<&str, &TensorInfo> = source.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+        let by_name: HashMap<&str, &TensorInfo> = source
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t))
+            .collect();
 
         // Fused groups first.
         let n_layer = source
             .tensors
             .iter()
-            .filter_map(|t| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
             .max()
             .map_or(0, |m| m + 1);
         for l in 0..n_layer {
             for group in FUSED_GROUPS {
-                let names: Vec<String> = group.iter().map(|m| format!("blk.{l}.{m}.weight")).collect();
-                let members: Option<Vec<&TensorInfo>> = names.iter().map(|n| by_name.get(n.as_str()).copied()).collect();
+                let names: Vec<String> = group
+                    .iter()
+                    .map(|m| format!("blk.{l}.{m}.weight"))
+                    .collect();
+                let members: Option<Vec<&TensorInfo>> = names
+                    .iter()
+                    .map(|n| by_name.get(n.as_str()).copied())
+                    .collect();
                 let Some(members) = members else { continue };
                 let ty = members[0].ggml_type;
                 let cols = members[0].dims[0];
-                if !members.iter().all(|t| is_matrix(t) && t.ggml_type == ty && t.dims[0] == cols && t.dims.len() == 2) {
+                if !members.iter().all(|t| {
+                    is_matrix(t) && t.ggml_type == ty && t.dims[0] == cols && t.dims.len() == 2
+                }) {
                     continue;
                 }
                 let mut bytes = Vec::new();
@@ -117,7 +150,14 @@ impl GgufWeights {
                 let mut row = 0usize;
                 for (t, n) in members.iter().zip(&names) {
                     let rows = rows_cols(t).0 as usize;
-                    index.insert(n.clone(), Entry::Native { buf: id, row_start: row, rows });
+                    index.insert(
+                        n.clone(),
+                        Entry::Native {
+                            buf: id,
+                            row_start: row,
+                            rows,
+                        },
+                    );
                     fused_done.insert(n.clone());
                     row += rows;
                 }
@@ -134,7 +174,14 @@ impl GgufWeights {
                 let buf = transcode_to_buf(&t.name, t.ggml_type, &bytes, rows, cols)?;
                 let id = natives.len();
                 natives.push(buf);
-                index.insert(t.name.clone(), Entry::Native { buf: id, row_start: 0, rows: rows as usize });
+                index.insert(
+                    t.name.clone(),
+                    Entry::Native {
+                        buf: id,
+                        row_start: 0,
+                        rows: rows as usize,
+                    },
+                );
             } else {
                 index.insert(
                     t.name.clone(),
@@ -187,7 +234,11 @@ impl MetadataSource for GgufWeights {
 impl WeightSource for GgufWeights {
     fn tensor(&self, name: &str) -> Option<TensorRef<'_>> {
         match self.index.get(name)? {
-            Entry::Native { buf, row_start, rows } => {
+            Entry::Native {
+                buf,
+                row_start,
+                rows,
+            } => {
                 // Parsed successfully at load; the bytes are immutable since.
                 let view = NativeView::parse(self.natives[*buf].as_slice()).ok()?;
                 Some(TensorRef::Native {
@@ -196,7 +247,11 @@ impl WeightSource for GgufWeights {
                     rows: *rows,
                 })
             }
-            Entry::Dense { ggml_type, dims, bytes } => Some(TensorRef::Dense {
+            Entry::Dense {
+                ggml_type,
+                dims,
+                bytes,
+            } => Some(TensorRef::Dense {
                 ggml_type: *ggml_type,
                 dims: dims.clone(),
                 bytes,

@@ -38,7 +38,11 @@ impl<'a> Matrix<'a> {
             found,
         };
         let m = match t {
-            TensorRef::Native { view, row_start, rows: r } => {
+            TensorRef::Native {
+                view,
+                row_start,
+                rows: r,
+            } => {
                 if view.cols() != cols || row_start.checked_add(r).is_none_or(|e| e > view.rows()) {
                     return Err(shape_err(vec![view.cols() as u64, r as u64]));
                 }
@@ -48,12 +52,21 @@ impl<'a> Matrix<'a> {
                     rows: r,
                 }
             }
-            TensorRef::Dense { ggml_type, dims, bytes } => {
+            TensorRef::Dense {
+                ggml_type,
+                dims,
+                bytes,
+            } => {
                 let r: u64 = dims.iter().skip(1).product();
-                if dims.first().copied() != Some(cols as u64) || !gpack_quant::ggml::can_dequantize(ggml_type) {
+                if dims.first().copied() != Some(cols as u64)
+                    || !gpack_quant::ggml::can_dequantize(ggml_type)
+                {
                     return Err(shape_err(dims));
                 }
-                let row_bytes = ggml_type.bytes_for(cols as u64).ok_or_else(|| shape_err(dims.clone()))? as usize;
+                let row_bytes = ggml_type
+                    .bytes_for(cols as u64)
+                    .ok_or_else(|| shape_err(dims.clone()))?
+                    as usize;
                 if bytes.len() != row_bytes * r as usize {
                     return Err(shape_err(dims));
                 }
@@ -90,10 +103,21 @@ impl<'a> Matrix<'a> {
     /// Dequantizes row `r` into `out` (`cols` values): the embedding lookup.
     pub fn row(&self, r: usize, out: &mut [f32]) {
         match self {
-            Matrix::Native { view, row_start, .. } => view.dequantize_row(row_start + r, out),
-            Matrix::Dense { ty, row_bytes, bytes, .. } => {
+            Matrix::Native {
+                view, row_start, ..
+            } => view.dequantize_row(row_start + r, out),
+            Matrix::Dense {
+                ty,
+                row_bytes,
+                bytes,
+                ..
+            } => {
                 // Checked at bind: the type decodes and the row fits.
-                let _ = gpack_quant::dequantize_ggml(*ty, &bytes[r * row_bytes..(r + 1) * row_bytes], out);
+                let _ = gpack_quant::dequantize_ggml(
+                    *ty,
+                    &bytes[r * row_bytes..(r + 1) * row_bytes],
+                    out,
+                );
             }
         }
     }
@@ -106,7 +130,9 @@ impl<'a> Matrix<'a> {
         debug_assert_eq!(x.len(), n * cols);
         debug_assert_eq!(y.len(), n * rows);
         match self {
-            Matrix::Native { view, row_start, .. } => {
+            Matrix::Native {
+                view, row_start, ..
+            } => {
                 let whole = *row_start == 0 && rows == view.rows();
                 if whole {
                     if n == 1 {
@@ -130,10 +156,19 @@ impl<'a> Matrix<'a> {
                     }
                 }
             }
-            Matrix::Dense { ty, row_bytes, bytes, .. } => {
+            Matrix::Dense {
+                ty,
+                row_bytes,
+                bytes,
+                ..
+            } => {
                 tmp.resize(cols, 0.0);
                 for r in 0..rows {
-                    let _ = gpack_quant::dequantize_ggml(*ty, &bytes[r * row_bytes..(r + 1) * row_bytes], tmp);
+                    let _ = gpack_quant::dequantize_ggml(
+                        *ty,
+                        &bytes[r * row_bytes..(r + 1) * row_bytes],
+                        tmp,
+                    );
                     for i in 0..n {
                         y[i * rows + r] = crate::ops::dot(tmp, &x[i * cols..(i + 1) * cols]);
                     }
@@ -161,7 +196,10 @@ impl<'a> Proj<'a> {
     pub fn new(parts: Vec<Matrix<'a>>) -> Self {
         let total = parts.iter().map(Matrix::rows).sum();
         let mut fused = None;
-        if let Some(Matrix::Native { view, row_start, .. }) = parts.first() {
+        if let Some(Matrix::Native {
+            view, row_start, ..
+        }) = parts.first()
+        {
             let mut next = *row_start;
             let adjacent = parts.iter().all(|p| match p {
                 Matrix::Native {
@@ -182,7 +220,11 @@ impl<'a> Proj<'a> {
                 });
             }
         }
-        Proj { fused, parts, total }
+        Proj {
+            fused,
+            parts,
+            total,
+        }
     }
 
     /// Whether the members run as one kernel call.
@@ -191,7 +233,14 @@ impl<'a> Proj<'a> {
     }
 
     /// `out` is `[n][rows()]`.
-    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32], tmp: &mut Vec<f32>, tmp2: &mut Vec<f32>) {
+    pub fn matmul(
+        &self,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        tmp: &mut Vec<f32>,
+        tmp2: &mut Vec<f32>,
+    ) {
         if let Some(f) = &self.fused {
             return f.matmul(x, n, out, tmp);
         }

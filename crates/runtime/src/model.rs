@@ -137,8 +137,15 @@ impl State {
     }
 }
 
-fn dense_vec(w: &dyn WeightSource, name: &str, len: usize, what: &'static str) -> Result<Option<Vec<f32>>> {
-    let Some(t) = w.tensor(name) else { return Ok(None) };
+fn dense_vec(
+    w: &dyn WeightSource,
+    name: &str,
+    len: usize,
+    what: &'static str,
+) -> Result<Option<Vec<f32>>> {
+    let Some(t) = w.tensor(name) else {
+        return Ok(None);
+    };
     let v = to_f32_vec(name, &t, what)?;
     if v.len() != len {
         return Err(Error::Shape {
@@ -173,7 +180,10 @@ impl<'a> Model<'a> {
             Some(t) => Matrix::bind("output.weight", t, d, Some(n_vocab))?,
             None => embd.clone(),
         };
-        let output_norm = need(dense_vec(w, "output_norm.weight", d, "norm")?, "output_norm.weight")?;
+        let output_norm = need(
+            dense_vec(w, "output_norm.weight", d, "norm")?,
+            "output_norm.weight",
+        )?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for l in 0..c.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}");
@@ -193,20 +203,35 @@ impl<'a> Model<'a> {
             ];
             let qkv_bias = if biases.iter().any(Option::is_some) {
                 let dims = [c.q_dim(), c.k_dim(), c.v_dim()];
-                Some(biases.into_iter().zip(dims).flat_map(|(b, len)| b.unwrap_or_else(|| vec![0.0; len])).collect())
+                Some(
+                    biases
+                        .into_iter()
+                        .zip(dims)
+                        .flat_map(|(b, len)| b.unwrap_or_else(|| vec![0.0; len]))
+                        .collect(),
+                )
             } else {
                 None
             };
-            let gate_up = Proj::new(vec![mat("ffn_gate.weight", d, c.n_ff)?, mat("ffn_up.weight", d, c.n_ff)?]);
+            let gate_up = Proj::new(vec![
+                mat("ffn_gate.weight", d, c.n_ff)?,
+                mat("ffn_up.weight", d, c.n_ff)?,
+            ]);
             layers.push(Layer {
-                attn_norm: need(dense_vec(w, &n("attn_norm.weight"), d, "norm")?, &n("attn_norm.weight"))?,
+                attn_norm: need(
+                    dense_vec(w, &n("attn_norm.weight"), d, "norm")?,
+                    &n("attn_norm.weight"),
+                )?,
                 qkv,
                 qkv_bias,
                 q_norm: dense_vec(w, &n("attn_q_norm.weight"), c.head_dim, "norm")?,
                 k_norm: dense_vec(w, &n("attn_k_norm.weight"), c.head_dim, "norm")?,
                 wo: mat("attn_output.weight", c.n_head * c.head_dim_v, d)?,
                 post_attn_norm: dense_vec(w, &n("post_attention_norm.weight"), d, "norm")?,
-                ffn_norm: need(dense_vec(w, &n("ffn_norm.weight"), d, "norm")?, &n("ffn_norm.weight"))?,
+                ffn_norm: need(
+                    dense_vec(w, &n("ffn_norm.weight"), d, "norm")?,
+                    &n("ffn_norm.weight"),
+                )?,
                 gate_up,
                 down: mat("ffn_down.weight", c.n_ff, d)?,
                 post_ffn_norm: dense_vec(w, &n("post_ffw_norm.weight"), d, "norm")?,
@@ -216,8 +241,20 @@ impl<'a> Model<'a> {
         // Llama 3.1-style frequency factors (llama.cpp `rope_freqs.weight`,
         // divided into the frequencies by `ggml_rope_ext`).
         let freq_factors = dense_vec(w, "rope_freqs.weight", c.n_rot / 2, "rope factors")?;
-        let rope_global = Rope::new(c.n_rot, c.rope_base, c.rope_freq_scale, c.rope_style, freq_factors.as_deref());
-        let rope_swa = Rope::new(c.n_rot, c.rope_base_swa, 1.0, c.rope_style, freq_factors.as_deref());
+        let rope_global = Rope::new(
+            c.n_rot,
+            c.rope_base,
+            c.rope_freq_scale,
+            c.rope_style,
+            freq_factors.as_deref(),
+        );
+        let rope_swa = Rope::new(
+            c.n_rot,
+            c.rope_base_swa,
+            1.0,
+            c.rope_style,
+            freq_factors.as_deref(),
+        );
         Ok(Model {
             config,
             embd,
@@ -231,7 +268,9 @@ impl<'a> Model<'a> {
 
     /// Whether every layer's q‖k‖v and gate‖up run as single kernel calls.
     pub fn is_fused(&self) -> bool {
-        self.layers.iter().all(|l| l.qkv.is_fused() && l.gate_up.is_fused())
+        self.layers
+            .iter()
+            .all(|l| l.qkv.is_fused() && l.gate_up.is_fused())
     }
 
     /// A fresh state with a KV cache of `n_ctx` positions.
@@ -291,7 +330,10 @@ impl<'a> Model<'a> {
             });
         }
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
-            return Err(Error::Token { id, n_vocab: c.n_vocab });
+            return Err(Error::Token {
+                id,
+                n_vocab: c.n_vocab,
+            });
         }
         if n == 0 {
             s.logits.clear();
@@ -314,17 +356,34 @@ impl<'a> Model<'a> {
         // Rotary tables for this batch's positions.
         for t in 0..n {
             let r = c.n_rot;
-            self.rope_global.cos_sin(p0 + t, &mut s.cs_global[t * r..(t + 1) * r]);
-            self.rope_swa.cos_sin(p0 + t, &mut s.cs_swa[t * r..(t + 1) * r]);
+            self.rope_global
+                .cos_sin(p0 + t, &mut s.cs_global[t * r..(t + 1) * r]);
+            self.rope_swa
+                .cos_sin(p0 + t, &mut s.cs_swa[t * r..(t + 1) * r]);
         }
 
         for (l, layer) in self.layers.iter().enumerate() {
             // ---- attention ----
             for t in 0..n {
-                ops::rmsnorm(&mut s.xb[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &layer.attn_norm, c.rms_eps);
+                ops::rmsnorm(
+                    &mut s.xb[t * d..(t + 1) * d],
+                    &s.x[t * d..(t + 1) * d],
+                    &layer.attn_norm,
+                    c.rms_eps,
+                );
             }
-            layer.qkv.matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp, &mut s.tmp2);
-            let (rope, cs) = if layer.swa { (&self.rope_swa, &s.cs_swa) } else { (&self.rope_global, &s.cs_global) };
+            layer.qkv.matmul(
+                &s.xb[..n * d],
+                n,
+                &mut s.qkv[..n * qkv_w],
+                &mut s.tmp,
+                &mut s.tmp2,
+            );
+            let (rope, cs) = if layer.swa {
+                (&self.rope_swa, &s.cs_swa)
+            } else {
+                (&self.rope_global, &s.cs_global)
+            };
             let k_layer = l * s.n_ctx * kd;
             let v_layer = l * s.n_ctx * vd;
             for t in 0..n {
@@ -335,10 +394,12 @@ impl<'a> Model<'a> {
                 let (q, rest) = row.split_at_mut(qd);
                 let (k, v) = rest.split_at_mut(kd);
                 if let Some(w) = &layer.q_norm {
-                    q.chunks_exact_mut(hd).for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
+                    q.chunks_exact_mut(hd)
+                        .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
                 }
                 if let Some(w) = &layer.k_norm {
-                    k.chunks_exact_mut(hd).for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
+                    k.chunks_exact_mut(hd)
+                        .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
                 }
                 let cs_t = &cs[t * c.n_rot..(t + 1) * c.n_rot];
                 rope.apply(q, hd, cs_t);
@@ -348,37 +409,62 @@ impl<'a> Model<'a> {
                 s.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
             }
             self.attention(s, l, layer.swa, p0, n);
-            layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d], &mut s.tmp);
+            layer
+                .wo
+                .matmul(&s.att[..n * att_w], n, &mut s.out[..n * d], &mut s.tmp);
             for t in 0..n {
                 let o = &mut s.out[t * d..(t + 1) * d];
                 if let Some(w) = &layer.post_attn_norm {
                     ops::rmsnorm_inplace(o, w, c.rms_eps);
                 }
-                s.x[t * d..(t + 1) * d].iter_mut().zip(o.iter()).for_each(|(x, o)| *x += o);
+                s.x[t * d..(t + 1) * d]
+                    .iter_mut()
+                    .zip(o.iter())
+                    .for_each(|(x, o)| *x += o);
             }
 
             // ---- feed-forward ----
             for t in 0..n {
-                ops::rmsnorm(&mut s.xb[t * d..(t + 1) * d], &s.x[t * d..(t + 1) * d], &layer.ffn_norm, c.rms_eps);
+                ops::rmsnorm(
+                    &mut s.xb[t * d..(t + 1) * d],
+                    &s.x[t * d..(t + 1) * d],
+                    &layer.ffn_norm,
+                    c.rms_eps,
+                );
             }
-            layer.gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp, &mut s.tmp2);
+            layer.gate_up.matmul(
+                &s.xb[..n * d],
+                n,
+                &mut s.gu[..n * 2 * n_ff],
+                &mut s.tmp,
+                &mut s.tmp2,
+            );
             for t in 0..n {
                 let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
                 let h = &mut s.hb[t * n_ff..(t + 1) * n_ff];
                 match c.activation {
-                    Activation::Silu => h.iter_mut().zip(g.iter().zip(u)).for_each(|(h, (&g, &u))| *h = ops::silu(g) * u),
-                    Activation::GeluTanh => {
-                        h.iter_mut().zip(g.iter().zip(u)).for_each(|(h, (&g, &u))| *h = ops::gelu_tanh(g) * u)
-                    }
+                    Activation::Silu => h
+                        .iter_mut()
+                        .zip(g.iter().zip(u))
+                        .for_each(|(h, (&g, &u))| *h = ops::silu(g) * u),
+                    Activation::GeluTanh => h
+                        .iter_mut()
+                        .zip(g.iter().zip(u))
+                        .for_each(|(h, (&g, &u))| *h = ops::gelu_tanh(g) * u),
                 }
             }
-            layer.down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d], &mut s.tmp);
+            layer
+                .down
+                .matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d], &mut s.tmp);
             for t in 0..n {
                 let o = &mut s.out[t * d..(t + 1) * d];
                 if let Some(w) = &layer.post_ffn_norm {
                     ops::rmsnorm_inplace(o, w, c.rms_eps);
                 }
-                s.x[t * d..(t + 1) * d].iter_mut().zip(o.iter()).for_each(|(x, o)| *x += o);
+                s.x[t * d..(t + 1) * d]
+                    .iter_mut()
+                    .zip(o.iter())
+                    .for_each(|(x, o)| *x += o);
             }
         }
         s.pos = p0 + n;
@@ -402,9 +488,12 @@ impl<'a> Model<'a> {
             );
         }
         s.logits.resize(m * c.n_vocab, 0.0);
-        self.output.matmul(&s.xb[..m * d], m, &mut s.logits, &mut s.tmp);
+        self.output
+            .matmul(&s.xb[..m * d], m, &mut s.logits, &mut s.tmp);
         if let Some(cap) = c.final_softcap {
-            s.logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+            s.logits
+                .iter_mut()
+                .for_each(|v| *v = cap * (*v / cap).tanh());
         }
         Ok(&s.logits)
     }
@@ -428,7 +517,10 @@ impl<'a> Model<'a> {
         let qkv = &s.qkv;
         let slots = &s.score_slots;
         let window = if swa { c.sliding_window } else { None };
-        let chunks: Vec<Mutex<&mut [f32]>> = s.att[..units * hdv].chunks_mut(per_task * hdv).map(Mutex::new).collect();
+        let chunks: Vec<Mutex<&mut [f32]>> = s.att[..units * hdv]
+            .chunks_mut(per_task * hdv)
+            .map(Mutex::new)
+            .collect();
         let run = |task: usize| {
             let mut out = chunks[task].lock().unwrap_or_else(|e| e.into_inner());
             let mut slot = slots

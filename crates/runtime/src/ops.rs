@@ -98,7 +98,13 @@ impl Rope {
     /// Tables for `n_rot` rotated dims of base `base`. Frequencies are computed
     /// in f64 and rounded once (HF computes them in f32, ggml by repeated f32
     /// multiplication; both are within a few ulps of this).
-    pub fn new(n_rot: usize, base: f32, freq_scale: f32, style: RopeStyle, freq_factors: Option<&[f32]>) -> Rope {
+    pub fn new(
+        n_rot: usize,
+        base: f32,
+        freq_scale: f32,
+        style: RopeStyle,
+        freq_factors: Option<&[f32]>,
+    ) -> Rope {
         let inv_freq = (0..n_rot / 2)
             .map(|i| {
                 let f = (base as f64).powf(-2.0 * i as f64 / n_rot as f64);
@@ -174,7 +180,10 @@ mod tests {
         let mut a = x.clone();
         norm.apply(&mut a, hd, &cs);
         // interleaved [x0 y0 x1 y1 ...] -> halves [x0 x1 .. y0 y1 ..]
-        let mut b: Vec<f32> = (0..hd / 2).map(|i| x[2 * i]).chain((0..hd / 2).map(|i| x[2 * i + 1])).collect();
+        let mut b: Vec<f32> = (0..hd / 2)
+            .map(|i| x[2 * i])
+            .chain((0..hd / 2).map(|i| x[2 * i + 1]))
+            .collect();
         neox.apply(&mut b, hd, &cs);
         for i in 0..hd / 2 {
             assert!((a[2 * i] - b[i]).abs() < 1e-6);

@@ -126,7 +126,8 @@ impl Sampler {
             return argmax(logits);
         }
         self.cand.clear();
-        self.cand.extend(logits.iter().enumerate().map(|(i, &v)| (i as u32, v)));
+        self.cand
+            .extend(logits.iter().enumerate().map(|(i, &v)| (i as u32, v)));
         if penalize {
             let from = history.len().saturating_sub(cfg.repeat_last_n);
             let mut seen = history[from..].to_vec();
@@ -134,16 +135,28 @@ impl Sampler {
             seen.dedup();
             for &t in &seen {
                 if let Some(c) = self.cand.get_mut(t as usize) {
-                    c.1 = if c.1 > 0.0 { c.1 / cfg.repetition_penalty } else { c.1 * cfg.repetition_penalty };
+                    c.1 = if c.1 > 0.0 {
+                        c.1 / cfg.repetition_penalty
+                    } else {
+                        c.1 * cfg.repetition_penalty
+                    };
                 }
             }
         }
         if cfg.is_greedy() {
-            let best = self.cand.iter().fold((0u32, f32::NEG_INFINITY), |b, &c| if c.1 > b.1 { c } else { b });
+            let best =
+                self.cand.iter().fold(
+                    (0u32, f32::NEG_INFINITY),
+                    |b, &c| if c.1 > b.1 { c } else { b },
+                );
             return best.0;
         }
         // Sort descending by logit (ties by id for determinism).
-        let k = if cfg.top_k == 0 { self.cand.len() } else { cfg.top_k.min(self.cand.len()) };
+        let k = if cfg.top_k == 0 {
+            self.cand.len()
+        } else {
+            cfg.top_k.min(self.cand.len())
+        };
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if k < self.cand.len() {
             self.cand.select_nth_unstable_by(k - 1, by_logit);
@@ -174,7 +187,11 @@ impl Sampler {
         }
         if cfg.min_p > 0.0 {
             let thr = cfg.min_p * p[0];
-            let keep = p.iter().take(self.cand.len()).take_while(|&&pi| pi >= thr).count();
+            let keep = p
+                .iter()
+                .take(self.cand.len())
+                .take_while(|&&pi| pi >= thr)
+                .count();
             self.cand.truncate(keep.max(1));
         }
         let p = softmax(&self.cand, cfg.temperature);
@@ -241,8 +258,20 @@ mod tests {
     fn min_p_and_top_p_cut_the_tail() {
         let logits = [10.0, 0.0, 0.0, 0.0];
         for cfg in [
-            SamplerConfig { min_p: 0.1, top_p: 1.0, top_k: 0, temperature: 1.0, ..SamplerConfig::default() },
-            SamplerConfig { min_p: 0.0, top_p: 0.5, top_k: 0, temperature: 1.0, ..SamplerConfig::default() },
+            SamplerConfig {
+                min_p: 0.1,
+                top_p: 1.0,
+                top_k: 0,
+                temperature: 1.0,
+                ..SamplerConfig::default()
+            },
+            SamplerConfig {
+                min_p: 0.0,
+                top_p: 0.5,
+                top_k: 0,
+                temperature: 1.0,
+                ..SamplerConfig::default()
+            },
         ] {
             let mut s = Sampler::new(cfg);
             assert!((0..100).all(|_| s.sample(&logits, &[]) == 0));

@@ -99,16 +99,26 @@ pub trait WeightSource: MetadataSource {
 /// norms and biases, which are small.
 pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> Result<Vec<f32>> {
     match t {
-        TensorRef::Dense { ggml_type, dims, bytes } => {
+        TensorRef::Dense {
+            ggml_type,
+            dims,
+            bytes,
+        } => {
             let n = dims.iter().product::<u64>() as usize;
             let mut out = vec![0f32; n];
-            gpack_quant::dequantize_ggml(*ggml_type, bytes, &mut out).map_err(|e| Error::Quant {
-                name: name.to_string(),
-                source: e,
+            gpack_quant::dequantize_ggml(*ggml_type, bytes, &mut out).map_err(|e| {
+                Error::Quant {
+                    name: name.to_string(),
+                    source: e,
+                }
             })?;
             Ok(out)
         }
-        TensorRef::Native { view, row_start, rows } => {
+        TensorRef::Native {
+            view,
+            row_start,
+            rows,
+        } => {
             let cols = view.cols();
             let mut out = vec![0f32; cols * rows];
             for (i, o) in out.chunks_exact_mut(cols).enumerate() {
@@ -136,7 +146,12 @@ impl AlignedBuf {
     pub fn zeroed(len: usize) -> Self {
         let buf = vec![0u8; len + 64];
         let off = (64 - (buf.as_ptr() as usize % 64)) % 64;
-        AlignedBuf { buf, off, len, pos: 0 }
+        AlignedBuf {
+            buf,
+            off,
+            len,
+            pos: 0,
+        }
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
@@ -152,7 +167,10 @@ impl std::io::Write for AlignedBuf {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         let room = self.len - self.pos;
         if data.len() > room {
-            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "native tensor longer than its encoded_len"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "native tensor longer than its encoded_len",
+            ));
         }
         let s = self.off + self.pos;
         self.buf[s..s + data.len()].copy_from_slice(data);

@@ -6,9 +6,20 @@ use gpack_runtime::{generate, GenerateConfig, GgufWeights, Model, SamplerConfig,
 #[test]
 fn greedy_generate_matches_reference_and_streams() {
     let d = testdata().join("tiny/llama");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("reference.json")).unwrap()).unwrap();
-    let prompt: Vec<u32> = r["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-    let want: Vec<u32> = r["greedy_new_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("reference.json")).unwrap()).unwrap();
+    let prompt: Vec<u32> = r["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let want: Vec<u32> = r["greedy_new_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
     let w = GgufWeights::open(&d.join("llama-f16.gguf")).unwrap();
     let m = Model::load(&w).unwrap();
     let mut s = m.new_state(64);
@@ -58,7 +69,9 @@ fn sampled_generation_is_seeded() {
     };
     let run = || {
         let mut s = m.new_state(64);
-        generate(&m, &mut s, &[1, 2, 3, 4], &cfg, None, |_, _| true).unwrap().tokens
+        generate(&m, &mut s, &[1, 2, 3, 4], &cfg, None, |_, _| true)
+            .unwrap()
+            .tokens
     };
     let a = run();
     assert_eq!(a.len(), 24);

@@ -1,4 +1,4 @@
 //! Integration tests of gpack-runtime (one binary, modules below).
-
 mod fixtures;
 mod generation;
+mod smollm2;
