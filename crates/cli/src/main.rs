@@ -24,6 +24,7 @@ enum Command {
     Convert(cmd::convert::Args),
     Verify(cmd::verify::Args),
     Inspect(cmd::inspect::Args),
+    Run(cmd::run::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
         Command::Convert(a) => cmd::convert::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Run(a) => cmd::run::run(a),
     };
     match result {
         Ok(code) => code,

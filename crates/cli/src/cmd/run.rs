@@ -1,0 +1,189 @@
+//! `gpack run`: generate text from a .gpack, .gguf or Hugging Face directory.
+
+use anyhow::{bail, Context, Result};
+use gpack_format::SectionKind;
+use gpack_runtime::{
+    generate, GenerateConfig, GgufWeights, GpackWeights, Model, SamplerConfig, WeightSource,
+};
+use gpack_tokenizer::{load_any, ChatMessage, LoadedTokenizer, Tokenizer};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Generate text from a model, streaming tokens to stdout.
+///
+/// MODEL is a .gpack (mapped and run in place: no weight is copied, no
+/// tokenizer text is parsed), a .gguf or a Hugging Face directory (the slow
+/// path: weights are transcoded in memory at load). A summary with load time,
+/// prompt and generation speed goes to stderr.
+///
+/// If a .gpack fails its quick validation and --fallback-gguf is given, a
+/// warning names the validation error and the GGUF is run instead; without a
+/// fallback the exact error is reported and nothing runs.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  gpack run smollm2.gpack -p \"The capital of France is\" -n 32
+  gpack run smollm2.gpack --chat -p \"What is 2+2?\"
+  gpack run smollm2.gpack --fallback-gguf SmolLM2-135M-Instruct.Q4_1.gguf -p Hi")]
+pub struct Args {
+    /// The model: .gpack, .gguf or a Hugging Face directory.
+    model: PathBuf,
+    /// The prompt (or the user message, with --chat).
+    #[arg(short, long)]
+    prompt: String,
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    n_predict: usize,
+    /// Apply the model's chat template to the prompt.
+    #[arg(long)]
+    chat: bool,
+    /// A system message (with --chat).
+    #[arg(long)]
+    system: Option<String>,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    /// Keep the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Worker threads (default: the physical cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Context size (KV cache positions).
+    #[arg(long, default_value_t = 2048)]
+    ctx: usize,
+    /// A GGUF to run if MODEL (a .gpack) fails validation.
+    #[arg(long)]
+    fallback_gguf: Option<PathBuf>,
+}
+
+enum Loaded {
+    Gpack(GpackWeights),
+    Gguf(GgufWeights, LoadedTokenizer),
+}
+
+impl Loaded {
+    fn weights(&self) -> &dyn WeightSource {
+        match self {
+            Loaded::Gpack(w) => w,
+            Loaded::Gguf(w, _) => w,
+        }
+    }
+    fn tokenizer(&self) -> Result<Tokenizer<'_>> {
+        Ok(match self {
+            Loaded::Gpack(w) => {
+                let s = w
+                    .gpack()
+                    .section(SectionKind::TokenizerBin)
+                    .context("this .gpack has no TokenizerBin section")?;
+                Tokenizer::from_bytes(s.bytes)?
+            }
+            Loaded::Gguf(_, t) => t.tokenizer()?,
+        })
+    }
+}
+
+fn load_slow(path: &Path) -> Result<Loaded> {
+    let w = GgufWeights::open(path).with_context(|| format!("loading {}", path.display()))?;
+    let t = load_any(path).with_context(|| format!("tokenizer of {}", path.display()))?;
+    Ok(Loaded::Gguf(w, t))
+}
+
+fn load(a: &Args) -> Result<Loaded> {
+    let is_gpack = a.model.extension().is_some_and(|e| e == "gpack");
+    if !is_gpack {
+        return load_slow(&a.model);
+    }
+    match GpackWeights::open(&a.model) {
+        Ok(w) => Ok(Loaded::Gpack(w)),
+        Err(e) => match &a.fallback_gguf {
+            Some(g) => {
+                eprintln!(
+                    "warning: {} failed validation ({:#}); falling back to {}",
+                    a.model.display(),
+                    anyhow::Error::from(e),
+                    g.display()
+                );
+                load_slow(g)
+            }
+            None => Err(anyhow::Error::from(e).context(format!("{}", a.model.display()))),
+        },
+    }
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    if let Some(n) = a.threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        std::env::set_var("GPACK_THREADS", n.to_string());
+    }
+    let t0 = Instant::now();
+    let loaded = load(&a)?;
+    let model = Model::load(loaded.weights())?;
+    let tok = loaded.tokenizer()?;
+    let load_time = t0.elapsed();
+
+    let prompt_ids = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage::new("system", s.as_str()));
+        }
+        msgs.push(ChatMessage::new("user", a.prompt.as_str()));
+        let text = tok
+            .apply_chat_template(&msgs, true)
+            .context("rendering the chat template")?;
+        tok.encode(&text, false)
+    } else {
+        tok.encode(&a.prompt, true)
+    };
+    let mut state = model.new_state(a.ctx);
+    let cfg = GenerateConfig {
+        max_tokens: a.n_predict,
+        sampler: SamplerConfig {
+            temperature: a.temp,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+            ..SamplerConfig::default()
+        },
+        stop_tokens: tok.eos().into_iter().collect(),
+        ..GenerateConfig::default()
+    };
+    let mut out = std::io::stdout().lock();
+    let mut write_err = None;
+    let g = generate(
+        &model,
+        &mut state,
+        &prompt_ids,
+        &cfg,
+        Some(tok),
+        |_, text| match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                write_err = Some(e);
+                false
+            }
+        },
+    )?;
+    if let Some(e) = write_err {
+        return Err(e.into());
+    }
+    writeln!(out)?;
+    eprintln!(
+        "load {:.1} ms · prompt {} tokens at {:.1} tok/s · generated {} tokens at {:.1} tok/s",
+        load_time.as_secs_f64() * 1e3,
+        g.prompt_tokens,
+        g.prefill_tps(),
+        g.tokens.len(),
+        g.decode_tps()
+    );
+    Ok(ExitCode::SUCCESS)
+}
