@@ -405,3 +405,32 @@ impl NativeTensorHeader {
 pub fn encoded_len(layout: Layout, rows: u64, cols: u64) -> Result<u64, Error> {
     Ok(NativeTensorHeader::new(layout, rows, cols, false)?.1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_places_arrays_16_aligned() {
+        let (h, total) =
+            NativeTensorHeader::new(Layout::I4Asym { group: 32 }, 3, 96, true).unwrap();
+        assert_eq!(NativeTensorHeader::from_bytes(&h.to_bytes()).unwrap(), h);
+        // codes 3*96/2 = 144 @64; scales 3*3*4 = 36 @208; mins 36 @256; f16 18 @304.
+        assert_eq!(
+            (h.codes_off, h.scales_off, h.mins_off, h.f16_scales_off),
+            (64, 208, 256, 304)
+        );
+        assert_eq!(total, 322);
+        assert_eq!(encoded_len(Layout::F16, 2, 3).unwrap(), 64 + 12);
+    }
+
+    #[test]
+    fn layout_codes_are_stable() {
+        assert_eq!(Layout::F32.code(), 1);
+        assert_eq!(Layout::I8Sym { group: 16 }.code(), 4);
+        assert_eq!(Layout::I4Asym { group: 32 }.code(), 7);
+        assert_eq!(Layout::Ggml(GgmlType::IQ4_XS).code(), 0x1000 + 23);
+        assert!(Layout::from_code(6, 16).is_err());
+        assert!(Layout::from_code(1, 32).is_err());
+    }
+}

@@ -124,8 +124,15 @@ fn worker(shared: Arc<Shared>) {
                 return;
             }
             spins = spins.wrapping_add(1);
-            if !spins.is_multiple_of(1024) || start.elapsed() < SPIN {
+            if spins < 256 || !spins.is_multiple_of(64) {
                 std::hint::spin_loop();
+                continue;
+            }
+            if start.elapsed() < SPIN {
+                // Past the first few microseconds, yield between checks: on
+                // an oversubscribed machine the thread we wait for may need
+                // this core.
+                std::thread::yield_now();
                 continue;
             }
             let mut g = shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -230,8 +237,16 @@ impl Pool {
             sh.wake.notify_all();
         }
         sh.work(epoch);
+        // Spin briefly for the last task; then yield, so that an oversubscribed
+        // machine can schedule the worker we are waiting for.
+        let mut spins = 0u32;
         while sh.done.load(Ordering::Acquire) < n_tasks {
-            std::hint::spin_loop();
+            spins = spins.saturating_add(1);
+            if spins < 2000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         // `job` may now be dropped: every task is done, and no thread can claim
         // another task of this epoch.

@@ -92,7 +92,9 @@ impl Dot for VnniDot {
     #[inline(always)]
     unsafe fn p<const KIND: u8>(codes: *const u8, x: __m256i, ls: __m256i) -> __m256i {
         // SAFETY: inlined into `#[target_feature(enable = "avx2,fma,f16c,avxvnni")]`
-        // functions; `codes` is valid for one block (caller).
+        // functions; `codes` is valid for one block (caller). The offset
+        // correction (-128·S or -8·S) starts the accumulation; the compiler
+        // hoists it out of the row loop (it depends on the block only).
         unsafe {
             let z = _mm256_setzero_si256();
             match KIND {
@@ -101,14 +103,15 @@ impl Dot for VnniDot {
                         _mm256_loadu_si256(codes as *const __m256i),
                         _mm256_set1_epi8(-128),
                     );
-                    _mm256_sub_epi32(_mm256_dpbusd_avx_epi32(z, u, x), _mm256_slli_epi32(ls, 7))
+                    _mm256_dpbusd_avx_epi32(_mm256_sub_epi32(z, _mm256_slli_epi32(ls, 7)), u, x)
                 }
                 I8ASYM => {
                     _mm256_dpbusd_avx_epi32(z, _mm256_loadu_si256(codes as *const __m256i), x)
                 }
-                I4SYM => _mm256_sub_epi32(
-                    _mm256_dpbusd_avx_epi32(z, nibbles32(codes), x),
-                    _mm256_slli_epi32(ls, 3),
+                I4SYM => _mm256_dpbusd_avx_epi32(
+                    _mm256_sub_epi32(z, _mm256_slli_epi32(ls, 3)),
+                    nibbles32(codes),
+                    x,
                 ),
                 _ => _mm256_dpbusd_avx_epi32(z, nibbles32(codes), x),
             }
@@ -148,10 +151,18 @@ unsafe fn block_step<D: Dot, const KIND: u8, const G16: bool, const R: usize>(
     // mins are only read for asymmetric layouts.
     unsafe {
         let asym = KIND == I8ASYM || KIND == I4ASYM;
-        let bytes_per_block = if KIND == I4SYM || KIND == I4ASYM { 16 } else { 32 };
+        let bytes_per_block = if KIND == I4SYM || KIND == I4ASYM {
+            16
+        } else {
+            32
+        };
         let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QA) as *const __m256i);
         let ls = _mm256_loadu_si256(a.ls.as_ptr().add(b * 8) as *const __m256i);
-        let lsf = if asym { _mm256_cvtepi32_ps(ls) } else { _mm256_setzero_ps() };
+        let lsf = if asym {
+            _mm256_cvtepi32_ps(ls)
+        } else {
+            _mm256_setzero_ps()
+        };
         let dx = *a.d.get_unchecked(b);
         for i in 0..R {
             let p = D::p::<KIND>(c[i].add(b * bytes_per_block), x, ls);

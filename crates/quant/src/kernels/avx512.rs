@@ -16,36 +16,52 @@ use crate::layout::Layout;
 use crate::view::NativeView;
 use std::arch::x86_64::*;
 
-/// Exact lane sums `P` of two blocks (16 i32: blocks b and b+1).
+/// The offset correction that starts a `vpdpbusd` accumulation, so that the
+/// unsigned codes' dot product comes out as the signed one: `-128 * S` for
+/// I8Sym (codes fed as `q ^ 0x80 = q + 128`), `-8 * S` for I4Sym (nibbles
+/// fed as `q = v + 8`), 0 for asymmetric layouts. Computed once per block and
+/// shared by all rows.
+///
+/// # Safety
+/// AVX-512 F.
+#[inline(always)]
+unsafe fn corr2<const KIND: u8>(ls: __m512i) -> __m512i {
+    // SAFETY: register-only AVX-512F ops; the caller guarantees the feature.
+    unsafe {
+        let z = _mm512_setzero_si512();
+        match KIND {
+            I8SYM => _mm512_sub_epi32(z, _mm512_slli_epi32(ls, 7)),
+            I4SYM => _mm512_sub_epi32(z, _mm512_slli_epi32(ls, 3)),
+            _ => z,
+        }
+    }
+}
+
+/// Exact lane sums `P` of two blocks (16 i32: blocks b and b+1), starting
+/// from `corr` ([`corr2`]).
 ///
 /// # Safety
 /// AVX-512 F/BW + VNNI; `codes` valid for two blocks.
 #[inline(always)]
-unsafe fn p2<const KIND: u8>(codes: *const u8, x: __m512i, ls: __m512i) -> __m512i {
+unsafe fn p2<const KIND: u8>(codes: *const u8, x: __m512i, corr: __m512i) -> __m512i {
     // SAFETY: caller guarantees the features and two blocks of codes.
     unsafe {
-        let z = _mm512_setzero_si512();
         match KIND {
             I8SYM => {
                 let u = _mm512_xor_si512(
                     _mm512_loadu_si512(codes as *const _),
                     _mm512_set1_epi8(-128),
                 );
-                _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u, x), _mm512_slli_epi32(ls, 7))
+                _mm512_dpbusd_epi32(corr, u, x)
             }
-            I8ASYM => _mm512_dpbusd_epi32(z, _mm512_loadu_si512(codes as *const _), x),
+            I8ASYM => _mm512_dpbusd_epi32(corr, _mm512_loadu_si512(codes as *const _), x),
             _ => {
                 let t = _mm256_loadu_si256(codes as *const __m256i);
                 let v = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
                 // [A, B, A>>4, B>>4] -> [A, A>>4, B, B>>4]
                 let v = _mm512_shuffle_i64x2(v, v, 0b11_01_10_00);
                 let u = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
-                let p = _mm512_dpbusd_epi32(z, u, x);
-                if KIND == I4SYM {
-                    _mm512_sub_epi32(p, _mm512_slli_epi32(ls, 3))
-                } else {
-                    p
-                }
+                _mm512_dpbusd_epi32(corr, u, x)
             }
         }
     }
@@ -124,9 +140,14 @@ unsafe fn dot_int_rows<const KIND: u8, const G16: bool, const R: usize>(
             // [dx_b, dx_b, dx_b+1, dx_b+1] (G16).
             let d2 = _mm_castpd_ps(_mm_load_sd(dx.add(b) as *const f64));
             let d = if G16 { _mm_unpacklo_ps(d2, d2) } else { d2 };
-            let lsf = if asym { _mm512_cvtepi32_ps(ls) } else { _mm512_setzero_ps() };
+            let lsf = if asym {
+                _mm512_cvtepi32_ps(ls)
+            } else {
+                _mm512_setzero_ps()
+            };
+            let corr = corr2::<KIND>(ls);
             for i in 0..R {
-                let p = p2::<KIND>(c[i].add(b * bpb), x, ls);
+                let p = p2::<KIND>(c[i].add(b * bpb), x, corr);
                 let sg = if G16 {
                     _mm_loadu_ps(s[i].add(2 * b))
                 } else {
@@ -157,14 +178,20 @@ unsafe fn dot_int_rows<const KIND: u8, const G16: bool, const R: usize>(
                 let d = *dx.add(b);
                 let (si, mi) = (s[i], m[i]);
                 let ds = if G16 {
-                    _mm256_set_m128(_mm_set1_ps(*si.add(2 * b + 1) * d), _mm_set1_ps(*si.add(2 * b) * d))
+                    _mm256_set_m128(
+                        _mm_set1_ps(*si.add(2 * b + 1) * d),
+                        _mm_set1_ps(*si.add(2 * b) * d),
+                    )
                 } else {
                     _mm256_set1_ps(*si.add(b) * d)
                 };
                 lo = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), lo);
                 if asym {
                     let dm = if G16 {
-                        _mm256_set_m128(_mm_set1_ps(*mi.add(2 * b + 1) * d), _mm_set1_ps(*mi.add(2 * b) * d))
+                        _mm256_set_m128(
+                            _mm_set1_ps(*mi.add(2 * b + 1) * d),
+                            _mm_set1_ps(*mi.add(2 * b) * d),
+                        )
                     } else {
                         _mm256_set1_ps(*mi.add(b) * d)
                     };

@@ -512,7 +512,13 @@ mod tests {
     fn round_half_away_is_roundf() {
         let mut v = -130.0f32;
         while v <= 130.0 {
-            for x in [v, v + 0.5, v - 0.5, f32::from_bits(v.to_bits() + 1), f32::from_bits(v.to_bits().max(1) - 1)] {
+            for x in [
+                v,
+                v + 0.5,
+                v - 0.5,
+                f32::from_bits(v.to_bits() + 1),
+                f32::from_bits(v.to_bits().max(1) - 1),
+            ] {
                 if x.abs() < 200.0 {
                     assert_eq!(round_half_away(x), x.round() as i32, "{x}");
                 }
@@ -532,7 +538,10 @@ mod tests {
         let r = a.get(0);
         for b in 0..2 {
             for j in 0..8 {
-                let s: i32 = r.q[b * 32 + 4 * j..b * 32 + 4 * j + 4].iter().map(|&v| i32::from(v)).sum();
+                let s: i32 = r.q[b * 32 + 4 * j..b * 32 + 4 * j + 4]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum();
                 assert_eq!(r.ls[b * 8 + j], s);
             }
             assert!(r.q[b * 32..b * 32 + 32].iter().any(|&v| v.abs() == 127));
