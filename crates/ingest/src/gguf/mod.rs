@@ -29,6 +29,7 @@ pub(crate) mod split;
 mod write;
 
 pub use read::{decode_value, parse, parse_named};
+pub use split::{KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
 pub use write::{encode_value, to_vec, write, TensorHeader, Writer};
 
 use gpack_format::ggml::GgmlType;
