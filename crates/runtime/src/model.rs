@@ -81,7 +81,9 @@ pub struct State {
     n_ctx: usize,
     /// Next position.
     pos: usize,
-    /// `[n_layer][n_ctx][k_dim]` keys (rotated).
+    /// `[n_layer][n_head_kv][head_dim][n_ctx]` keys (rotated), transposed so
+    /// that q·K over all positions is a sequence of axpy's over contiguous
+    /// positions (vectorizes without horizontal sums; see `attention`).
     k_cache: Vec<f32>,
     /// `[n_layer][n_ctx][v_dim]` values.
     v_cache: Vec<f32>,
@@ -405,7 +407,9 @@ impl<'a> Model<'a> {
                 rope.apply(q, hd, cs_t);
                 rope.apply(k, hd, cs_t);
                 let p = p0 + t;
-                s.k_cache[k_layer + p * kd..k_layer + (p + 1) * kd].copy_from_slice(k);
+                for (i, &kv) in k.iter().enumerate() {
+                    s.k_cache[k_layer + i * s.n_ctx + p] = kv;
+                }
                 s.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
             }
             self.attention(s, l, layer.swa, p0, n);
@@ -512,7 +516,8 @@ impl<'a> Model<'a> {
         let units = n * c.n_head;
         let pool = Pool::global();
         let per_task = units.div_ceil(pool.threads() * 4).max(1);
-        let k_cache = &s.k_cache[l * s.n_ctx * kd..(l + 1) * s.n_ctx * kd];
+        let n_ctx = s.n_ctx;
+        let k_cache = &s.k_cache[l * n_ctx * kd..(l + 1) * n_ctx * kd];
         let v_cache = &s.v_cache[l * s.n_ctx * vd..(l + 1) * s.n_ctx * vd];
         let qkv = &s.qkv;
         let slots = &s.score_slots;
@@ -536,20 +541,15 @@ impl<'a> Model<'a> {
                 let kvh = h / group;
                 let q = &qkv[t * qkv_w + h * hd..t * qkv_w + (h + 1) * hd];
                 let sc = &mut slot[..p + 1 - start];
-                for (j, sv) in sc.iter_mut().enumerate() {
-                    let kp = (start + j) * kd + kvh * hd;
-                    let mut v = ops::dot(q, &k_cache[kp..kp + hd]) * c.attn_scale;
-                    if let Some(cap) = c.attn_softcap {
-                        v = cap * (v / cap).tanh();
-                    }
-                    *sv = v;
+                // scores = (q · K[start..=p]) * scale, as hd axpy's over the
+                // transposed cache rows.
+                let kt = &k_cache[kvh * hd * n_ctx..(kvh + 1) * hd * n_ctx];
+                ops::scores_transposed(q, c.attn_scale, kt, n_ctx, start, sc);
+                if let Some(cap) = c.attn_softcap {
+                    sc.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
                 }
                 ops::softmax(sc);
-                o.iter_mut().for_each(|v| *v = 0.0);
-                for (j, &a) in sc.iter().enumerate() {
-                    let vp = (start + j) * vd + kvh * hdv;
-                    ops::axpy(a, &v_cache[vp..vp + hdv], o);
-                }
+                ops::weighted_rows(sc, &v_cache[start * vd + kvh * hdv..], vd, o);
             }
         };
         pool.run(chunks.len(), &run);
