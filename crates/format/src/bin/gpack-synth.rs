@@ -35,12 +35,12 @@ fn run(
     let mut w = GpackWriter::create(out, WriteOptions { replace })?;
     w.add_section(SectionKind::MetadataKv, "metadata_kv", b"synthetic", 1)?;
     // Split the bulk over blob sections: 70% arena, 10% embed, 20% experts;
-    // an empty-but-present expert layout sits between them.
+    // an empty-but-present Mtp section ends them.
     let parts = [
         (SectionKind::NativeDense, size / 10 * 7),
         (SectionKind::Embed, size / 10),
-        (SectionKind::ExpertLayout, 0),
         (SectionKind::ExpertBlobs, size / 10 * 2),
+        (SectionKind::Mtp, 0),
     ];
     let chunk: Vec<u8> = (0..(1u32 << 20))
         .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
