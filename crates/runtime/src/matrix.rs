@@ -7,8 +7,9 @@
 //! it runs as one kernel call.
 
 use crate::error::{Error, Result};
-use crate::weights::TensorRef;
+use crate::weights::{AlignedBuf, TensorRef};
 use gpack_quant::{GgmlType, NativeView};
+use std::sync::Arc;
 
 /// A `rows × cols` weight (y = W·x has `rows` outputs).
 #[derive(Clone, Debug)]
@@ -18,6 +19,14 @@ pub(crate) enum Matrix<'a> {
         view: NativeView<'a>,
         row_start: usize,
         rows: usize,
+    },
+    /// A native tensor transcoded at load from raw ggml rows (a provider
+    /// that hands out a ggml-typed head or projection); re-parsed per call
+    /// (O(1): header and padding checks).
+    Owned {
+        buf: Arc<AlignedBuf>,
+        rows: usize,
+        cols: usize,
     },
     /// Raw ggml rows.
     Dense {
@@ -87,17 +96,53 @@ impl<'a> Matrix<'a> {
         Ok(m)
     }
 
+    /// This matrix in a native layout: raw ggml rows are transcoded into an
+    /// owned buffer (the kernels have no fast path for ggml blocks).
+    pub fn into_native(self, name: &str) -> Result<Self> {
+        match self {
+            Matrix::Dense {
+                ty,
+                rows,
+                cols,
+                bytes,
+                ..
+            } => {
+                let q = |e| Error::Quant {
+                    name: name.to_string(),
+                    source: e,
+                };
+                let layout = gpack_quant::native_layout_for(ty);
+                let len = gpack_quant::encoded_len(layout, rows as u64, cols as u64).map_err(q)?;
+                let mut buf = AlignedBuf::zeroed(len as usize);
+                gpack_quant::transcode(ty, bytes, rows as u64, cols as u64, &mut buf).map_err(q)?;
+                NativeView::parse(buf.as_slice()).map_err(q)?;
+                Ok(Matrix::Owned {
+                    buf: Arc::new(buf),
+                    rows,
+                    cols,
+                })
+            }
+            m => Ok(m),
+        }
+    }
+
     pub fn rows(&self) -> usize {
         match self {
-            Matrix::Native { rows, .. } | Matrix::Dense { rows, .. } => *rows,
+            Matrix::Native { rows, .. }
+            | Matrix::Owned { rows, .. }
+            | Matrix::Dense { rows, .. } => *rows,
         }
     }
 
     pub fn cols(&self) -> usize {
         match self {
             Matrix::Native { view, .. } => view.cols(),
-            Matrix::Dense { cols, .. } => *cols,
+            Matrix::Owned { cols, .. } | Matrix::Dense { cols, .. } => *cols,
         }
+    }
+
+    fn owned_view(buf: &AlignedBuf) -> NativeView<'_> {
+        NativeView::parse(buf.as_slice()).expect("validated when transcoded")
     }
 
     /// Dequantizes row `r` into `out` (`cols` values): the embedding lookup.
@@ -106,6 +151,7 @@ impl<'a> Matrix<'a> {
             Matrix::Native {
                 view, row_start, ..
             } => view.dequantize_row(row_start + r, out),
+            Matrix::Owned { buf, .. } => Self::owned_view(buf).dequantize_row(r, out),
             Matrix::Dense {
                 ty,
                 row_bytes,
@@ -130,6 +176,14 @@ impl<'a> Matrix<'a> {
         debug_assert_eq!(x.len(), n * cols);
         debug_assert_eq!(y.len(), n * rows);
         match self {
+            Matrix::Owned { buf, .. } => {
+                let view = Self::owned_view(buf);
+                if n == 1 {
+                    gpack_quant::matvec(&view, x, y);
+                } else {
+                    gpack_quant::matmul(&view, x, n, y);
+                }
+            }
             Matrix::Native {
                 view, row_start, ..
             } => {

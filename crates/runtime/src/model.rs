@@ -181,7 +181,8 @@ impl<'a> Model<'a> {
         let output = match w.tensor("output.weight") {
             Some(t) => Matrix::bind("output.weight", t, d, Some(n_vocab))?,
             None => embd.clone(),
-        };
+        }
+        .into_native("output.weight")?;
         let output_norm = need(
             dense_vec(w, "output_norm.weight", d, "norm")?,
             "output_norm.weight",
@@ -191,7 +192,7 @@ impl<'a> Model<'a> {
             let n = |s: &str| format!("blk.{l}.{s}");
             let mat = |s: &str, cols: usize, rows: usize| -> Result<Matrix<'a>> {
                 let name = n(s);
-                Matrix::bind(&name, tensor(w, &name)?, cols, Some(rows))
+                Matrix::bind(&name, tensor(w, &name)?, cols, Some(rows))?.into_native(&name)
             };
             let qkv = Proj::new(vec![
                 mat("attn_q.weight", d, c.q_dim())?,

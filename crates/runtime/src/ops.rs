@@ -271,7 +271,9 @@ mod tests {
     fn blocked_attention_helpers_match_naive() {
         let (hd, stride, start, len) = (20, 50, 3, 37);
         let q: Vec<f32> = (0..hd).map(|i| (i as f32 * 0.37).sin()).collect();
-        let kt: Vec<f32> = (0..len.max(hd) * stride).map(|i| (i as f32 * 0.11).cos()).collect();
+        let kt: Vec<f32> = (0..len.max(hd) * stride)
+            .map(|i| (i as f32 * 0.11).cos())
+            .collect();
         let mut sc = vec![0f32; len];
         scores_transposed(&q, 0.5, &kt, stride, start, &mut sc);
         for (j, s) in sc.iter().enumerate() {

@@ -163,6 +163,14 @@ impl AlignedBuf {
     }
 }
 
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 impl std::io::Write for AlignedBuf {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         let room = self.len - self.pos;
