@@ -132,7 +132,6 @@ pub fn generate(
         prefill_time,
         decode_time: Duration::ZERO,
     };
-    let mut pending = String::new();
     let mut emitted = 0usize; // bytes of `out.text` already given to the callback
     while out.tokens.len() < cfg.max_tokens {
         if state.logits().is_empty() {
@@ -147,7 +146,6 @@ pub fn generate(
         history.push(tok);
         let piece = decoder.as_mut().map(|d| d.push(tok)).unwrap_or_default();
         out.text.push_str(&piece);
-        pending.push_str(&piece);
         // Stop strings: cut at the first occurrence; hold back a partial match.
         if let Some((pos, s)) = cfg
             .stop_strings
@@ -171,7 +169,6 @@ pub fn generate(
         let upto = out.text.len() - hold;
         let release = out.text[emitted..upto].to_string();
         emitted = upto;
-        pending.clear();
         if !on_token(tok, &release) {
             out.stop = StopReason::Callback;
             break;

@@ -77,3 +77,42 @@ fn sampled_generation_is_seeded() {
     assert_eq!(a.len(), 24);
     assert_eq!(a, run());
 }
+
+#[test]
+fn stop_strings_cut_the_text_and_are_never_streamed() {
+    let d = testdata().join("tiny/llama");
+    let path = d.join("llama-f16.gguf");
+    let w = GgufWeights::open(&path).unwrap();
+    let m = Model::load(&w).unwrap();
+    let loaded = gpack_tokenizer::load_any(&path).unwrap();
+    let tok = loaded.tokenizer().unwrap();
+    let prompt = tok.encode("The quick brown fox", false);
+    let cfg = GenerateConfig {
+        max_tokens: 16,
+        sampler: SamplerConfig::greedy(),
+        ..GenerateConfig::default()
+    };
+    let mut s = m.new_state(64);
+    let full = generate(&m, &mut s, &prompt, &cfg, Some(tok), |_, _| true).unwrap();
+    assert_eq!(full.text, tok.decode(&full.tokens));
+    // A stop string taken from the middle of the greedy text.
+    let chars: Vec<char> = full.text.chars().collect();
+    assert!(chars.len() >= 8, "{:?}", full.text);
+    let mid = chars.len() / 2;
+    let stop: String = chars[mid..mid + 3].iter().collect();
+    let cut = full.text.find(&stop).unwrap();
+    let cfg = GenerateConfig {
+        stop_strings: vec![stop.clone()],
+        ..cfg
+    };
+    let mut s = m.new_state(64);
+    let mut streamed = String::new();
+    let g = generate(&m, &mut s, &prompt, &cfg, Some(tok), |_, t| {
+        streamed.push_str(t);
+        true
+    })
+    .unwrap();
+    assert_eq!(g.stop, StopReason::StopString(stop.clone()));
+    assert_eq!(g.text, full.text[..cut]);
+    assert_eq!(streamed, g.text, "streamed text must stop before {stop:?}");
+}
