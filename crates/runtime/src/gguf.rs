@@ -95,18 +95,25 @@ impl GgufWeights {
         Self::from_source(&source)
     }
 
-    /// Transcodes the tensors of an opened source.
+    /// Transcodes the tensors of an opened source, on all cores (one tensor
+    /// or fused group per task; a fused group's ggml rows are concatenated
+    /// inside its task, so peak extra memory is a few groups, not the model).
     pub fn from_source(source: &Source) -> Result<Self> {
-        let mut index: HashMap<String, Entry> = HashMap::new();
-        let mut natives = Vec::new();
-        let mut fused_done: std::collections::HashSet<String> = std::collections::HashSet::new();
+        struct Job<'s> {
+            members: Vec<&'s TensorInfo>,
+            ty: GgmlType,
+            rows: u64,
+            cols: u64,
+        }
         let by_name: HashMap<&str, &TensorInfo> = source
             .tensors
             .iter()
             .map(|t| (t.name.as_str(), t))
             .collect();
+        let mut index: HashMap<String, Entry> = HashMap::new();
+        let mut jobs: Vec<Job<'_>> = Vec::new();
+        let mut fused: std::collections::HashSet<&str> = std::collections::HashSet::new();
 
-        // Fused groups first.
         let n_layer = source
             .tensors
             .iter()
@@ -138,51 +145,50 @@ impl GgufWeights {
                 }) {
                     continue;
                 }
-                let mut bytes = Vec::new();
-                let mut total_rows = 0u64;
-                for t in &members {
-                    bytes.extend_from_slice(&source.tensor_bytes(t)?);
-                    total_rows += rows_cols(t).0;
-                }
-                let buf = transcode_to_buf(&names[0], ty, &bytes, total_rows, cols)?;
-                let id = natives.len();
-                natives.push(buf);
                 let mut row = 0usize;
-                for (t, n) in members.iter().zip(&names) {
+                for t in &members {
                     let rows = rows_cols(t).0 as usize;
                     index.insert(
-                        n.clone(),
+                        t.name.clone(),
                         Entry::Native {
-                            buf: id,
+                            buf: jobs.len(),
                             row_start: row,
                             rows,
                         },
                     );
-                    fused_done.insert(n.clone());
+                    fused.insert(t.name.as_str());
                     row += rows;
                 }
+                jobs.push(Job {
+                    members,
+                    ty,
+                    rows: row as u64,
+                    cols,
+                });
             }
         }
-
         for t in &source.tensors {
-            if fused_done.contains(&t.name) {
+            if fused.contains(t.name.as_str()) {
                 continue;
             }
-            let bytes = source.tensor_bytes(t)?;
             if is_matrix(t) {
                 let (rows, cols) = rows_cols(t);
-                let buf = transcode_to_buf(&t.name, t.ggml_type, &bytes, rows, cols)?;
-                let id = natives.len();
-                natives.push(buf);
                 index.insert(
                     t.name.clone(),
                     Entry::Native {
-                        buf: id,
+                        buf: jobs.len(),
                         row_start: 0,
                         rows: rows as usize,
                     },
                 );
+                jobs.push(Job {
+                    members: vec![t],
+                    ty: t.ggml_type,
+                    rows,
+                    cols,
+                });
             } else {
+                let bytes = source.tensor_bytes(t)?;
                 index.insert(
                     t.name.clone(),
                     Entry::Dense {
@@ -192,6 +198,48 @@ impl GgufWeights {
                     },
                 );
             }
+        }
+
+        let run = |job: &Job<'_>| -> Result<AlignedBuf> {
+            let name = &job.members[0].name;
+            if let [t] = job.members[..] {
+                return transcode_to_buf(
+                    name,
+                    job.ty,
+                    &source.tensor_bytes(t)?,
+                    job.rows,
+                    job.cols,
+                );
+            }
+            let mut bytes = Vec::new();
+            for t in &job.members {
+                bytes.extend_from_slice(&source.tensor_bytes(t)?);
+            }
+            transcode_to_buf(name, job.ty, &bytes, job.rows, job.cols)
+        };
+        let results: Vec<std::sync::Mutex<Option<Result<AlignedBuf>>>> =
+            jobs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(jobs.len())
+            .max(1);
+        let work = || loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(job) = jobs.get(i) else { break };
+            let r = run(job);
+            *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        };
+        std::thread::scope(|sc| {
+            for _ in 1..threads {
+                sc.spawn(work);
+            }
+            work();
+        });
+        let mut natives = Vec::with_capacity(jobs.len());
+        for r in results {
+            let r = r.into_inner().unwrap_or_else(|e| e.into_inner());
+            natives.push(r.expect("every job ran")?);
         }
         let native_bytes = natives.iter().map(|b| b.as_slice().len()).sum();
         Ok(GgufWeights {
