@@ -16,8 +16,26 @@
 //! stores: a use-after-return, caught by the pool tests.) The caller waits
 //! until `done == n_tasks`, after which no thread touches the descriptor.
 //!
-//! Perf log (2 cores, SmolLM2 576×1536 I4Asym matvec, `cargo bench`):
-//! see docs/PERFORMANCE-quant-draft.md, "pool vs rayon".
+//! Perf log (2-core AMD EPYC VM, AVX-512 path, `examples/pool_latency.rs`,
+//! rounds of back-to-back calls; the machine had a load average of 8-9 from
+//! parallel builds, so medians are noisy and the minimum is the better guide):
+//!
+//! | matvec          | this pool min / median | rayon min / median | 1 thread min / median |
+//! |-----------------|------------------------|--------------------|-----------------------|
+//! | Q4_1 576×576    | 5.4 / 7.4 µs           | 13.9 / 18.4 µs     | 7.0 / 7.1 µs          |
+//! | Q8_0 576×576    | 4.4 / 5.6 µs           | 11.6 / 17.2 µs     | 4.5 / 5.3 µs          |
+//! | Q4_1 1536×576   | 10.6 / 18.0 µs         | 26.1 / 34.9 µs     | 17.2 / 17.5 µs        |
+//! | Q8_0 4096×4096  | 126 / 279 µs           | 145 / 453 µs       | 312 / 425 µs          |
+//!
+//! Rayon's fork/join costs ~10 µs per call here (its workers go to sleep
+//! between calls), more than a SmolLM2 matvec itself, so the pool stays.
+//! Rejected: workers calling `yield_now` while spinning (on the loaded machine
+//! the yielding worker lost its core for whole time slices and big matvecs
+//! ran at single-thread speed); 96 KiB tasks / 256 KiB parallel threshold
+//! (1536×576 then ran on one thread: 17.5 µs vs 10.6 µs). Kept: 32 KiB
+//! minimum per task, ~4 tasks per thread, calls under 96 KiB on the caller
+//! alone (`kernels::split_rows`). When the gap between calls exceeds the
+//! 200 µs spin, workers park and the next call pays a futex wake-up.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -124,15 +142,8 @@ fn worker(shared: Arc<Shared>) {
                 return;
             }
             spins = spins.wrapping_add(1);
-            if spins < 256 || !spins.is_multiple_of(64) {
+            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
                 std::hint::spin_loop();
-                continue;
-            }
-            if start.elapsed() < SPIN {
-                // Past the first few microseconds, yield between checks: on
-                // an oversubscribed machine the thread we wait for may need
-                // this core.
-                std::thread::yield_now();
                 continue;
             }
             let mut g = shared.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());

@@ -445,6 +445,9 @@ pub fn matvec_ref(w: &NativeView, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Rows per matmul sub-chunk (a multiple of the kernels' 4-row step).
+const MM_ROWS: usize = 8;
+
 /// `y[i] = W · x[i]` for `n` vectors: `x` is `n × cols`, `y` is `n × rows`
 /// (row-major), on the best ISA. Each weight row chunk is read once from memory
 /// for all `n` vectors.
@@ -483,18 +486,24 @@ pub fn matmul_with(isa: Isa, w: &NativeView, x: &[f32], n: usize, y: &mut [f32])
     let task = |t: usize| {
         let r0 = t * chunk;
         let r1 = (r0 + chunk).min(rows);
-        let mut tmp = vec![0f32; r1 - r0];
-        for i in 0..n {
-            let act = if int {
-                Act::Int(qa.get(i))
-            } else {
-                Act::Float(&x[i * cols..(i + 1) * cols])
-            };
-            rows_dot(isa, w, r0, act, &mut tmp);
-            // SAFETY: (i, r0..r1) ranges of distinct tasks are disjoint and
-            // within y (i < n, r1 <= rows); y outlives the pool run.
-            let ys = unsafe { std::slice::from_raw_parts_mut(out.at(i * rows + r0), r1 - r0) };
-            ys.copy_from_slice(&tmp);
+        // Sub-chunks of MM_ROWS rows stay in L1 while all n vectors pass over them.
+        let mut tmp = [0f32; MM_ROWS];
+        let mut r = r0;
+        while r < r1 {
+            let m = MM_ROWS.min(r1 - r);
+            for i in 0..n {
+                let act = if int {
+                    Act::Int(qa.get(i))
+                } else {
+                    Act::Float(&x[i * cols..(i + 1) * cols])
+                };
+                rows_dot(isa, w, r, act, &mut tmp[..m]);
+                // SAFETY: (i, r..r+m) ranges of distinct tasks are disjoint and
+                // within y (i < n, r + m <= rows); y outlives the pool run.
+                let ys = unsafe { std::slice::from_raw_parts_mut(out.at(i * rows + r), m) };
+                ys.copy_from_slice(&tmp[..m]);
+            }
+            r += m;
         }
     };
     if tasks == 1 {
