@@ -12,7 +12,7 @@ fn tensor(t: GgmlType, rows: usize, cols: usize) -> Vec<u128> {
     let (bs, ts) = t.block();
     let n = rows * cols / bs as usize;
     let mut src: Vec<u8> = (0..n * ts as usize)
-        .map(|i| (i * 2654435761usize >> 7) as u8)
+        .map(|i| ((i * 2654435761usize) >> 7) as u8)
         .collect();
     for blk in src.chunks_exact_mut(ts as usize) {
         blk[0..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
