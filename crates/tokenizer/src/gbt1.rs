@@ -106,6 +106,7 @@ pub(crate) struct Layout {
     pub byte_table: usize,
     pub split_bitmap: usize,
     pub split_lengths: usize,
+    pub crossers: usize,
     pub template: usize,
     pub total: usize,
 }
@@ -120,6 +121,7 @@ pub(crate) struct Counts {
     pub token_slots: u32,
     pub pair_slots: u32,
     pub split_lengths: u32,
+    pub crossers: u32,
 }
 
 fn align8(x: u64) -> Result<u64> {
@@ -149,6 +151,7 @@ impl Layout {
         let byte_table = next(256 * 4)?;
         let split_bitmap = next(32)?;
         let split_lengths = next(mul(c.split_lengths as u64, 4, "split lengths")?)?;
+        let crossers = next(mul(c.crossers as u64, 4, "mark crossers")?)?;
         let template = next(c.template as u64)?;
         let total =
             usize::try_from(align8(at)?).map_err(|_| Error::Overflow { what: "total size" })?;
@@ -164,6 +167,7 @@ impl Layout {
             byte_table,
             split_bitmap,
             split_lengths,
+            crossers,
             template,
             total,
         })
@@ -278,6 +282,7 @@ impl<'a> Gbt1<'a> {
             token_slots: rd_u32(bytes, 48),
             pair_slots: rd_u32(bytes, 52),
             split_lengths: rd_u32(bytes, 56),
+            crossers: rd_u32(bytes, 72),
         };
         let cap = |what: &'static str, v: u32, lo: u32, hi: u32| -> Result<()> {
             if v < lo || v > hi {
@@ -297,6 +302,7 @@ impl<'a> Gbt1<'a> {
         cap("token hash slots", counts.token_slots, 1, MAX_SLOTS)?;
         cap("pair hash slots", counts.pair_slots, 1, MAX_SLOTS)?;
         cap("split length count", counts.split_lengths, 0, 4096)?;
+        cap("mark crosser count", counts.crossers, 0, 1 << 21)?;
         if !counts.token_slots.is_power_of_two() || counts.token_slots < counts.vocab {
             return Err(Error::Invalid {
                 what: "token hash slots",
@@ -331,7 +337,7 @@ impl<'a> Gbt1<'a> {
             });
         }
         let total = rd_u64(bytes, 64);
-        if bytes[72..HEADER_SIZE].iter().any(|&b| b != 0) {
+        if bytes[76..HEADER_SIZE].iter().any(|&b| b != 0) {
             return Err(Error::Invalid {
                 what: "reserved header bytes",
                 value: 1,
@@ -578,6 +584,29 @@ impl<'a> Gbt1<'a> {
         let b = self.bytes;
         let at = self.layout.split_lengths;
         (0..self.counts.split_lengths as usize).map(move |k| rd_u32(b, at + 4 * k) as usize)
+    }
+
+    /// SentencePiece: is there a token containing `c` followed by U+2581 (`c` ≠ U+2581)?
+    /// If not, no token crosses the boundary between `c` and a following U+2581, and the
+    /// encoder may merge the two sides independently (see `tokenizer.rs`).
+    #[inline]
+    pub fn is_mark_crosser(&self, c: char) -> bool {
+        let (mut lo, mut hi) = (0usize, self.counts.crossers as usize);
+        let at = self.layout.crossers;
+        let c = c as u32;
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let v = rd_u32(self.bytes, at + 4 * mid);
+            if v == c {
+                return true;
+            }
+            if v < c {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        false
     }
 
     /// Number of distinct split-token lengths.

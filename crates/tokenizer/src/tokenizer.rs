@@ -20,8 +20,71 @@ pub struct Tokenizer<'a> {
     g: Gbt1<'a>,
 }
 
+/// FxHash-style hasher for the word cache (keys are short byte strings).
+#[derive(Default)]
+struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    #[inline]
+    fn write(&mut self, b: &[u8]) {
+        let mut h = self.0;
+        let mut c = b.chunks_exact(8);
+        for w in &mut c {
+            let v = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            h = (h.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        for &x in c.remainder() {
+            h = (h.rotate_left(5) ^ x as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        self.0 = h;
+    }
+    #[inline]
+    fn write_u8(&mut self, x: u8) {
+        self.0 = (self.0.rotate_left(5) ^ x as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    #[inline]
+    fn write_usize(&mut self, x: usize) {
+        self.0 = (self.0.rotate_left(5) ^ x as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
+
+/// Per-thread encoder state: merge buffers and a word → ids cache.
+///
+/// Perf log: the cache is what makes encoding fast (a 1 MB corpus has ~25k distinct words
+/// for ~250k words). It belongs to one GBT1 view at a time (`owner`), is cleared when
+/// another is used on the thread, and is capped.
+#[derive(Default)]
+struct State {
+    sc: Scratch,
+    owner: (usize, usize),
+    cache: FxMap<Box<[u8]>, (u32, u32)>,
+    cache_ids: Vec<u32>,
+    ids: Vec<u32>,
+    esc: String,
+}
+
+const CACHE_MAX_WORDS: usize = 1 << 18;
+const CACHE_MAX_WORD_BYTES: usize = 256;
+
+impl State {
+    fn bind(&mut self, g: &Gbt1<'_>) {
+        let b = g.as_bytes();
+        let key = (b.as_ptr() as usize, b.len());
+        if self.owner != key || self.cache.len() > CACHE_MAX_WORDS {
+            self.owner = key;
+            self.cache.clear();
+            self.cache_ids.clear();
+        }
+    }
+}
+
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static STATE: RefCell<State> = RefCell::new(State::default());
 }
 
 const SPACE_MARK: &str = "\u{2581}";
@@ -86,16 +149,18 @@ impl<'a> Tokenizer<'a> {
                 out.push(b);
             }
         }
-        SCRATCH.with(|s| {
-            let mut sc = s.try_borrow_mut();
+        STATE.with(|s| {
+            let mut guard = s.try_borrow_mut();
             let mut local;
-            let sc: &mut Scratch = match sc.as_deref_mut() {
+            let st: &mut State = match guard.as_deref_mut() {
                 Ok(x) => x,
                 Err(_) => {
-                    local = Scratch::default();
+                    // Re-entrant use on one thread (not expected): a fresh state.
+                    local = State::default();
                     &mut local
                 }
             };
+            st.bind(&self.g);
             let mut prev_special = true;
             let mut start = 0;
             let b = text.as_bytes();
@@ -105,7 +170,7 @@ impl<'a> Tokenizer<'a> {
                 if self.g.split_starts_with(b[i]) && text.is_char_boundary(i) {
                     if let Some((id, len)) = self.match_split(text, i) {
                         if start < i {
-                            self.encode_fragment(&text[start..i], prev_special, sc, out);
+                            self.encode_fragment(&text[start..i], prev_special, st, out);
                         }
                         out.push(id);
                         prev_special = true;
@@ -117,7 +182,7 @@ impl<'a> Tokenizer<'a> {
                 i += 1;
             }
             if start < text.len() {
-                self.encode_fragment(&text[start..], prev_special, sc, out);
+                self.encode_fragment(&text[start..], prev_special, st, out);
             }
         });
         if add_special && f & FLAG_ADD_EOS != 0 {
@@ -143,70 +208,135 @@ impl<'a> Tokenizer<'a> {
         None
     }
 
-    fn encode_fragment(
-        &self,
-        frag: &str,
-        prev_special: bool,
-        sc: &mut Scratch,
-        out: &mut Vec<u32>,
-    ) {
+    fn encode_fragment(&self, frag: &str, prev_special: bool, st: &mut State, out: &mut Vec<u32>) {
         match self.g.model() {
-            ModelKind::ByteLevelBpe => self.encode_byte_level(frag, sc, out),
-            ModelKind::SentencePieceBpe => self.encode_spm(frag, prev_special, sc, out),
+            ModelKind::ByteLevelBpe => self.encode_byte_level(frag, st, out),
+            ModelKind::SentencePieceBpe => self.encode_spm(frag, prev_special, st, out),
         }
     }
 
-    fn encode_byte_level(&self, frag: &str, sc: &mut Scratch, out: &mut Vec<u32>) {
+    /// Look `word` up in the cache, or run `f` to encode it and remember the result.
+    #[inline]
+    fn cached(
+        st: &mut State,
+        word: &[u8],
+        out: &mut Vec<u32>,
+        f: impl FnOnce(&mut State, &mut Vec<u32>),
+    ) {
+        if let Some(&(a, n)) = st.cache.get(word) {
+            out.extend_from_slice(&st.cache_ids[a as usize..(a + n) as usize]);
+            return;
+        }
+        let start = out.len();
+        f(st, out);
+        if word.len() <= CACHE_MAX_WORD_BYTES {
+            let a = st.cache_ids.len() as u32;
+            st.cache_ids.extend_from_slice(&out[start..]);
+            st.cache
+                .insert(word.into(), (a, (out.len() - start) as u32));
+        }
+    }
+
+    fn encode_byte_level(&self, frag: &str, st: &mut State, out: &mut Vec<u32>) {
         let f = self.g.flags();
         let hf = f & FLAG_HF_QUEUE != 0;
         let exact_small = !hf || f & FLAG_PAIR_UNIQUE != 0;
         let ignore = f & FLAG_IGNORE_MERGES != 0;
-        let mut ids: Vec<u32> = Vec::with_capacity(32);
-        pretok::split(self.g.pre_tokenizer(), frag, |w| {
+        let g = &self.g;
+        pretok::split(g.pre_tokenizer(), frag, |w| {
             let wb = w.as_bytes();
             if wb.len() == 1 {
-                if let Some(id) = self.g.byte_token(wb[0]) {
+                if let Some(id) = g.byte_token(wb[0]) {
                     out.push(id);
                 }
                 return;
             }
-            if ignore {
-                if let Some(id) = self.g.token_id(wb) {
-                    out.push(id);
-                    return;
+            Self::cached(st, wb, out, |st, out| {
+                if ignore {
+                    if let Some(id) = g.token_id(wb) {
+                        out.push(id);
+                        return;
+                    }
                 }
-            }
-            ids.clear();
-            ids.extend(wb.iter().filter_map(|&b| self.g.byte_token(b)));
-            bpe::merge(&self.g, &ids, hf, exact_small, sc, out);
+                let mut ids = std::mem::take(&mut st.ids);
+                ids.clear();
+                ids.extend(wb.iter().filter_map(|&b| g.byte_token(b)));
+                bpe::merge(g, &ids, hf, exact_small, &mut st.sc, out);
+                st.ids = ids;
+            });
         });
     }
 
-    fn encode_spm(&self, frag: &str, prev_special: bool, sc: &mut Scratch, out: &mut Vec<u32>) {
+    /// SentencePiece: escape spaces, cut the text before every U+2581 run that no token
+    /// crosses (so that each piece merges on its own, with the same result as merging the
+    /// whole: a merge result is a token, and no token spans the cut), and merge each piece.
+    fn encode_spm(&self, frag: &str, prev_special: bool, st: &mut State, out: &mut Vec<u32>) {
+        let f = self.g.flags();
+        let mut esc = std::mem::take(&mut st.esc);
+        esc.clear();
+        if f & FLAG_ADD_SPACE_PREFIX != 0 && prev_special {
+            esc.push_str(SPACE_MARK);
+        }
+        for c in frag.chars() {
+            if c == ' ' {
+                esc.push_str(SPACE_MARK);
+            } else {
+                esc.push(c);
+            }
+        }
+        let mut start = 0;
+        let mut prev: Option<char> = None;
+        for (i, c) in esc.char_indices() {
+            if c == '\u{2581}' && i > start {
+                if let Some(p) = prev {
+                    if p != '\u{2581}' && !self.g.is_mark_crosser(p) {
+                        let piece = &esc[start..i];
+                        Self::cached(st, piece.as_bytes(), out, |st, out| {
+                            self.spm_piece(piece, st, out)
+                        });
+                        start = i;
+                    }
+                }
+            }
+            prev = Some(c);
+        }
+        if start < esc.len() {
+            let piece = &esc[start..];
+            Self::cached(st, piece.as_bytes(), out, |st, out| {
+                self.spm_piece(piece, st, out)
+            });
+        }
+        st.esc = esc;
+    }
+
+    /// Merge one escaped SentencePiece piece.
+    fn spm_piece(&self, piece: &str, st: &mut State, out: &mut Vec<u32>) {
         let f = self.g.flags();
         let hf = f & FLAG_HF_QUEUE != 0;
         let exact_small = !hf || f & FLAG_PAIR_UNIQUE != 0;
         let pseudo = f & FLAG_CHAR_PSEUDO_IDS != 0;
-        let mut ids: Vec<u32> = Vec::with_capacity(frag.len() + 1);
         let unk = self.g.unk();
+        let mut ids = std::mem::take(&mut st.ids);
+        ids.clear();
         let mut last_unk = false;
-        let mut push_char = |ids: &mut Vec<u32>, s: &str| {
+        let mut buf = [0u8; 4];
+        for c in piece.chars() {
+            let s = c.encode_utf8(&mut buf);
             if let Some(id) = self.g.token_id(s.as_bytes()) {
                 ids.push(id);
                 last_unk = false;
-                return;
+                continue;
             }
             if pseudo {
-                let c = s.chars().next().map_or(0xFFFD, |c| c as u32);
-                ids.push(PSEUDO_CHAR | c);
-                return;
+                ids.push(PSEUDO_CHAR | c as u32);
+                continue;
             }
             if f & FLAG_BYTE_FALLBACK != 0 {
                 let bytes: Option<Vec<u32>> = s.bytes().map(|b| self.g.byte_token(b)).collect();
                 if let Some(v) = bytes {
                     ids.extend(v);
                     last_unk = false;
-                    return;
+                    continue;
                 }
             }
             if let Some(u) = unk {
@@ -216,20 +346,10 @@ impl<'a> Tokenizer<'a> {
                 }
                 last_unk = true;
             }
-        };
-        if f & FLAG_ADD_SPACE_PREFIX != 0 && prev_special {
-            push_char(&mut ids, SPACE_MARK);
-        }
-        let mut buf = [0u8; 4];
-        for c in frag.chars() {
-            if c == ' ' {
-                push_char(&mut ids, SPACE_MARK);
-            } else {
-                push_char(&mut ids, c.encode_utf8(&mut buf));
-            }
         }
         let start = out.len();
-        bpe::merge(&self.g, &ids, hf, exact_small, sc, out);
+        bpe::merge(&self.g, &ids, hf, exact_small, &mut st.sc, out);
+        st.ids = ids;
         if pseudo && out[start..].iter().any(|&x| bpe::is_pseudo(x)) {
             // Characters outside the vocabulary fall back to their UTF-8 bytes (llama.cpp's
             // resegment), or to unk when a byte token is missing.
@@ -238,9 +358,8 @@ impl<'a> Tokenizer<'a> {
                 if bpe::is_pseudo(id) {
                     let c = char::from_u32(id & !PSEUDO_CHAR).unwrap_or('\u{FFFD}');
                     for b in c.encode_utf8(&mut buf).bytes() {
-                        match self.g.byte_token(b).or(unk) {
-                            Some(t) => out.push(t),
-                            None => {}
+                        if let Some(t) = self.g.byte_token(b).or(unk) {
+                            out.push(t);
                         }
                     }
                 } else {

@@ -41,6 +41,25 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         .collect();
     lengths.sort_unstable_by(|a, b| b.cmp(a));
     lengths.dedup();
+    // SentencePiece: characters that some token has right before a U+2581.
+    let mut crossers: Vec<u32> = Vec::new();
+    if spec.model == ModelKind::SentencePieceBpe {
+        for t in &spec.tokens {
+            if let Ok(s) = std::str::from_utf8(&t.bytes) {
+                let mut prev: Option<char> = None;
+                for c in s.chars() {
+                    if let Some(p) = prev {
+                        if c == '\u{2581}' && p != '\u{2581}' {
+                            crossers.push(p as u32);
+                        }
+                    }
+                    prev = Some(c);
+                }
+            }
+        }
+        crossers.sort_unstable();
+        crossers.dedup();
+    }
     let counts = Counts {
         vocab,
         merges: n_merges,
@@ -49,6 +68,7 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         token_slots,
         pair_slots,
         split_lengths: lengths.len() as u32,
+        crossers: crossers.len() as u32,
     };
     let l = Layout::compute(&counts)?;
     let mut out = vec![0u8; l.total];
@@ -106,6 +126,7 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     let max_len = spec.tokens.iter().map(|t| t.bytes.len()).max().unwrap_or(0) as u32;
     put_u32(&mut out, 60, max_len);
     out[64..72].copy_from_slice(&(l.total as u64).to_le_bytes());
+    put_u32(&mut out, 72, counts.crossers);
 
     // Offsets, types, scores, blob.
     let mut off = 0u32;
@@ -229,6 +250,9 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         put_u32(&mut out, l.split_lengths + 4 * k, *len);
     }
 
+    for (k, c) in crossers.iter().enumerate() {
+        put_u32(&mut out, l.crossers + 4 * k, *c);
+    }
     out[l.template..l.template + template.len()].copy_from_slice(template);
     Ok(out)
 }
