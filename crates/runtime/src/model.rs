@@ -553,6 +553,13 @@ impl<'a> Model<'a> {
                 ops::weighted_rows(sc, &v_cache[start * vd + kvh * hdv..], vd, o);
             }
         };
-        pool.run(chunks.len(), &run);
+        // Small jobs (decode at short context) run on the caller: waking the
+        // pool costs more than it saves below ~64K multiply-adds.
+        let work = units * (p0 + n) * (hd + hdv);
+        if work < 1 << 16 || chunks.len() == 1 {
+            (0..chunks.len()).for_each(run);
+        } else {
+            pool.run(chunks.len(), &run);
+        }
     }
 }
