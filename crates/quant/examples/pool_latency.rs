@@ -5,7 +5,7 @@
 //! `cargo run --release -p gpack-quant --example pool_latency`
 
 use gpack_quant::kernels::{matvec_on, matvec_rayon};
-use gpack_quant::{transcode, GgmlType, Isa, NativeView, Pool};
+use gpack_quant::{matmul_with, transcode, GgmlType, Isa, NativeView, Pool};
 use std::time::Instant;
 
 fn tensor(t: GgmlType, rows: usize, cols: usize) -> Vec<u128> {
@@ -75,5 +75,41 @@ fn main() {
             );
         }
         println!();
+        // matmul with n = 4 vectors against 4 matvec calls (both on the pool).
+        let n = 4;
+        let xs: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 53) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let mut ys = vec![0f32; n * rows];
+        let (mut tm, mut tv) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            for _ in 0..reps / 40 {
+                let s = Instant::now();
+                matmul_with(isa, &v, &xs, n, &mut ys);
+                tm.push(s.elapsed().as_secs_f64() * 1e6);
+            }
+            for _ in 0..reps / 40 {
+                let s = Instant::now();
+                for i in 0..n {
+                    matvec_on(
+                        isa,
+                        pool,
+                        &v,
+                        &xs[i * cols..(i + 1) * cols],
+                        &mut ys[i * rows..(i + 1) * rows],
+                    );
+                }
+                tv.push(s.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        tm.sort_by(|a, b| a.total_cmp(b));
+        tv.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "    n=4: matmul min {:.2} µs median {:.2} µs; 4 x matvec min {:.2} µs median {:.2} µs",
+            tm[0],
+            tm[tm.len() / 2],
+            tv[0],
+            tv[tv.len() / 2]
+        );
     }
 }

@@ -37,31 +37,27 @@ unsafe fn corr2<const KIND: u8>(ls: __m512i) -> __m512i {
     }
 }
 
-/// Exact lane sums `P` of two blocks (16 i32: blocks b and b+1), starting
-/// from `corr` ([`corr2`]).
+/// Unsigned codes of two blocks (64 bytes: blocks b and b+1) for `vpdpbusd`:
+/// I8Sym `q ^ 0x80`, I8Asym the codes, I4 the unpacked nibbles.
 ///
 /// # Safety
-/// AVX-512 F/BW + VNNI; `codes` valid for two blocks.
+/// AVX-512 F/BW; `codes` valid for two blocks.
 #[inline(always)]
-unsafe fn p2<const KIND: u8>(codes: *const u8, x: __m512i, corr: __m512i) -> __m512i {
+unsafe fn u2<const KIND: u8>(codes: *const u8) -> __m512i {
     // SAFETY: caller guarantees the features and two blocks of codes.
     unsafe {
         match KIND {
-            I8SYM => {
-                let u = _mm512_xor_si512(
-                    _mm512_loadu_si512(codes as *const _),
-                    _mm512_set1_epi8(-128),
-                );
-                _mm512_dpbusd_epi32(corr, u, x)
-            }
-            I8ASYM => _mm512_dpbusd_epi32(corr, _mm512_loadu_si512(codes as *const _), x),
+            I8SYM => _mm512_xor_si512(
+                _mm512_loadu_si512(codes as *const _),
+                _mm512_set1_epi8(-128),
+            ),
+            I8ASYM => _mm512_loadu_si512(codes as *const _),
             _ => {
                 let t = _mm256_loadu_si256(codes as *const __m256i);
                 let v = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
                 // [A, B, A>>4, B>>4] -> [A, A>>4, B, B>>4]
                 let v = _mm512_shuffle_i64x2(v, v, 0b11_01_10_00);
-                let u = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
-                _mm512_dpbusd_epi32(corr, u, x)
+                _mm512_and_si512(v, _mm512_set1_epi8(0x0F))
             }
         }
     }
@@ -101,104 +97,123 @@ unsafe fn p1<const KIND: u8>(codes: *const u8, x: __m256i, ls: __m256i) -> __m25
     }
 }
 
-/// Canonical dots of `R` integer rows at once (rows share the activation
-/// loads; each row keeps its own accumulator, so its result is the canonical
-/// one regardless of `R`).
+/// Canonical dots of an `R` rows × `N` activation vectors tile. Each
+/// (row, vector) pair has its own accumulator and runs the canonical sequence
+/// of the module docs, so its result does not depend on `R` or `N`; rows
+/// share the activation work, vectors share the weight loads and unpacking.
+/// The scale product `s_g · d_b` is formed as (lane-broadcast `s`) × (lane-
+/// broadcast `d`), the same f32 multiply per lane as the scalar reference.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL + VNNI + FMA; rows `r..r + R` exist in `w`.
+/// AVX-512 F/BW/VL + VNNI + FMA; rows `r..r + R` exist in `w`; every
+/// activation vector has `w.cols()` elements.
 #[inline(always)]
-unsafe fn dot_int_rows<const KIND: u8, const G16: bool, const R: usize>(
+unsafe fn dot_int_tile<const KIND: u8, const G16: bool, const R: usize, const N: usize>(
     w: &NativeView,
     r: usize,
-    a: &ActRef,
-) -> [f32; R] {
-    let nb = a.d.len();
+    acts: &[ActRef; N],
+) -> [[f32; N]; R] {
+    let nb = w.cols() / QA;
     let is4 = KIND == I4SYM || KIND == I4ASYM;
     let asym = KIND == I8ASYM || KIND == I4ASYM;
     let bpb = if is4 { 16 } else { 32 };
     let c: [*const u8; R] = std::array::from_fn(|i| w.row_codes(r + i).as_ptr());
     let s: [*const f32; R] = std::array::from_fn(|i| w.row_scales(r + i).as_ptr());
     let m: [*const f32; R] = std::array::from_fn(|i| w.row_mins(r + i).as_ptr());
-    let (xq, dx, lsp) = (a.q.as_ptr(), a.d.as_ptr(), a.ls.as_ptr());
     // SAFETY: every block index b < nb = cols/32; codes, scales, mins and the
     // activations are sized for whole rows (NativeView / QuantizedActivations);
     // `m[i]` is only dereferenced for asymmetric layouts, which have mins.
     unsafe {
-        // Lane l of the scale vector takes product index idx[l].
+        // Lane l of a per-group vector takes group index idx[l] (of 2 or 4).
         let idx = if G16 {
             _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
         } else {
             _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
         };
-        let mut acc = [_mm512_setzero_ps(); R];
+        // Per-group values of two blocks as a 128-bit vector: 2 (G32) or 4 (G16).
+        let grp = |p: *const f32, b: usize| -> __m128 {
+            if G16 {
+                _mm_loadu_ps(p.add(2 * b))
+            } else {
+                _mm_castpd_ps(_mm_load_sd(p.add(b) as *const f64))
+            }
+        };
+        let mut acc = [[_mm512_setzero_ps(); N]; R];
         let mut b = 0;
         while b + 2 <= nb {
-            let x = _mm512_loadu_si512(xq.add(b * QA) as *const _);
-            let ls = _mm512_loadu_si512(lsp.add(b * 8) as *const _);
-            // Per-group activation scale: [dx_b, dx_b+1] (G32) or
-            // [dx_b, dx_b, dx_b+1, dx_b+1] (G16).
-            let d2 = _mm_castpd_ps(_mm_load_sd(dx.add(b) as *const f64));
-            let d = if G16 { _mm_unpacklo_ps(d2, d2) } else { d2 };
-            let lsf = if asym {
-                _mm512_cvtepi32_ps(ls)
-            } else {
-                _mm512_setzero_ps()
-            };
-            let corr = corr2::<KIND>(ls);
-            for i in 0..R {
-                let p = p2::<KIND>(c[i].add(b * bpb), x, corr);
-                let sg = if G16 {
-                    _mm_loadu_ps(s[i].add(2 * b))
-                } else {
-                    _mm_castpd_ps(_mm_load_sd(s[i].add(b) as *const f64))
-                };
-                let ds = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(sg, d)));
-                acc[i] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(p), acc[i]);
+            let x: [__m512i; N] = std::array::from_fn(|v| {
+                _mm512_loadu_si512(acts[v].q.as_ptr().add(b * QA) as *const _)
+            });
+            let ls: [__m512i; N] = std::array::from_fn(|v| {
+                _mm512_loadu_si512(acts[v].ls.as_ptr().add(b * 8) as *const _)
+            });
+            let corr: [__m512i; N] = std::array::from_fn(|v| corr2::<KIND>(ls[v]));
+            let dv: [__m512; N] = std::array::from_fn(|v| {
+                let d2 = _mm_castpd_ps(_mm_load_sd(acts[v].d.as_ptr().add(b) as *const f64));
+                let d = if G16 { _mm_unpacklo_ps(d2, d2) } else { d2 };
+                _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d))
+            });
+            let lsf: [__m512; N] = std::array::from_fn(|v| {
                 if asym {
-                    let mg = if G16 {
-                        _mm_loadu_ps(m[i].add(2 * b))
-                    } else {
-                        _mm_castpd_ps(_mm_load_sd(m[i].add(b) as *const f64))
-                    };
-                    let dm = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_mul_ps(mg, d)));
-                    acc[i] = _mm512_fmadd_ps(dm, lsf, acc[i]);
+                    _mm512_cvtepi32_ps(ls[v])
+                } else {
+                    _mm512_setzero_ps()
+                }
+            });
+            for i in 0..R {
+                let u = u2::<KIND>(c[i].add(b * bpb));
+                let sr = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(s[i], b)));
+                let mr = if asym {
+                    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(m[i], b)))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                for v in 0..N {
+                    let p = _mm512_dpbusd_epi32(corr[v], u, x[v]);
+                    let ds = _mm512_mul_ps(sr, dv[v]);
+                    acc[i][v] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(p), acc[i][v]);
+                    if asym {
+                        acc[i][v] = _mm512_fmadd_ps(_mm512_mul_ps(mr, dv[v]), lsf[v], acc[i][v]);
+                    }
                 }
             }
             b += 2;
         }
-        let mut out = [0f32; R];
+        let mut out = [[0f32; N]; R];
         for i in 0..R {
-            let mut lo = _mm512_castps512_ps256(acc[i]);
-            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i]), 1));
-            if b < nb {
-                let x = _mm256_loadu_si256(xq.add(b * QA) as *const __m256i);
-                let ls = _mm256_loadu_si256(lsp.add(b * 8) as *const __m256i);
-                let p = p1::<KIND>(c[i].add(b * bpb), x, ls);
-                let d = *dx.add(b);
-                let (si, mi) = (s[i], m[i]);
-                let ds = if G16 {
-                    _mm256_set_m128(
-                        _mm_set1_ps(*si.add(2 * b + 1) * d),
-                        _mm_set1_ps(*si.add(2 * b) * d),
-                    )
-                } else {
-                    _mm256_set1_ps(*si.add(b) * d)
-                };
-                lo = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), lo);
-                if asym {
-                    let dm = if G16 {
+            for v in 0..N {
+                let a = &acts[v];
+                let mut lo = _mm512_castps512_ps256(acc[i][v]);
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][v]), 1));
+                if b < nb {
+                    let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QA) as *const __m256i);
+                    let ls = _mm256_loadu_si256(a.ls.as_ptr().add(b * 8) as *const __m256i);
+                    let p = p1::<KIND>(c[i].add(b * bpb), x, ls);
+                    let d = *a.d.as_ptr().add(b);
+                    let (si, mi) = (s[i], m[i]);
+                    let ds = if G16 {
                         _mm256_set_m128(
-                            _mm_set1_ps(*mi.add(2 * b + 1) * d),
-                            _mm_set1_ps(*mi.add(2 * b) * d),
+                            _mm_set1_ps(*si.add(2 * b + 1) * d),
+                            _mm_set1_ps(*si.add(2 * b) * d),
                         )
                     } else {
-                        _mm256_set1_ps(*mi.add(b) * d)
+                        _mm256_set1_ps(*si.add(b) * d)
                     };
-                    lo = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ls), lo);
+                    lo = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), lo);
+                    if asym {
+                        let dm = if G16 {
+                            _mm256_set_m128(
+                                _mm_set1_ps(*mi.add(2 * b + 1) * d),
+                                _mm_set1_ps(*mi.add(2 * b) * d),
+                            )
+                        } else {
+                            _mm256_set1_ps(*mi.add(b) * d)
+                        };
+                        lo = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ls), lo);
+                    }
                 }
+                out[i][v] = reduce8(_mm256_add_ps(lo, hi));
             }
-            out[i] = reduce8(_mm256_add_ps(lo, hi));
         }
         out
     }
@@ -207,6 +222,77 @@ unsafe fn dot_int_rows<const KIND: u8, const G16: bool, const R: usize>(
 /// Rows per step of the integer kernels: independent FMA chains that hide
 /// the 4-cycle FMA latency and share the activation loads.
 const ROWS: usize = 4;
+
+/// Integer `rows × vectors` products for rows `r0..r0 + m`: `out[v * m + i]`
+/// = dot(row r0 + i, acts[v]). Tiles of 4 rows × 2 vectors (the weights are
+/// loaded and unpacked once per pair of vectors), 4 × 1 for an odd last
+/// vector, 1-row tiles for the last rows.
+///
+/// # Safety
+/// `Isa::Avx512Vnni.is_available()`; `w` has an integer layout with
+/// `cols % 32 == 0`; `r0 + m <= w.rows()`; `out.len() == acts.len() * m`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn rows_dot_multi(
+    w: &NativeView,
+    r0: usize,
+    m: usize,
+    acts: &[ActRef],
+    out: &mut [f32],
+) {
+    macro_rules! go {
+        ($k:expr, $g16:expr) => {{
+            let n = acts.len();
+            let mut v = 0;
+            while v < n {
+                let two = v + 2 <= n;
+                let mut i = 0;
+                while i + ROWS <= m {
+                    if two {
+                        // SAFETY: features per this fn's contract; rows in range.
+                        let t = unsafe {
+                            dot_int_tile::<{ $k }, { $g16 }, ROWS, 2>(
+                                w,
+                                r0 + i,
+                                &[acts[v], acts[v + 1]],
+                            )
+                        };
+                        for k in 0..ROWS {
+                            out[v * m + i + k] = t[k][0];
+                            out[(v + 1) * m + i + k] = t[k][1];
+                        }
+                    } else {
+                        // SAFETY: as above.
+                        let t = unsafe {
+                            dot_int_tile::<{ $k }, { $g16 }, ROWS, 1>(w, r0 + i, &[acts[v]])
+                        };
+                        for k in 0..ROWS {
+                            out[v * m + i + k] = t[k][0];
+                        }
+                    }
+                    i += ROWS;
+                }
+                while i < m {
+                    for vv in v..(if two { v + 2 } else { v + 1 }) {
+                        // SAFETY: as above, one row.
+                        out[vv * m + i] = unsafe {
+                            dot_int_tile::<{ $k }, { $g16 }, 1, 1>(w, r0 + i, &[acts[vv]])
+                        }[0][0];
+                    }
+                    i += 1;
+                }
+                v += if two { 2 } else { 1 };
+            }
+        }};
+    }
+    match (kind_of(w.layout()), w.group() == 16) {
+        (I8SYM, false) => go!(I8SYM, false),
+        (I8SYM, true) => go!(I8SYM, true),
+        (I8ASYM, false) => go!(I8ASYM, false),
+        (I8ASYM, true) => go!(I8ASYM, true),
+        (I4SYM, _) => go!(I4SYM, false),
+        _ => go!(I4ASYM, false),
+    }
+}
 
 /// Float-layout row dot: 2 × 16-lane FMA accumulators, 32 elements per step.
 ///
@@ -275,31 +361,8 @@ unsafe fn dot_float_row512(w: &NativeView, r: usize, x: &[f32]) -> f32 {
 pub(super) unsafe fn rows_dot(w: &NativeView, r0: usize, act: Act, out: &mut [f32]) {
     match act {
         Act::Int(a) => {
-            macro_rules! go {
-                ($k:expr, $g16:expr) => {{
-                    let n = out.len();
-                    let mut i = 0;
-                    while i + ROWS <= n {
-                        // SAFETY: features per this fn's contract; r0 + i + ROWS <= rows.
-                        let v = unsafe { dot_int_rows::<{ $k }, { $g16 }, ROWS>(w, r0 + i, &a) };
-                        out[i..i + ROWS].copy_from_slice(&v);
-                        i += ROWS;
-                    }
-                    while i < n {
-                        // SAFETY: as above, one row.
-                        out[i] = unsafe { dot_int_rows::<{ $k }, { $g16 }, 1>(w, r0 + i, &a) }[0];
-                        i += 1;
-                    }
-                }};
-            }
-            match (kind_of(w.layout()), w.group() == 16) {
-                (I8SYM, false) => go!(I8SYM, false),
-                (I8SYM, true) => go!(I8SYM, true),
-                (I8ASYM, false) => go!(I8ASYM, false),
-                (I8ASYM, true) => go!(I8ASYM, true),
-                (I4SYM, _) => go!(I4SYM, false),
-                _ => go!(I4ASYM, false),
-            }
+            // SAFETY: features per this fn's contract; r0 + out.len() <= rows.
+            unsafe { rows_dot_multi(w, r0, out.len(), &[a], out) }
         }
         Act::Float(x) => {
             let mut scratch = Vec::new();

@@ -483,25 +483,48 @@ pub fn matmul_with(isa: Isa, w: &NativeView, x: &[f32], n: usize, y: &mut [f32])
     if int {
         qa.quantize(x, n, cols);
     }
+    // The AVX-512 path has a rows × vectors tile kernel (weights loaded once
+    // per pair of vectors); the others run the row kernel once per vector.
+    #[cfg(target_arch = "x86_64")]
+    let tiled = int && isa == Isa::Avx512Vnni;
+    #[cfg(not(target_arch = "x86_64"))]
+    let tiled = false;
+    let acts: Vec<ActRef> = if int {
+        (0..n).map(|i| qa.get(i)).collect()
+    } else {
+        Vec::new()
+    };
     let task = |t: usize| {
         let r0 = t * chunk;
         let r1 = (r0 + chunk).min(rows);
         // Sub-chunks of MM_ROWS rows stay in L1 while all n vectors pass over them.
-        let mut tmp = [0f32; MM_ROWS];
+        let mut tmp = vec![0f32; MM_ROWS * n];
         let mut r = r0;
         while r < r1 {
             let m = MM_ROWS.min(r1 - r);
+            if tiled {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `tiled` implies AVX-512 VNNI is available (asserted
+                // above) and an integer layout with cols % 32 == 0; r + m <= rows;
+                // tmp holds n * m values.
+                unsafe {
+                    avx512::rows_dot_multi(w, r, m, &acts, &mut tmp[..n * m]);
+                }
+            } else {
+                for i in 0..n {
+                    let act = if int {
+                        Act::Int(acts[i])
+                    } else {
+                        Act::Float(&x[i * cols..(i + 1) * cols])
+                    };
+                    rows_dot(isa, w, r, act, &mut tmp[i * m..(i + 1) * m]);
+                }
+            }
             for i in 0..n {
-                let act = if int {
-                    Act::Int(qa.get(i))
-                } else {
-                    Act::Float(&x[i * cols..(i + 1) * cols])
-                };
-                rows_dot(isa, w, r, act, &mut tmp[..m]);
                 // SAFETY: (i, r..r+m) ranges of distinct tasks are disjoint and
                 // within y (i < n, r + m <= rows); y outlives the pool run.
                 let ys = unsafe { std::slice::from_raw_parts_mut(out.at(i * rows + r), m) };
-                ys.copy_from_slice(&tmp[..m]);
+                ys.copy_from_slice(&tmp[i * m..(i + 1) * m]);
             }
             r += m;
         }
