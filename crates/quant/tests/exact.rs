@@ -213,3 +213,30 @@ fn real_smollm2_tensors_are_bit_exact() {
         eprintln!("note: SmolLM2-135M-Instruct.Q4_1.gguf absent; skipped");
     }
 }
+
+/// Arbitrary block bytes (NaN/Inf scales included) never panic the
+/// transcoder, and native dequantization agrees with `dequantize_ggml`
+/// (bit for bit, or both NaN).
+#[test]
+fn arbitrary_blocks_transcode_consistently() {
+    let mut rng = crate::common::Rng::new(99);
+    for name in TYPES {
+        let t = GgmlType::from_name(name).unwrap();
+        let (bs, ts) = t.block();
+        let (rows, cols) = (3u64, bs * 2);
+        for _ in 0..20 {
+            let src = rng.bytes((rows * 2 * ts) as usize);
+            let mut want = vec![0f32; (rows * cols) as usize];
+            dequantize_ggml(t, &src, &mut want).unwrap();
+            let buf = transcode_to_vec(t, &src, rows, cols);
+            let v = NativeView::parse(buf.bytes()).unwrap();
+            let got = dequant_all(&v);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{name} element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}

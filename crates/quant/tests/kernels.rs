@@ -302,3 +302,53 @@ fn isa_list_starts_with_scalar() {
     assert_eq!(a[0], Isa::Scalar);
     assert!(a.contains(&Isa::best()));
 }
+
+/// A G16 layout whose cols are not a multiple of 32 cannot use the integer
+/// kernels (activation blocks are 32 wide): it takes the dequantizing path.
+#[test]
+fn g16_with_ragged_cols_falls_back() {
+    let mut rng = Rng::new(8);
+    let (rows, cols) = (3usize, 48usize);
+    for layout in [Layout::I8Sym { group: 16 }, Layout::I8Asym { group: 16 }] {
+        let (h, total) = NativeTensorHeader::new(layout, rows as u64, cols as u64, false).unwrap();
+        let mut b = vec![0u8; total as usize];
+        b[..64].copy_from_slice(&h.to_bytes());
+        let codes = rng.bytes(rows * cols);
+        b[64..64 + rows * cols].copy_from_slice(&codes);
+        for (k, off) in [h.scales_off, h.mins_off].into_iter().enumerate() {
+            if off == 0 {
+                continue;
+            }
+            for g in 0..rows * cols / 16 {
+                let v = (rng.normal() * 0.01 + k as f32 * 0.001).to_le_bytes();
+                b[off as usize + 4 * g..off as usize + 4 * g + 4].copy_from_slice(&v);
+            }
+        }
+        let a = Aligned::new(&b);
+        let v = NativeView::parse(a.bytes()).unwrap();
+        let x = random_x(&mut rng, cols);
+        let mut w = vec![0f32; cols];
+        for isa in Isa::available() {
+            let mut y = vec![0f32; rows];
+            matvec_with(isa, &v, &x, &mut y);
+            for r in 0..rows {
+                v.dequantize_row(r, &mut w);
+                let want: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+                assert_eq!(y[r], want, "{layout} {isa:?} row {r}");
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "dequantize_ggml does not support IQ4_XS")]
+fn raw_ggml_without_decoder_panics_clearly() {
+    let t = GgmlType::IQ4_XS;
+    let src = vec![0u8; 136];
+    let mut out = Vec::new();
+    transcode(t, &src, 1, 256, &mut out).unwrap();
+    let a = Aligned::new(&out);
+    let v = NativeView::parse(a.bytes()).unwrap();
+    let mut y = [0f32; 1];
+    matvec(&v, &[0.0; 256], &mut y);
+}
