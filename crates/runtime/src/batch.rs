@@ -546,10 +546,3 @@ impl<'a> BatchModel<'a> {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    // Exercised end to end by the server's tests (SmolLM2: 16 concurrent
-    // greedy streams equal the same requests run alone) and by
-    // `batch_matches_model_forward` in tests/ when a model is present.
-}
