@@ -59,14 +59,19 @@ fn main() {
                     .chunks(words / 2)
                     .map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &v| a.wrapping_add(v))))
                     .collect();
-                h.into_iter().map(|h| h.join().unwrap()).fold(0u64, u64::wrapping_add)
+                h.into_iter()
+                    .map(|h| h.join().unwrap())
+                    .fold(0u64, u64::wrapping_add)
             });
             std::hint::black_box(s);
             best = best.max((words * 8) as f64 / t.elapsed().as_secs_f64() / 1e9);
         }
         best
     };
-    println!("read loop: {bw:.1} GB/s (2 threads); weights {:.1} MB/token", w.native_bytes() as f64 / 1e6);
+    println!(
+        "read loop: {bw:.1} GB/s (2 threads); weights {:.1} MB/token",
+        w.native_bytes() as f64 / 1e6
+    );
     let runs = bench(&m, p, n, r).expect("bench");
     let pp: Vec<f64> = runs.iter().map(|x| x.pp_tps).collect();
     let tg: Vec<f64> = runs.iter().map(|x| x.tg_tps).collect();

@@ -133,6 +133,13 @@ pub struct BatchScratch {
     logits: Vec<f32>,
 }
 
+impl BatchScratch {
+    /// `[m][n_vocab]` logits of the last [`BatchModel::forward_batch`].
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+}
+
 fn dense_vec(
     w: &dyn WeightSource,
     name: &str,
@@ -496,7 +503,14 @@ impl<'a> BatchModel<'a> {
 
     /// Attention of the `n` rows in `s.qkv`, each over its own sequence's
     /// cache of layer `l`, into `s.att`; (row, head) units on the pool.
-    fn attention(&self, s: &mut BatchScratch, seqs: &[&mut Sequence], l: usize, swa: bool, n: usize) {
+    fn attention(
+        &self,
+        s: &mut BatchScratch,
+        seqs: &[&mut Sequence],
+        l: usize,
+        swa: bool,
+        n: usize,
+    ) {
         let c = &self.config;
         let (hd, hdv) = (c.head_dim, c.head_dim_v);
         let (qd, kd, vd) = (c.q_dim(), c.k_dim(), c.v_dim());

@@ -31,7 +31,7 @@ pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
 pub use error::{Error, Result};
-pub use generate::{generate, GenerateConfig, Generation, StopReason};
+pub use generate::{default_stop_tokens, generate, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;
 pub use gpack::GpackWeights;
 pub use model::{Logits, Model, State};

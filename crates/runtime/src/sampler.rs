@@ -86,6 +86,7 @@ pub struct Sampler {
     cfg: SamplerConfig,
     rng: Rng,
     cand: Vec<(u32, f32)>,
+    seen: Vec<u32>,
 }
 
 /// Index of the first maximal value (ties → lowest id, like `torch.argmax`).
@@ -109,6 +110,7 @@ impl Sampler {
             cfg,
             rng,
             cand: Vec::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -130,10 +132,11 @@ impl Sampler {
             .extend(logits.iter().enumerate().map(|(i, &v)| (i as u32, v)));
         if penalize {
             let from = history.len().saturating_sub(cfg.repeat_last_n);
-            let mut seen = history[from..].to_vec();
-            seen.sort_unstable();
-            seen.dedup();
-            for &t in &seen {
+            self.seen.clear();
+            self.seen.extend_from_slice(&history[from..]);
+            self.seen.sort_unstable();
+            self.seen.dedup();
+            for &t in &self.seen {
                 if let Some(c) = self.cand.get_mut(t as usize) {
                     c.1 = if c.1 > 0.0 {
                         c.1 / cfg.repetition_penalty

@@ -116,3 +116,15 @@ fn stop_strings_cut_the_text_and_are_never_streamed() {
     assert_eq!(g.text, full.text[..cut]);
     assert_eq!(streamed, g.text, "streamed text must stop before {stop:?}");
 }
+
+#[test]
+fn default_stop_tokens_include_eos_and_end_of_turn() {
+    let path = testdata().join("tiny/qwen2/qwen2-f16.gguf");
+    let loaded = gpack_tokenizer::load_any(&path).unwrap();
+    let tok = loaded.tokenizer().unwrap();
+    let stops = gpack_runtime::default_stop_tokens(&tok);
+    assert_eq!(stops.first().copied(), tok.eos());
+    if let Some(id) = tok.token_to_id("<|im_end|>") {
+        assert!(stops.contains(&id));
+    }
+}
