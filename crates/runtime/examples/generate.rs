@@ -12,6 +12,7 @@ fn main() {
     let mut rest = Vec::new();
     let mut n = 32usize;
     let mut temp = 0.0f32;
+    let mut chat = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -23,6 +24,7 @@ fn main() {
                 temp = args[i + 1].parse().expect("--temp T");
                 i += 1;
             }
+            "--chat" => chat = true,
             a => rest.push(a.to_string()),
         }
         i += 1;
@@ -35,7 +37,13 @@ fn main() {
     let tok_bytes = gpack_tokenizer::load_any(path.as_ref()).expect("tokenizer");
     let tok = tok_bytes.tokenizer().expect("tokenizer");
     eprintln!("load {:.3} s", t.elapsed().as_secs_f64());
-    let ids = tok.encode(&prompt, true);
+    let text = if chat {
+        let msgs = [gpack_tokenizer::ChatMessage::new("user", prompt.clone())];
+        tok.apply_chat_template(&msgs, true).expect("chat template")
+    } else {
+        prompt.clone()
+    };
+    let ids = tok.encode(&text, true);
     eprintln!("prompt ids {ids:?}");
     let mut s = m.new_state(ids.len() + n + 1);
     let sampler = if temp > 0.0 {
@@ -49,10 +57,10 @@ fn main() {
     let cfg = GenerateConfig {
         max_tokens: n,
         sampler,
-        stop_tokens: tok.eos().into_iter().collect(),
+        stop_tokens: gpack_runtime::default_stop_tokens(&tok),
         ..GenerateConfig::default()
     };
-    print!("{prompt}");
+    print!("{text}");
     let g = generate(&m, &mut s, &ids, &cfg, Some(tok), |_, text| {
         print!("{text}");
         let _ = std::io::stdout().flush();
