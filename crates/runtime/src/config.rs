@@ -254,3 +254,89 @@ impl Config {
         self.n_head_kv * self.head_dim_v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Meta(HashMap<&'static str, &'static str>);
+    impl MetadataSource for Meta {
+        fn meta_u64(&self, k: &str) -> Option<u64> {
+            self.0.get(k)?.parse().ok()
+        }
+        fn meta_f32(&self, k: &str) -> Option<f32> {
+            self.0.get(k)?.parse().ok()
+        }
+        fn meta_str(&self, k: &str) -> Option<&str> {
+            self.0.get(k).copied()
+        }
+        fn meta_bool(&self, k: &str) -> Option<bool> {
+            self.0.get(k)?.parse().ok()
+        }
+    }
+
+    fn gemma(extra: &[(&'static str, &'static str)]) -> Meta {
+        let mut m: HashMap<_, _> = [
+            ("general.architecture", "gemma3"),
+            ("gemma3.embedding_length", "640"),
+            ("gemma3.block_count", "12"),
+            ("gemma3.attention.head_count", "4"),
+            ("gemma3.attention.head_count_kv", "1"),
+            ("gemma3.attention.key_length", "256"),
+            ("gemma3.feed_forward_length", "2048"),
+            ("gemma3.attention.layer_norm_rms_epsilon", "1e-6"),
+            ("gemma3.rope.freq_base", "1000000"),
+            ("gemma3.attention.sliding_window", "512"),
+        ]
+        .into_iter()
+        .collect();
+        m.extend(extra.iter().copied());
+        Meta(m)
+    }
+
+    #[test]
+    fn gemma3_hparams_follow_llama_cpp() {
+        let c = Config::from_metadata(&gemma(&[]), 1000).unwrap();
+        assert_eq!((c.head_dim, c.q_dim(), c.k_dim()), (256, 1024, 256));
+        assert_eq!(c.rope_style, RopeStyle::Neox);
+        assert_eq!(c.rope_base_swa, 10000.0);
+        assert_eq!(c.sliding_window, Some(512));
+        let swa: Vec<usize> = (0..12).filter(|&i| !c.swa_layers[i]).collect();
+        assert_eq!(swa, vec![5, 11], "every 6th layer is global");
+        assert_eq!(c.embed_scale, Some(640f32.sqrt()));
+        assert_eq!(c.activation, Activation::GeluTanh);
+        assert_eq!(c.final_softcap, None);
+        let c = Config::from_metadata(
+            &gemma(&[
+                ("gemma3.final_logit_softcapping", "30.0"),
+                ("gemma3.rope.scaling.type", "linear"),
+                ("gemma3.rope.scaling.factor", "8.0"),
+            ]),
+            1000,
+        )
+        .unwrap();
+        assert_eq!(c.final_softcap, Some(30.0));
+        assert_eq!(c.rope_freq_scale, 0.125);
+    }
+
+    #[test]
+    fn missing_keys_and_unknown_arch_are_errors() {
+        let mut m = gemma(&[]);
+        m.0.remove("gemma3.block_count");
+        assert!(matches!(
+            Config::from_metadata(&m, 10),
+            Err(Error::Metadata { .. })
+        ));
+        let m = Meta([("general.architecture", "mamba")].into_iter().collect());
+        assert!(matches!(
+            Config::from_metadata(&m, 10),
+            Err(Error::Architecture { .. })
+        ));
+        let m = gemma(&[("gemma3.attention.head_count_kv", "3")]);
+        assert!(matches!(
+            Config::from_metadata(&m, 10),
+            Err(Error::Hparam { .. })
+        ));
+    }
+}
