@@ -4,10 +4,18 @@
 //! with 256-bit AVX-512VL VNNI ops.
 //!
 //! Perf log (SmolLM2 shapes, 1 thread, see docs/PERFORMANCE-quant-draft.md):
+//! * 1 row per step → 4 rows × N vectors tiles (independent FMA chains,
+//!   shared activation work): I8Sym 576×1536 32.7 → 53 GiB/s.
 //! * I4 unpack: the native nibble order (ggml's, per group of 32) costs one
 //!   `vshufi64x2` per 64 codes over a "pair of groups" order; kept, since the
 //!   kernel is memory-bound beyond L2 and the ggml order makes Q4_0/Q4_1
 //!   transcoding a copy.
+//! * Rejected (2026-11-29): I4 with 4 blocks per step, low/high nibbles dotted
+//!   in place against a per-call regrouped activation copy (4 canonical
+//!   streams, masked tail): ~30 % fewer vector ops per block, but no
+//!   measurable gain (Q4_1 576×576, 1 thread: 6.98 vs 7.0 µs min) and matmul
+//!   n=4 got slower (33 vs 24 µs, register spills); not worth the extra
+//!   canonical order.
 
 use super::avx2::{dot_float_row_avx2, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM};
 use super::scalar::dot_float_row;
