@@ -10,6 +10,21 @@
 //! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
 //! * [`bench`]: prompt-processing and generation throughput.
 //!
+//! ```no_run
+//! use gpack_runtime::{generate, GenerateConfig, GgufWeights, Model, SamplerConfig};
+//!
+//! let weights = GgufWeights::open("SmolLM2-135M-Instruct.Q4_1.gguf".as_ref())?;
+//! let model = Model::load(&weights)?; // borrows `weights`
+//! let mut state = model.new_state(2048); // KV cache for 2048 positions
+//! let cfg = GenerateConfig { max_tokens: 32, sampler: SamplerConfig::greedy(), ..Default::default() };
+//! let out = generate(&model, &mut state, &[504, 3575, 282, 4649, 314], &cfg, None, |id, _text| {
+//!     println!("{id}");
+//!     true // keep going
+//! })?;
+//! println!("{:.1} tok/s", out.decode_tps());
+//! # Ok::<(), gpack_runtime::Error>(())
+//! ```
+//!
 //! Weights are borrowed: `Model<'w>` binds views into its store and owns only
 //! the small norm/bias vectors (converted to f32 at load), its KV cache and
 //! scratch live in [`State`].
