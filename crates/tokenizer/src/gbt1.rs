@@ -104,7 +104,8 @@ pub(crate) struct Layout {
     pub token_hash: usize,
     pub pair_hash: usize,
     pub byte_table: usize,
-    pub split_bitmap: usize,
+    pub split_prefix2: usize,
+    pub split_index: usize,
     pub split_lengths: usize,
     pub crossers: usize,
     pub template: usize,
@@ -149,7 +150,8 @@ impl Layout {
         let token_hash = next(mul(c.token_slots as u64, 4, "token hash")?)?;
         let pair_hash = next(mul(c.pair_slots as u64, 16, "pair hash")?)?;
         let byte_table = next(256 * 4)?;
-        let split_bitmap = next(32)?;
+        let split_prefix2 = next(8192)?;
+        let split_index = next(257 * 4)?;
         let split_lengths = next(mul(c.split_lengths as u64, 4, "split lengths")?)?;
         let crossers = next(mul(c.crossers as u64, 4, "mark crossers")?)?;
         let template = next(c.template as u64)?;
@@ -165,7 +167,8 @@ impl Layout {
             token_hash,
             pair_hash,
             byte_table,
-            split_bitmap,
+            split_prefix2,
+            split_index,
             split_lengths,
             crossers,
             template,
@@ -301,7 +304,7 @@ impl<'a> Gbt1<'a> {
         cap("chat template size", counts.template, 0, MAX_BLOB)?;
         cap("token hash slots", counts.token_slots, 1, MAX_SLOTS)?;
         cap("pair hash slots", counts.pair_slots, 1, MAX_SLOTS)?;
-        cap("split length count", counts.split_lengths, 0, 4096)?;
+        cap("split length count", counts.split_lengths, 0, 1 << 20)?;
         cap("mark crosser count", counts.crossers, 0, 1 << 21)?;
         if !counts.token_slots.is_power_of_two() || counts.token_slots < counts.vocab {
             return Err(Error::Invalid {
@@ -568,18 +571,39 @@ impl<'a> Gbt1<'a> {
         (v < self.counts.vocab).then_some(v)
     }
 
-    /// Whether some split token starts with byte `b`.
+    /// The byte lengths of split tokens starting with byte `b`, longest first (an index
+    /// range into the `split_lengths` region; empty when none starts with `b`).
     #[inline]
-    pub fn split_starts_with(&self, b: u8) -> bool {
-        let byte = self
-            .bytes
-            .get(self.layout.split_bitmap + (b >> 3) as usize)
-            .copied()
-            .unwrap_or(0);
-        byte & (1 << (b & 7)) != 0
+    pub fn split_range(&self, b: u8) -> (usize, usize) {
+        let at = self.layout.split_index + 4 * b as usize;
+        let lo = rd_u32(self.bytes, at) as usize;
+        let hi = rd_u32(self.bytes, at + 4) as usize;
+        let n = self.counts.split_lengths as usize;
+        if lo > hi || hi > n {
+            return (0, 0);
+        }
+        (lo, hi)
     }
 
-    /// The distinct byte lengths of split tokens, longest first.
+    /// Entry `k` of the split-length list.
+    #[inline]
+    pub fn split_length(&self, k: usize) -> usize {
+        rd_u32(self.bytes, self.layout.split_lengths + 4 * k) as usize
+    }
+
+    /// Whether some split token of two or more bytes starts with bytes `b0 b1`.
+    #[inline]
+    pub fn split_prefix2(&self, b0: u8, b1: u8) -> bool {
+        let k = (b0 as usize) << 8 | b1 as usize;
+        let byte = self
+            .bytes
+            .get(self.layout.split_prefix2 + (k >> 3))
+            .copied()
+            .unwrap_or(0);
+        byte & (1 << (k & 7)) != 0
+    }
+
+    /// All split-token lengths entries (for inspection).
     pub fn split_lengths(&self) -> impl Iterator<Item = usize> + 'a {
         let b = self.bytes;
         let at = self.layout.split_lengths;
@@ -609,7 +633,7 @@ impl<'a> Gbt1<'a> {
         false
     }
 
-    /// Number of distinct split-token lengths.
+    /// Number of entries of the split-length list.
     pub fn n_split_lengths(&self) -> usize {
         self.counts.split_lengths as usize
     }

@@ -167,8 +167,9 @@ impl<'a> Tokenizer<'a> {
             let has_split = self.g.n_split_lengths() > 0;
             let mut i = 0;
             while has_split && i < b.len() {
-                if self.g.split_starts_with(b[i]) && text.is_char_boundary(i) {
-                    if let Some((id, len)) = self.match_split(text, i) {
+                let (lo, hi) = self.g.split_range(b[i]);
+                if lo < hi && text.is_char_boundary(i) {
+                    if let Some((id, len)) = self.match_split(text, i, lo, hi) {
                         if start < i {
                             self.encode_fragment(&text[start..i], prev_special, st, out);
                         }
@@ -192,11 +193,13 @@ impl<'a> Tokenizer<'a> {
         }
     }
 
-    /// Longest split token starting at byte `i`.
-    fn match_split(&self, text: &str, i: usize) -> Option<(u32, usize)> {
+    /// Longest split token starting at byte `i`, trying the lengths `lo..hi` of the list.
+    fn match_split(&self, text: &str, i: usize, lo: usize, hi: usize) -> Option<(u32, usize)> {
         let rest = &text.as_bytes()[i..];
-        for len in self.g.split_lengths() {
-            if len == 0 || len > rest.len() {
+        let two = rest.len() >= 2 && self.g.split_prefix2(rest[0], rest[1]);
+        for k in lo..hi {
+            let len = self.g.split_length(k);
+            if len == 0 || len > rest.len() || (len >= 2 && !two) {
                 continue;
             }
             if let Some(id) = self.g.token_id(&rest[..len]) {

@@ -33,14 +33,29 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     let pair_slots = ((n_merges as u64 * 3 / 2).max(1))
         .next_power_of_two()
         .max(2) as u32;
-    let mut lengths: Vec<u32> = spec
+    // Split-token index: per first byte, the distinct lengths, longest first.
+    let mut per_byte: Vec<Vec<u32>> = vec![Vec::new(); 256];
+    let mut prefix2 = vec![0u8; 8192];
+    for t in spec
         .tokens
         .iter()
         .filter(|t| t.split && !t.bytes.is_empty())
-        .map(|t| t.bytes.len() as u32)
-        .collect();
-    lengths.sort_unstable_by(|a, b| b.cmp(a));
-    lengths.dedup();
+    {
+        per_byte[t.bytes[0] as usize].push(t.bytes.len() as u32);
+        if t.bytes.len() >= 2 {
+            let k = (t.bytes[0] as usize) << 8 | t.bytes[1] as usize;
+            prefix2[k >> 3] |= 1 << (k & 7);
+        }
+    }
+    let mut lengths: Vec<u32> = Vec::new();
+    let mut index = [0u32; 257];
+    for (b, v) in per_byte.iter_mut().enumerate() {
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v.dedup();
+        index[b] = lengths.len() as u32;
+        lengths.extend_from_slice(v);
+    }
+    index[256] = lengths.len() as u32;
     // SentencePiece: characters that some token has right before a U+2581.
     let mut crossers: Vec<u32> = Vec::new();
     if spec.model == ModelKind::SentencePieceBpe {
@@ -237,19 +252,13 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         put_u32(&mut out, l.byte_table + 4 * b, *id);
     }
 
-    // Split-token index.
-    for t in spec
-        .tokens
-        .iter()
-        .filter(|t| t.split && !t.bytes.is_empty())
-    {
-        let b = t.bytes[0];
-        out[l.split_bitmap + (b >> 3) as usize] |= 1 << (b & 7);
+    out[l.split_prefix2..l.split_prefix2 + 8192].copy_from_slice(&prefix2);
+    for (b, v) in index.iter().enumerate() {
+        put_u32(&mut out, l.split_index + 4 * b, *v);
     }
     for (k, len) in lengths.iter().enumerate() {
         put_u32(&mut out, l.split_lengths + 4 * k, *len);
     }
-
     for (k, c) in crossers.iter().enumerate() {
         put_u32(&mut out, l.crossers + 4 * k, *c);
     }

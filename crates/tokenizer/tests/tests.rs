@@ -8,6 +8,7 @@ mod chat;
 mod corpus;
 mod gbt1;
 mod gguf;
+mod peer;
 mod pretok;
 mod props;
 mod stream;

@@ -1,0 +1,61 @@
+//! The Llama 3 and Qwen 2 pipelines have no fixture vocabulary, so they are checked against
+//! the `tokenizers` crate itself: the bpe2048 vocabulary with its pre-tokenizer swapped for
+//! each model's (Split regex + ByteLevel without regex, as their tokenizer.json files have),
+//! with and without `ignore_merges`, on the whole corpus and line by line.
+
+use crate::common::*;
+use gpack_tokenizer::{PreTokenizer, Tokenizer, TokenizerSpec};
+
+fn variant(pre: PreTokenizer, ignore_merges: bool) -> serde_json::Value {
+    let mut j: serde_json::Value =
+        serde_json::from_slice(&gunzip(&testdata().join("bpe2048/tokenizer.json.gz"))).unwrap();
+    let re = gpack_tokenizer::pretok::regex_of(pre)[0];
+    j["pre_tokenizer"] = serde_json::json!({
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+        ]
+    });
+    j["model"]["ignore_merges"] = serde_json::Value::Bool(ignore_merges);
+    j
+}
+
+#[test]
+fn llama3_and_qwen2_pipelines_match_tokenizers_crate() {
+    let lines: Vec<&str> = corpus().split('\n').collect();
+    for (pre, ignore) in [
+        (PreTokenizer::Llama3, true),
+        (PreTokenizer::Llama3, false),
+        (PreTokenizer::Qwen2, false),
+        (PreTokenizer::Gpt2, false),
+    ] {
+        let j = variant(pre, ignore);
+        let s = serde_json::to_vec(&j).unwrap();
+        let spec = TokenizerSpec::from_hf_json(&s, None).unwrap();
+        assert_eq!(spec.pre, pre);
+        assert_eq!(spec.ignore_merges, ignore);
+        let g = spec.to_gbt1().unwrap();
+        let ours = Tokenizer::from_bytes(&g).unwrap();
+        let peer = tokenizers::Tokenizer::from_bytes(&s).unwrap();
+        let want = peer.encode(corpus(), false).unwrap().get_ids().to_vec();
+        assert_eq!(
+            ours.encode(corpus(), false),
+            want,
+            "{pre:?} ignore_merges={ignore}: whole corpus"
+        );
+        for l in lines.iter().step_by(3) {
+            let want = peer.encode(*l, false).unwrap().get_ids().to_vec();
+            assert_eq!(
+                ours.encode(l, false),
+                want,
+                "{pre:?} ignore_merges={ignore}: {l:?}"
+            );
+        }
+        for t in tricky()["strings"].as_array().unwrap() {
+            let t = t.as_str().unwrap();
+            let want = peer.encode(t, false).unwrap().get_ids().to_vec();
+            assert_eq!(ours.encode(t, false), want, "{pre:?}: {t:?}");
+        }
+    }
+}
