@@ -25,20 +25,25 @@ enum Command {
     Verify(cmd::verify::Args),
     Inspect(cmd::inspect::Args),
     Run(cmd::run::Args),
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
-    // Ctrl-C / SIGTERM: remove any half-written output, then exit 130.
-    let _ = ctrlc::set_handler(|| {
-        gpack_format::remove_live_temp_files();
-        std::process::exit(130);
-    });
     let cli = Cli::parse();
+    // Ctrl-C / SIGTERM: remove any half-written output, then exit 130
+    // (`serve` handles both itself: it drains and exits 0).
+    if !matches!(cli.command, Command::Serve(_)) {
+        let _ = ctrlc::set_handler(|| {
+            gpack_format::remove_live_temp_files();
+            std::process::exit(130);
+        });
+    }
     let result = match cli.command {
         Command::Convert(a) => cmd::convert::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     match result {
         Ok(code) => code,

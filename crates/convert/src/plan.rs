@@ -170,7 +170,7 @@ fn target_layout(t: &TensorInfo, placement: Placement, quant: Quant) -> Layout {
     let quantizable = matches!(
         placement,
         Placement::Native | Placement::Head | Placement::Experts
-    ) && t.dims[0] % 32 == 0
+    ) && t.dims[0].is_multiple_of(32)
         && !matches!(exact, Layout::Ggml(_));
     match quant {
         Quant::Int8 if quantizable => Layout::I8Sym { group: 32 },

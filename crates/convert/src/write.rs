@@ -32,6 +32,9 @@ pub struct ConvertOptions {
     pub external_experts: bool,
     /// Replace an existing output.
     pub force: bool,
+    /// A draft (multi-token-prediction) module to pack into the Mtp section: a
+    /// directory of safetensors files, or a GGUF file / a directory holding one.
+    pub mtp_dir: Option<PathBuf>,
 }
 
 /// Progress callbacks (called from the converting thread).
@@ -103,6 +106,13 @@ pub struct Report {
     pub seconds: f64,
 }
 
+/// One stacked expert tensor of a layer: its info, bytes and plan.
+type ExpertSource<'s> = (
+    &'s TensorInfo,
+    std::borrow::Cow<'s, [u8]>,
+    &'s PlannedTensor,
+);
+
 /// Transcodes (or quantizes) `rows × cols` elements of `src_type` into `layout`.
 fn write_layout(
     name: &str,
@@ -155,6 +165,16 @@ fn tensor_bytes<'s>(
     Ok(source.tensor_bytes(t)?)
 }
 
+/// Drops a finished tensor's source pages from the resident set, so the
+/// conversion's memory stays about one tensor whatever the model size.
+fn release(source: &Source, t: &TensorInfo) {
+    for r in t.source_ranges() {
+        if let Some(f) = source.files.get(r.file) {
+            f.release(r.offset, r.size);
+        }
+    }
+}
+
 /// The plain name of a file, required to sit next to the output.
 fn external_file_name(shard: &Path, output: &Path) -> Result<String, Error> {
     let dir_of = |p: &Path| {
@@ -197,6 +217,9 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         ));
     }
     let plan = plan::plan(&source, opts.quant, opts.external_experts)?;
+    for f in &source.files {
+        f.advise_sequential();
+    }
     if opts.external_experts && plan.experts.n_expert == 0 {
         return Err(Error::Option(
             "--external-experts: this model has no routed experts".into(),
@@ -323,9 +346,12 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         let mut s = w.begin_section(SectionKind::DensePack, "dense_pack")?;
         for (_, p) in &dense {
             s.pad_to(plan::DENSE_ALIGN)?;
-            let bytes = tensor_bytes(&source, &source.tensors[p.source])?;
+            let t = &source.tensors[p.source];
+            let bytes = tensor_bytes(&source, t)?;
             s.write_bytes(&bytes)?;
             progress.advance(bytes.len() as u64);
+            drop(bytes);
+            release(&source, t);
         }
         s.finish(dense.len() as u64)?;
         record(SectionKind::DensePack, plan.dense_size, dense.len() as u64);
@@ -375,6 +401,8 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
             };
             let n = write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
             debug_assert_eq!(n, p.size);
+            drop(bytes);
+            release(&source, t);
         }
         s.finish(native.len() as u64)?;
         record(
@@ -410,6 +438,8 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
             progress,
         };
         write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+        drop(bytes);
+        release(&source, t);
         s.finish(1)?;
         record(kind, 64 + p.size, 1);
     }
@@ -496,18 +526,17 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
             progress.section("experts", ex.blob_size);
             let mut s = w.begin_section(SectionKind::ExpertBlobs, "expert_blobs")?;
             for parts in &ex.parts {
-                let srcs: Vec<Option<(&TensorInfo, std::borrow::Cow<[u8]>, &PlannedTensor)>> =
-                    parts
-                        .iter()
-                        .map(|pi| {
-                            pi.map(|pi| {
-                                let p = &plan.tensors[pi];
-                                let t = &source.tensors[p.source];
-                                tensor_bytes(&source, t).map(|b| (t, b, p))
-                            })
-                            .transpose()
+                let srcs: Vec<Option<ExpertSource<'_>>> = parts
+                    .iter()
+                    .map(|pi| {
+                        pi.map(|pi| {
+                            let p = &plan.tensors[pi];
+                            let t = &source.tensors[p.source];
+                            tensor_bytes(&source, t).map(|b| (t, b, p))
                         })
-                        .collect::<Result<_, _>>()?;
+                        .transpose()
+                    })
+                    .collect::<Result<_, _>>()?;
                 for e in 0..ex.n_expert as u64 {
                     for (t, bytes, p) in srcs.iter().flatten() {
                         let slice_src = t.ggml_type.bytes_for(p.rows * p.cols).unwrap_or(0);
@@ -521,6 +550,9 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                         };
                         write_layout(&t.name, t.ggml_type, part, p.rows, p.cols, layout, &mut c)?;
                     }
+                }
+                for (t, _, _) in srcs.iter().flatten() {
+                    release(&source, t);
                 }
             }
             s.finish(items)?;
@@ -554,6 +586,14 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         let n = source.assets.len() as u64;
         w.add_section(SectionKind::TokenizerAssets, "tokenizer_assets", &b, n)?;
         record(SectionKind::TokenizerAssets, b.len() as u64, n);
+    }
+
+    // 13 Mtp: the draft module, with its own tensor index.
+    let mut mtp_desc = serde_json::Value::Null;
+    if let Some(dir) = &opts.mtp_dir {
+        let (n, size) = write_mtp(dir, opts.quant, &mut w, progress)?;
+        record(SectionKind::Mtp, size, n);
+        mtp_desc = serde_json::json!({"path": dir.display().to_string(), "tensors": n});
     }
 
     let source_desc = serde_json::json!({
@@ -591,6 +631,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                 "external_experts": opts.external_experts,
                 "tensors": plan.tensors.len(),
                 "stored_as_ggml_blocks": stored_as_ggml.len(),
+                "mtp": mtp_desc,
             }),
         )]
         .into(),
@@ -632,4 +673,111 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         stored_as_ggml_blocks: stored_as_ggml,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Opens a draft module: a directory of safetensors, a GGUF file, or a
+/// directory holding exactly one GGUF (or the shards of one).
+fn open_mtp(dir: &Path) -> Result<Source, Error> {
+    if dir.is_dir() {
+        let mut ggufs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::Option(format!("--mtp-dir {}: {e}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+            .collect();
+        ggufs.sort();
+        if let Some(first) = ggufs.first() {
+            return Ok(Source::open(first)?);
+        }
+    }
+    Ok(Source::open(dir)?)
+}
+
+/// Writes the Mtp section; returns (tensors, payload bytes).
+fn write_mtp(
+    dir: &Path,
+    quant: Quant,
+    w: &mut GpackWriter,
+    progress: &dyn Progress,
+) -> Result<(u64, u64), Error> {
+    let src = open_mtp(dir)?;
+    if src.tensors.is_empty() {
+        return Err(Error::Option(format!(
+            "--mtp-dir {}: no tensors found",
+            dir.display()
+        )));
+    }
+    let mtp_plan = plan::plan(&src, quant, false)?;
+    if let Some(p) = mtp_plan
+        .tensors
+        .iter()
+        .find(|p| p.placement == Placement::Experts)
+    {
+        return Err(Error::Tensor {
+            tensor: src.tensors[p.source].name.clone(),
+            problem: "routed experts in a draft (--mtp-dir) module are not supported".into(),
+        });
+    }
+    // Offsets in the data area: every tensor 256-aligned; matrices native,
+    // everything else raw.
+    let mut entries = Vec::with_capacity(mtp_plan.tensors.len());
+    let mut pos = 0u64;
+    for p in &mtp_plan.tensors {
+        let t = &src.tensors[p.source];
+        let native = p.placement != Placement::Dense;
+        let size = if native { p.size } else { t.size };
+        pos = pos.div_ceil(payload::MTP_ALIGN) * payload::MTP_ALIGN;
+        entries.push(TensorEntry {
+            name: t.name.clone(),
+            dims: t.dims.clone(),
+            src_type: t.ggml_type.id(),
+            section: SectionKind::Mtp as u32,
+            layout: if native {
+                p.layout_code()
+            } else {
+                payload::LAYOUT_GGML
+            },
+            group: if native {
+                p.layout.map_or(0, |l| l.group())
+            } else {
+                0
+            },
+            offset: pos,
+            size,
+            row_start: 0,
+            flags: 0,
+        });
+        pos += entries.last().map_or(0, |e| e.size);
+    }
+    let (head, data_start) = payload::encode_mtp_head(&payload::encode_tensor_index(&entries));
+    progress.section("mtp", pos);
+    let mut s = w.begin_section(SectionKind::Mtp, "mtp")?;
+    s.write_bytes(&head)?;
+    for (p, e) in mtp_plan.tensors.iter().zip(&entries) {
+        let t = &src.tensors[p.source];
+        s.pad_to(payload::MTP_ALIGN)?;
+        debug_assert_eq!(s.len(), data_start + e.offset);
+        let bytes = tensor_bytes(&src, t)?;
+        if e.layout == payload::LAYOUT_GGML {
+            s.write_bytes(&bytes)?;
+        } else {
+            let mut c = Counting {
+                s: &mut s,
+                progress,
+            };
+            write_layout(
+                &t.name,
+                t.ggml_type,
+                &bytes,
+                p.rows,
+                p.cols,
+                p.layout.unwrap_or(Layout::F32),
+                &mut c,
+            )?;
+        }
+        drop(bytes);
+        release(&src, t);
+    }
+    let size = s.len();
+    s.finish(entries.len() as u64)?;
+    Ok((entries.len() as u64, size))
 }

@@ -275,3 +275,57 @@ fn malformed_sources_leave_no_output() {
         "outside",
     );
 }
+
+/// `--mtp-dir` packs a draft module (here: the tiny llama's safetensors) into
+/// the Mtp section with its own index; every draft tensor dequantizes equal.
+#[test]
+fn mtp_dir_packs_a_draft_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.gpack");
+    let draft = testdata().join("tiny/llama/hf");
+    let r = convert(
+        &ConvertOptions {
+            source: testdata().join("tiny/qwen3/qwen3-q8_0.gguf"),
+            output: out.clone(),
+            mtp_dir: Some(draft.clone()),
+            ..Default::default()
+        },
+        &(),
+    )
+    .unwrap();
+    assert!(r.sections.iter().any(|s| s.kind == "MtpBlob"));
+    let g = Gpack::open(&out).unwrap();
+    g.verify_full(&|_| {}).unwrap();
+    assert!(g
+        .layout()
+        .flags()
+        .contains(gpack_format::HeaderFlags::HAS_MTP));
+    let (entries, data) =
+        gpack_format::payload::parse_mtp(g.section(SectionKind::Mtp).unwrap().bytes).unwrap();
+    let src = gpack_ingest::Source::open(&draft).unwrap();
+    assert_eq!(entries.len(), src.tensors.len());
+    for e in &entries {
+        let b = &data[e.offset as usize..(e.offset + e.size) as usize];
+        let got: Vec<f32> = if e.layout == gpack_format::payload::LAYOUT_GGML {
+            let t = gpack_ingest::GgmlType::from_id(e.src_type).unwrap();
+            let mut v = vec![0f32; e.dims.iter().product::<u64>() as usize];
+            gpack_quant::dequantize_ggml(t, b, &mut v).unwrap();
+            v
+        } else {
+            let v = gpack_quant::NativeView::parse(b).unwrap();
+            let mut out = vec![0f32; v.rows() * v.cols()];
+            for r in 0..v.rows() {
+                v.dequantize_row(r, &mut out[r * v.cols()..(r + 1) * v.cols()]);
+            }
+            out
+        };
+        let want = source_f32(&src, &e.name);
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}",
+            e.name
+        );
+    }
+}

@@ -3,7 +3,9 @@
 //! These are byte-layout facts shared by every crate that reads or writes ggml
 //! data (GGUF ingest, the quant transcoders, GPACK single-tensor headers, GIW).
 //! Values follow `ggml.h` / `ggml-common.h` and the `gguf` Python package's
-//! `GGML_QUANT_SIZES`; ids of removed types (4, 5, 31–33, 36–38) are unknown.
+//! `GGML_QUANT_SIZES` (gguf 0.19.0, which adds NVFP4 and Q1_0; its Q8_1 entry
+//! says 40 bytes where ggml's `block_q8_1` is 36); ids of removed types
+//! (4, 5, 31–33, 36–38) are unknown.
 
 /// A ggml tensor element type, identified by its stable numeric id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -42,6 +44,8 @@ pub enum GgmlType {
     TQ1_0 = 34,
     TQ2_0 = 35,
     MXFP4 = 39,
+    NVFP4 = 40,
+    Q1_0 = 41,
 }
 
 /// Super-block size of the K-quants and i-quants (`QK_K` in ggml).
@@ -49,7 +53,7 @@ pub const QK_K: u64 = 256;
 
 impl GgmlType {
     /// Every known type, in id order.
-    pub const ALL: [GgmlType; 32] = [
+    pub const ALL: [GgmlType; 34] = [
         Self::F32,
         Self::F16,
         Self::Q4_0,
@@ -82,6 +86,8 @@ impl GgmlType {
         Self::TQ1_0,
         Self::TQ2_0,
         Self::MXFP4,
+        Self::NVFP4,
+        Self::Q1_0,
     ];
 
     /// The type with this id, or `None` for an unknown or removed id.
@@ -130,6 +136,8 @@ impl GgmlType {
             TQ1_0 => (QK_K, 54),
             TQ2_0 => (QK_K, 66),
             MXFP4 => (32, 17),
+            NVFP4 => (64, 36),
+            Q1_0 => (128, 18),
         }
     }
 
@@ -179,6 +187,8 @@ impl GgmlType {
             TQ1_0 => "TQ1_0",
             TQ2_0 => "TQ2_0",
             MXFP4 => "MXFP4",
+            NVFP4 => "NVFP4",
+            Q1_0 => "Q1_0",
         }
     }
 
@@ -217,7 +227,7 @@ mod tests {
             assert_eq!(GgmlType::from_id(t.id()), Some(t));
             assert_eq!(GgmlType::from_name(t.name()), Some(t));
         }
-        for removed in [4u32, 5, 31, 32, 33, 36, 37, 38, 40, 1000] {
+        for removed in [4u32, 5, 31, 32, 33, 36, 37, 38, 42, 1000] {
             assert_eq!(GgmlType::from_id(removed), None);
         }
     }

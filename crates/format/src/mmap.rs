@@ -19,3 +19,28 @@ pub fn map_file(file: &File) -> std::io::Result<Mmap> {
     // old inode alive after such a rename.
     unsafe { memmap2::MmapOptions::new().map(file) }
 }
+
+/// Drops the pages of `map[offset..offset + len]` from this process (they are
+/// read again from the file if touched later), so a streaming reader of a huge
+/// file keeps its resident set bounded. Errors are ignored: this is advice.
+pub fn release(map: &Mmap, offset: usize, len: usize) {
+    let page = 4096;
+    let start = offset / page * page;
+    let end = offset.saturating_add(len).min(map.len());
+    if end <= start {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only, private file mapping discards
+    // only clean page-cache-backed pages of this process's view; the next
+    // access faults them back in from the unchanged file, so no value any
+    // live reference can observe changes. Nothing was ever written through
+    // this mapping (it is read-only), so no private copy is lost.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+    };
+}
+
+/// Asks the kernel to read `map` ahead sequentially (for a streaming pass).
+pub fn advise_sequential(map: &Mmap) {
+    let _ = map.advise(memmap2::Advice::Sequential);
+}

@@ -21,6 +21,8 @@ pub const NATIVE_INDEX_MAGIC: u32 = 0x3149_4E47;
 pub const EXPERT_LAYOUT_MAGIC: u32 = 0x314C_4547;
 /// `"GTA1"`.
 pub const ASSETS_MAGIC: u32 = 0x3141_5447;
+/// `"GMT1"`.
+pub const MTP_MAGIC: u32 = 0x3154_4D47;
 /// Version of every table in this module.
 pub const TABLE_VERSION: u32 = 1;
 /// `layout` value meaning "raw ggml blocks of `src_type`, not a native layout".
@@ -585,6 +587,48 @@ pub fn is_plain_file_name(name: &str) -> bool {
         && name != ".."
         && !name.contains(['/', '\\', '\0'])
         && !name.contains("..")
+}
+
+// ------------------------------------------------------------------------ Mtp
+
+/// Alignment of tensors in the Mtp data area (relative to the section start).
+pub const MTP_ALIGN: u64 = 256;
+
+/// The head of an Mtp payload: its TensorIndex bytes and where the data area
+/// starts. Tensor offsets in that index are relative to the data area.
+pub fn encode_mtp_head(index: &[u8]) -> (Vec<u8>, u64) {
+    let mut out = Vec::with_capacity(16 + index.len());
+    put32(&mut out, MTP_MAGIC);
+    put32(&mut out, TABLE_VERSION);
+    put64(&mut out, index.len() as u64);
+    out.extend_from_slice(index);
+    let data_start = (out.len() as u64).div_ceil(MTP_ALIGN) * MTP_ALIGN;
+    out.resize(data_start as usize, 0);
+    (out, data_start)
+}
+
+/// Parses an Mtp payload: its tensor index and data area, every tensor inside it.
+pub fn parse_mtp(b: &[u8]) -> Result<(Vec<TensorEntry>, &[u8]), Error> {
+    let mut c = Cur::new(b, SectionKind::Mtp);
+    c.header(MTP_MAGIC)?;
+    let n = c.usize("index size")?;
+    let index = c.take(n, "tensor index")?;
+    let entries =
+        parse_tensor_index(index).map_err(|e| c.err(format!("draft tensor index: {e}")))?;
+    let start = (c.pos as u64).div_ceil(MTP_ALIGN) * MTP_ALIGN;
+    let data = usize::try_from(start)
+        .ok()
+        .and_then(|s| b.get(s..))
+        .ok_or_else(|| c.err("no data area".into()))?;
+    for e in &entries {
+        if e.offset
+            .checked_add(e.size)
+            .is_none_or(|end| end > data.len() as u64)
+        {
+            return Err(c.err(format!("draft tensor {} outside the data area", e.name)));
+        }
+    }
+    Ok((entries, data))
 }
 
 // ----------------------------------------------------------- TokenizerAssets

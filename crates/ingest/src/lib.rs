@@ -9,14 +9,14 @@
 //!
 //! Every parser here reads untrusted bytes: it validates once at open, bounds every
 //! count and length by the bytes that remain before allocating, uses checked size
-//! arithmetic, and never panics. The one `unsafe` operation is the mmap in `mmap.rs`.
-#![deny(unsafe_code)]
+//! arithmetic, and never panics. Files are mapped by `gpack_format::mmap`, the one place
+//! with `unsafe` outside the kernels.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod error;
 pub mod gguf;
 pub mod hf;
-mod mmap;
 pub mod safetensors;
 mod source;
 mod value;

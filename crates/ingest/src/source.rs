@@ -21,7 +21,7 @@ pub struct SourceFile {
 }
 
 enum Data {
-    Mapped(memmap2::Mmap),
+    Mapped(gpack_format::mmap::Mmap),
     Owned(Vec<u8>),
 }
 
@@ -38,7 +38,7 @@ impl SourceFile {
         let data = if len == 0 {
             Data::Owned(Vec::new())
         } else {
-            Data::Mapped(crate::mmap::map(&file, path)?)
+            Data::Mapped(gpack_format::mmap::map_file(&file).map_err(|e| io("map", e))?)
         };
         Ok(SourceFile {
             path: path.to_path_buf(),
@@ -59,6 +59,26 @@ impl SourceFile {
         match &self.data {
             Data::Mapped(m) => m,
             Data::Owned(v) => v,
+        }
+    }
+
+    /// Drops the mapped pages of `[offset, offset + len)` from this process's
+    /// resident set (they are re-read from the file if touched again). A
+    /// streaming converter calls this after each tensor so its memory does not
+    /// grow with the model.
+    pub fn release(&self, offset: u64, len: u64) {
+        if let Data::Mapped(m) = &self.data {
+            let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len)) else {
+                return;
+            };
+            gpack_format::mmap::release(m, o, l);
+        }
+    }
+
+    /// Advises sequential read-ahead over the whole file.
+    pub fn advise_sequential(&self) {
+        if let Data::Mapped(m) = &self.data {
+            gpack_format::mmap::advise_sequential(m);
         }
     }
 

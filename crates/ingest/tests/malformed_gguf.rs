@@ -278,7 +278,7 @@ fn alignment_must_be_u32_power_of_two() {
 
 #[test]
 fn unknown_ggml_type_names_the_tensor_and_id() {
-    for id in [4u32, 40, 1000] {
+    for id in [4u32, 42, 1000] {
         let e = err(&B::header(3, 1, 0)
             .tensor("blk.0.x", &[32], id, 0)
             .pad(32)

@@ -40,6 +40,10 @@ pub struct Args {
     /// and record references to them instead of copying.
     #[arg(long)]
     external_experts: bool,
+    /// Pack a draft (multi-token-prediction) module into the Mtp section: a
+    /// directory of safetensors files, or a GGUF file or a directory holding one.
+    #[arg(long, value_name = "DIR")]
+    mtp_dir: Option<PathBuf>,
     /// Replace OUT if it exists.
     #[arg(long)]
     force: bool,
@@ -87,6 +91,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         },
         external_experts: a.external_experts,
         force: a.force,
+        mtp_dir: a.mtp_dir,
     };
     let bars = Bars {
         visible: !a.json,

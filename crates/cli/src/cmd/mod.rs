@@ -3,6 +3,7 @@
 pub mod convert;
 pub mod inspect;
 pub mod run;
+pub mod serve;
 pub mod verify;
 
 /// Prints a JSON value to stdout, pretty, with a trailing newline.

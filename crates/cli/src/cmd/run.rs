@@ -65,14 +65,14 @@ pub struct Args {
 }
 
 enum Loaded {
-    Gpack(GpackWeights),
+    Gpack(Box<GpackWeights>),
     Gguf(GgufWeights, LoadedTokenizer),
 }
 
 impl Loaded {
     fn weights(&self) -> &dyn WeightSource {
         match self {
-            Loaded::Gpack(w) => w,
+            Loaded::Gpack(w) => w.as_ref(),
             Loaded::Gguf(w, _) => w,
         }
     }
@@ -102,7 +102,7 @@ fn load(a: &Args) -> Result<Loaded> {
         return load_slow(&a.model);
     }
     match GpackWeights::open(&a.model) {
-        Ok(w) => Ok(Loaded::Gpack(w)),
+        Ok(w) => Ok(Loaded::Gpack(Box::new(w))),
         Err(e) => match &a.fallback_gguf {
             Some(g) => {
                 eprintln!(

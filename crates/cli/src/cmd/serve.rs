@@ -1,0 +1,93 @@
+//! `gpack serve`: an OpenAI-compatible HTTP server (see the gpack-server crate).
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Serve a model over HTTP with the OpenAI API.
+///
+/// Endpoints: GET /health, GET /v1/models, GET /metrics (Prometheus),
+/// POST /v1/chat/completions, POST /v1/completions (both with "stream": true
+/// as server-sent events). --parallel sequences are decoded together, one
+/// batched forward step per token; up to --queue more requests wait, and
+/// beyond that requests get 503 with Retry-After. SIGTERM or Ctrl-C stops
+/// accepting connections, finishes the requests in flight and exits 0.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  gpack serve smollm2.gpack --port 8080
+  gpack serve smollm2.gpack --parallel 8 --ctx 4096 --api-key secret
+  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":32}'")]
+pub struct Args {
+    /// The model: .gpack, .gguf or a Hugging Face directory.
+    model: PathBuf,
+    /// Port to listen on (0: any free port, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Address to bind (only this machine unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Sequences decoded together (batched).
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Context per sequence (prompt + reply), in tokens.
+    #[arg(long, default_value_t = 2048)]
+    ctx: usize,
+    /// Requests that may wait for a free sequence before 503.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Require "Authorization: Bearer KEY" (all endpoints but /health).
+    /// Default: the GPACK_API_KEY environment variable, if set (keeps the key
+    /// out of the process list).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body: usize,
+    /// Model name reported by the API (default: the file name's stem).
+    #[arg(long)]
+    name: Option<String>,
+    /// Worker threads for the model (default: the physical cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// A GGUF to serve if MODEL (a .gpack) fails validation.
+    #[arg(long)]
+    fallback_gguf: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    if let Some(n) = a.threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        std::env::set_var("GPACK_THREADS", n.to_string());
+    }
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .try_init();
+    let t0 = std::time::Instant::now();
+    let loaded = gpack_server::Loaded::open(&a.model, a.fallback_gguf.as_deref())
+        .with_context(|| format!("opening {}", a.model.display()))?;
+    let opts = gpack_server::Options {
+        host: a.host,
+        port: a.port,
+        parallel: a.parallel,
+        ctx: a.ctx,
+        queue: a.queue,
+        api_key: a
+            .api_key
+            .or_else(|| std::env::var("GPACK_API_KEY").ok().filter(|k| !k.is_empty())),
+        max_body_bytes: a.max_body,
+        model_name: a.name,
+        ..gpack_server::Options::default()
+    };
+    let parallel = opts.parallel;
+    gpack_server::serve(loaded, opts, |addr| {
+        eprintln!(
+            "gpack serve: listening on http://{addr} ({parallel} slots, loaded in {:.0} ms)",
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    })
+    .context("serving")?;
+    eprintln!("gpack serve: drained, bye");
+    Ok(ExitCode::SUCCESS)
+}
