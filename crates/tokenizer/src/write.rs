@@ -164,8 +164,8 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
 
     // Merges and priorities.
     for (r, m) in spec.merges.iter().enumerate() {
-        for k in 0..3 {
-            put_u32(&mut out, l.merges + 12 * r + 4 * k, m[k]);
+        for (k, &x) in m.iter().enumerate() {
+            put_u32(&mut out, l.merges + 12 * r + 4 * k, x);
         }
         let p = spec.merge_ranks.as_ref().map_or(r as u32, |v| v[r]);
         put_u32(&mut out, l.ranks + 4 * r, p);
