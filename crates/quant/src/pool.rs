@@ -35,7 +35,14 @@
 //! (1536×576 then ran on one thread: 17.5 µs vs 10.6 µs). Kept: 32 KiB
 //! minimum per task, ~4 tasks per thread, calls under 96 KiB on the caller
 //! alone (`kernels::split_rows`). When the gap between calls exceeds the
-//! 200 µs spin, workers park and the next call pays a futex wake-up.
+//! spin, workers park and the next call pays a futex wake-up.
+//!
+//! Spin time (criterion `matvec_mt`, i8sym, load average 9-10): 200 µs →
+//! pool 18.7 µs / 3.47 ms / 1.86 ms for 576², 49152×576, 4096² (rayon 32 µs /
+//! 3.31 ms / 1.57 ms); 20 µs → pool 16.2 µs / 1.76 ms / 1.21 ms (rayon 20 µs /
+//! 3.64 ms / 1.67 ms): on an oversubscribed machine a long-spinning worker is
+//! preempted mid-task more often. Default 50 µs (covers the gaps between the
+//! matvecs of one decoding step); `GPACK_SPIN_US` overrides it.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -46,8 +53,20 @@ use std::time::{Duration, Instant};
 const TASK_BITS: u32 = 16;
 const TASK_MASK: u64 = (1 << TASK_BITS) - 1;
 const EPOCH_SHIFT: u32 = 32;
-/// How long an idle worker spins before parking.
-const SPIN: Duration = Duration::from_micros(200);
+/// How long an idle worker spins before parking, unless `GPACK_SPIN_US`
+/// says otherwise (see the perf log above).
+const SPIN_DEFAULT_US: u64 = 50;
+
+fn spin_duration() -> Duration {
+    static SPIN: OnceLock<Duration> = OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("GPACK_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(SPIN_DEFAULT_US);
+        Duration::from_micros(us)
+    })
+}
 
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
@@ -129,6 +148,7 @@ impl std::fmt::Debug for Pool {
 }
 
 fn worker(shared: Arc<Shared>) {
+    let spin = spin_duration();
     let mut seen = shared.word.load(Ordering::Acquire) >> EPOCH_SHIFT;
     loop {
         let start = Instant::now();
@@ -142,7 +162,7 @@ fn worker(shared: Arc<Shared>) {
                 return;
             }
             spins = spins.wrapping_add(1);
-            if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
+            if !spins.is_multiple_of(64) || start.elapsed() < spin {
                 std::hint::spin_loop();
                 continue;
             }
