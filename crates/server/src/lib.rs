@@ -1,2 +1,215 @@
-//! gpack-server: see DESIGN.md. (Work in progress.)
+//! gpack-server: an OpenAI-compatible HTTP server for one model, as a library
+//! (the `gpack serve` command is a thin wrapper over [`serve`]).
+//!
+//! * [`api`]: the wire format (requests, validation, OpenAI's error shape);
+//! * [`engine`]: one decoding thread with N sequence slots decoded together,
+//!   one batched forward per token (continuous batching), a bounded queue;
+//! * `http` (private): axum routes, SSE streaming, limits, API key;
+//! * [`metrics`]: Prometheus text at `GET /metrics`;
+//! * [`load`]: opening .gpack / .gguf / Hugging Face models.
+//!
+//! Threads: the tokio runtime (2 workers) does HTTP, JSON, tokenization and
+//! template rendering; the engine thread (and the quant crate's compute
+//! pool it drives) does all model work. They talk through one job queue and
+//! one event channel per request, so a slow client never stalls decoding,
+//! and a client that disconnects closes its channel, which the engine sees
+//! before the next step and frees the slot.
+//!
+//! Chat templates are rendered by the tokenizer crate's minijinja
+//! environment, which has no loader: a template can include no file and
+//! reach no network. Messages are data in the template context, never
+//! template source.
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod engine;
+mod error;
+mod http;
+pub mod load;
+pub mod metrics;
+
+pub use error::{Error, Result};
+pub use load::Loaded;
+
+use gpack_runtime::batch::BatchModel;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Address to bind (`127.0.0.1` unless told otherwise).
+    pub host: String,
+    /// Port (0: any free port; the bound address goes to `on_ready`).
+    pub port: u16,
+    /// Sequence slots decoded together.
+    pub parallel: usize,
+    /// Context (KV positions) of each slot: the per-request limit of prompt
+    /// plus reply.
+    pub ctx: usize,
+    /// Requests waiting beyond the slots before new ones get 503.
+    pub queue: usize,
+    /// Bearer key required on every endpoint but `/health`.
+    pub api_key: Option<String>,
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+    /// Prompt tokens prefilled per batched step.
+    pub prefill_chunk: usize,
+    /// Name reported by `/v1/models` and in responses (default: the file stem).
+    pub model_name: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            parallel: 4,
+            ctx: 2048,
+            queue: 64,
+            api_key: None,
+            max_body_bytes: 1 << 20,
+            prefill_chunk: 256,
+            model_name: None,
+        }
+    }
+}
+
+/// End-of-turn tokens of common chat templates, stopped on besides EOS.
+const END_OF_TURN: &[&str] = &["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"];
+
+/// Serves `model` until SIGTERM or SIGINT, then stops accepting
+/// connections, lets in-flight requests finish (streams included) and
+/// returns `Ok`. `on_ready` gets the bound address once the socket listens.
+///
+/// The model is leaked: it lives as long as the process, and handlers on
+/// the runtime's threads borrow its weights and tokenizer without reference
+/// counting.
+pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) -> Result<()> {
+    if opts.parallel == 0 || opts.parallel > 256 {
+        return Err(Error::Option {
+            what: "parallel (1..=256)",
+            value: opts.parallel.to_string(),
+        });
+    }
+    if opts.ctx < 2 {
+        return Err(Error::Option {
+            what: "ctx (at least 2)",
+            value: opts.ctx.to_string(),
+        });
+    }
+    let name = opts.model_name.clone().unwrap_or_else(|| {
+        model
+            .path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    });
+    let loaded: &'static Loaded = Box::leak(Box::new(model));
+    let tok = loaded.tokenizer()?;
+    let bm = BatchModel::load(loaded.weights()).map_err(|source| Error::Model {
+        path: loaded.path().display().to_string(),
+        source,
+    })?;
+    let bm: &'static BatchModel<'static> = Box::leak(Box::new(bm));
+    // Compile the chat template once at start: a broken one is a start-up
+    // error, not a 400 on every request.
+    if tok.chat_template().is_some() {
+        tok.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", "hi")], true)
+            .map_err(Error::Template)?;
+    }
+    let mut stop_tokens: Vec<u32> = tok.eos().into_iter().collect();
+    for t in END_OF_TURN {
+        if let Some(id) = tok.gbt1().token_id(t.as_bytes()) {
+            if !stop_tokens.contains(&id) {
+                stop_tokens.push(id);
+            }
+        }
+    }
+    let metrics = Arc::new(metrics::Metrics::default());
+    let (engine, thread) = engine::start(
+        bm,
+        tok,
+        engine::EngineConfig {
+            parallel: opts.parallel,
+            n_ctx: opts.ctx,
+            queue: opts.queue,
+            prefill_chunk: opts.prefill_chunk,
+        },
+        metrics.clone(),
+    );
+    let state = Arc::new(http::AppState {
+        tok,
+        engine: engine.clone(),
+        metrics,
+        model_name: name,
+        api_key: opts.api_key.clone(),
+        n_ctx: opts.ctx,
+        max_body: opts.max_body_bytes,
+        stop_tokens,
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        next_id: AtomicU64::new(0),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            what: "starting the async runtime".into(),
+            source,
+        })?;
+    let res = rt.block_on(async move {
+        let addr = format!("{}:{}", opts.host, opts.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| Error::Io {
+                what: format!("binding {addr}"),
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| Error::Io {
+            what: "reading the bound address".into(),
+            source,
+        })?;
+        on_ready(local);
+        axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(|source| Error::Io {
+                what: "serving".into(),
+                source,
+            })
+    });
+    log::info!("draining: waiting for the decoding thread");
+    engine.close();
+    let joined = thread.join();
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    res?;
+    joined.map_err(|_| Error::EnginePanic)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    log::info!("shutdown signal: no new connections, finishing in-flight requests");
+}

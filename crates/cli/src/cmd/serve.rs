@@ -73,9 +73,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         parallel: a.parallel,
         ctx: a.ctx,
         queue: a.queue,
-        api_key: a
-            .api_key
-            .or_else(|| std::env::var("GPACK_API_KEY").ok().filter(|k| !k.is_empty())),
+        api_key: a.api_key.or_else(|| {
+            std::env::var("GPACK_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        }),
         max_body_bytes: a.max_body,
         model_name: a.name,
         ..gpack_server::Options::default()

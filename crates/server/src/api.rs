@@ -1,0 +1,360 @@
+//! The OpenAI wire format: request bodies (parsed leniently where OpenAI is:
+//! unknown fields are ignored), validation into a [`Params`], and the error
+//! shape `{"error": {"message", "type", "param", "code"}}`.
+//!
+//! Bodies are parsed here, not by an extractor, so that malformed JSON and
+//! wrong types get OpenAI's error shape with a 400 instead of a framework's
+//! plain-text rejection.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// An error response in OpenAI's shape.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Human-readable message.
+    pub message: String,
+    /// `invalid_request_error`, `authentication_error`, `server_error`...
+    pub kind: &'static str,
+    /// The offending parameter, if one.
+    pub param: Option<&'static str>,
+    /// A machine-readable code (`context_length_exceeded`...).
+    pub code: Option<&'static str>,
+    /// Seconds for a `Retry-After` header (503).
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    /// 400 `invalid_request_error`.
+    pub fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param,
+            code: None,
+            retry_after: None,
+        }
+    }
+    /// A given status and type.
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+    /// With a code.
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One string.
+    One(String),
+    /// Up to 4 strings.
+    Many(Vec<String>),
+}
+
+/// A message's `content`: a string, or a list of parts of which the text
+/// parts are used.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// `[{"type": "text", "text": ...}, ...]`.
+    Parts(Vec<Part>),
+}
+
+/// One content part.
+#[derive(Debug, Deserialize)]
+pub struct Part {
+    /// `text` (others are refused).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// A chat message.
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant`, `tool`, `developer`.
+    pub role: String,
+    /// The content (null for an assistant message with tool calls).
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Deserialize, Default)]
+pub struct StreamOptions {
+    /// Send a last chunk with `usage`.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Sampling and stopping fields shared by both endpoints.
+#[derive(Debug, Deserialize, Default)]
+pub struct Common {
+    /// Model name (any; one model is served).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Most new tokens.
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    /// Newer name of `max_tokens` (chat).
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    /// 0 = greedy; default 1.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Nucleus threshold; default 1.
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// Extension (llama-server): keep the k best (default 40, 0 = all).
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    /// Extension (llama-server): min-p (default 0.05).
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    /// RNG seed.
+    #[serde(default)]
+    pub seed: Option<i64>,
+    /// Stop strings.
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    /// Choices; only 1.
+    #[serde(default)]
+    pub n: Option<i64>,
+    /// SSE streaming.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Streaming options.
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Everything else.
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// A completions `prompt`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// Text.
+    Text(String),
+    /// A list of one text.
+    Texts(Vec<String>),
+    /// Token ids.
+    Tokens(Vec<u32>),
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Everything else.
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// Validated generation parameters.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Requested most new tokens (None: until the context is full).
+    pub max_tokens: Option<usize>,
+    /// Temperature.
+    pub temperature: f32,
+    /// Top-p.
+    pub top_p: f32,
+    /// Top-k.
+    pub top_k: usize,
+    /// Min-p.
+    pub min_p: f32,
+    /// Seed.
+    pub seed: u64,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Stream as SSE.
+    pub stream: bool,
+    /// Send a usage chunk when streaming.
+    pub include_usage: bool,
+}
+
+/// Parses a JSON body into `T` with OpenAI-shaped errors.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("could not parse the JSON body: {e}"), None))?;
+    if !v.is_object() {
+        return Err(ApiError::invalid(
+            "the request body must be a JSON object",
+            None,
+        ));
+    }
+    serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))
+}
+
+/// Most stop strings (OpenAI's limit).
+const MAX_STOP: usize = 4;
+/// Longest stop string in bytes.
+const MAX_STOP_LEN: usize = 256;
+
+impl Common {
+    /// Checks ranges and fills defaults.
+    pub fn params(&self) -> Result<Params, ApiError> {
+        if let Some(n) = self.n {
+            if n != 1 {
+                return Err(ApiError::invalid(
+                    format!(
+                        "n = {n} is not supported: this server returns exactly one choice (n = 1)"
+                    ),
+                    Some("n"),
+                ));
+            }
+        }
+        let max = self.max_completion_tokens.or(self.max_tokens);
+        let max_tokens = match max {
+            None => None,
+            Some(m) if m < 1 => {
+                return Err(ApiError::invalid(
+                    format!("max_tokens must be at least 1, got {m}"),
+                    Some("max_tokens"),
+                ))
+            }
+            Some(m) => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+        };
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::invalid(
+                format!("temperature must be between 0 and 2, got {temperature}"),
+                Some("temperature"),
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid(
+                format!("top_p must be in (0, 1], got {top_p}"),
+                Some("top_p"),
+            ));
+        }
+        let top_k = self.top_k.unwrap_or(40);
+        if top_k < 0 {
+            return Err(ApiError::invalid("top_k must be at least 0", Some("top_k")));
+        }
+        let min_p = self.min_p.unwrap_or(0.05);
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(ApiError::invalid(
+                "min_p must be between 0 and 1",
+                Some("min_p"),
+            ));
+        }
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > MAX_STOP {
+            return Err(ApiError::invalid(
+                format!("at most {MAX_STOP} stop sequences are allowed"),
+                Some("stop"),
+            ));
+        }
+        if stop.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_LEN) {
+            return Err(ApiError::invalid(
+                format!("stop sequences must be 1 to {MAX_STOP_LEN} bytes long"),
+                Some("stop"),
+            ));
+        }
+        let seed = match self.seed {
+            Some(s) => s as u64,
+            None => {
+                use std::time::{SystemTime, UNIX_EPOCH};
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0)
+            }
+        };
+        let stream = self.stream.unwrap_or(false);
+        Ok(Params {
+            max_tokens,
+            temperature: temperature as f32,
+            top_p: top_p as f32,
+            top_k: top_k as usize,
+            min_p: min_p as f32,
+            seed,
+            stop,
+            stream,
+            include_usage: stream
+                && self
+                    .stream_options
+                    .as_ref()
+                    .is_some_and(|o| o.include_usage),
+        })
+    }
+}
+
+impl Content {
+    /// The text (parts joined); non-text parts are refused.
+    pub fn text(&self) -> Result<String, ApiError> {
+        match self {
+            Content::Text(s) => Ok(s.clone()),
+            Content::Parts(p) => {
+                let mut s = String::new();
+                for part in p {
+                    if part.kind != "text" {
+                        return Err(ApiError::invalid(
+                            format!("content parts of type {:?} are not supported", part.kind),
+                            Some("messages"),
+                        ));
+                    }
+                    s.push_str(part.text.as_deref().unwrap_or(""));
+                }
+                Ok(s)
+            }
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! The decoding engine: one thread owning N sequence slots, running one
+//! batched forward step per token for all of them (continuous batching).
+//!
+//! Each step, the engine (1) admits queued jobs into free slots, (2) drops
+//! jobs whose client went away (their event receiver is closed), (3) builds
+//! one batch: one token per decoding slot, plus a chunk of each prefilling
+//! slot's prompt (at most `prefill_chunk` prompt tokens per step, so a long
+//! prompt delays the others' next token by one bounded step, not by its
+//! whole prefill), (4) runs [`BatchModel::forward_batch`] and (5) samples,
+//! streams and retires. A job that finishes leaves its slot at once, and a
+//! queued job takes it at the next step.
+//!
+//! Stop strings follow `gpack_runtime::generate`: text that could still be
+//! the start of a stop string is held back, and the stop string itself is
+//! never sent.
+//!
+//! A panic or error inside a step fails only the jobs of that step (each
+//! gets an error event); the engine resets their slots and keeps serving.
+
+use crate::api::ApiError;
+use crate::metrics::Metrics;
+use gpack_runtime::batch::{BatchModel, BatchScratch, Sequence};
+use gpack_runtime::{Sampler, SamplerConfig};
+use gpack_tokenizer::{StreamDecoder, Tokenizer};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Why a generation ended, as OpenAI names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// A stop token or stop string.
+    Stop,
+    /// `max_tokens` or the context.
+    Length,
+}
+
+impl Finish {
+    /// `stop` / `length`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// What the engine sends back for a job.
+#[derive(Debug)]
+pub enum Event {
+    /// New text (final: never retracted).
+    Text(String),
+    /// The end.
+    Done {
+        /// Why.
+        finish: Finish,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Generated tokens (a stop token is not counted).
+        completion_tokens: usize,
+    },
+    /// The job failed.
+    Error(String),
+}
+
+/// One generation request, tokenized and validated.
+#[derive(Debug)]
+pub struct Job {
+    /// Prompt token ids (non-empty, shorter than the context).
+    pub prompt: Vec<u32>,
+    /// Most new tokens.
+    pub max_tokens: usize,
+    /// Sampling.
+    pub sampler: SamplerConfig,
+    /// Tokens that end generation (not emitted).
+    pub stop_tokens: Vec<u32>,
+    /// Strings that end generation (not emitted).
+    pub stop_strings: Vec<String>,
+    /// Where events go; closed when the client is gone.
+    pub events: UnboundedSender<Event>,
+    /// When the request was accepted.
+    pub enqueued: Instant,
+}
+
+/// The HTTP side's handle: admission control and the job queue.
+#[derive(Debug)]
+pub struct EngineHandle {
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    /// Jobs queued or decoding.
+    in_system: Arc<AtomicUsize>,
+    /// Slots + queue length.
+    capacity: usize,
+    /// Set when the server drains: the engine exits once idle.
+    shutdown: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+}
+
+impl EngineHandle {
+    /// Queues `job`, or refuses it with 503 when slots and queue are full.
+    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        let prev = self.in_system.fetch_add(1, Ordering::SeqCst);
+        if prev >= self.capacity {
+            self.in_system.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            let mut e = ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "server_overloaded",
+                format!(
+                    "the server is busy: all {} sequence slots and queue places are taken; retry later",
+                    self.capacity
+                ),
+            );
+            e.retry_after = Some(1);
+            return Err(e);
+        }
+        let sent = self
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|tx| tx.send(job).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            self.in_system.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "the server is shutting down",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stops accepting jobs; the engine thread exits when the last one ends.
+    pub fn close(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Sequence slots decoded together.
+    pub parallel: usize,
+    /// Positions per slot.
+    pub n_ctx: usize,
+    /// Queued jobs beyond the slots.
+    pub queue: usize,
+    /// Prompt tokens per step.
+    pub prefill_chunk: usize,
+}
+
+struct Active {
+    job: Job,
+    fed: usize,
+    sampler: Sampler,
+    history: Vec<u32>,
+    decoder: StreamDecoder<'static>,
+    text: String,
+    emitted: usize,
+    n_gen: usize,
+    next: u32,
+    first_at: Option<Instant>,
+}
+
+/// Starts the engine thread. Returns the handle and the thread.
+pub fn start(
+    model: &'static BatchModel<'static>,
+    tok: Tokenizer<'static>,
+    cfg: EngineConfig,
+    metrics: Arc<Metrics>,
+) -> (Arc<EngineHandle>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let handle = Arc::new(EngineHandle {
+        tx: Mutex::new(Some(tx)),
+        in_system: Arc::new(AtomicUsize::new(0)),
+        capacity: cfg.parallel + cfg.queue,
+        shutdown: Arc::new(AtomicBool::new(false)),
+        metrics: metrics.clone(),
+    });
+    let h = handle.clone();
+    let thread = std::thread::Builder::new()
+        .name("gpack-engine".into())
+        .spawn(move || Engine::new(model, tok, cfg, metrics, h).run(rx))
+        .expect("spawning the engine thread");
+    (handle, thread)
+}
+
+struct Engine {
+    model: &'static BatchModel<'static>,
+    tok: Tokenizer<'static>,
+    cfg: EngineConfig,
+    metrics: Arc<Metrics>,
+    handle: Arc<EngineHandle>,
+    slots: Vec<Option<Active>>,
+    seqs: Vec<Sequence>,
+    scratch: BatchScratch,
+}
+
+/// Length of the longest suffix of `text` that is a proper prefix of a stop string.
+fn partial_stop(text: &str, stops: &[String]) -> usize {
+    let mut best = 0;
+    for s in stops {
+        for (i, _) in s.char_indices().skip(1) {
+            if i > best && text.ends_with(&s[..i]) {
+                best = i;
+            }
+        }
+    }
+    best
+}
+
+impl Engine {
+    fn new(
+        model: &'static BatchModel<'static>,
+        tok: Tokenizer<'static>,
+        cfg: EngineConfig,
+        metrics: Arc<Metrics>,
+        handle: Arc<EngineHandle>,
+    ) -> Self {
+        let seqs = (0..cfg.parallel)
+            .map(|_| model.new_sequence(cfg.n_ctx))
+            .collect();
+        Engine {
+            model,
+            tok,
+            slots: (0..cfg.parallel).map(|_| None).collect(),
+            seqs,
+            cfg,
+            metrics,
+            handle,
+            scratch: BatchScratch::default(),
+        }
+    }
+
+    fn place(&mut self, job: Job) {
+        let Some(i) = self.slots.iter().position(Option::is_none) else {
+            return;
+        };
+        self.seqs[i].reset();
+        self.metrics
+            .prompt_tokens
+            .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
+        self.slots[i] = Some(Active {
+            sampler: Sampler::new(job.sampler.clone()),
+            history: job.prompt.clone(),
+            decoder: self.tok.stream_decoder(),
+            job,
+            fed: 0,
+            text: String::new(),
+            emitted: 0,
+            n_gen: 0,
+            next: 0,
+            first_at: None,
+        });
+    }
+
+    fn n_active(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    fn update_gauges(&self) {
+        let active = self.n_active();
+        let total = self.handle.in_system.load(Ordering::SeqCst);
+        self.metrics.active.store(active as u64, Ordering::Relaxed);
+        self.metrics
+            .queue_depth
+            .store(total.saturating_sub(active) as u64, Ordering::Relaxed);
+    }
+
+    /// Frees slot `i`, sending `ev` (if the client still listens).
+    fn retire(&mut self, i: usize, ev: Option<Event>) {
+        if let Some(a) = self.slots[i].take() {
+            if let Some(ev) = ev {
+                let _ = a.job.events.send(ev);
+            }
+            if let Some(first) = a.first_at {
+                if a.n_gen > 1 {
+                    let dt = first.elapsed().as_secs_f64().max(1e-9);
+                    self.metrics.tps.observe((a.n_gen - 1) as f64 / dt);
+                }
+            }
+            self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn finish(&mut self, i: usize, finish: Finish) {
+        let Some(a) = self.slots[i].as_mut() else {
+            return;
+        };
+        // Text held back as a possible stop-string prefix is final now.
+        if a.emitted < a.text.len() {
+            let rest = a.text[a.emitted..].to_string();
+            a.emitted = a.text.len();
+            let _ = a.job.events.send(Event::Text(rest));
+        }
+        let ev = Event::Done {
+            finish,
+            prompt_tokens: a.job.prompt.len(),
+            completion_tokens: a.n_gen,
+        };
+        self.retire(i, Some(ev));
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Job>) {
+        loop {
+            if self.n_active() == 0 {
+                self.update_gauges();
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(job) => self.place(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if self.handle.shutdown.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            while self.slots.iter().any(Option::is_none) {
+                match rx.try_recv() {
+                    Ok(job) => self.place(job),
+                    Err(_) => break,
+                }
+            }
+            for i in 0..self.slots.len() {
+                if self.slots[i]
+                    .as_ref()
+                    .is_some_and(|a| a.job.events.is_closed())
+                {
+                    self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                    self.retire(i, None);
+                }
+            }
+            self.update_gauges();
+            self.step();
+        }
+    }
+
+    /// One batched forward over every active slot, then sampling.
+    fn step(&mut self) {
+        let mut idx = Vec::new();
+        let mut toks: Vec<u32> = Vec::new();
+        let mut lens = Vec::new();
+        let mut wants = Vec::new();
+        let mut budget = self.cfg.prefill_chunk.max(1);
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(a) = s else { continue };
+            let p = &a.job.prompt;
+            if a.fed < p.len() {
+                if budget == 0 {
+                    continue;
+                }
+                let k = (p.len() - a.fed).min(budget);
+                budget -= k;
+                toks.extend_from_slice(&p[a.fed..a.fed + k]);
+                lens.push(k);
+                wants.push(a.fed + k == p.len());
+            } else {
+                toks.push(a.next);
+                lens.push(1);
+                wants.push(true);
+            }
+            idx.push(i);
+        }
+        if idx.is_empty() {
+            return;
+        }
+        let mut slices = Vec::with_capacity(lens.len());
+        let mut off = 0;
+        for &l in &lens {
+            slices.push(&toks[off..off + l]);
+            off += l;
+        }
+        let model = self.model;
+        let scratch = &mut self.scratch;
+        let mut refs: Vec<&mut Sequence> = self
+            .seqs
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| idx.contains(i))
+            .map(|(_, s)| s)
+            .collect();
+        let res = catch_unwind(AssertUnwindSafe(|| {
+            model
+                .forward_batch(scratch, &mut refs, &slices, &wants)
+                .map(|_| ())
+        }));
+        drop(refs);
+        self.metrics.steps.fetch_add(1, Ordering::Relaxed);
+        let err = match res {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(crate::load::chain(&e)),
+            Err(_) => Some("internal error: the decoding step panicked".to_string()),
+        };
+        if let Some(msg) = err {
+            log::error!("batched step failed: {msg}");
+            self.scratch = BatchScratch::default();
+            for &i in &idx {
+                self.retire(i, Some(Event::Error(msg.clone())));
+            }
+            return;
+        }
+        let n_vocab = self.model.config.n_vocab;
+        let mut k = 0;
+        for (j, &i) in idx.iter().enumerate() {
+            let a = self.slots[i].as_mut().expect("active slot");
+            a.fed = (a.fed + lens[j]).min(a.job.prompt.len());
+            if !wants[j] {
+                continue;
+            }
+            let row = &self.scratch.logits()[k * n_vocab..(k + 1) * n_vocab];
+            k += 1;
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                Self::on_logits(a, row, &self.metrics, self.seqs[i].pos(), self.cfg.n_ctx)
+            }));
+            match outcome {
+                Ok(None) => {}
+                Ok(Some(f)) => self.finish(i, f),
+                Err(_) => self.retire(
+                    i,
+                    Some(Event::Error("internal error: sampling panicked".into())),
+                ),
+            }
+        }
+    }
+
+    /// Samples one token for `a`; returns how it ended, if it did.
+    fn on_logits(
+        a: &mut Active,
+        logits: &[f32],
+        metrics: &Metrics,
+        pos: usize,
+        n_ctx: usize,
+    ) -> Option<Finish> {
+        let tok = a.sampler.sample(logits, &a.history);
+        let now = Instant::now();
+        if a.first_at.is_none() {
+            a.first_at = Some(now);
+            metrics.ttft.observe((now - a.job.enqueued).as_secs_f64());
+        }
+        if a.job.stop_tokens.contains(&tok) {
+            return Some(Finish::Stop);
+        }
+        a.n_gen += 1;
+        metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        a.history.push(tok);
+        let piece = a.decoder.push(tok);
+        a.text.push_str(&piece);
+        let stops = &a.job.stop_strings;
+        if let Some(pos) = stops
+            .iter()
+            .filter_map(|s| a.text[a.emitted..].find(s.as_str()).map(|p| a.emitted + p))
+            .min()
+        {
+            if pos > a.emitted {
+                let _ = a
+                    .job
+                    .events
+                    .send(Event::Text(a.text[a.emitted..pos].to_string()));
+            }
+            a.text.truncate(pos);
+            a.emitted = pos;
+            return Some(Finish::Stop);
+        }
+        let hold = partial_stop(&a.text[a.emitted..], stops);
+        let upto = a.text.len() - hold;
+        if upto > a.emitted {
+            let _ = a
+                .job
+                .events
+                .send(Event::Text(a.text[a.emitted..upto].to_string()));
+            a.emitted = upto;
+        }
+        if a.n_gen >= a.job.max_tokens || pos >= n_ctx {
+            return Some(Finish::Length);
+        }
+        a.next = tok;
+        None
+    }
+}

@@ -1,0 +1,534 @@
+//! Routes and handlers. Every response to a generation request is either
+//! OpenAI's JSON (or SSE chunk stream) or OpenAI's error shape; a handler
+//! panic becomes a 500 in that shape (the panic-catching layer), never a
+//! dropped connection.
+
+use crate::api::{self, ApiError, ChatRequest, CompletionRequest, Params, Prompt};
+use crate::engine::{EngineHandle, Event, Finish, Job};
+use crate::metrics::Metrics;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use gpack_runtime::SamplerConfig;
+use gpack_tokenizer::{ChatMessage, Tokenizer};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// Shared by all handlers.
+pub(crate) struct AppState {
+    pub tok: Tokenizer<'static>,
+    pub engine: Arc<EngineHandle>,
+    pub metrics: Arc<Metrics>,
+    pub model_name: String,
+    pub api_key: Option<String>,
+    pub n_ctx: usize,
+    pub max_body: usize,
+    pub stop_tokens: Vec<u32>,
+    pub created: u64,
+    pub next_id: AtomicU64,
+}
+
+type St = State<Arc<AppState>>;
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .fallback(not_found)
+        .with_state(state)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "internal error while handling the request",
+                )
+                .into_response()
+            },
+        ))
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "unknown endpoint",
+    )
+}
+
+fn check_auth(s: &AppState, h: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &s.api_key else {
+        return Ok(());
+    };
+    let given = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compare in time independent of where the first difference is.
+    let ok = given.is_some_and(|g| {
+        g.len() == key.len()
+            && g.bytes()
+                .zip(key.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid or missing API key (send Authorization: Bearer KEY)",
+        )
+        .with_code("invalid_api_key"))
+    }
+}
+
+async fn models(State(s): St, h: HeaderMap) -> Result<Json<Value>, ApiError> {
+    check_auth(&s, &h)?;
+    Ok(Json(json!({
+        "object": "list",
+        "data": [{
+            "id": s.model_name,
+            "object": "model",
+            "created": s.created,
+            "owned_by": "gpack",
+            "meta": {"n_ctx": s.n_ctx, "n_vocab": s.tok.vocab_size()},
+        }]
+    })))
+}
+
+async fn metrics(State(s): St, h: HeaderMap) -> Result<Response, ApiError> {
+    check_auth(&s, &h)?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response())
+}
+
+/// Reads the body, refusing one over the limit (413) as soon as it is.
+async fn read_body(s: &AppState, req: Request) -> Result<(HeaderMap, Bytes), ApiError> {
+    let (parts, body) = req.into_parts();
+    let too_big = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body is larger than {} bytes", s.max_body),
+        )
+    };
+    if let Some(len) = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > s.max_body as u64 {
+            return Err(too_big());
+        }
+    }
+    let bytes = axum::body::to_bytes(body, s.max_body)
+        .await
+        .map_err(|_| too_big())?;
+    Ok((parts.headers, bytes))
+}
+
+fn count_error(s: &AppState, e: &ApiError) {
+    if e.status.is_server_error() {
+        if e.status != StatusCode::SERVICE_UNAVAILABLE {
+            s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
+        }
+    } else {
+        s.metrics.errors_4xx.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn chat(State(s): St, req: Request) -> Response {
+    s.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
+    match chat_inner(&s, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            count_error(&s, &e);
+            e.into_response()
+        }
+    }
+}
+
+async fn completions(State(s): St, req: Request) -> Response {
+    s.metrics
+        .completion_requests
+        .fetch_add(1, Ordering::Relaxed);
+    match completions_inner(&s, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            count_error(&s, &e);
+            e.into_response()
+        }
+    }
+}
+
+async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+    check_auth(s, req.headers())?;
+    let (_, body) = read_body(s, req).await?;
+    let r: ChatRequest = api::parse(&body)?;
+    let params = r.common.params()?;
+    if r.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages must not be empty",
+            Some("messages"),
+        ));
+    }
+    let mut msgs = Vec::with_capacity(r.messages.len());
+    for m in &r.messages {
+        let text = match &m.content {
+            Some(c) => c.text()?,
+            None => String::new(),
+        };
+        msgs.push(ChatMessage::new(m.role.as_str(), text));
+    }
+    let text = s.tok.apply_chat_template(&msgs, true).map_err(|e| {
+        ApiError::invalid(
+            format!(
+                "the chat template refused these messages: {}",
+                crate::load::chain(&e)
+            ),
+            Some("messages"),
+        )
+    })?;
+    let prompt = s.tok.encode(&text, false);
+    run(s, prompt, params, Kind::Chat, "messages").await
+}
+
+async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+    check_auth(s, req.headers())?;
+    let (_, body) = read_body(s, req).await?;
+    let r: CompletionRequest = api::parse(&body)?;
+    let params = r.common.params()?;
+    let prompt = match &r.prompt {
+        Prompt::Text(t) => s.tok.encode(t, true),
+        Prompt::Texts(v) if v.len() == 1 => s.tok.encode(&v[0], true),
+        Prompt::Texts(_) => {
+            return Err(ApiError::invalid(
+                "only one prompt per request is supported",
+                Some("prompt"),
+            ))
+        }
+        Prompt::Tokens(ids) => {
+            let n = s.tok.vocab_size();
+            if let Some(bad) = ids.iter().find(|&&t| t >= n) {
+                return Err(ApiError::invalid(
+                    format!("token id {bad} is outside the vocabulary of {n}"),
+                    Some("prompt"),
+                ));
+            }
+            ids.clone()
+        }
+    };
+    run(s, prompt, params, Kind::Completion, "prompt").await
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+async fn run(
+    s: &Arc<AppState>,
+    prompt: Vec<u32>,
+    p: Params,
+    kind: Kind,
+    what: &'static str,
+) -> Result<Response, ApiError> {
+    if prompt.is_empty() {
+        return Err(ApiError::invalid("the prompt is empty", Some(what)));
+    }
+    if prompt.len() >= s.n_ctx {
+        return Err(ApiError::invalid(
+            format!(
+                "this server's context limit is {} tokens per request, but the prompt has {} tokens \
+                 (at least one position must be left for the reply)",
+                s.n_ctx,
+                prompt.len()
+            ),
+            Some(what),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    let room = s.n_ctx - prompt.len();
+    let max_tokens = p.max_tokens.unwrap_or(room).min(room);
+    let (tx, rx) = unbounded_channel();
+    let n_prompt = prompt.len();
+    s.engine.submit(Job {
+        prompt,
+        max_tokens,
+        sampler: SamplerConfig {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repetition_penalty: 1.0,
+            repeat_last_n: 0,
+            seed: p.seed,
+        },
+        stop_tokens: s.stop_tokens.clone(),
+        stop_strings: p.stop.clone(),
+        events: tx,
+        enqueued: Instant::now(),
+    })?;
+    let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+    let meta = Meta {
+        id: match kind {
+            Kind::Chat => format!("chatcmpl-{:x}{id:08x}", s.created),
+            Kind::Completion => format!("cmpl-{:x}{id:08x}", s.created),
+        },
+        created: now_secs(),
+        model: s.model_name.clone(),
+        kind,
+        include_usage: p.include_usage,
+    };
+    if p.stream {
+        Ok(sse(meta, rx))
+    } else {
+        collect(s, meta, rx, n_prompt).await
+    }
+}
+
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+    include_usage: bool,
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    })
+}
+
+async fn collect(
+    s: &AppState,
+    m: Meta,
+    mut rx: UnboundedReceiver<Event>,
+    n_prompt: usize,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Text(t)) => text.push_str(&t),
+            Some(Event::Done {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+            }) => {
+                let choice = match m.kind {
+                    Kind::Chat => json!({
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "logprobs": null,
+                        "finish_reason": finish.as_str(),
+                    }),
+                    Kind::Completion => json!({
+                        "index": 0,
+                        "text": text,
+                        "logprobs": null,
+                        "finish_reason": finish.as_str(),
+                    }),
+                };
+                let object = match m.kind {
+                    Kind::Chat => "chat.completion",
+                    Kind::Completion => "text_completion",
+                };
+                return Ok(Json(json!({
+                    "id": m.id,
+                    "object": object,
+                    "created": m.created,
+                    "model": m.model,
+                    "system_fingerprint": "gpack",
+                    "choices": [choice],
+                    "usage": usage(prompt_tokens, completion_tokens),
+                }))
+                .into_response());
+            }
+            Some(Event::Error(e)) => {
+                s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    e,
+                ));
+            }
+            None => {
+                let _ = n_prompt;
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "the generation ended without a result",
+                ));
+            }
+        }
+    }
+}
+
+impl Meta {
+    fn chunk(&self, delta: Option<&str>, first: bool, finish: Option<Finish>) -> Value {
+        let fr = finish.map(Finish::as_str);
+        match self.kind {
+            Kind::Chat => {
+                let delta = match (first, delta) {
+                    (true, _) => json!({"role": "assistant", "content": ""}),
+                    (false, Some(t)) => json!({"content": t}),
+                    (false, None) => json!({}),
+                };
+                json!({
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "system_fingerprint": "gpack",
+                    "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": fr}],
+                })
+            }
+            Kind::Completion => json!({
+                "id": self.id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": "gpack",
+                "choices": [{"index": 0, "text": delta.unwrap_or(""), "logprobs": null, "finish_reason": fr}],
+            }),
+        }
+    }
+    fn usage_chunk(&self, prompt: usize, completion: usize) -> Value {
+        let object = match self.kind {
+            Kind::Chat => "chat.completion.chunk",
+            Kind::Completion => "text_completion",
+        };
+        json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "gpack",
+            "choices": [],
+            "usage": usage(prompt, completion),
+        })
+    }
+}
+
+fn data(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+struct Sse {
+    meta: Meta,
+    rx: UnboundedReceiver<Event>,
+    started: bool,
+    pending: std::collections::VecDeque<Bytes>,
+    done: bool,
+}
+
+impl Sse {
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(b) = self.pending.pop_front() {
+                return Some(b);
+            }
+            if self.done {
+                return None;
+            }
+            if !self.started && self.meta.kind == Kind::Chat {
+                self.started = true;
+                return Some(data(&self.meta.chunk(None, true, None)));
+            }
+            self.started = true;
+            match self.rx.recv().await {
+                Some(Event::Text(t)) => {
+                    if !t.is_empty() {
+                        return Some(data(&self.meta.chunk(Some(&t), false, None)));
+                    }
+                }
+                Some(Event::Done {
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                }) => {
+                    self.done = true;
+                    self.pending
+                        .push_back(data(&self.meta.chunk(None, false, Some(finish))));
+                    if self.meta.include_usage {
+                        self.pending.push_back(data(
+                            &self.meta.usage_chunk(prompt_tokens, completion_tokens),
+                        ));
+                    }
+                    self.pending
+                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                }
+                Some(Event::Error(e)) => {
+                    self.done = true;
+                    let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
+                    self.pending.push_back(data(&err.body()));
+                    self.pending
+                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                }
+                None => {
+                    self.done = true;
+                    let err = ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        "the generation ended without a result",
+                    );
+                    self.pending.push_back(data(&err.body()));
+                }
+            }
+        }
+    }
+}
+
+fn sse(meta: Meta, rx: UnboundedReceiver<Event>) -> Response {
+    let st = Sse {
+        meta,
+        rx,
+        started: false,
+        pending: Default::default(),
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(st, |mut st| async move {
+        st.next()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), st))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -1,0 +1,136 @@
+//! Opening a model file: a .gpack (mapped, zero-copy; its TokenizerBin
+//! section is the tokenizer), or a .gguf / Hugging Face directory (the slow
+//! path: weights transcoded at load). A .gpack that fails its quick
+//! validation falls back to a GGUF when one is given, with a warning naming
+//! the validation error (`gpack run`'s `--fallback-gguf` behaviour).
+
+use crate::error::{Error, Result};
+use gpack_format::SectionKind;
+use gpack_runtime::{GgufWeights, GpackWeights, WeightSource};
+use gpack_tokenizer::{load_any, LoadedTokenizer, Tokenizer};
+use std::path::{Path, PathBuf};
+
+/// A model's weights and tokenizer bytes, owned.
+pub enum Loaded {
+    /// A mapped .gpack.
+    Gpack {
+        /// The weights.
+        weights: GpackWeights,
+        /// The file.
+        path: PathBuf,
+    },
+    /// A GGUF file or Hugging Face directory, transcoded at load.
+    Gguf {
+        /// The weights.
+        weights: GgufWeights,
+        /// The tokenizer built from the same source.
+        tokenizer: LoadedTokenizer,
+        /// The file or directory.
+        path: PathBuf,
+    },
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("path", &self.path())
+            .finish()
+    }
+}
+
+impl Loaded {
+    /// Opens `model` (`fallback` is used when a .gpack fails validation).
+    pub fn open(model: &Path, fallback: Option<&Path>) -> Result<Loaded> {
+        let is_gpack = model.extension().is_some_and(|e| e == "gpack");
+        if !is_gpack {
+            return Self::open_slow(model);
+        }
+        match GpackWeights::open(model) {
+            Ok(weights) => Ok(Loaded::Gpack {
+                weights,
+                path: model.to_path_buf(),
+            }),
+            Err(e) => match fallback {
+                Some(g) => {
+                    log::warn!(
+                        "{} failed validation ({}); falling back to {}",
+                        model.display(),
+                        chain(&e),
+                        g.display()
+                    );
+                    Self::open_slow(g)
+                }
+                None => Err(Error::Model {
+                    path: model.display().to_string(),
+                    source: e,
+                }),
+            },
+        }
+    }
+
+    fn open_slow(path: &Path) -> Result<Loaded> {
+        let weights = GgufWeights::open(path).map_err(|source| Error::Model {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let tokenizer = load_any(path).map_err(|source| Error::Tokenizer {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Loaded::Gguf {
+            weights,
+            tokenizer,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The file actually loaded (the fallback, when it was used).
+    pub fn path(&self) -> &Path {
+        match self {
+            Loaded::Gpack { path, .. } | Loaded::Gguf { path, .. } => path,
+        }
+    }
+
+    /// The weight store.
+    pub fn weights(&self) -> &dyn WeightSource {
+        match self {
+            Loaded::Gpack { weights, .. } => weights,
+            Loaded::Gguf { weights, .. } => weights,
+        }
+    }
+
+    /// The tokenizer (a view; nothing is parsed from text).
+    pub fn tokenizer(&self) -> Result<Tokenizer<'_>> {
+        let path = || self.path().display().to_string();
+        match self {
+            Loaded::Gpack { weights, .. } => {
+                let s = weights
+                    .gpack()
+                    .section(SectionKind::TokenizerBin)
+                    .ok_or_else(|| Error::NoTokenizer { path: path() })?;
+                Tokenizer::from_bytes(s.bytes).map_err(|source| Error::Tokenizer {
+                    path: path(),
+                    source,
+                })
+            }
+            Loaded::Gguf { tokenizer, .. } => {
+                tokenizer.tokenizer().map_err(|source| Error::Tokenizer {
+                    path: path(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// `e: cause: cause` on one line.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}

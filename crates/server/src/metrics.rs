@@ -1,0 +1,179 @@
+//! Counters, gauges and histograms rendered in the Prometheus text format
+//! (version 0.0.4). Hand-rolled: a handful of atomics and two fixed-bucket
+//! histograms do not justify a metrics framework.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// A histogram with fixed upper bounds.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    inner: Mutex<(Vec<u64>, f64, u64)>,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            inner: Mutex::new((vec![0; bounds.len()], 0.0, 0)),
+        }
+    }
+    /// Records one value.
+    pub fn observe(&self, v: f64) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for (b, c) in self.bounds.iter().zip(g.0.iter_mut()) {
+            if v <= *b {
+                *c += 1;
+            }
+        }
+        g.1 += v;
+        g.2 += 1;
+    }
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (b, c) in self.bounds.iter().zip(&g.0) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {c}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", g.2);
+        let _ = writeln!(out, "{name}_sum {}", g.1);
+        let _ = writeln!(out, "{name}_count {}", g.2);
+    }
+}
+
+/// Everything `/metrics` reports.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Chat completion requests received.
+    pub chat_requests: AtomicU64,
+    /// Completion requests received.
+    pub completion_requests: AtomicU64,
+    /// Requests answered with an error, by class.
+    pub errors_4xx: AtomicU64,
+    /// Server-side failures.
+    pub errors_5xx: AtomicU64,
+    /// Requests turned away because the queue was full (503).
+    pub rejected: AtomicU64,
+    /// Requests whose client went away before the end.
+    pub cancelled: AtomicU64,
+    /// Prompt tokens processed.
+    pub prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub generated_tokens: AtomicU64,
+    /// Requests waiting for a slot.
+    pub queue_depth: AtomicU64,
+    /// Slots decoding.
+    pub active: AtomicU64,
+    /// Batched forward steps run.
+    pub steps: AtomicU64,
+    /// Seconds from the request reaching the engine to its first token.
+    pub ttft: Histogram,
+    /// Per-request decode speed (tokens after the first / their time).
+    pub tps: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            chat_requests: AtomicU64::new(0),
+            completion_requests: AtomicU64::new(0),
+            errors_4xx: AtomicU64::new(0),
+            errors_5xx: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            prompt_tokens: AtomicU64::new(0),
+            generated_tokens: AtomicU64::new(0),
+            queue_depth: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
+            ttft: Histogram::new(&[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            tps: Histogram::new(&[
+                1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0,
+            ]),
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut counter = |name: &str, help: &str, ty: &str, lines: &[(&str, u64)]| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {ty}");
+            for (labels, v) in lines {
+                let _ = writeln!(s, "{name}{labels} {v}");
+            }
+        };
+        counter(
+            "gpack_requests_total",
+            "Generation requests received.",
+            "counter",
+            &[
+                ("{endpoint=\"chat\"}", self.chat_requests.load(Relaxed)),
+                (
+                    "{endpoint=\"completions\"}",
+                    self.completion_requests.load(Relaxed),
+                ),
+            ],
+        );
+        counter(
+            "gpack_request_errors_total",
+            "Requests answered with an error.",
+            "counter",
+            &[
+                ("{class=\"4xx\"}", self.errors_4xx.load(Relaxed)),
+                ("{class=\"5xx\"}", self.errors_5xx.load(Relaxed)),
+                ("{class=\"queue_full\"}", self.rejected.load(Relaxed)),
+            ],
+        );
+        counter(
+            "gpack_requests_cancelled_total",
+            "Requests whose client disconnected before the end.",
+            "counter",
+            &[("", self.cancelled.load(Relaxed))],
+        );
+        counter(
+            "gpack_prompt_tokens_total",
+            "Prompt tokens processed.",
+            "counter",
+            &[("", self.prompt_tokens.load(Relaxed))],
+        );
+        counter(
+            "gpack_generated_tokens_total",
+            "Tokens generated.",
+            "counter",
+            &[("", self.generated_tokens.load(Relaxed))],
+        );
+        counter(
+            "gpack_batch_steps_total",
+            "Batched forward steps.",
+            "counter",
+            &[("", self.steps.load(Relaxed))],
+        );
+        counter(
+            "gpack_queue_depth",
+            "Requests waiting for a sequence slot.",
+            "gauge",
+            &[("", self.queue_depth.load(Relaxed))],
+        );
+        counter(
+            "gpack_active_sequences",
+            "Sequence slots decoding.",
+            "gauge",
+            &[("", self.active.load(Relaxed))],
+        );
+        self.ttft.render(
+            &mut s,
+            "gpack_time_to_first_token_seconds",
+            "Time from admission to the engine to the first generated token.",
+        );
+        self.tps.render(
+            &mut s,
+            "gpack_decode_tokens_per_second",
+            "Per-request decode speed.",
+        );
+        s
+    }
+}
