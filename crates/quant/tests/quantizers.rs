@@ -148,3 +148,28 @@ fn quantize_rejects_unsupported() {
     )
     .is_err());
 }
+
+/// Non-finite inputs neither panic nor leak non-finite scales into the file.
+#[test]
+fn quantize_survives_non_finite_input() {
+    let mut x = vec![0.5f32; 96];
+    x[3] = f32::NAN;
+    x[40] = f32::INFINITY;
+    x[80] = f32::NEG_INFINITY;
+    let src: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for target in [
+        Layout::I8Sym { group: 32 },
+        Layout::I4Sym { group: 32 },
+        Layout::I4Asym { group: 32 },
+    ] {
+        let mut out = Vec::new();
+        quantize(GgmlType::F32, &src, 1, 96, target, &mut out).unwrap();
+        let a = Aligned::new(&out);
+        let v = NativeView::parse(a.bytes()).unwrap();
+        assert!(
+            v.scales().iter().chain(v.mins()).all(|s| s.is_finite()),
+            "{target}: {:?}",
+            v.scales()
+        );
+    }
+}
