@@ -12,9 +12,13 @@ use crate::ggml::{decode_block, native_value};
 use crate::layout::{native_layout_for, Layout, NativeTensorHeader};
 use crate::{mul, to_usize, Error, GgmlType};
 use half::{bf16, f16};
+use rayon::prelude::*;
 use std::io::Write;
 
 const ZEROS: [u8; 16] = [0; 16];
+
+/// Codes quantized per parallel chunk by [`quantize`].
+const CHUNK_BYTES: usize = 4 << 20;
 
 fn pad_to(w: &mut impl Write, written: &mut u64, off: u64) -> Result<(), Error> {
     if off == 0 {
@@ -178,12 +182,17 @@ pub fn quantize(
     let cols_us = to_usize(cols, "cols")?;
     let ng = cols_us / 32;
     let is4 = !matches!(target, Layout::I8Sym { .. });
-    let mut x = vec![0f32; cols_us];
-    let mut codes = vec![0u8; if is4 { cols_us / 2 } else { cols_us }];
+    let code_bytes = if is4 { cols_us / 2 } else { cols_us };
     let n_groups = to_usize(mul(rows, ng as u64, "group count")?, "group count")?;
-    let mut scales = Vec::with_capacity(n_groups);
-    let mut mins = Vec::with_capacity(if target.has_mins() { n_groups } else { 0 });
-    for row in src.chunks_exact(row_bytes) {
+    let mut scales = vec![0f32; n_groups];
+    let mut mins = vec![0f32; if target.has_mins() { n_groups } else { 0 }];
+    // Rows are independent: quantize a chunk of rows in parallel (rayon;
+    // conversion is throughput-bound, not latency-bound), write it in order.
+    // Memory: one chunk of codes plus the tensor's scales/mins.
+    let chunk_rows = (CHUNK_BYTES / code_bytes.max(1)).clamp(1, 4096);
+    let mut codes = vec![0u8; chunk_rows * code_bytes];
+    let quantize_row = |row: &[u8], codes: &mut [u8], scales: &mut [f32], mins: &mut [f32]| {
+        let mut x = vec![0f32; cols_us];
         row_to_f32(src_type, row, &mut x);
         for (gi, xg) in x.chunks_exact(32).enumerate() {
             let xg: &[f32; 32] = xg.try_into().expect("chunk of 32");
@@ -200,13 +209,39 @@ pub fn quantize(
             } else {
                 codes[gi * 32..gi * 32 + 32].copy_from_slice(&q);
             }
-            scales.push(s);
-            if target.has_mins() {
-                mins.push(m);
+            scales[gi] = s;
+            if !mins.is_empty() {
+                mins[gi] = m;
             }
         }
-        w.write_all(&codes)?;
-        written += codes.len() as u64;
+    };
+    let rows_us = src.len() / row_bytes;
+    let mut r0 = 0;
+    while r0 < rows_us {
+        let n = chunk_rows.min(rows_us - r0);
+        let src_chunk = &src[r0 * row_bytes..(r0 + n) * row_bytes];
+        let sc = &mut scales[r0 * ng..(r0 + n) * ng];
+        let mn: &mut [f32] = if mins.is_empty() {
+            &mut []
+        } else {
+            &mut mins[r0 * ng..(r0 + n) * ng]
+        };
+        let cc = &mut codes[..n * code_bytes];
+        if mn.is_empty() {
+            cc.par_chunks_mut(code_bytes)
+                .zip(sc.par_chunks_mut(ng))
+                .zip(src_chunk.par_chunks(row_bytes))
+                .for_each(|((c, s), row)| quantize_row(row, c, s, &mut []));
+        } else {
+            cc.par_chunks_mut(code_bytes)
+                .zip(sc.par_chunks_mut(ng))
+                .zip(mn.par_chunks_mut(ng))
+                .zip(src_chunk.par_chunks(row_bytes))
+                .for_each(|(((c, s), m), row)| quantize_row(row, c, s, m));
+        }
+        w.write_all(cc)?;
+        written += cc.len() as u64;
+        r0 += n;
     }
     pad_to(w, &mut written, h.scales_off)?;
     w.write_all(f32s_as_bytes(&scales))?;
@@ -230,10 +265,13 @@ fn sse(layout: Layout, x: &[f32; 32], q: &[u8; 32], s: f32, m: f32) -> f64 {
     e
 }
 
-/// C `roundf`: half away from zero.
-#[inline]
+/// C `roundf` (half away from zero) for |v| < 2^31 (callers clamp first);
+/// `f32::round` is a libm call on baseline x86-64.
+#[inline(always)]
 fn roundf(v: f32) -> f32 {
-    v.round()
+    let t = v as i32; // truncation toward zero
+    let f = v - t as f32;
+    (t + (f >= 0.5) as i32 - (f <= -0.5) as i32) as f32
 }
 
 fn f16_round(v: f32) -> f32 {
@@ -279,7 +317,7 @@ fn quantize_group_i8sym(x: &[f32; 32]) -> ([u8; 32], f32, f32) {
     let id = 1.0 / d;
     let mut q = [0u8; 32];
     for i in 0..32 {
-        q[i] = (roundf(x[i] * id).clamp(-127.0, 127.0) as i8) as u8;
+        q[i] = (roundf((x[i] * id).clamp(-128.0, 128.0)).clamp(-127.0, 127.0) as i8) as u8;
     }
     best.offer(l, x, q, f16_round(d), 0.0);
     best.offer(l, x, q, d, 0.0);
@@ -295,7 +333,7 @@ fn quantize_group_i8sym(x: &[f32; 32]) -> ([u8; 32], f32, f32) {
         best.offer(l, x, q, s, 0.0);
         let mut q2 = [0u8; 32];
         for i in 0..32 {
-            q2[i] = (roundf(x[i] / s).clamp(-127.0, 127.0) as i8) as u8;
+            q2[i] = (roundf((x[i] / s).clamp(-128.0, 128.0)).clamp(-127.0, 127.0) as i8) as u8;
         }
         best.offer(l, x, q2, s, 0.0);
     }
@@ -327,7 +365,22 @@ fn quantize_group_i4sym(x: &[f32; 32]) -> ([u8; 32], f32, f32) {
     best.offer(l, x, q, f16_round(d), 0.0);
     best.offer(l, x, q, d, 0.0);
     // Scan scales around it (like ggml's make_qx_quants), each with a
-    // least-squares refit.
+    // least-squares refit. The scan ranks candidates by the analytic error
+    // Σx² - 2·s·Σxq + s²·Σq² (cheap); only the winner's error is then computed
+    // exactly and compared with ggml's candidates above, so the result is
+    // never worse than ggml's.
+    let sxx: f32 = x.iter().map(|&v| v * v).sum();
+    let codes_for = |s: f32| -> [f32; 32] {
+        let inv = 1.0 / s;
+        let mut qf = [0f32; 32];
+        for i in 0..32 {
+            qf[i] = roundf((x[i] * inv).clamp(-9.0, 8.0)).clamp(-8.0, 7.0);
+        }
+        qf
+    };
+    // (scale, analytic error) of the best scan candidate; f32 lane sums so
+    // the loops vectorize (ranking only: the winner is re-checked exactly).
+    let mut scan: Option<(f32, f32)> = None;
     for step in -10..=10 {
         let s0 = max / (-8.0 + 0.1 * step as f32);
         for flip in [1.0f32, -1.0] {
@@ -335,19 +388,33 @@ fn quantize_group_i4sym(x: &[f32; 32]) -> ([u8; 32], f32, f32) {
             if s == 0.0 || !s.is_finite() {
                 continue;
             }
-            let mut q = [0u8; 32];
-            let (mut sxq, mut sqq) = (0f64, 0f64);
+            let qf = codes_for(s);
+            let (mut a, mut b) = ([0f32; 8], [0f32; 8]);
             for i in 0..32 {
-                let v = roundf(x[i] / s).clamp(-8.0, 7.0);
-                q[i] = (v as i8 + 8) as u8;
-                sxq += f64::from(v) * f64::from(x[i]);
-                sqq += f64::from(v) * f64::from(v);
+                a[i % 8] += qf[i] * x[i];
+                b[i % 8] += qf[i] * qf[i];
             }
-            best.offer(l, x, q, s, 0.0);
+            let (sxq, sqq): (f32, f32) = (a.iter().sum(), b.iter().sum());
+            let mut consider = |sc: f32| {
+                let e = sxx - 2.0 * sc * sxq + sc * sc * sqq;
+                if sc.is_finite() && sc != 0.0 && scan.is_none_or(|b| e < b.1) {
+                    scan = Some((sc, e));
+                }
+            };
+            consider(s);
             if sqq > 0.0 {
-                best.offer(l, x, q, (sxq / sqq) as f32, 0.0);
+                consider(sxq / sqq);
             }
         }
+    }
+    if let Some((s, _)) = scan {
+        // The refit scale's own rounding of the codes, checked exactly.
+        let qf = codes_for(s);
+        let mut q = [0u8; 32];
+        for i in 0..32 {
+            q[i] = (qf[i] as i8 + 8) as u8;
+        }
+        best.offer(l, x, q, s, 0.0);
     }
     (best.q, best.s, 0.0)
 }
@@ -395,7 +462,7 @@ fn quantize_group_i4asym(x: &[f32; 32]) -> ([u8; 32], f32, f32) {
             break;
         }
         for i in 0..32 {
-            q[i] = roundf((x[i] - m) / s).clamp(0.0, 15.0) as u8;
+            q[i] = roundf(((x[i] - m) / s).clamp(-1.0, 16.0)).clamp(0.0, 15.0) as u8;
         }
         best.offer(l, x, q, s, m);
     }
