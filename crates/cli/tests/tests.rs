@@ -1,5 +1,6 @@
 //! End-to-end tests of the `gpack` binary.
 
+mod interrupt;
 mod verify_inspect;
 
 pub fn gpack() -> std::process::Command {
