@@ -17,8 +17,9 @@
 //!   [`NativeTensorHeader`] that starts every serialized native tensor.
 //! * [`ggml`]: ggml block decoding ([`dequantize_ggml`], the reference side of
 //!   every exactness test) and the per-block split into codes/scales/mins.
-//! * [`transcode`]: [`transcode`] (ggml → native, exact) and [`quantize`]
-//!   (F32/F16/BF16 → int8/int4).
+//! * [`transcode`]: [`transcode`] (ggml → native, exact), [`quantize`]
+//!   (F32/F16/BF16 → int8/int4) and [`write_with_f16_scales`] (adds the
+//!   optional f16 copy of the scales when it is exact).
 //! * [`view`]: [`NativeView`], the validated borrowed view over a serialized
 //!   native tensor.
 //! * [`kernels`]: [`matvec`]/[`matmul`] with run-time ISA dispatch and the
@@ -37,6 +38,14 @@
 //! `a - b == a + (-b)` holds bit for bit in IEEE 754, signed zeros included.
 //! NaN and infinite f16 scales are outside the guarantee (their NaN payloads
 //! may differ); finite, subnormal and negative-zero scales are inside it.
+//!
+//! # Environment
+//!
+//! Nothing hardware-specific is stored in a file (DESIGN.md); at run time:
+//! `GPACK_ISA=scalar|avx2|avxvnni|avx512vnni` caps the kernel path (CI runs
+//! the tests with `scalar` to cover "SIMD off"), `GPACK_THREADS` sizes
+//! [`Pool::global`], `GPACK_SPIN_US` sets how long idle workers spin before
+//! parking (default 50). The chosen path is logged at debug level.
 
 #![deny(missing_docs)]
 
@@ -54,7 +63,7 @@ pub use kernels::{
 };
 pub use layout::{encoded_len, native_layout_for, Layout, NativeTensorHeader};
 pub use pool::Pool;
-pub use transcode::{quantize, transcode};
+pub use transcode::{f16_scales_if_exact, quantize, transcode, write_with_f16_scales};
 pub use view::NativeView;
 
 /// Errors of this crate. Parsers of untrusted bytes return these; they never panic.

@@ -468,3 +468,54 @@ fn quantize_group_i4asym(x: &[f32; 32]) -> ([u8; 32], f32, f32) {
     }
     (best.q, best.s, best.m)
 }
+
+/// The scales as IEEE binary16 bits if every one converts exactly (bit for
+/// bit, signed zeros included), else `None`. Q4_0/Q8_0 scales always do
+/// (they were f16 in the source); K-quant folded scales usually do not.
+pub fn f16_scales_if_exact(scales: &[f32]) -> Option<Vec<u16>> {
+    scales
+        .iter()
+        .map(|&s| {
+            let h = f16::from_f32(s);
+            (h.to_f32().to_bits() == s.to_bits()).then_some(h.to_bits())
+        })
+        .collect()
+}
+
+/// Re-serializes `v` with an f16 copy of its scales (header flag
+/// [`crate::layout::FLAG_F16_SCALES`], array after the others), for readers
+/// whose kernels take f16 scales (GIW v14). Fails with
+/// [`Error::Unsupported`] when `v` has no scales or one is not exactly
+/// representable in f16. Returns the bytes written.
+pub fn write_with_f16_scales(v: &crate::NativeView, w: &mut impl Write) -> Result<u64, Error> {
+    let layout = v.layout();
+    let h16 = if layout.has_scales() {
+        f16_scales_if_exact(v.scales())
+    } else {
+        None
+    };
+    let Some(h16) = h16 else {
+        return Err(Error::Unsupported {
+            what: "f16 scales (absent or not exact)",
+            name: layout.name(),
+        });
+    };
+    let (h, total) = NativeTensorHeader::new(layout, v.rows() as u64, v.cols() as u64, true)?;
+    w.write_all(&h.to_bytes())?;
+    let mut written = 64u64;
+    w.write_all(v.codes())?;
+    written += v.codes().len() as u64;
+    pad_to(w, &mut written, h.scales_off)?;
+    w.write_all(f32s_as_bytes(v.scales()))?;
+    written += v.scales().len() as u64 * 4;
+    if h.mins_off != 0 {
+        pad_to(w, &mut written, h.mins_off)?;
+        w.write_all(f32s_as_bytes(v.mins()))?;
+        written += v.mins().len() as u64 * 4;
+    }
+    pad_to(w, &mut written, h.f16_scales_off)?;
+    w.write_all(bytemuck::cast_slice(&h16))?;
+    written += h16.len() as u64 * 2;
+    debug_assert_eq!(written, total);
+    Ok(total)
+}

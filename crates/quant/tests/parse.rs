@@ -231,3 +231,55 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn f16_scales_copy_round_trips_when_exact() {
+    use gpack_quant::{transcode, write_with_f16_scales};
+    // Q8_0 scales are f16 in the source: exact.
+    let mut src = vec![0u8; 2 * 34];
+    src[0..2].copy_from_slice(&half::f16::from_f32(0.125).to_le_bytes());
+    src[34..36].copy_from_slice(&half::f16::from_f32(-3.5e-5).to_le_bytes());
+    src[2] = 7;
+    let mut out = Vec::new();
+    transcode(GgmlType::Q8_0, &src, 2, 32, &mut out).unwrap();
+    let a = Aligned::new(&out);
+    let v = NativeView::parse(a.bytes()).unwrap();
+    let mut with = Vec::new();
+    let n = write_with_f16_scales(&v, &mut with).unwrap();
+    assert_eq!(n, with.len() as u64);
+    let b = Aligned::new(&with);
+    let v2 = NativeView::parse(b.bytes()).unwrap();
+    assert_eq!(v2.codes(), v.codes());
+    assert_eq!(v2.scales(), v.scales());
+    let back: Vec<f32> = v2
+        .f16_scales()
+        .iter()
+        .map(|&h| half::f16::from_bits(h).to_f32())
+        .collect();
+    assert_eq!(back, v.scales());
+    // A scale f16 cannot hold is refused.
+    let mut q = Vec::new();
+    let x: Vec<u8> = (0..32)
+        .flat_map(|i| (i as f32 * 0.0123457).to_le_bytes())
+        .collect();
+    gpack_quant::quantize(
+        GgmlType::F32,
+        &x,
+        1,
+        32,
+        Layout::I8Sym { group: 32 },
+        &mut q,
+    )
+    .unwrap();
+    let c = Aligned::new(&q);
+    let v3 = NativeView::parse(c.bytes()).unwrap();
+    if gpack_quant::f16_scales_if_exact(v3.scales()).is_none() {
+        assert!(write_with_f16_scales(&v3, &mut Vec::new()).is_err());
+    }
+    // F32 has no scales.
+    assert!(gpack_quant::f16_scales_if_exact(&[0.1]).is_none());
+    assert_eq!(
+        gpack_quant::f16_scales_if_exact(&[-0.0, 0.5]),
+        Some(vec![0x8000, 0x3800])
+    );
+}
