@@ -17,7 +17,7 @@
 //!   [`NativeTensorHeader`] that starts every serialized native tensor.
 //! * [`ggml`]: ggml block decoding ([`dequantize_ggml`], the reference side of
 //!   every exactness test) and the per-block split into codes/scales/mins.
-//! * [`transcode`]: [`transcode`] (ggml → native, exact), [`quantize`]
+//! * [`mod@transcode`]: [`fn@transcode`] (ggml → native, exact), [`quantize`]
 //!   (F32/F16/BF16 → int8/int4) and [`write_with_f16_scales`] (adds the
 //!   optional f16 copy of the scales when it is exact).
 //! * [`view`]: [`NativeView`], the validated borrowed view over a serialized
