@@ -283,3 +283,57 @@ fn f16_scales_copy_round_trips_when_exact() {
         Some(vec![0x8000, 0x3800])
     );
 }
+
+struct FailingWriter;
+impl std::io::Write for FailingWriter {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::other("disk full"))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn write_errors_are_io_errors() {
+    let src = vec![0u8; 34];
+    let e = gpack_quant::transcode(GgmlType::Q8_0, &src, 1, 32, &mut FailingWriter).unwrap_err();
+    assert!(matches!(e, Error::Io(_)));
+    assert!(std::error::Error::source(&e).is_some());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// quantize → parse → dequantize round trip on random shapes: every
+    /// value within half a quantization step (plus the scale search slack).
+    #[test]
+    fn quantize_round_trip(rows in 1u64..4, groups in 1u64..6, seed in any::<u64>(), target in 0usize..3) {
+        let cols = groups * 32;
+        let mut rng = crate::common::Rng::new(seed);
+        let x: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        let src: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let target = [Layout::I8Sym { group: 32 }, Layout::I4Sym { group: 32 }, Layout::I4Asym { group: 32 }][target];
+        let mut out = Vec::new();
+        let n = gpack_quant::quantize(GgmlType::F32, &src, rows, cols, target, &mut out).unwrap();
+        prop_assert_eq!(n as usize, out.len());
+        let a = Aligned::new(&out);
+        let v = NativeView::parse(a.bytes()).unwrap();
+        let mut row = vec![0f32; cols as usize];
+        for r in 0..rows as usize {
+            v.dequantize_row(r, &mut row);
+            for (g, (dq, xs)) in row.chunks(32).zip(x[r * cols as usize..].chunks(32)).enumerate() {
+                let amax = xs.iter().fold(0f32, |a, b| a.max(b.abs()));
+                let range = xs.iter().fold(f32::MIN, |a, b| a.max(*b)) - xs.iter().fold(f32::MAX, |a, b| a.min(*b));
+                let step = match target {
+                    Layout::I8Sym { .. } => 2.0 * amax / 127.0,
+                    Layout::I4Sym { .. } => 2.0 * amax / 7.0,
+                    _ => 2.0 * range / 15.0,
+                };
+                for (d, xv) in dq.iter().zip(xs) {
+                    prop_assert!((d - xv).abs() <= step + 1e-6, "{target} row {r} group {g}: {d} vs {xv} (step {step})");
+                }
+            }
+        }
+    }
+}
