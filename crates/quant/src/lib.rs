@@ -59,7 +59,8 @@ pub mod view;
 pub use ggml::dequantize_ggml;
 pub use gpack_format::ggml::GgmlType;
 pub use kernels::{
-    matmul, matmul_with, matvec, matvec_ref, matvec_with, Isa, QuantizedActivations,
+    matmul, matmul_on, matmul_with, matvec, matvec_on, matvec_ref, matvec_with, Isa,
+    QuantizedActivations,
 };
 pub use layout::{encoded_len, native_layout_for, Layout, NativeTensorHeader};
 pub use pool::Pool;

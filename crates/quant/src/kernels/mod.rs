@@ -463,6 +463,14 @@ pub fn matmul(w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
 /// # Panics
 /// As [`matmul`], and if `isa` is not available.
 pub fn matmul_with(isa: Isa, w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
+    matmul_on(isa, Pool::global(), w, x, n, y)
+}
+
+/// [`matmul_with`] on a given pool (e.g. a per-model thread count).
+///
+/// # Panics
+/// As [`matmul_with`].
+pub fn matmul_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
     assert!(
         isa.is_available(),
         "ISA {} is not available on this CPU",
@@ -475,7 +483,6 @@ pub fn matmul_with(isa: Isa, w: &NativeView, x: &[f32], n: usize, y: &mut [f32])
     }
     let rows = w.rows();
     let cols = w.cols();
-    let pool = Pool::global();
     let (chunk, tasks) = split_rows(w, pool.threads());
     let out = OutPtr(y.as_mut_ptr());
     let mut qa = QuantizedActivations::new();
