@@ -33,7 +33,7 @@ struct Case {
 fn setup() -> Vec<Case> {
     std::env::set_var("RAYON_NUM_THREADS", "1");
     std::env::set_var("TOKENIZERS_PARALLELISM", "false");
-    let dir = std::env::temp_dir().join(format!("gpack-tok-bench-{}", std::process::id()));
+    let dir = std::env::temp_dir().join("gpack-tok-bench");
     std::fs::create_dir_all(&dir).unwrap();
     let mut out = Vec::new();
     for name in ["smollm2", "gemma3"] {
@@ -138,6 +138,12 @@ fn bench(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("gbt1", k.name), |b| {
             b.iter(|| t.encode(std::hint::black_box(&corpus), false).len())
         });
+        g.bench_function(BenchmarkId::new("gbt1_cold_cache", k.name), |b| {
+            b.iter(|| {
+                Tokenizer::clear_thread_cache();
+                t.encode(std::hint::black_box(&corpus), false).len()
+            })
+        });
         g.bench_function(BenchmarkId::new("tokenizers_encode", k.name), |b| {
             b.iter(|| {
                 k.peer
@@ -166,6 +172,15 @@ fn bench(c: &mut Criterion) {
         let t = Tokenizer::from_bytes(&k.gbt1).unwrap();
         g.bench_function(BenchmarkId::new("gbt1", k.name), |b| {
             b.iter(|| {
+                lines
+                    .iter()
+                    .map(|l| t.encode(l, false).len())
+                    .sum::<usize>()
+            })
+        });
+        g.bench_function(BenchmarkId::new("gbt1_cold_cache", k.name), |b| {
+            b.iter(|| {
+                Tokenizer::clear_thread_cache();
                 lines
                     .iter()
                     .map(|l| t.encode(l, false).len())

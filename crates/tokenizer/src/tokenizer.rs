@@ -132,6 +132,16 @@ impl<'a> Tokenizer<'a> {
         self.g.token_id(text.as_bytes())
     }
 
+    /// Drop this thread's word cache (encoding results do not depend on it; for cold-cache
+    /// measurements and to release memory).
+    pub fn clear_thread_cache() {
+        STATE.with(|s| {
+            if let Ok(mut st) = s.try_borrow_mut() {
+                *st = State::default();
+            }
+        });
+    }
+
     /// Encode `text`. With `add_special`, BOS/EOS are added as the tokenizer's flags say.
     /// Special-token text in `text` always maps to its id (HF `encode`, llama.cpp
     /// `parse_special = true`). Never panics; every id is below `vocab_size`.
