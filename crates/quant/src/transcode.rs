@@ -482,15 +482,22 @@ pub fn f16_scales_if_exact(scales: &[f32]) -> Option<Vec<u16>> {
         .collect()
 }
 
-/// Re-serializes `v` with an f16 copy of its scales (header flag
-/// [`crate::layout::FLAG_F16_SCALES`], array after the others), for readers
-/// whose kernels take f16 scales (GIW v14). Fails with
-/// [`Error::Unsupported`] when `v` has no scales or one is not exactly
-/// representable in f16. Returns the bytes written.
+/// Re-serializes `v` with an f16 copy of its scales and mins (header flag
+/// [`crate::layout::FLAG_F16_SCALES`], array after the others). The kernels
+/// then read the f16 copy (fewer bytes per call, same results bit for bit),
+/// and GIW v14 readers can alias it. Fails with [`Error::Unsupported`] when
+/// `v` has no scales or one scale or min is not exactly representable in f16
+/// (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 transcodes always are). Returns the bytes
+/// written.
 pub fn write_with_f16_scales(v: &crate::NativeView, w: &mut impl Write) -> Result<u64, Error> {
     let layout = v.layout();
     let h16 = if layout.has_scales() {
         f16_scales_if_exact(v.scales())
+            .zip(f16_scales_if_exact(v.mins()))
+            .map(|(mut s, m)| {
+                s.extend_from_slice(&m);
+                s
+            })
     } else {
         None
     };

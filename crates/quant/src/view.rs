@@ -190,7 +190,33 @@ impl<'a> NativeView<'a> {
     }
     /// The f16 copy of the scales, as raw bits (empty when absent).
     pub fn f16_scales(&self) -> &'a [u16] {
-        self.f16_scales
+        &self.f16_scales[..self.f16_scales.len().min(self.scales.len())]
+    }
+    /// The f16 copy of the mins, as raw bits (empty when absent or symmetric).
+    pub fn f16_mins(&self) -> &'a [u16] {
+        &self.f16_scales[self.f16_scales.len().min(self.scales.len())..]
+    }
+    /// The f16 scales of row `r` (empty when absent).
+    pub fn row_f16_scales(&self, r: usize) -> &'a [u16] {
+        let h = self.f16_scales();
+        if h.is_empty() {
+            return h;
+        }
+        let g = self.groups_per_row();
+        &h[r * g..(r + 1) * g]
+    }
+    /// The f16 mins of row `r` (empty when absent or symmetric).
+    pub fn row_f16_mins(&self, r: usize) -> &'a [u16] {
+        let h = self.f16_mins();
+        if h.is_empty() {
+            return h;
+        }
+        let g = self.groups_per_row();
+        &h[r * g..(r + 1) * g]
+    }
+    /// Whether the tensor carries the exact f16 copy of its scales (and mins).
+    pub fn has_f16_scales(&self) -> bool {
+        !self.f16_scales.is_empty()
     }
     /// The scales of row `r`.
     pub fn row_scales(&self, r: usize) -> &'a [f32] {

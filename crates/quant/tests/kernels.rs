@@ -352,3 +352,49 @@ fn raw_ggml_without_decoder_panics_clearly() {
     let mut y = [0f32; 1];
     matvec(&v, &[0.0; 256], &mut y);
 }
+
+/// Tensors carrying the exact f16 copy of their scales (and mins) give the
+/// same bits on every path as the f32-scale reference.
+#[test]
+fn f16_scale_copies_give_identical_results() {
+    use gpack_quant::write_with_f16_scales;
+    let mut rng = Rng::new(10);
+    for t in [
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+    ] {
+        for (rows, cols) in [
+            (1usize, 32usize),
+            (7, 96),
+            (17, 576),
+            (69, 160),
+            (300, 4096),
+        ] {
+            let buf = native(&mut rng, t, rows, cols);
+            let v = NativeView::parse(buf.bytes()).unwrap();
+            let mut with = Vec::new();
+            write_with_f16_scales(&v, &mut with).unwrap();
+            let b16 = Aligned::new(&with);
+            let v16 = NativeView::parse(b16.bytes()).unwrap();
+            assert!(v16.has_f16_scales() && !v.has_f16_scales());
+            let x = random_x(&mut rng, cols);
+            let mut want = vec![0f32; rows];
+            matvec_ref(&v, &x, &mut want);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; rows];
+                matvec_with(isa, &v16, &x, &mut got);
+                let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{t} {rows}x{cols} {isa:?}");
+                let n = 3;
+                let xs = random_x(&mut rng, n * cols);
+                let (mut y16, mut y32) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                matmul_with(isa, &v16, &xs, n, &mut y16);
+                matmul_with(isa, &v, &xs, n, &mut y32);
+                assert_eq!(bits(&y16), bits(&y32), "matmul {t} {rows}x{cols} {isa:?}");
+            }
+        }
+    }
+}

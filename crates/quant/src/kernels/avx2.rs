@@ -119,6 +119,42 @@ impl Dot for VnniDot {
     }
 }
 
+/// Per-group value `i` of a row's scales or mins: f32, or (`H`) the exact
+/// f16 copy converted with F16C (the same f32 value).
+///
+/// # Safety
+/// `p` points to the row's f32 (`!H`) or u16 (`H`) array with more than `i`
+/// elements; F16C available when `H`.
+#[inline(always)]
+pub(super) unsafe fn grp1<const H: bool>(p: *const u8, i: usize) -> f32 {
+    // SAFETY: the caller guarantees the bounds and F16C.
+    unsafe {
+        if H {
+            let h = (p as *const u16).add(i).read_unaligned();
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+        } else {
+            (p as *const f32).add(i).read_unaligned()
+        }
+    }
+}
+
+/// The scale (and min) arrays of row `r` as byte pointers: the f16 copy when
+/// `H`, else the f32 arrays.
+#[inline(always)]
+pub(super) fn group_ptrs<const H: bool>(w: &NativeView, r: usize) -> (*const u8, *const u8) {
+    if H {
+        (
+            w.row_f16_scales(r).as_ptr() as *const u8,
+            w.row_f16_mins(r).as_ptr() as *const u8,
+        )
+    } else {
+        (
+            w.row_scales(r).as_ptr() as *const u8,
+            w.row_mins(r).as_ptr() as *const u8,
+        )
+    }
+}
+
 /// Canonical horizontal reduction of `acc0 + acc1`.
 ///
 /// # Safety
@@ -138,11 +174,11 @@ pub(super) unsafe fn reduce8(v: __m256) -> f32 {
 /// # Safety
 /// Rows' codes/scales/mins valid for block `b`; the `D` ISA available.
 #[inline(always)]
-unsafe fn block_step<D: Dot, const KIND: u8, const G16: bool, const R: usize>(
+unsafe fn block_step<D: Dot, const KIND: u8, const G16: bool, const H: bool, const R: usize>(
     acc: &mut [__m256; R],
     c: &[*const u8; R],
-    s: &[*const f32; R],
-    m: &[*const f32; R],
+    s: &[*const u8; R],
+    m: &[*const u8; R],
     a: &ActRef,
     b: usize,
 ) {
@@ -167,20 +203,20 @@ unsafe fn block_step<D: Dot, const KIND: u8, const G16: bool, const R: usize>(
         for i in 0..R {
             let p = D::p::<KIND>(c[i].add(b * bytes_per_block), x, ls);
             let ds = if G16 {
-                let s0 = *s[i].add(2 * b) * dx;
-                let s1 = *s[i].add(2 * b + 1) * dx;
+                let s0 = grp1::<H>(s[i], 2 * b) * dx;
+                let s1 = grp1::<H>(s[i], 2 * b + 1) * dx;
                 _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0))
             } else {
-                _mm256_set1_ps(*s[i].add(b) * dx)
+                _mm256_set1_ps(grp1::<H>(s[i], b) * dx)
             };
             acc[i] = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), acc[i]);
             if asym {
                 let dm = if G16 {
-                    let m0 = *m[i].add(2 * b) * dx;
-                    let m1 = *m[i].add(2 * b + 1) * dx;
+                    let m0 = grp1::<H>(m[i], 2 * b) * dx;
+                    let m1 = grp1::<H>(m[i], 2 * b + 1) * dx;
                     _mm256_set_m128(_mm_set1_ps(m1), _mm_set1_ps(m0))
                 } else {
-                    _mm256_set1_ps(*m[i].add(b) * dx)
+                    _mm256_set1_ps(grp1::<H>(m[i], b) * dx)
                 };
                 acc[i] = _mm256_fmadd_ps(dm, lsf, acc[i]);
             }
@@ -193,27 +229,27 @@ unsafe fn block_step<D: Dot, const KIND: u8, const G16: bool, const R: usize>(
 /// # Safety
 /// Rows `r..r + R` exist in `w`; the `D` ISA available.
 #[inline(always)]
-unsafe fn dot_int_rows<D: Dot, const KIND: u8, const G16: bool, const R: usize>(
+unsafe fn dot_int_rows<D: Dot, const KIND: u8, const G16: bool, const H: bool, const R: usize>(
     w: &NativeView,
     r: usize,
     a: &ActRef,
 ) -> [f32; R] {
     let nb = a.d.len();
     let c: [*const u8; R] = std::array::from_fn(|i| w.row_codes(r + i).as_ptr());
-    let s: [*const f32; R] = std::array::from_fn(|i| w.row_scales(r + i).as_ptr());
-    let m: [*const f32; R] = std::array::from_fn(|i| w.row_mins(r + i).as_ptr());
+    let s: [*const u8; R] = std::array::from_fn(|i| group_ptrs::<H>(w, r + i).0);
+    let m: [*const u8; R] = std::array::from_fn(|i| group_ptrs::<H>(w, r + i).1);
     // SAFETY: b < nb = cols/32 and the rows are whole (NativeView).
     unsafe {
         let mut acc0 = [_mm256_setzero_ps(); R];
         let mut acc1 = [_mm256_setzero_ps(); R];
         let mut b = 0;
         while b + 2 <= nb {
-            block_step::<D, KIND, G16, R>(&mut acc0, &c, &s, &m, a, b);
-            block_step::<D, KIND, G16, R>(&mut acc1, &c, &s, &m, a, b + 1);
+            block_step::<D, KIND, G16, H, R>(&mut acc0, &c, &s, &m, a, b);
+            block_step::<D, KIND, G16, H, R>(&mut acc1, &c, &s, &m, a, b + 1);
             b += 2;
         }
         if b < nb {
-            block_step::<D, KIND, G16, R>(&mut acc0, &c, &s, &m, a, b);
+            block_step::<D, KIND, G16, H, R>(&mut acc0, &c, &s, &m, a, b);
         }
         std::array::from_fn(|i| reduce8(_mm256_add_ps(acc0[i], acc1[i])))
     }
@@ -226,20 +262,29 @@ const ROWS: usize = 4;
 /// As [`dot_int_rows`], for rows `r0..r0 + out.len()`.
 #[inline(always)]
 unsafe fn rows_int<D: Dot>(w: &NativeView, r0: usize, a: &ActRef, out: &mut [f32]) {
-    macro_rules! go {
-        ($k:expr, $g16:expr) => {{
+    macro_rules! go_h {
+        ($k:expr, $g16:expr, $h:expr) => {{
             let n = out.len();
             let mut i = 0;
             while i + ROWS <= n {
                 // SAFETY: r0 + i + ROWS <= rows (caller); ISA per the caller.
-                let v = unsafe { dot_int_rows::<D, { $k }, { $g16 }, ROWS>(w, r0 + i, a) };
+                let v = unsafe { dot_int_rows::<D, { $k }, { $g16 }, { $h }, ROWS>(w, r0 + i, a) };
                 out[i..i + ROWS].copy_from_slice(&v);
                 i += ROWS;
             }
             while i < n {
                 // SAFETY: as above, one row.
-                out[i] = unsafe { dot_int_rows::<D, { $k }, { $g16 }, 1>(w, r0 + i, a) }[0];
+                out[i] = unsafe { dot_int_rows::<D, { $k }, { $g16 }, { $h }, 1>(w, r0 + i, a) }[0];
                 i += 1;
+            }
+        }};
+    }
+    macro_rules! go {
+        ($k:expr, $g16:expr) => {{
+            if w.has_f16_scales() {
+                go_h!($k, $g16, true)
+            } else {
+                go_h!($k, $g16, false)
             }
         }};
     }

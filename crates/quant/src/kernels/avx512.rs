@@ -17,7 +17,9 @@
 //!   n=4 got slower (33 vs 24 µs, register spills); not worth the extra
 //!   canonical order.
 
-use super::avx2::{dot_float_row_avx2, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM};
+use super::avx2::{
+    dot_float_row_avx2, group_ptrs, grp1, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM,
+};
 use super::scalar::dot_float_row;
 use super::{Act, ActRef, QA};
 use crate::layout::Layout;
@@ -116,7 +118,13 @@ unsafe fn p1<const KIND: u8>(codes: *const u8, x: __m256i, ls: __m256i) -> __m25
 /// AVX-512 F/BW/VL + VNNI + FMA; rows `r..r + R` exist in `w`; every
 /// activation vector has `w.cols()` elements.
 #[inline(always)]
-unsafe fn dot_int_tile<const KIND: u8, const G16: bool, const R: usize, const N: usize>(
+unsafe fn dot_int_tile<
+    const KIND: u8,
+    const G16: bool,
+    const H: bool,
+    const R: usize,
+    const N: usize,
+>(
     w: &NativeView,
     r: usize,
     acts: &[ActRef; N],
@@ -126,8 +134,8 @@ unsafe fn dot_int_tile<const KIND: u8, const G16: bool, const R: usize, const N:
     let asym = KIND == I8ASYM || KIND == I4ASYM;
     let bpb = if is4 { 16 } else { 32 };
     let c: [*const u8; R] = std::array::from_fn(|i| w.row_codes(r + i).as_ptr());
-    let s: [*const f32; R] = std::array::from_fn(|i| w.row_scales(r + i).as_ptr());
-    let m: [*const f32; R] = std::array::from_fn(|i| w.row_mins(r + i).as_ptr());
+    let s: [*const u8; R] = std::array::from_fn(|i| group_ptrs::<H>(w, r + i).0);
+    let m: [*const u8; R] = std::array::from_fn(|i| group_ptrs::<H>(w, r + i).1);
     // SAFETY: every block index b < nb = cols/32; codes, scales, mins and the
     // activations are sized for whole rows (NativeView / QuantizedActivations);
     // `m[i]` is only dereferenced for asymmetric layouts, which have mins.
@@ -139,11 +147,19 @@ unsafe fn dot_int_tile<const KIND: u8, const G16: bool, const R: usize, const N:
             _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
         };
         // Per-group values of two blocks as a 128-bit vector: 2 (G32) or 4 (G16).
-        let grp = |p: *const f32, b: usize| -> __m128 {
-            if G16 {
-                _mm_loadu_ps(p.add(2 * b))
-            } else {
-                _mm_castpd_ps(_mm_load_sd(p.add(b) as *const f64))
+        // (`H`: from the exact f16 copy, converted with F16C: the same values.)
+        let grp = |p: *const u8, b: usize| -> __m128 {
+            match (G16, H) {
+                (true, false) => _mm_loadu_ps((p as *const f32).add(2 * b)),
+                (false, false) => {
+                    _mm_castpd_ps(_mm_load_sd((p as *const f32).add(b) as *const f64))
+                }
+                (true, true) => _mm_cvtph_ps(_mm_loadl_epi64(
+                    (p as *const u16).add(2 * b) as *const __m128i
+                )),
+                (false, true) => _mm_cvtph_ps(_mm_cvtsi32_si128(
+                    (p as *const u16).add(b).cast::<i32>().read_unaligned(),
+                )),
             }
         };
         let mut acc = [[_mm512_setzero_ps(); N]; R];
@@ -201,21 +217,21 @@ unsafe fn dot_int_tile<const KIND: u8, const G16: bool, const R: usize, const N:
                     let (si, mi) = (s[i], m[i]);
                     let ds = if G16 {
                         _mm256_set_m128(
-                            _mm_set1_ps(*si.add(2 * b + 1) * d),
-                            _mm_set1_ps(*si.add(2 * b) * d),
+                            _mm_set1_ps(grp1::<H>(si, 2 * b + 1) * d),
+                            _mm_set1_ps(grp1::<H>(si, 2 * b) * d),
                         )
                     } else {
-                        _mm256_set1_ps(*si.add(b) * d)
+                        _mm256_set1_ps(grp1::<H>(si, b) * d)
                     };
                     lo = _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), lo);
                     if asym {
                         let dm = if G16 {
                             _mm256_set_m128(
-                                _mm_set1_ps(*mi.add(2 * b + 1) * d),
-                                _mm_set1_ps(*mi.add(2 * b) * d),
+                                _mm_set1_ps(grp1::<H>(mi, 2 * b + 1) * d),
+                                _mm_set1_ps(grp1::<H>(mi, 2 * b) * d),
                             )
                         } else {
-                            _mm256_set1_ps(*mi.add(b) * d)
+                            _mm256_set1_ps(grp1::<H>(mi, b) * d)
                         };
                         lo = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ls), lo);
                     }
@@ -247,8 +263,8 @@ pub(super) unsafe fn rows_dot_multi(
     acts: &[ActRef],
     out: &mut [f32],
 ) {
-    macro_rules! go {
-        ($k:expr, $g16:expr) => {{
+    macro_rules! go_h {
+        ($k:expr, $g16:expr, $h:expr) => {{
             let n = acts.len();
             let mut v = 0;
             while v < n {
@@ -258,7 +274,7 @@ pub(super) unsafe fn rows_dot_multi(
                     if two {
                         // SAFETY: features per this fn's contract; rows in range.
                         let t = unsafe {
-                            dot_int_tile::<{ $k }, { $g16 }, ROWS, 2>(
+                            dot_int_tile::<{ $k }, { $g16 }, { $h }, ROWS, 2>(
                                 w,
                                 r0 + i,
                                 &[acts[v], acts[v + 1]],
@@ -271,7 +287,7 @@ pub(super) unsafe fn rows_dot_multi(
                     } else {
                         // SAFETY: as above.
                         let t = unsafe {
-                            dot_int_tile::<{ $k }, { $g16 }, ROWS, 1>(w, r0 + i, &[acts[v]])
+                            dot_int_tile::<{ $k }, { $g16 }, { $h }, ROWS, 1>(w, r0 + i, &[acts[v]])
                         };
                         for k in 0..ROWS {
                             out[v * m + i + k] = t[k][0];
@@ -283,12 +299,21 @@ pub(super) unsafe fn rows_dot_multi(
                     for vv in v..(if two { v + 2 } else { v + 1 }) {
                         // SAFETY: as above, one row.
                         out[vv * m + i] = unsafe {
-                            dot_int_tile::<{ $k }, { $g16 }, 1, 1>(w, r0 + i, &[acts[vv]])
+                            dot_int_tile::<{ $k }, { $g16 }, { $h }, 1, 1>(w, r0 + i, &[acts[vv]])
                         }[0][0];
                     }
                     i += 1;
                 }
                 v += if two { 2 } else { 1 };
+            }
+        }};
+    }
+    macro_rules! go {
+        ($k:expr, $g16:expr) => {{
+            if w.has_f16_scales() {
+                go_h!($k, $g16, true)
+            } else {
+                go_h!($k, $g16, false)
             }
         }};
     }
