@@ -65,9 +65,53 @@ pub fn transcode(
     cols: u64,
     w: &mut impl Write,
 ) -> Result<u64, Error> {
+    transcode_impl(src_type, src, rows, cols, false, w)
+}
+
+/// Whether every scale and min [`transcode`] produces from `t` is exactly
+/// representable in f16 (they are the blocks' own f16 fields): Q4_0, Q4_1,
+/// Q5_0, Q5_1, Q8_0.
+pub fn f16_scales_exact_for(t: GgmlType) -> bool {
+    matches!(
+        t,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
+    )
+}
+
+/// [`transcode`] plus the exact f16 copy of the scales and mins (header flag
+/// bit 0), which the kernels then read instead of the f32 arrays (Q4_1: 20
+/// bytes per 32 weights streamed, as in the GGUF, instead of 24). Only for
+/// the types of [`f16_scales_exact_for`]; others fail with
+/// [`Error::Unsupported`]. The length is
+/// `NativeTensorHeader::new(layout, rows, cols, true)?.1`.
+pub fn transcode_with_f16_scales(
+    src_type: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
+    if !f16_scales_exact_for(src_type) {
+        return Err(Error::Unsupported {
+            what: "f16 scales (not exact for this type)",
+            name: src_type.name(),
+        });
+    }
+    transcode_impl(src_type, src, rows, cols, true, w)
+}
+
+fn transcode_impl(
+    src_type: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    with_f16: bool,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
     let layout = native_layout_for(src_type);
     let row_bytes = to_usize(check_src(src_type, src, rows, cols)?, "row bytes")?;
-    let (h, total) = NativeTensorHeader::new(layout, rows, cols, false)?;
+    let with_f16 = with_f16 && layout.has_scales();
+    let (h, total) = NativeTensorHeader::new(layout, rows, cols, with_f16)?;
     w.write_all(&h.to_bytes())?;
     let mut written = 64u64;
     if !layout.has_scales() {
@@ -116,6 +160,27 @@ pub fn transcode(
             let a = if want_mins { &mins } else { &scales };
             w.write_all(f32s_as_bytes(a))?;
             written += (a.len() * 4) as u64;
+        }
+    }
+    // Optional f16 copies: scales, then mins (exact for these types).
+    if with_f16 {
+        pad_to(w, &mut written, h.f16_scales_off)?;
+        let mut h16 = Vec::with_capacity(scales.len());
+        for want_mins in [false, true] {
+            if want_mins && !layout.has_mins() {
+                continue;
+            }
+            for row in src.chunks_exact(row_bytes) {
+                decode_row(row, &mut codes, &mut scales, &mut mins);
+                let a = if want_mins { &mins } else { &scales };
+                h16.clear();
+                h16.extend(a.iter().map(|&v| f16::from_f32(v).to_bits()));
+                debug_assert!(a
+                    .iter()
+                    .all(|&v| f16::from_f32(v).to_f32().to_bits() == v.to_bits()));
+                w.write_all(bytemuck::cast_slice(&h16))?;
+                written += (h16.len() * 2) as u64;
+            }
         }
     }
     debug_assert_eq!(written, total);

@@ -240,3 +240,28 @@ fn arbitrary_blocks_transcode_consistently() {
         }
     }
 }
+
+/// transcode_with_f16_scales = transcode + write_with_f16_scales, byte for byte.
+#[test]
+fn transcode_with_f16_scales_matches_the_rewrite() {
+    use gpack_quant::{f16_scales_exact_for, transcode_with_f16_scales, write_with_f16_scales};
+    for name in TYPES {
+        let r = read_ref(name);
+        let mut direct = Vec::new();
+        let res = transcode_with_f16_scales(r.t, &r.blocks, r.rows, r.cols, &mut direct);
+        if !f16_scales_exact_for(r.t) {
+            assert!(res.is_err(), "{name}");
+            continue;
+        }
+        assert_eq!(res.unwrap(), direct.len() as u64);
+        let plain = transcode_to_vec(r.t, &r.blocks, r.rows, r.cols);
+        let v = NativeView::parse(plain.bytes()).unwrap();
+        let mut rewritten = Vec::new();
+        write_with_f16_scales(&v, &mut rewritten).unwrap();
+        assert_eq!(direct, rewritten, "{name}");
+        let a = Aligned::new(&direct);
+        let v16 = NativeView::parse(a.bytes()).unwrap();
+        assert!(v16.has_f16_scales());
+        assert_bits_eq(name, &dequant_all(&v16), &r.deq);
+    }
+}
