@@ -66,6 +66,8 @@ struct State {
     cache_ids: Vec<u32>,
     ids: Vec<u32>,
     esc: String,
+    /// SentencePiece: character → id (or NONE), saves a token-hash probe per character.
+    chars: FxMap<char, u32>,
 }
 
 const CACHE_MAX_WORDS: usize = 1 << 18;
@@ -79,6 +81,7 @@ impl State {
             self.owner = key;
             self.cache.clear();
             self.cache_ids.clear();
+            self.chars.clear();
         }
     }
 }
@@ -335,7 +338,12 @@ impl<'a> Tokenizer<'a> {
         let mut buf = [0u8; 4];
         for c in piece.chars() {
             let s = c.encode_utf8(&mut buf);
-            if let Some(id) = self.g.token_id(s.as_bytes()) {
+            let g = &self.g;
+            let id = *st
+                .chars
+                .entry(c)
+                .or_insert_with(|| g.token_id(s.as_bytes()).unwrap_or(NONE));
+            if id != NONE {
                 ids.push(id);
                 last_unk = false;
                 continue;
