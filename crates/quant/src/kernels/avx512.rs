@@ -10,6 +10,9 @@
 //!   `vshufi64x2` per 64 codes over a "pair of groups" order; kept, since the
 //!   kernel is memory-bound beyond L2 and the ggml order makes Q4_0/Q4_1
 //!   transcoding a copy.
+//! * matmul tile 4 rows × VECS vectors: matmul(n=4) / 4 × matvec time, same
+//!   run (load ≈ 10): VECS=2 → 0.77 (Q4_1 576²), 0.72 (Q8_0 576²), 0.76
+//!   (Q4_1 1536×576), 0.64 (Q8_0 4096²); VECS=4 → 0.64, 0.65, 0.61, 0.55. Kept 4.
 //! * Rejected (2026-11-29): I4 with 4 blocks per step, low/high nibbles dotted
 //!   in place against a per-call regrouped activation copy (4 canonical
 //!   streams, masked tail): ~30 % fewer vector ops per block, but no
@@ -247,6 +250,9 @@ unsafe fn dot_int_tile<
 /// the 4-cycle FMA latency and share the activation loads.
 const ROWS: usize = 4;
 
+/// Activation vectors per matmul tile.
+const VECS: usize = 4;
+
 /// Integer `rows × vectors` products for rows `r0..r0 + m`: `out[v * m + i]`
 /// = dot(row r0 + i, acts[v]). Tiles of 4 rows × 2 vectors (the weights are
 /// loaded and unpacked once per pair of vectors), 4 × 1 for an odd last
@@ -268,21 +274,20 @@ pub(super) unsafe fn rows_dot_multi(
             let n = acts.len();
             let mut v = 0;
             while v < n {
-                let two = v + 2 <= n;
+                let full = v + VECS <= n;
+                let nv = if full { VECS } else { 1 };
                 let mut i = 0;
                 while i + ROWS <= m {
-                    if two {
+                    if full {
+                        let tile: [ActRef; VECS] = std::array::from_fn(|k| acts[v + k]);
                         // SAFETY: features per this fn's contract; rows in range.
                         let t = unsafe {
-                            dot_int_tile::<{ $k }, { $g16 }, { $h }, ROWS, 2>(
-                                w,
-                                r0 + i,
-                                &[acts[v], acts[v + 1]],
-                            )
+                            dot_int_tile::<{ $k }, { $g16 }, { $h }, ROWS, VECS>(w, r0 + i, &tile)
                         };
                         for k in 0..ROWS {
-                            out[v * m + i + k] = t[k][0];
-                            out[(v + 1) * m + i + k] = t[k][1];
+                            for j in 0..VECS {
+                                out[(v + j) * m + i + k] = t[k][j];
+                            }
                         }
                     } else {
                         // SAFETY: as above.
@@ -296,7 +301,7 @@ pub(super) unsafe fn rows_dot_multi(
                     i += ROWS;
                 }
                 while i < m {
-                    for vv in v..(if two { v + 2 } else { v + 1 }) {
+                    for vv in v..v + nv {
                         // SAFETY: as above, one row.
                         out[vv * m + i] = unsafe {
                             dot_int_tile::<{ $k }, { $g16 }, { $h }, 1, 1>(w, r0 + i, &[acts[vv]])
@@ -304,7 +309,7 @@ pub(super) unsafe fn rows_dot_multi(
                     }
                     i += 1;
                 }
-                v += if two { 2 } else { 1 };
+                v += nv;
             }
         }};
     }
