@@ -358,3 +358,65 @@ impl Content {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_and_wrong_types_are_400_in_openai_shape() {
+        for body in [
+            &b"{"[..],
+            b"[]",
+            b"{\"messages\": \"hi\"}",
+            b"{\"messages\": [], \"max_tokens\": \"x\"}",
+        ] {
+            let e = parse::<ChatRequest>(body).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            let b = e.body();
+            assert_eq!(b["error"]["type"], "invalid_request_error");
+            assert!(b["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()));
+        }
+    }
+
+    #[test]
+    fn params_ranges_and_defaults() {
+        let c = |v: Value| serde_json::from_value::<Common>(v).unwrap().params();
+        assert_eq!(c(json!({"n": 2})).unwrap_err().param, Some("n"));
+        assert_eq!(
+            c(json!({"temperature": 2.5})).unwrap_err().param,
+            Some("temperature")
+        );
+        assert_eq!(c(json!({"top_p": 0})).unwrap_err().param, Some("top_p"));
+        assert_eq!(
+            c(json!({"max_tokens": 0})).unwrap_err().param,
+            Some("max_tokens")
+        );
+        assert_eq!(
+            c(json!({"stop": ["a", "b", "c", "d", "e"]}))
+                .unwrap_err()
+                .param,
+            Some("stop")
+        );
+        let p = c(json!({"max_tokens": 1_000_000_000_000i64, "seed": 7, "stop": "x"})).unwrap();
+        assert_eq!(p.max_tokens, Some(1_000_000_000_000));
+        assert_eq!((p.seed, p.stop.as_slice()), (7, &["x".to_string()][..]));
+        assert!(!p.stream && !p.include_usage);
+        let p = c(json!({"stream": true, "stream_options": {"include_usage": true}})).unwrap();
+        assert!(p.stream && p.include_usage);
+    }
+
+    #[test]
+    fn content_parts_join_text_and_refuse_images() {
+        let m: Message = serde_json::from_value(json!({"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}))
+        .unwrap();
+        assert_eq!(m.content.unwrap().text().unwrap(), "ab");
+        let m: Message = serde_json::from_value(json!({"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "x"}}]}))
+        .unwrap();
+        assert!(m.content.unwrap().text().is_err());
+    }
+}

@@ -482,3 +482,16 @@ impl Engine {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::partial_stop;
+
+    #[test]
+    fn partial_stop_holds_a_stop_prefix() {
+        let stops = vec!["<|im_end|>".to_string(), "\n\n".to_string()];
+        assert_eq!(partial_stop("hello <|im", &stops), 4);
+        assert_eq!(partial_stop("hello\n", &stops), 1);
+        assert_eq!(partial_stop("hello", &stops), 0);
+    }
+}

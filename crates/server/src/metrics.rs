@@ -177,3 +177,26 @@ impl Metrics {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        m.chat_requests.fetch_add(3, Relaxed);
+        m.ttft.observe(0.03);
+        m.ttft.observe(7.0);
+        let s = m.render();
+        assert!(
+            s.contains("gpack_requests_total{endpoint=\"chat\"} 3\n"),
+            "{s}"
+        );
+        assert!(s.contains("# TYPE gpack_time_to_first_token_seconds histogram\n"));
+        assert!(s.contains("gpack_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"));
+        assert!(s.contains("gpack_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(s.contains("gpack_time_to_first_token_seconds_count 2\n"));
+        assert!(s.contains("# TYPE gpack_queue_depth gauge\n"));
+    }
+}
