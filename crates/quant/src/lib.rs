@@ -65,8 +65,8 @@ pub use kernels::{
 pub use layout::{encoded_len, native_layout_for, Layout, NativeTensorHeader};
 pub use pool::Pool;
 pub use transcode::{
-    f16_scales_exact_for, f16_scales_if_exact, quantize, transcode, transcode_with_f16_scales,
-    write_with_f16_scales,
+    f16_scales_exact_for, f16_scales_if_exact, quantize, quantize_with_f16_scales, transcode,
+    transcode_with_f16_scales, write_with_f16_scales,
 };
 pub use view::NativeView;
 

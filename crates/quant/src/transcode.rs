@@ -214,15 +214,45 @@ pub(crate) fn row_to_f32(t: GgmlType, src: &[u8], out: &mut [f32]) {
 ///
 /// Each group gets the candidate (scale, min, codes) with the smallest squared
 /// error among: ggml's own choice for Q8_0 / Q4_0 / Q4_1 (with its f16-rounded
-/// scale), the same with an f32 scale, a scan of scales around it, and a
-/// least-squares refit of each; so the error is never above what ggml's
-/// quantizer reaches on the same group.
+/// scale), a scan of scales around it, and a least-squares refit of each;
+/// so the error is never above what ggml's quantizer reaches on the same
+/// group. Scales and mins are rounded to f16 before they are compared, so
+/// they are exactly representable in f16 (DESIGN.md: an f16 copy may be
+/// stored; see [`quantize_with_f16_scales`]).
 pub fn quantize(
     src_type: GgmlType,
     src: &[u8],
     rows: u64,
     cols: u64,
     target: Layout,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
+    quantize_impl(src_type, src, rows, cols, target, false, w)
+}
+
+/// [`quantize`] plus the exact f16 copy of the scales and mins (header flag
+/// bit 0), which the kernels then read. The quantizer only picks f16-exact
+/// scales and mins, so this fails (with [`Error::Unsupported`], after the
+/// codes were written) only for values beyond f16's range (|scale| > 65504).
+/// The length is `NativeTensorHeader::new(target, rows, cols, true)?.1`.
+pub fn quantize_with_f16_scales(
+    src_type: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    target: Layout,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
+    quantize_impl(src_type, src, rows, cols, target, true, w)
+}
+
+fn quantize_impl(
+    src_type: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    target: Layout,
+    with_f16: bool,
     w: &mut impl Write,
 ) -> Result<u64, Error> {
     if !matches!(src_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
@@ -241,7 +271,7 @@ pub fn quantize(
         });
     }
     let row_bytes = to_usize(check_src(src_type, src, rows, cols)?, "row bytes")?;
-    let (h, total) = NativeTensorHeader::new(target, rows, cols, false)?;
+    let (h, total) = NativeTensorHeader::new(target, rows, cols, with_f16)?;
     w.write_all(&h.to_bytes())?;
     let mut written = 64u64;
     let cols_us = to_usize(cols, "cols")?;
@@ -316,6 +346,20 @@ pub fn quantize(
         w.write_all(f32s_as_bytes(&mins))?;
         written += mins.len() as u64 * 4;
     }
+    if with_f16 {
+        let (Some(s16), Some(m16)) = (f16_scales_if_exact(&scales), f16_scales_if_exact(&mins))
+        else {
+            return Err(Error::Unsupported {
+                what: "f16 scales (a scale exceeds the f16 range)",
+                name: target.name(),
+            });
+        };
+        pad_to(w, &mut written, h.f16_scales_off)?;
+        for a in [s16, m16] {
+            w.write_all(bytemuck::cast_slice(&a))?;
+            written += a.len() as u64 * 2;
+        }
+    }
     debug_assert_eq!(written, total);
     Ok(total)
 }
@@ -348,6 +392,8 @@ struct Best {
     s: f32,
     m: f32,
     err: f64,
+    /// `s` and `m` are exactly representable in f16.
+    exact: bool,
 }
 
 impl Best {
@@ -357,15 +403,37 @@ impl Best {
             s: 0.0,
             m: 0.0,
             err: f64::INFINITY,
+            exact: false,
         }
     }
+    /// Considers codes `q` with scale `s` and min `m`, both rounded to f16
+    /// (so that the tensor can carry an exact f16 copy, DESIGN.md); only when
+    /// that overflows f16 (|s| > 65504) the f32 values, ranked after every
+    /// f16-exact candidate.
     fn offer(&mut self, layout: Layout, x: &[f32; 32], q: [u8; 32], s: f32, m: f32) {
+        let (s16, m16) = (f16_round(s), f16_round(m));
+        let (s, m, exact) = if s16.is_finite() && m16.is_finite() {
+            (s16, m16, true)
+        } else {
+            (s, m, false)
+        };
         if !s.is_finite() || !m.is_finite() {
             return;
         }
         let e = sse(layout, x, &q, s, m);
-        if e < self.err {
-            *self = Best { q, s, m, err: e };
+        let better = match (exact, self.exact) {
+            (true, false) => true,
+            (false, true) => false,
+            _ => e < self.err,
+        };
+        if better {
+            *self = Best {
+                q,
+                s,
+                m,
+                err: e,
+                exact,
+            };
         }
     }
 }

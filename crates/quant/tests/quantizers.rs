@@ -97,7 +97,9 @@ fn quantize_from_f16_and_bf16_and_edge_groups() {
                 "{t} {target}: zero group"
             );
             assert!(
-                row[32..64].iter().all(|&v| (v + 2.5).abs() < 1e-6),
+                row[32..64]
+                    .iter()
+                    .all(|&v| (v + 2.5).abs() <= 2.5 * 2f32.powi(-11)), // f16-exact scales
                 "{t} {target}: constant group {:?}",
                 &row[32..40]
             );
@@ -171,5 +173,52 @@ fn quantize_survives_non_finite_input() {
             "{target}: {:?}",
             v.scales()
         );
+    }
+}
+
+/// Quantized scales and mins are f16-exact, so the f16 copy can be written
+/// and the kernels give the same bits with it.
+#[test]
+fn quantized_scales_are_f16_exact() {
+    use gpack_quant::{
+        f16_scales_if_exact, matvec_ref, matvec_with, quantize_with_f16_scales, Isa,
+    };
+    let mut rng = Rng::new(11);
+    let (rows, cols) = (37usize, 576usize);
+    let x: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.02).collect();
+    let src: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let act: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+    for target in [
+        Layout::I8Sym { group: 32 },
+        Layout::I4Sym { group: 32 },
+        Layout::I4Asym { group: 32 },
+    ] {
+        let plain = quantize_f32(&x, rows as u64, cols as u64, target);
+        let v = NativeView::parse(plain.bytes()).unwrap();
+        assert!(
+            f16_scales_if_exact(v.scales()).is_some() && f16_scales_if_exact(v.mins()).is_some()
+        );
+        let mut out = Vec::new();
+        let n = quantize_with_f16_scales(
+            GgmlType::F32,
+            &src,
+            rows as u64,
+            cols as u64,
+            target,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(n, out.len() as u64);
+        let a = Aligned::new(&out);
+        let v16 = NativeView::parse(a.bytes()).unwrap();
+        assert!(v16.has_f16_scales());
+        assert_eq!(v16.codes(), v.codes());
+        let mut want = vec![0f32; rows];
+        matvec_ref(&v, &act, &mut want);
+        for isa in Isa::available() {
+            let mut got = vec![0f32; rows];
+            matvec_with(isa, &v16, &act, &mut got);
+            assert_eq!(got, want, "{target} {isa:?}");
+        }
     }
 }
