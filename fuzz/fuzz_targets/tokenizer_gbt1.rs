@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 fn valid() -> &'static [u8] {
     static V: OnceLock<Vec<u8>> = OnceLock::new();
     V.get_or_init(|| {
-        let tok = |b: &[u8], ty: TokenType, split: bool| SpecToken { bytes: b.to_vec(), ty, split, special: split, score: 0.0 };
+        let tok = |b: &[u8], ty: TokenType, split: bool| SpecToken { split, special: split, ..SpecToken::normal(b, ty, 0.0) };
         let mut tokens: Vec<SpecToken> = (0..=255u8).map(|b| tok(&[b], TokenType::Normal, false)).collect();
         tokens.push(tok(b"he", TokenType::Normal, false)); // 256
         tokens.push(tok(b"hel", TokenType::Normal, false)); // 257

@@ -52,6 +52,10 @@ pub const KNOWN_FLAGS: u32 = (1 << 8) - 1;
 pub const TYPE_SPLIT: u8 = 0x80;
 /// Token-type byte: special (dropped by `decode_skip_special`).
 pub const TYPE_SPECIAL: u8 = 0x40;
+/// Token-type byte: a split token that absorbs the whitespace before it.
+pub const TYPE_LSTRIP: u8 = 0x08;
+/// Token-type byte: a split token that absorbs the whitespace after it.
+pub const TYPE_RSTRIP: u8 = 0x10;
 
 /// FNV-style mixing constants of the GBT1 hash (normative, see FORMAT-GBT1.md).
 const H_SEED: u64 = 0x243F_6A88_85A3_08D3;
@@ -638,6 +642,77 @@ impl<'a> Gbt1<'a> {
         self.counts.split_lengths as usize
     }
 
+    /// Rebuild the [`TokenizerSpec`](crate::TokenizerSpec) this file was written from
+    /// (for export and inspection). Fails on a corrupt entry. `to_spec().to_gbt1()` gives
+    /// back the same bytes.
+    pub fn to_spec(&self) -> Result<crate::spec::TokenizerSpec> {
+        use crate::spec::{MergeMode, SpecToken, TokenizerSpec};
+        let v = self.counts.vocab;
+        let mut tokens = Vec::with_capacity(v as usize);
+        for id in 0..v {
+            let bytes = self.token_bytes(id).ok_or(Error::BadEntry {
+                what: "token",
+                index: id as u64,
+            })?;
+            let tb = self.type_byte(id);
+            let ty = self.token_type(id).ok_or(Error::BadEntry {
+                what: "token type",
+                index: id as u64,
+            })?;
+            tokens.push(SpecToken {
+                bytes: bytes.to_vec(),
+                ty,
+                split: tb & TYPE_SPLIT != 0,
+                special: tb & TYPE_SPECIAL != 0,
+                score: self.score(id),
+                lstrip: tb & TYPE_LSTRIP != 0,
+                rstrip: tb & TYPE_RSTRIP != 0,
+            });
+        }
+        let mut merges = Vec::with_capacity(self.counts.merges as usize);
+        let mut ranks = Vec::with_capacity(self.counts.merges as usize);
+        let mut all_index = true;
+        for r in 0..self.counts.merges {
+            merges.push(self.merge(r).ok_or(Error::BadEntry {
+                what: "merge",
+                index: r as u64,
+            })?);
+            let p = self.merge_priority(r).ok_or(Error::BadEntry {
+                what: "merge priority",
+                index: r as u64,
+            })?;
+            all_index &= p == r;
+            ranks.push(p);
+        }
+        let f = self.flags;
+        Ok(TokenizerSpec {
+            model: self.model,
+            pre: self.pre,
+            tokens,
+            merges,
+            merge_ranks: if all_index && f & FLAG_CHAR_PSEUDO_IDS == 0 {
+                None
+            } else {
+                Some(ranks)
+            },
+            merge_mode: if f & FLAG_HF_QUEUE != 0 {
+                MergeMode::HfQueue
+            } else {
+                MergeMode::BestFirst
+            },
+            bos: self.bos(),
+            eos: self.eos(),
+            pad: self.pad(),
+            unk: self.unk(),
+            add_bos: f & FLAG_ADD_BOS != 0,
+            add_eos: f & FLAG_ADD_EOS != 0,
+            add_space_prefix: f & FLAG_ADD_SPACE_PREFIX != 0,
+            byte_fallback: f & FLAG_BYTE_FALLBACK != 0,
+            ignore_merges: f & FLAG_IGNORE_MERGES != 0,
+            chat_template: self.chat_template().map(str::to_string),
+        })
+    }
+
     /// Check every entry (O(size)): offsets monotonic, types known, merges in range and equal
     /// to the concatenation, hash tables find every token and merge. For `verify` and fuzzing.
     pub fn validate_deep(&self) -> Result<()> {
@@ -654,7 +729,7 @@ impl<'a> Gbt1<'a> {
             prev = o;
         }
         for id in 0..v {
-            if self.token_type(id).is_none() {
+            if self.token_type(id).is_none() || self.type_byte(id) & 0x20 != 0 {
                 return Err(Error::BadEntry {
                     what: "token type",
                     index: id as u64,

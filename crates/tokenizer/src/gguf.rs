@@ -148,6 +148,8 @@ impl TokenizerSpec {
                 split,
                 special: matches!(ty, TokenType::Control | TokenType::Unknown),
                 score: scores.as_ref().map_or(0.0, |s| s[i]),
+                lstrip: false,
+                rstrip: false,
             });
         }
         let (merges, merge_ranks) = match kind {

@@ -166,16 +166,7 @@ impl TokenizerSpec {
                 limit: crate::gbt1::MAX_VOCAB as u64,
             });
         }
-        let mut tokens = vec![
-            SpecToken {
-                bytes: Vec::new(),
-                ty: TokenType::Unused,
-                split: false,
-                special: false,
-                score: 0.0
-            };
-            n as usize
-        ];
+        let mut tokens = vec![SpecToken::normal(Vec::new(), TokenType::Unused, 0.0); n as usize];
         let unk_name = model["unk_token"].as_str();
         for (text, v) in vocab {
             let id = v.as_u64().unwrap_or(0) as usize;
@@ -203,7 +194,12 @@ impl TokenizerSpec {
                 index: id as u64,
             })?;
             let special = a["special"].as_bool().unwrap_or(false);
+            if a["single_word"].as_bool() == Some(true) {
+                return Err(unsupported("added token single_word", a));
+            }
             let t = &mut tokens[id];
+            t.lstrip = a["lstrip"].as_bool().unwrap_or(false);
+            t.rstrip = a["rstrip"].as_bool().unwrap_or(false);
             t.bytes = content.as_bytes().to_vec();
             t.split = true;
             t.special = special;

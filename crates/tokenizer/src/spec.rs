@@ -137,6 +137,25 @@ pub struct SpecToken {
     pub special: bool,
     /// SentencePiece score (0 where the source has none).
     pub score: f32,
+    /// Split token that absorbs the whitespace before it (HF `lstrip`).
+    pub lstrip: bool,
+    /// Split token that absorbs the whitespace after it (HF `rstrip`).
+    pub rstrip: bool,
+}
+
+impl SpecToken {
+    /// An ordinary token.
+    pub fn normal(bytes: impl Into<Vec<u8>>, ty: TokenType, score: f32) -> Self {
+        SpecToken {
+            bytes: bytes.into(),
+            ty,
+            split: false,
+            special: false,
+            score,
+            lstrip: false,
+            rstrip: false,
+        }
+    }
 }
 
 /// Plain-data tokenizer description, the input of the GBT1 writer.

@@ -183,12 +183,33 @@ impl<'a> Tokenizer<'a> {
                 let (lo, hi) = self.g.split_range(b[i]);
                 if lo < hi && text.is_char_boundary(i) {
                     if let Some((id, len)) = self.match_split(text, i, lo, hi) {
-                        if start < i {
-                            self.encode_fragment(&text[start..i], prev_special, st, out);
+                        let ty = self.g.type_byte(id);
+                        let mut before = i;
+                        let mut end = i + len;
+                        if ty & TYPE_LSTRIP != 0 {
+                            // HF lstrip: the whitespace before the token belongs to it.
+                            while before > start {
+                                let c = text[..before].chars().next_back().unwrap_or('x');
+                                if !c.is_whitespace() {
+                                    break;
+                                }
+                                before -= c.len_utf8();
+                            }
+                        }
+                        if ty & TYPE_RSTRIP != 0 {
+                            while let Some(c) = text[end..].chars().next() {
+                                if !c.is_whitespace() {
+                                    break;
+                                }
+                                end += c.len_utf8();
+                            }
+                        }
+                        if start < before {
+                            self.encode_fragment(&text[start..before], prev_special, st, out);
                         }
                         out.push(id);
                         prev_special = true;
-                        i += len;
+                        i = end;
                         start = i;
                         continue;
                     }
@@ -454,6 +475,30 @@ impl<'a> Tokenizer<'a> {
     /// A streaming decoder for this tokenizer.
     pub fn stream_decoder(&self) -> crate::stream::StreamDecoder<'a> {
         crate::stream::StreamDecoder::new(*self)
+    }
+
+    /// Ids that end a generation: EOS plus the end-of-turn tokens of common chat formats
+    /// present in the vocabulary as split tokens (`<|im_end|>`, `<end_of_turn>`,
+    /// `<|eot_id|>`, `<|eom_id|>`, `<|end|>`, `<|endoftext|>`), as llama.cpp's EOG set.
+    pub fn stop_ids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.eos().into_iter().collect();
+        for t in [
+            "<|im_end|>",
+            "<end_of_turn>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|end|>",
+            "<|endoftext|>",
+            "<eos>",
+            "</s>",
+        ] {
+            if let Some(id) = self.g.token_id(t.as_bytes()) {
+                if self.g.type_byte(id) & TYPE_SPLIT != 0 && !v.contains(&id) {
+                    v.push(id);
+                }
+            }
+        }
+        v
     }
 
     /// Is `id` special (control-like)?

@@ -154,6 +154,12 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         if t.special {
             ty |= TYPE_SPECIAL;
         }
+        if t.split && t.lstrip {
+            ty |= TYPE_LSTRIP;
+        }
+        if t.split && t.rstrip {
+            ty |= TYPE_RSTRIP;
+        }
         out[l.types + i] = ty;
         put_u32(&mut out, l.scores + 4 * i, t.score.to_bits());
         let a = l.blob + off as usize;

@@ -152,3 +152,38 @@ fn load_is_fast_for_gemma() {
         "parse took {per:?}"
     );
 }
+
+#[test]
+fn write_read_write_is_identity() {
+    for name in NAMES {
+        let b = hf_gbt1(name);
+        let again = Gbt1::parse(b)
+            .unwrap()
+            .to_spec()
+            .unwrap()
+            .to_gbt1()
+            .unwrap();
+        assert!(again == b, "{name}");
+    }
+    let b = gemma_spm_gbt1();
+    assert!(
+        Gbt1::parse(b)
+            .unwrap()
+            .to_spec()
+            .unwrap()
+            .to_gbt1()
+            .unwrap()
+            == b
+    );
+}
+
+#[test]
+fn stop_ids() {
+    let t = Tokenizer::from_bytes(hf_gbt1("smollm2")).unwrap();
+    let im_end = t.token_to_id("<|im_end|>").unwrap();
+    assert!(t.stop_ids().contains(&im_end));
+    let t = Tokenizer::from_bytes(hf_gbt1("spm2048")).unwrap();
+    let eot = t.token_to_id("<end_of_turn>").unwrap();
+    assert!(t.stop_ids().contains(&eot));
+    assert_eq!(t.stop_ids()[0], t.eos().unwrap());
+}

@@ -59,3 +59,33 @@ fn llama3_and_qwen2_pipelines_match_tokenizers_crate() {
         }
     }
 }
+
+#[test]
+fn lstrip_rstrip_added_tokens_match_tokenizers_crate() {
+    let mut j: serde_json::Value =
+        serde_json::from_slice(&gunzip(&testdata().join("bpe2048/tokenizer.json.gz"))).unwrap();
+    for a in j["added_tokens"].as_array_mut().unwrap() {
+        match a["content"].as_str().unwrap() {
+            "<|im_end|>" => a["lstrip"] = true.into(),
+            "<|im_start|>" => a["rstrip"] = true.into(),
+            _ => {}
+        }
+    }
+    let s = serde_json::to_vec(&j).unwrap();
+    let g = TokenizerSpec::from_hf_json(&s, None)
+        .unwrap()
+        .to_gbt1()
+        .unwrap();
+    let ours = Tokenizer::from_bytes(&g).unwrap();
+    let peer = tokenizers::Tokenizer::from_bytes(&s).unwrap();
+    for t in [
+        "a  <|im_end|>  b <|im_start|>\n x",
+        "<|im_start|>  \t<|im_end|>",
+        "  <|im_end|>",
+        "x<|im_start|>",
+        "\u{3000}<|im_end|>\u{3000}",
+    ] {
+        let want = peer.encode(t, false).unwrap().get_ids().to_vec();
+        assert_eq!(ours.encode(t, false), want, "{t:?}");
+    }
+}
