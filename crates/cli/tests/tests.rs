@@ -1,5 +1,6 @@
 //! End-to-end tests of the `gpack` binary.
 
+mod convert_inspect;
 mod interrupt;
 mod verify_inspect;
 

@@ -329,3 +329,54 @@ fn mtp_dir_packs_a_draft_module() {
         );
     }
 }
+
+/// Types without an exact native layout (IQ*, TQ*, MXFP4 …) are kept as their
+/// ggml blocks, byte for byte, and listed in the report; never dropped.
+#[test]
+fn types_without_a_native_layout_are_kept_as_ggml_blocks() {
+    use gpack_ingest::{gguf, GgmlType, Metadata, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("iq.gguf");
+    let mut meta = Metadata::new();
+    meta.insert(
+        "general.architecture",
+        Value::String(gpack_ingest::GgufString::from_bytes(b"test".to_vec())),
+    );
+    // IQ4_NL (32 elements / 18 bytes) and MXFP4 (32 / 17) matrices of 4 × 64.
+    let iq: Vec<u8> = (0..4 * 2 * 18).map(|i| (i * 7 % 251) as u8).collect();
+    let mx: Vec<u8> = (0..4 * 2 * 17).map(|i| (i * 13 % 251) as u8).collect();
+    let tensors = [
+        (
+            "blk.0.attn_q.weight",
+            GgmlType::IQ4_NL,
+            &[64u64, 4][..],
+            &iq[..],
+        ),
+        (
+            "blk.0.attn_k.weight",
+            GgmlType::MXFP4,
+            &[64u64, 4][..],
+            &mx[..],
+        ),
+    ];
+    gguf::write(&src, &meta, tensors.iter().copied()).unwrap();
+    let out = dir.path().join("iq.gpack");
+    let r = convert_to(&src, &out, Quant::Keep, false);
+    assert_eq!(
+        r.stored_as_ggml_blocks,
+        ["blk.0.attn_q.weight", "blk.0.attn_k.weight"]
+    );
+    let g = Gpack::open(&out).unwrap();
+    let arena = g.section(SectionKind::NativeDense).unwrap().bytes;
+    for (name, ty, _, bytes) in tensors {
+        let e = tensor_index(&g)
+            .into_iter()
+            .find(|e| e.name == name)
+            .unwrap();
+        assert_eq!(e.layout, 0x1000 + ty.id(), "{name}");
+        let v =
+            gpack_quant::NativeView::parse(&arena[e.offset as usize..(e.offset + e.size) as usize])
+                .unwrap();
+        assert_eq!(v.codes(), bytes, "{name}: blocks not kept byte for byte");
+    }
+}
