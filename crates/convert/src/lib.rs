@@ -16,5 +16,5 @@ pub mod tokenizer;
 mod write;
 
 pub use error::Error;
-pub use plan::{Placement, Plan, PlannedTensor, Quant};
+pub use plan::{Fuse, Placement, Plan, PlannedTensor, Quant, FUSED_GROUPS};
 pub use write::{convert, ConvertOptions, Progress, Report, SectionReport, TensorReport};

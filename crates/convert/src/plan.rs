@@ -80,9 +80,33 @@ pub struct PlannedTensor {
     /// Offset within its section (Dense, Native) or of its payload after the
     /// 64-byte single-tensor header (Embed, Head, Ple: always 64).
     pub offset: u64,
-    /// Encoded bytes (for experts: one expert's slice).
+    /// Encoded bytes (for experts: one expert's slice; for a fused group's
+    /// members: the whole fused tensor).
     pub size: u64,
+    /// Fused-group role (q‖k‖v or gate‖up stored as one native tensor).
+    pub fuse: Fuse,
 }
+
+/// A tensor's role in a fused group.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Fuse {
+    /// Stored alone.
+    #[default]
+    None,
+    /// Carries the fused tensor: the plan indices of all members, in row
+    /// order (itself first); its `rows` and `size` are the fused tensor's.
+    Carrier(Vec<usize>),
+    /// Rows `row_start..row_start + own rows` of the carrier's tensor.
+    Member {
+        /// Plan index of the carrier.
+        carrier: usize,
+        /// First row inside the fused tensor.
+        row_start: u64,
+    },
+}
+
+/// Members of the groups fused into one native tensor per layer, in row order.
+pub const FUSED_GROUPS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
 
 impl PlannedTensor {
     /// The layout code recorded in the tensor index.
@@ -242,8 +266,10 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
             cols,
             offset,
             size,
+            fuse: Fuse::None,
         });
     }
+    fuse_groups(source, &mut p)?;
     if !expert_tensors.is_empty() {
         let n_expert = source.tensors[expert_tensors[0].2].dims[2];
         let n_expert = u32::try_from(n_expert)
@@ -288,6 +314,114 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
         };
     }
     Ok(p)
+}
+
+/// Fuses q‖k‖v and gate‖up of each layer into one native tensor when the
+/// members share source type, layout and cols (one matrix-vector call then
+/// covers all of them), and lays the NativeDense arena out again.
+fn fuse_groups(source: &Source, p: &mut Plan) -> Result<(), Error> {
+    let by_name: std::collections::HashMap<&str, usize> = p
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, pt)| (source.tensors[pt.source].name.as_str(), i))
+        .collect();
+    let n_layer = source
+        .tensors
+        .iter()
+        .filter_map(|t| {
+            t.name
+                .strip_prefix("blk.")?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |m| m + 1);
+    for l in 0..n_layer {
+        for group in FUSED_GROUPS {
+            let members: Option<Vec<usize>> = group
+                .iter()
+                .map(|m| by_name.get(format!("blk.{l}.{m}.weight").as_str()).copied())
+                .collect();
+            let Some(members) = members else { continue };
+            let first = &p.tensors[members[0]];
+            let ty = source.tensors[first.source].ggml_type;
+            let ok = members.iter().all(|&i| {
+                let pt = &p.tensors[i];
+                let t = &source.tensors[pt.source];
+                pt.placement == Placement::Native
+                    && t.dims.len() == 2
+                    && t.ggml_type == ty
+                    && pt.layout == first.layout
+                    && pt.cols == first.cols
+                    && pt.fuse == Fuse::None
+            });
+            if !ok {
+                continue;
+            }
+            let layout = first.layout.unwrap_or(Layout::F32);
+            let total_rows: u64 = members.iter().map(|&i| p.tensors[i].rows).sum();
+            let cols = first.cols;
+            let size = encoded_len(layout, total_rows, cols).map_err(|e| Error::Quant {
+                tensor: source.tensors[first.source].name.clone(),
+                source: e,
+            })?;
+            let mut row = 0;
+            for (k, &i) in members.iter().enumerate() {
+                let rows = p.tensors[i].rows;
+                p.tensors[i].fuse = if k == 0 {
+                    Fuse::Carrier(members.clone())
+                } else {
+                    Fuse::Member {
+                        carrier: members[0],
+                        row_start: row,
+                    }
+                };
+                row += rows;
+            }
+            p.tensors[members[0]].size = size;
+        }
+    }
+    // Lay the arena out again: carriers and unfused tensors get space,
+    // members share their carrier's.
+    p.native_size = 0;
+    for i in 0..p.tensors.len() {
+        let pt = &p.tensors[i];
+        if pt.placement != Placement::Native || matches!(pt.fuse, Fuse::Member { .. }) {
+            continue;
+        }
+        let o = align(p.native_size, NATIVE_ALIGN);
+        p.native_size = o + pt.size;
+        p.tensors[i].offset = o;
+    }
+    for i in 0..p.tensors.len() {
+        if let Fuse::Member { carrier, .. } = p.tensors[i].fuse {
+            p.tensors[i].offset = p.tensors[carrier].offset;
+            p.tensors[i].size = p.tensors[carrier].size;
+        }
+    }
+    Ok(())
+}
+
+impl PlannedTensor {
+    /// Rows of the native tensor this entry's bytes hold (fused: all members').
+    pub fn stored_rows(&self, plan: &Plan) -> u64 {
+        match &self.fuse {
+            Fuse::Carrier(m) => m.iter().map(|&i| plan.tensors[i].rows).sum(),
+            Fuse::Member { carrier, .. } => plan.tensors[*carrier].stored_rows(plan),
+            Fuse::None => self.rows,
+        }
+    }
+
+    /// First row of this tensor inside its stored native tensor.
+    pub fn row_start(&self) -> u64 {
+        match self.fuse {
+            Fuse::Member { row_start, .. } => row_start,
+            _ => 0,
+        }
+    }
 }
 
 /// Whether `t` is stored as raw ggml blocks (no exact native layout).

@@ -1,7 +1,7 @@
 //! Executing a plan: the sections are written in kind order, each tensor read,
 //! transcoded into its section and dropped.
 
-use crate::plan::{self, Placement, PlannedTensor, Quant, NATIVE_ALIGN};
+use crate::plan::{self, Fuse, Placement, PlannedTensor, Quant, NATIVE_ALIGN};
 use crate::Error;
 use gpack_format::payload::{
     self, BlobEntry, ExpertFile, ExpertLayout, ExpertSlice, KvRecord, TensorEntry,
@@ -291,7 +291,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                 group: pt.layout.map_or(0, |l| l.group()),
                 offset,
                 size,
-                row_start: 0,
+                row_start: pt.row_start(),
                 flags: 0,
             }
         })
@@ -358,11 +358,12 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
     }
 
     // 4 NativeDenseIndex + 5 NativeDense.
+    // One arena tensor per unfused matrix and per fused group (its carrier).
     let native: Vec<(usize, &PlannedTensor)> = plan
         .tensors
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.placement == Placement::Native)
+        .filter(|(_, p)| p.placement == Placement::Native && !matches!(p.fuse, Fuse::Member { .. }))
         .collect();
     if !native.is_empty() {
         let idx: Vec<BlobEntry> = native
@@ -372,7 +373,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                 layout: p.layout_code(),
                 offset: p.offset,
                 size: p.size,
-                rows: p.rows,
+                rows: p.stored_rows(&plan),
                 cols: p.cols,
             })
             .collect();
@@ -393,16 +394,36 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         for (_, p) in &native {
             s.pad_to(NATIVE_ALIGN)?;
             let t = &source.tensors[p.source];
-            let bytes = tensor_bytes(&source, t)?;
             let layout = p.layout.unwrap_or(Layout::F32);
+            let rows = p.stored_rows(&plan);
+            // A fused group: the members' row-major blocks back to back are
+            // the fused tensor's blocks.
+            let members: Vec<&TensorInfo> = match &p.fuse {
+                Fuse::Carrier(m) => m
+                    .iter()
+                    .map(|&i| &source.tensors[plan.tensors[i].source])
+                    .collect(),
+                _ => vec![t],
+            };
+            let bytes = if members.len() == 1 {
+                tensor_bytes(&source, t)?
+            } else {
+                let mut all = Vec::new();
+                for m in &members {
+                    all.extend_from_slice(&tensor_bytes(&source, m)?);
+                }
+                std::borrow::Cow::Owned(all)
+            };
             let mut c = Counting {
                 s: &mut s,
                 progress,
             };
-            let n = write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+            let n = write_layout(&t.name, t.ggml_type, &bytes, rows, p.cols, layout, &mut c)?;
             debug_assert_eq!(n, p.size);
             drop(bytes);
-            release(&source, t);
+            for m in members {
+                release(&source, m);
+            }
         }
         s.finish(native.len() as u64)?;
         record(
@@ -648,7 +669,9 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                 placement: p.placement,
                 section: p.placement.section(opts.external_experts).default_name(),
                 layout: p.layout.map_or("raw", |l| l.name()),
-                bytes: if p.placement == Placement::Experts {
+                bytes: if matches!(p.fuse, Fuse::Member { .. }) {
+                    0
+                } else if p.placement == Placement::Experts {
                     if opts.external_experts {
                         0
                     } else {
@@ -724,7 +747,16 @@ fn write_mtp(
     for p in &mtp_plan.tensors {
         let t = &src.tensors[p.source];
         let native = p.placement != Placement::Dense;
-        let size = if native { p.size } else { t.size };
+        // Draft tensors are stored one by one (no fused groups).
+        let size = match p.layout {
+            Some(l) if native => {
+                gpack_quant::encoded_len(l, p.rows, p.cols).map_err(|e| Error::Quant {
+                    tensor: t.name.clone(),
+                    source: e,
+                })?
+            }
+            _ => t.size,
+        };
         pos = pos.div_ceil(payload::MTP_ALIGN) * payload::MTP_ALIGN;
         entries.push(TensorEntry {
             name: t.name.clone(),

@@ -65,8 +65,13 @@ pub fn gpack_f32(g: &Gpack, e: &TensorEntry) -> Vec<f32> {
             out
         }
         SectionKind::NativeDense => {
+            // Possibly a member of a fused tensor: its rows only.
             let s = g.section(kind).unwrap().bytes;
-            native_f32(&s[e.offset as usize..(e.offset + e.size) as usize])
+            let all = native_f32(&s[e.offset as usize..(e.offset + e.size) as usize]);
+            let cols = e.dims[0] as usize;
+            let rows = e.dims[1..].iter().product::<u64>() as usize;
+            let start = e.row_start as usize * cols;
+            all[start..start + rows * cols].to_vec()
         }
         SectionKind::Embed | SectionKind::Head | SectionKind::Ple => {
             let (_, p) = single_tensor(g.section(kind).unwrap()).unwrap();

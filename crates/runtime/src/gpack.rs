@@ -141,11 +141,33 @@ impl GpackWeights {
                 })
             }
             SectionKind::NativeDense => {
+                // Possibly one member of a fused q‖k‖v / gate‖up tensor.
                 let s = self
                     .g
                     .section(kind)
                     .ok_or_else(|| bad("section missing".into()))?;
-                native(slice(s.bytes)?)
+                let TensorRef::Native { view, .. } = native(slice(s.bytes)?)? else {
+                    return Err(bad("not a native tensor".into()));
+                };
+                let rows = e.dims.get(1..).map_or(1, |d| d.iter().product::<u64>());
+                match (usize::try_from(e.row_start), usize::try_from(rows)) {
+                    (Ok(row_start), Ok(rows))
+                        if row_start
+                            .checked_add(rows)
+                            .is_some_and(|end| end <= view.rows()) =>
+                    {
+                        Ok(TensorRef::Native {
+                            view,
+                            row_start,
+                            rows,
+                        })
+                    }
+                    _ => Err(bad(format!(
+                        "rows {}..+{rows} outside its {}-row native tensor",
+                        e.row_start,
+                        view.rows()
+                    ))),
+                }
             }
             SectionKind::Embed | SectionKind::Head | SectionKind::Ple => {
                 let s = self

@@ -1,0 +1,645 @@
+//! `.giw` bundles: the streaming prequantizer behind `gpack prequant` and the
+//! `<model>.<quant>.<target>.giw` sidecars of `--stream-weights`.
+//!
+//! # Streaming
+//!
+//! The source is read one *unit* at a time (a tensor, or a fused q‖k‖v /
+//! gate‖up group for `--target metal`), in source order: its bytes are read
+//! from the mapping, transcoded or quantized into one aligned buffer, appended
+//! to the bundle ([`gpack_format::giw::GiwWriter`]), and the buffer is freed
+//! and the source pages released ([`gpack_ingest::SourceFile::release`]). So
+//! peak memory is the largest unit's source bytes plus its encoded bytes, for
+//! GGUF and safetensors sources alike, never the model. Quantizing from a
+//! ggml block type (re-quantizing) dequantizes a few MiB of rows at a time.
+//! [`PrequantOptions::resident`] reads every tensor into memory first instead;
+//! it exists only to prove the output is byte-identical to the streamed one.
+//!
+//! # Quant
+//!
+//! `keep`: every matrix in the native layout exact for its ggml type.
+//! `int8`/`int8int8`: I8Sym G32 (int8int8 records that activations are int8
+//! too, which the kernels always do); a source already I8Sym G32 (Q8_0, Q5_0)
+//! is transcoded exactly instead of re-quantized. `int4`: I4Asym G32; sources
+//! already I4 G32 (Q4_0, Q4_1, Q4_K) are transcoded exactly. A matrix whose
+//! cols are not a multiple of 32, or whose type cannot be dequantized, is
+//! kept in its exact layout. 1-D tensors are stored raw (dense records).
+//!
+//! # Fused groups and f16 scales (metal)
+//!
+//! Weights format 13+: q‖k‖v and gate‖up of one layer become one group record
+//! when every member exists, is 2-D, has the same source type and cols, and
+//! ends up int4 G32; otherwise (a K=V layer without v, int8 members, mixed
+//! cols or types) the members are ordinary records. Quantizers and transcoders
+//! are row-independent, so a group's tensor is the members' rows concatenated
+//! and encoded once. Weights format 14+: an f16 copy of the scales is added
+//! to every scaled tensor whose scales are all exactly representable in f16.
+
+use gpack_format::giw::{Giw, GiwWriter, MemberSpec, ReadOptions, Target};
+use gpack_ingest::{Array, Metadata, Source, SourceKind, TensorInfo, Value};
+use gpack_quant::{GgmlType, Layout, NativeTensorHeader, NativeView};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Errors of [`prequant`] and [`ensure_sidecar`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The source could not be read.
+    #[error(transparent)]
+    Ingest(#[from] gpack_ingest::Error),
+    /// Writing or reading the bundle failed.
+    #[error(transparent)]
+    Giw(#[from] gpack_format::giw::Error),
+    /// Transcoding or quantizing a tensor failed.
+    #[error("tensor {tensor}: {source}")]
+    Quant {
+        /// Tensor name.
+        tensor: String,
+        /// Why.
+        #[source]
+        source: gpack_quant::Error,
+    },
+    /// An option does not apply.
+    #[error("{0}")]
+    Option(String),
+}
+
+/// The quantization baked into a bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GiwQuant {
+    /// Exact native layouts.
+    Keep,
+    /// int8 weights G32.
+    Int8,
+    /// int8 weights G32 with int8 activations (the kernels' only mode).
+    Int8Int8,
+    /// int4 asymmetric weights G32.
+    Int4,
+}
+
+impl GiwQuant {
+    /// The label stored in the bundle header and used on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            GiwQuant::Keep => "keep",
+            GiwQuant::Int8 => "int8",
+            GiwQuant::Int8Int8 => "int8int8",
+            GiwQuant::Int4 => "int4",
+        }
+    }
+
+    /// The layout quantized matrices get (`None` for keep).
+    fn target(self) -> Option<Layout> {
+        match self {
+            GiwQuant::Keep => None,
+            GiwQuant::Int8 | GiwQuant::Int8Int8 => Some(Layout::I8Sym { group: 32 }),
+            GiwQuant::Int4 => Some(Layout::I4Asym { group: 32 }),
+        }
+    }
+}
+
+impl std::str::FromStr for GiwQuant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "keep" => Ok(GiwQuant::Keep),
+            "int8" => Ok(GiwQuant::Int8),
+            "int8int8" => Ok(GiwQuant::Int8Int8),
+            "int4" => Ok(GiwQuant::Int4),
+            _ => Err(format!(
+                "unknown quant {s:?} (expected int8int8, int8, int4 or keep)"
+            )),
+        }
+    }
+}
+
+/// Options of [`prequant`].
+#[derive(Clone, Copy, Debug)]
+pub struct PrequantOptions {
+    /// Quantization.
+    pub quant: GiwQuant,
+    /// Target backend.
+    pub target: Target,
+    /// Weights format to write (default: the target's, 12 for cpu, 14 for
+    /// metal). 13 writes metal groups without f16 scales (older-writer mode,
+    /// for fixtures).
+    pub weights_version: Option<u16>,
+    /// Replace an existing output.
+    pub force: bool,
+    /// Read every tensor into memory before writing (tests only: the output
+    /// must be byte-identical to the streamed build).
+    pub resident: bool,
+}
+
+impl Default for PrequantOptions {
+    fn default() -> Self {
+        PrequantOptions {
+            quant: GiwQuant::Int8Int8,
+            target: Target::Cpu,
+            weights_version: None,
+            force: false,
+            resident: false,
+        }
+    }
+}
+
+/// What [`prequant`] wrote.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PrequantReport {
+    /// Output path.
+    pub path: PathBuf,
+    /// Output size.
+    pub bytes: u64,
+    /// Records written.
+    pub records: u32,
+    /// Fused group records among them.
+    pub fused_groups: usize,
+    /// Native tensors stored with an f16 copy of their scales.
+    pub f16_scale_tensors: usize,
+    /// Matrices quantized (rather than transcoded exactly).
+    pub quantized: usize,
+    /// Weights format written.
+    pub weights_version: u16,
+    /// Quant label.
+    pub quant: String,
+    /// Target name.
+    pub target: String,
+    /// Largest encoded record payload.
+    pub largest_payload: u64,
+    /// CRC-32 of the file.
+    pub crc32: u32,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Fused groups, members in row order.
+const FUSED_GROUPS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
+
+fn is_matrix(t: &TensorInfo) -> bool {
+    t.dims.len() >= 2 && t.dims[1..].iter().product::<u64>() > 1
+}
+
+fn rows_cols(t: &TensorInfo) -> (u64, u64) {
+    (t.dims[1..].iter().product(), t.dims[0])
+}
+
+/// A 16-aligned, zero-initialised byte buffer with a write cursor (safe:
+/// over-allocate and start at the first aligned address).
+struct AlignedOut {
+    buf: Vec<u8>,
+    off: usize,
+    len: usize,
+    pos: usize,
+}
+
+impl AlignedOut {
+    fn zeroed(len: usize) -> Self {
+        let buf = vec![0u8; len + 16];
+        let off = (16 - buf.as_ptr() as usize % 16) % 16;
+        AlignedOut {
+            buf,
+            off,
+            len,
+            pos: 0,
+        }
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[self.off..self.off + self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + self.len]
+    }
+}
+
+impl Write for AlignedOut {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if data.len() > self.len - self.pos {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "native tensor longer than its encoded length",
+            ));
+        }
+        let s = self.off + self.pos;
+        self.buf[s..s + data.len()].copy_from_slice(data);
+        self.pos += data.len();
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The layout a matrix of `ty` with `cols` gets under `quant`, and whether it
+/// is quantized (true) or transcoded exactly (false).
+fn plan_layout(quant: GiwQuant, ty: GgmlType, cols: u64) -> (Layout, bool) {
+    let exact = gpack_quant::native_layout_for(ty);
+    let Some(target) = quant.target() else {
+        return (exact, false);
+    };
+    let already = match target {
+        Layout::I8Sym { .. } => exact == target,
+        _ => matches!(
+            exact,
+            Layout::I4Sym { group: 32 } | Layout::I4Asym { group: 32 }
+        ),
+    };
+    let floaty = matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    let decodable = floaty || gpack_quant::ggml::can_dequantize(ty);
+    if already || !cols.is_multiple_of(32) || !decodable {
+        (exact, false)
+    } else {
+        (target, true)
+    }
+}
+
+fn qerr(name: &str) -> impl FnOnce(gpack_quant::Error) -> Error + '_ {
+    move |source| Error::Quant {
+        tensor: name.to_string(),
+        source,
+    }
+}
+
+/// Rows of f32 dequantized at once when re-quantizing from ggml blocks.
+const REQUANT_CHUNK_BYTES: u64 = 4 << 20;
+
+/// Encodes `rows x cols` of `ty` from `src` as one native tensor.
+fn encode(
+    name: &str,
+    ty: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    quant: GiwQuant,
+    f16: bool,
+) -> Result<(AlignedOut, bool), Error> {
+    let (layout, quantize) = plan_layout(quant, ty, cols);
+    let (h, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
+    let mut out = AlignedOut::zeroed(total as usize);
+    if !quantize {
+        gpack_quant::transcode(ty, src, rows, cols, &mut out).map_err(qerr(name))?;
+    } else if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        gpack_quant::quantize(ty, src, rows, cols, layout, &mut out).map_err(qerr(name))?;
+    } else {
+        // Re-quantize a ggml block type: dequantize a chunk of rows to f32,
+        // quantize it as its own small tensor and splice its codes, scales
+        // and mins into place. Groups are quantized independently, so the
+        // result is the same as quantizing the whole tensor at once.
+        let row_bytes = ty.bytes_for(cols).ok_or(Error::Option(format!(
+            "{name}: cols {cols} do not fit {}",
+            ty.name()
+        )))? as usize;
+        let chunk = (REQUANT_CHUNK_BYTES / (cols * 4)).max(1);
+        let g = u64::from(layout.group());
+        let code_row = if layout.has_mins() && !matches!(layout, Layout::I8Asym { .. })
+            || matches!(layout, Layout::I4Sym { .. })
+        {
+            cols / 2
+        } else {
+            cols
+        };
+        let scale_row = cols / g * 4;
+        out.as_mut_slice()[..64].copy_from_slice(&h.to_bytes());
+        let mut f = vec![0f32; (chunk * cols) as usize];
+        let mut fb: Vec<u8> = Vec::with_capacity(f.len() * 4);
+        let mut r0 = 0u64;
+        while r0 < rows {
+            let n = chunk.min(rows - r0);
+            let s = &src[(r0 as usize) * row_bytes..((r0 + n) as usize) * row_bytes];
+            let fv = &mut f[..(n * cols) as usize];
+            gpack_quant::dequantize_ggml(ty, s, fv).map_err(qerr(name))?;
+            fb.clear();
+            for x in fv.iter() {
+                fb.extend_from_slice(&x.to_le_bytes());
+            }
+            let mut tmp = Vec::new();
+            gpack_quant::quantize(GgmlType::F32, &fb, n, cols, layout, &mut tmp)
+                .map_err(qerr(name))?;
+            let th = NativeTensorHeader::from_bytes(&tmp).map_err(qerr(name))?;
+            let o = out.as_mut_slice();
+            let copy = |o: &mut [u8], dst: u64, srco: u64, len: u64| {
+                o[dst as usize..(dst + len) as usize]
+                    .copy_from_slice(&tmp[srco as usize..(srco + len) as usize]);
+            };
+            copy(o, h.codes_off + r0 * code_row, th.codes_off, n * code_row);
+            copy(o, h.scales_off + r0 * scale_row, th.scales_off, n * scale_row);
+            if h.mins_off != 0 {
+                copy(o, h.mins_off + r0 * scale_row, th.mins_off, n * scale_row);
+            }
+            r0 += n;
+        }
+        out.pos = total as usize;
+    }
+    if out.pos != total as usize {
+        return Err(Error::Option(format!(
+            "{name}: encoder wrote {} of {total} bytes",
+            out.pos
+        )));
+    }
+    if f16 && layout.has_scales() {
+        let v = NativeView::parse(out.as_slice()).map_err(qerr(name))?;
+        let (_, t16) =
+            NativeTensorHeader::new(layout, rows, cols, true).map_err(qerr(name))?;
+        let mut o16 = AlignedOut::zeroed(t16 as usize);
+        if gpack_quant::write_with_f16_scales(&v, &mut o16).is_ok() {
+            return Ok((o16, quantize));
+        }
+    }
+    Ok((out, quantize))
+}
+
+/// The metadata GGUF of the bundle: a single-file GGUF source truncated at
+/// its tensor-data boundary (keeps the tokenizer); otherwise a metadata-only
+/// GGUF written from ingest's metadata, plus, for an HF source, each
+/// tokenizer/config asset as a `gpack.asset.<file name>` u8 array.
+fn metadata_gguf(source: &Source) -> Result<Cow<'_, [u8]>, Error> {
+    if source.kind == SourceKind::Gguf && source.files.len() == 1 {
+        let bytes = source.files[0].bytes();
+        let g = gpack_ingest::gguf::parse(bytes)?;
+        return Ok(Cow::Borrowed(&bytes[..g.data_offset as usize]));
+    }
+    let mut md: Metadata = source.metadata.clone();
+    for a in &source.assets {
+        md.insert(
+            format!("gpack.asset.{}", a.name),
+            Value::Array(Array::U8(a.bytes.clone())),
+        );
+    }
+    let w = gpack_ingest::gguf::Writer::new(Vec::new(), &md, &[])?;
+    Ok(Cow::Owned(w.finish()?))
+}
+
+/// One unit of work: a tensor, or a fused group's members in row order.
+enum Unit<'s> {
+    Single(usize, &'s TensorInfo),
+    Group(String, Vec<(usize, &'s TensorInfo)>),
+}
+
+fn plan_units(source: &Source, quant: GiwQuant, fuse: bool) -> Vec<Unit<'_>> {
+    let by_name: HashMap<&str, usize> = source
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    let mut grouped: HashMap<usize, usize> = HashMap::new(); // first member -> unit
+    let mut member_of: HashSet<usize> = HashSet::new();
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    if fuse {
+        for t in &source.tensors {
+            let Some(rest) = t.name.strip_prefix("blk.") else {
+                continue;
+            };
+            let Some((layer, tail)) = rest.split_once('.') else {
+                continue;
+            };
+            for g in FUSED_GROUPS {
+                if tail != format!("{}.weight", g[0]) {
+                    continue;
+                }
+                let idx: Option<Vec<usize>> = g
+                    .iter()
+                    .map(|m| by_name.get(format!("blk.{layer}.{m}.weight").as_str()).copied())
+                    .collect();
+                let Some(idx) = idx else { continue };
+                let first = &source.tensors[idx[0]];
+                let ok = idx.iter().all(|&i| {
+                    let m = &source.tensors[i];
+                    m.dims.len() == 2
+                        && is_matrix(m)
+                        && m.ggml_type == first.ggml_type
+                        && m.dims[0] == first.dims[0]
+                }) && matches!(
+                    plan_layout(quant, first.ggml_type, first.dims[0]).0,
+                    Layout::I4Sym { group: 32 } | Layout::I4Asym { group: 32 }
+                );
+                if ok {
+                    let gname = format!("blk.{layer}.{}", g.join("+"));
+                    let min = *idx.iter().min().unwrap_or(&idx[0]);
+                    grouped.insert(min, groups.len());
+                    member_of.extend(idx.iter().copied());
+                    groups.push((gname, idx));
+                }
+            }
+        }
+    }
+    let mut units = Vec::new();
+    for (i, t) in source.tensors.iter().enumerate() {
+        if let Some(&g) = grouped.get(&i) {
+            let (name, idx) = &groups[g];
+            units.push(Unit::Group(
+                name.clone(),
+                idx.iter().map(|&j| (j, &source.tensors[j])).collect(),
+            ));
+        } else if !member_of.contains(&i) {
+            units.push(Unit::Single(i, t));
+        }
+    }
+    units
+}
+
+/// Builds `out` from the model at `src` (GGUF, split GGUF, safetensors file
+/// or index, HF directory), streaming one tensor (or fused group) at a time.
+pub fn prequant(src: &Path, out: &Path, opts: &PrequantOptions) -> Result<PrequantReport, Error> {
+    let source = Source::open(src)?;
+    prequant_source(&source, out, opts)
+}
+
+/// [`prequant`] from an opened source.
+pub fn prequant_source(
+    source: &Source,
+    out: &Path,
+    opts: &PrequantOptions,
+) -> Result<PrequantReport, Error> {
+    let start = Instant::now();
+    let wv = opts
+        .weights_version
+        .unwrap_or(opts.target.default_weights_version());
+    if opts.target == Target::Cpu && wv != 12 {
+        return Err(Error::Option(format!(
+            "--target cpu writes weights format 12 (asked for {wv})"
+        )));
+    }
+    let fuse = opts.target == Target::Metal && wv >= gpack_format::giw::FUSED_SINCE;
+    let f16 = opts.target == Target::Metal && wv >= gpack_format::giw::F16_SCALES_SINCE;
+    let meta = metadata_gguf(source)?;
+    let mut w = GiwWriter::create(
+        out,
+        opts.force,
+        opts.quant.label(),
+        opts.target,
+        wv,
+        &meta,
+    )?;
+    drop(meta);
+    for f in &source.files {
+        f.advise_sequential();
+    }
+    let resident: Vec<Vec<u8>> = if opts.resident {
+        source
+            .tensors
+            .iter()
+            .map(|t| source.tensor_bytes(t).map(Cow::into_owned))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    let bytes_of = |i: usize, t: &TensorInfo| -> Result<Cow<'_, [u8]>, Error> {
+        if opts.resident {
+            Ok(Cow::Borrowed(&resident[i][..]))
+        } else {
+            Ok(source.tensor_bytes(t)?)
+        }
+    };
+    let release = |t: &TensorInfo| {
+        if !opts.resident {
+            if let Some(f) = source.files.get(t.file) {
+                f.release(t.offset, t.size);
+            }
+        }
+    };
+    let (mut groups, mut f16n, mut quantized, mut largest) = (0usize, 0usize, 0usize, 0u64);
+    for unit in plan_units(source, opts.quant, fuse) {
+        match unit {
+            Unit::Single(i, t) => {
+                let bytes = bytes_of(i, t)?;
+                if is_matrix(t) {
+                    let (rows, cols) = rows_cols(t);
+                    let (buf, q) = encode(&t.name, t.ggml_type, &bytes, rows, cols, opts.quant, f16)?;
+                    drop(bytes);
+                    release(t);
+                    quantized += usize::from(q);
+                    f16n += usize::from(buf.as_slice()[8] & 1 != 0);
+                    largest = largest.max(buf.len as u64);
+                    w.add_native(&t.name, buf.as_slice())?;
+                } else {
+                    w.add_dense(&t.name, t.ggml_type.id(), &t.dims, &bytes)?;
+                    drop(bytes);
+                    release(t);
+                }
+            }
+            Unit::Group(name, members) => {
+                let ty = members[0].1.ggml_type;
+                let cols = members[0].1.dims[0];
+                let mut cat = Vec::new();
+                let mut specs = Vec::new();
+                let mut row = 0u64;
+                for &(i, t) in &members {
+                    cat.extend_from_slice(&bytes_of(i, t)?);
+                    release(t);
+                    let rows = rows_cols(t).0;
+                    specs.push(MemberSpec {
+                        name: t.name.clone(),
+                        row_start: row,
+                        rows,
+                    });
+                    row += rows;
+                }
+                let (buf, q) = encode(&name, ty, &cat, row, cols, opts.quant, f16)?;
+                drop(cat);
+                quantized += usize::from(q) * members.len();
+                f16n += usize::from(buf.as_slice()[8] & 1 != 0);
+                largest = largest.max(buf.len as u64);
+                groups += 1;
+                w.add_group(&name, &specs, buf.as_slice())?;
+            }
+        }
+    }
+    let s = w.finish()?;
+    Ok(PrequantReport {
+        path: s.path,
+        bytes: s.bytes,
+        records: s.records,
+        fused_groups: groups,
+        f16_scale_tensors: f16n,
+        quantized,
+        weights_version: s.weights_version,
+        quant: opts.quant.label().to_string(),
+        target: opts.target.name().to_string(),
+        largest_payload: largest,
+        crc32: s.crc,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// `<model>.<quant>.<target>.giw` next to `gguf` (`model.gguf` →
+/// `model.int8int8.cpu.giw`).
+pub fn sidecar_for(gguf: &Path, quant: GiwQuant, target: Target) -> PathBuf {
+    let stem = gguf
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    gguf.with_file_name(format!("{stem}.{}.{}.giw", quant.label(), target.name()))
+}
+
+/// What [`ensure_sidecar`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SidecarStatus {
+    /// It was valid and newer than the source: reused as is.
+    Reused,
+    /// It did not exist: built.
+    Built,
+    /// It existed but was invalid or stale: rebuilt. The reason is for the
+    /// caller to report (a rebuild is never silent).
+    Rebuilt {
+        /// Why the old one was not used.
+        reason: String,
+    },
+}
+
+/// Checks that `giw` is a valid bundle of `quant` for `target` that is not
+/// older than `source`; `Err(reason)` otherwise.
+pub fn check_sidecar(
+    giw: &Path,
+    source: &Path,
+    quant: GiwQuant,
+    target: Target,
+) -> Result<(), String> {
+    let g = Giw::open_with(giw, &ReadOptions::default()).map_err(|e| format!("{e}"))?;
+    let h = g.header();
+    if h.quant != quant.label() || h.target != target {
+        return Err(format!(
+            "it holds quant {} for {}, not {} for {}",
+            h.quant,
+            h.target.name(),
+            quant.label(),
+            target.name()
+        ));
+    }
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified());
+    match (mtime(giw), mtime(source)) {
+        (Ok(a), Ok(b)) if a >= b => Ok(()),
+        (Ok(_), Ok(_)) => Err("the source is newer than the sidecar".into()),
+        (Err(e), _) | (_, Err(e)) => Err(format!("cannot read modification times: {e}")),
+    }
+}
+
+/// Returns the sidecar of `gguf` for `quant`/`target`, building it
+/// atomically when missing and rebuilding it (with a reason the caller must
+/// report) when it is invalid or older than the source. A valid, current
+/// sidecar is never rebuilt.
+pub fn ensure_sidecar(
+    gguf: &Path,
+    quant: GiwQuant,
+    target: Target,
+) -> Result<(PathBuf, SidecarStatus), Error> {
+    let path = sidecar_for(gguf, quant, target);
+    let status = if path.exists() {
+        match check_sidecar(&path, gguf, quant, target) {
+            Ok(()) => return Ok((path, SidecarStatus::Reused)),
+            Err(reason) => SidecarStatus::Rebuilt { reason },
+        }
+    } else {
+        SidecarStatus::Built
+    };
+    let opts = PrequantOptions {
+        quant,
+        target,
+        force: true,
+        ..Default::default()
+    };
+    prequant(gguf, &path, &opts)?;
+    Ok((path, status))
+}
