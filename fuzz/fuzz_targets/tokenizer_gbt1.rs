@@ -33,6 +33,7 @@ fn valid() -> &'static [u8] {
             byte_fallback: false,
             ignore_merges: false,
             chat_template: Some("{{ messages[0].content }}".into()),
+            normalize_nfc: true,
         };
         spec.to_gbt1().expect("valid spec")
     })

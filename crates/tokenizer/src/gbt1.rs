@@ -45,8 +45,10 @@ pub const FLAG_PAIR_UNIQUE: u32 = 1 << 6;
 /// Header flag: characters missing from a SentencePiece vocabulary are merge symbols
 /// (pseudo-ids `PSEUDO_CHAR | codepoint`, llama.cpp) rather than byte-fallback tokens at once (HF).
 pub const FLAG_CHAR_PSEUDO_IDS: u32 = 1 << 7;
+/// Header flag: NFC-normalize every text fragment (not split tokens) before the model.
+pub const FLAG_NFC: u32 = 1 << 8;
 /// All flags version 1 defines.
-pub const KNOWN_FLAGS: u32 = (1 << 8) - 1;
+pub const KNOWN_FLAGS: u32 = (1 << 9) - 1;
 
 /// Token-type byte: low 3 bits are the [`TokenType`], this bit marks "matched before the model".
 pub const TYPE_SPLIT: u8 = 0x80;
@@ -710,6 +712,7 @@ impl<'a> Gbt1<'a> {
             byte_fallback: f & FLAG_BYTE_FALLBACK != 0,
             ignore_merges: f & FLAG_IGNORE_MERGES != 0,
             chat_template: self.chat_template().map(str::to_string),
+            normalize_nfc: f & FLAG_NFC != 0,
         })
     }
 

@@ -224,6 +224,7 @@ impl TokenizerSpec {
             byte_fallback: is_spm,
             ignore_merges: pre == PreTokenizer::Llama3,
             chat_template: meta.get_str("tokenizer.chat_template").map(str::to_string),
+            normalize_nfc: false,
         };
         spec.validate()?;
         Ok(spec)

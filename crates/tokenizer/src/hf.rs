@@ -22,7 +22,7 @@ fn unsupported(what: &'static str, v: &Value) -> Error {
 }
 
 /// Pre-tokenizer and model kind of a tokenizer.json pipeline.
-fn classify(j: &Value) -> Result<(ModelKind, PreTokenizer, bool)> {
+fn classify(j: &Value) -> Result<(ModelKind, PreTokenizer, bool, bool)> {
     let model = &j["model"];
     let byte_fallback = model["byte_fallback"].as_bool().unwrap_or(false);
     let norm = &j["normalizer"];
@@ -59,9 +59,15 @@ fn classify(j: &Value) -> Result<(ModelKind, PreTokenizer, bool)> {
         if !pre_ok {
             return Err(unsupported("SentencePiece pre-tokenizer", pre));
         }
-        return Ok((ModelKind::SentencePieceBpe, PreTokenizer::None, prefix));
+        return Ok((
+            ModelKind::SentencePieceBpe,
+            PreTokenizer::None,
+            prefix,
+            false,
+        ));
     }
-    if !norm.is_null() {
+    let nfc = norm["type"] == "NFC";
+    if !norm.is_null() && !nfc {
         return Err(unsupported("normalizer", norm));
     }
     let _ = byte_fallback;
@@ -103,7 +109,7 @@ fn classify(j: &Value) -> Result<(ModelKind, PreTokenizer, bool)> {
     } else {
         return Err(unsupported("pre-tokenizer", pre));
     };
-    Ok((ModelKind::ByteLevelBpe, p, false))
+    Ok((ModelKind::ByteLevelBpe, p, false, nfc))
 }
 
 fn token_str(v: &Value) -> Option<&str> {
@@ -137,7 +143,7 @@ impl TokenizerSpec {
         {
             return Err(unsupported("subword affixes", model));
         }
-        let (kind, pre, prefix) = classify(&j)?;
+        let (kind, pre, prefix, nfc) = classify(&j)?;
         let vocab = model["vocab"].as_object().ok_or(Error::Missing {
             what: "model.vocab",
         })?;
@@ -319,6 +325,7 @@ impl TokenizerSpec {
             byte_fallback: model["byte_fallback"].as_bool().unwrap_or(false),
             ignore_merges: model["ignore_merges"].as_bool().unwrap_or(false),
             chat_template,
+            normalize_nfc: nfc,
         };
         spec.validate()?;
         Ok(spec)

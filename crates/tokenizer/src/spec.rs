@@ -192,6 +192,8 @@ pub struct TokenizerSpec {
     pub byte_fallback: bool,
     /// Hugging Face `ignore_merges` (Llama 3): a word that is a token is emitted whole.
     pub ignore_merges: bool,
+    /// Unicode NFC-normalize text fragments before the model (HF `NFC` normalizer, Qwen 2).
+    pub normalize_nfc: bool,
     /// The Jinja chat template, if any.
     pub chat_template: Option<String>,
 }

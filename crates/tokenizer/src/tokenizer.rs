@@ -246,6 +246,17 @@ impl<'a> Tokenizer<'a> {
     }
 
     fn encode_fragment(&self, frag: &str, prev_special: bool, st: &mut State, out: &mut Vec<u32>) {
+        if self.g.flags() & FLAG_NFC != 0 {
+            use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
+            if is_nfc_quick(frag.chars()) != IsNormalized::Yes {
+                let n: String = frag.nfc().collect();
+                return self.encode_model(&n, prev_special, st, out);
+            }
+        }
+        self.encode_model(frag, prev_special, st, out)
+    }
+
+    fn encode_model(&self, frag: &str, prev_special: bool, st: &mut State, out: &mut Vec<u32>) {
         match self.g.model() {
             ModelKind::ByteLevelBpe => self.encode_byte_level(frag, st, out),
             ModelKind::SentencePieceBpe => self.encode_spm(frag, prev_special, st, out),

@@ -105,6 +105,9 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     if spec.ignore_merges {
         flags |= FLAG_IGNORE_MERGES;
     }
+    if spec.normalize_nfc {
+        flags |= FLAG_NFC;
+    }
     if spec.merge_mode == MergeMode::HfQueue {
         flags |= FLAG_HF_QUEUE;
     }

@@ -89,3 +89,28 @@ fn lstrip_rstrip_added_tokens_match_tokenizers_crate() {
         assert_eq!(ours.encode(t, false), want, "{t:?}");
     }
 }
+
+#[test]
+fn nfc_normalizer_matches_tokenizers_crate() {
+    // Qwen 2's tokenizer.json has an NFC normalizer.
+    let mut j = variant(PreTokenizer::Qwen2, false);
+    j["normalizer"] = serde_json::json!({"type": "NFC"});
+    let s = serde_json::to_vec(&j).unwrap();
+    let spec = TokenizerSpec::from_hf_json(&s, None).unwrap();
+    assert!(spec.normalize_nfc);
+    let g = spec.to_gbt1().unwrap();
+    let ours = Tokenizer::from_bytes(&g).unwrap();
+    let peer = tokenizers::Tokenizer::from_bytes(&s).unwrap();
+    let mut texts: Vec<String> = tricky()["strings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    texts.push("A\u{30a} e\u{301}<|im_start|>o\u{308}\u{301} \u{1100}\u{1161}\u{11a8}".into());
+    texts.push(corpus().to_string());
+    for t in &texts {
+        let want = peer.encode(t.as_str(), false).unwrap().get_ids().to_vec();
+        assert_eq!(ours.encode(t, false), want, "{t:?}");
+    }
+}
