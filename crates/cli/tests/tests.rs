@@ -2,6 +2,7 @@
 
 mod convert_inspect;
 mod interrupt;
+mod run;
 mod verify_inspect;
 
 pub fn gpack() -> std::process::Command {

@@ -130,6 +130,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let model = Model::load(loaded.weights())?;
     let tok = loaded.tokenizer()?;
     let load_time = t0.elapsed();
+    let anon_after_load = rss_anon_kib();
 
     let prompt_ids = if a.chat {
         let mut msgs = Vec::new();
@@ -185,5 +186,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         g.tokens.len(),
         g.decode_tps()
     );
+    if let (Some(anon), Loaded::Gpack(w)) = (anon_after_load, &loaded) {
+        eprintln!(
+            "memory after load: {:.1} MiB anonymous; {:.1} MiB of weights mapped from the file",
+            anon as f64 / 1024.0,
+            w.gpack().bytes().len() as f64 / 1048576.0
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Anonymous resident memory of this process (`RssAnon`), in KiB.
+fn rss_anon_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("RssAnon:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
