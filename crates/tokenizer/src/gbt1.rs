@@ -346,7 +346,7 @@ impl<'a> Gbt1<'a> {
             });
         }
         let total = rd_u64(bytes, 64);
-        if bytes[76..HEADER_SIZE].iter().any(|&b| b != 0) {
+        if bytes[84..HEADER_SIZE].iter().any(|&b| b != 0) {
             return Err(Error::Invalid {
                 what: "reserved header bytes",
                 value: 1,
@@ -438,6 +438,12 @@ impl<'a> Gbt1<'a> {
     pub fn unk(&self) -> Option<u32> {
         Self::opt(self.ids[3])
     }
+    /// The writer's hash of everything after the header ([`hash_bytes`]); identifies the
+    /// content (checked by `validate_deep`, not by `parse`).
+    pub fn content_hash(&self) -> u64 {
+        rd_u64(self.bytes, 76)
+    }
+
     /// Longest token in bytes.
     pub fn max_token_bytes(&self) -> u32 {
         self.max_token_bytes
@@ -720,6 +726,13 @@ impl<'a> Gbt1<'a> {
     /// to the concatenation, hash tables find every token and merge. For `verify` and fuzzing.
     pub fn validate_deep(&self) -> Result<()> {
         let v = self.counts.vocab;
+        if hash_bytes(&self.bytes[HEADER_SIZE..]) != self.content_hash() {
+            return Err(Error::Invalid {
+                what: "content hash",
+                value: self.content_hash(),
+                limit: 0,
+            });
+        }
         let mut prev = 0u32;
         for i in 0..=v {
             let o = self.offset(i);

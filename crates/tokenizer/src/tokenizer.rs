@@ -61,7 +61,7 @@ type FxMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault
 #[derive(Default)]
 struct State {
     sc: Scratch,
-    owner: (usize, usize),
+    owner: (usize, usize, u64, u32),
     cache: FxMap<Box<[u8]>, (u32, u32)>,
     cache_ids: Vec<u32>,
     ids: Vec<u32>,
@@ -76,7 +76,14 @@ const CACHE_MAX_WORD_BYTES: usize = 256;
 impl State {
     fn bind(&mut self, g: &Gbt1<'_>) {
         let b = g.as_bytes();
-        let key = (b.as_ptr() as usize, b.len());
+        // Address, length, content hash and vocabulary size: a cache entry can only be
+        // replayed for the same tokenizer, and never yields an id out of range.
+        let key = (
+            b.as_ptr() as usize,
+            b.len(),
+            g.content_hash(),
+            g.vocab_size(),
+        );
         if self.owner != key || self.cache.len() > CACHE_MAX_WORDS {
             self.owner = key;
             self.cache.clear();

@@ -272,5 +272,7 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         put_u32(&mut out, l.crossers + 4 * k, *c);
     }
     out[l.template..l.template + template.len()].copy_from_slice(template);
+    let h = hash_bytes(&out[HEADER_SIZE..]);
+    out[76..84].copy_from_slice(&h.to_le_bytes());
     Ok(out)
 }

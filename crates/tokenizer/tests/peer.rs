@@ -114,3 +114,40 @@ fn nfc_normalizer_matches_tokenizers_crate() {
         assert_eq!(ours.encode(t, false), want, "{t:?}");
     }
 }
+
+#[test]
+fn llama2_style_dummy_prefix_matches_tokenizers_crate() {
+    // Llama 2's tokenizer.json: Prepend("▁") + Replace(" ", "▁"), Strip decoder.
+    let mut j: serde_json::Value =
+        serde_json::from_slice(&gunzip(&testdata().join("spm2048/tokenizer.json.gz"))).unwrap();
+    j["normalizer"] = serde_json::json!({"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u{2581}"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}]});
+    j["pre_tokenizer"] = serde_json::Value::Null;
+    j["decoder"] = serde_json::json!({"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]});
+    let s = serde_json::to_vec(&j).unwrap();
+    let spec = TokenizerSpec::from_hf_json(&s, None).unwrap();
+    assert!(spec.add_space_prefix);
+    let g = spec.to_gbt1().unwrap();
+    let ours = Tokenizer::from_bytes(&g).unwrap();
+    let peer = tokenizers::Tokenizer::from_bytes(&s).unwrap();
+    let mut texts: Vec<String> = tricky()["strings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    texts.extend(corpus().split('\n').step_by(11).map(str::to_string));
+    for t in &texts {
+        let want = peer.encode(t.as_str(), true).unwrap().get_ids().to_vec();
+        let got = ours.encode(t, true);
+        assert_eq!(got, want, "{t:?}");
+        assert_eq!(
+            ours.decode(&got),
+            peer.decode(&want, false).unwrap(),
+            "decode {t:?}"
+        );
+    }
+}
