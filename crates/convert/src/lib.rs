@@ -12,6 +12,7 @@
 
 mod error;
 mod plan;
+pub mod sidecar;
 pub mod tokenizer;
 mod write;
 

@@ -5,7 +5,7 @@ use crate::Error;
 use gpack_format::payload::LAYOUT_GGML;
 use gpack_format::SectionKind;
 use gpack_ingest::{GgmlType, Source, TensorInfo};
-use gpack_quant::{encoded_len, native_layout_for, Layout};
+use gpack_quant::{native_layout_for, Layout, NativeTensorHeader};
 
 /// The weight layout asked for with `--quant`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -148,6 +148,24 @@ pub const NATIVE_ALIGN: u64 = 256;
 /// Alignment of each tensor in DensePack.
 pub const DENSE_ALIGN: u64 = 64;
 
+/// Whether a tensor of `src` type stored in `layout` also carries the f16
+/// copy of its scales (and mins): when the layout is the exact transcode of a
+/// type whose scales are f16 in the blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), the
+/// kernels then stream as many bytes per weight as the GGUF does.
+pub fn with_f16_scales(src: GgmlType, layout: Layout) -> bool {
+    layout == native_layout_for(src) && gpack_quant::transcode::f16_scales_exact_for(src)
+}
+
+/// Encoded bytes of a native tensor of `rows × cols` from `src` in `layout`.
+pub fn native_len(
+    src: GgmlType,
+    layout: Layout,
+    rows: u64,
+    cols: u64,
+) -> Result<u64, gpack_quant::Error> {
+    Ok(NativeTensorHeader::new(layout, rows, cols, with_f16_scales(src, layout))?.1)
+}
+
 fn align(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
@@ -225,7 +243,7 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
                         .bytes_for(rows * cols)
                         .ok_or_else(|| tensor_err(t, "expert slice is not whole blocks"))?
                 } else {
-                    encoded_len(layout, rows, cols).map_err(|e| Error::Quant {
+                    native_len(t.ggml_type, layout, rows, cols).map_err(|e| Error::Quant {
                         tensor: t.name.clone(),
                         source: e,
                     })?
@@ -237,10 +255,11 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
             }
             _ => {
                 let layout = target_layout(t, placement, quant);
-                let size = encoded_len(layout, all_rows, cols).map_err(|e| Error::Quant {
-                    tensor: t.name.clone(),
-                    source: e,
-                })?;
+                let size =
+                    native_len(t.ggml_type, layout, all_rows, cols).map_err(|e| Error::Quant {
+                        tensor: t.name.clone(),
+                        source: e,
+                    })?;
                 (Some(layout), all_rows, size)
             }
         };
@@ -364,7 +383,7 @@ fn fuse_groups(source: &Source, p: &mut Plan) -> Result<(), Error> {
             let layout = first.layout.unwrap_or(Layout::F32);
             let total_rows: u64 = members.iter().map(|&i| p.tensors[i].rows).sum();
             let cols = first.cols;
-            let size = encoded_len(layout, total_rows, cols).map_err(|e| Error::Quant {
+            let size = native_len(ty, layout, total_rows, cols).map_err(|e| Error::Quant {
                 tensor: source.tensors[first.source].name.clone(),
                 source: e,
             })?;

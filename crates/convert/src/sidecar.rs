@@ -293,9 +293,7 @@ fn encode(
         )))? as usize;
         let chunk = (REQUANT_CHUNK_BYTES / (cols * 4)).max(1);
         let g = u64::from(layout.group());
-        let code_row = if layout.has_mins() && !matches!(layout, Layout::I8Asym { .. })
-            || matches!(layout, Layout::I4Sym { .. })
-        {
+        let code_row = if matches!(layout, Layout::I4Sym { .. } | Layout::I4Asym { .. }) {
             cols / 2
         } else {
             cols
@@ -324,7 +322,12 @@ fn encode(
                     .copy_from_slice(&tmp[srco as usize..(srco + len) as usize]);
             };
             copy(o, h.codes_off + r0 * code_row, th.codes_off, n * code_row);
-            copy(o, h.scales_off + r0 * scale_row, th.scales_off, n * scale_row);
+            copy(
+                o,
+                h.scales_off + r0 * scale_row,
+                th.scales_off,
+                n * scale_row,
+            );
             if h.mins_off != 0 {
                 copy(o, h.mins_off + r0 * scale_row, th.mins_off, n * scale_row);
             }
@@ -340,8 +343,7 @@ fn encode(
     }
     if f16 && layout.has_scales() {
         let v = NativeView::parse(out.as_slice()).map_err(qerr(name))?;
-        let (_, t16) =
-            NativeTensorHeader::new(layout, rows, cols, true).map_err(qerr(name))?;
+        let (_, t16) = NativeTensorHeader::new(layout, rows, cols, true).map_err(qerr(name))?;
         let mut o16 = AlignedOut::zeroed(t16 as usize);
         if gpack_quant::write_with_f16_scales(&v, &mut o16).is_ok() {
             return Ok((o16, quantize));
@@ -401,7 +403,11 @@ fn plan_units(source: &Source, quant: GiwQuant, fuse: bool) -> Vec<Unit<'_>> {
                 }
                 let idx: Option<Vec<usize>> = g
                     .iter()
-                    .map(|m| by_name.get(format!("blk.{layer}.{m}.weight").as_str()).copied())
+                    .map(|m| {
+                        by_name
+                            .get(format!("blk.{layer}.{m}.weight").as_str())
+                            .copied()
+                    })
                     .collect();
                 let Some(idx) = idx else { continue };
                 let first = &source.tensors[idx[0]];
@@ -465,14 +471,7 @@ pub fn prequant_source(
     let fuse = opts.target == Target::Metal && wv >= gpack_format::giw::FUSED_SINCE;
     let f16 = opts.target == Target::Metal && wv >= gpack_format::giw::F16_SCALES_SINCE;
     let meta = metadata_gguf(source)?;
-    let mut w = GiwWriter::create(
-        out,
-        opts.force,
-        opts.quant.label(),
-        opts.target,
-        wv,
-        &meta,
-    )?;
+    let mut w = GiwWriter::create(out, opts.force, opts.quant.label(), opts.target, wv, &meta)?;
     drop(meta);
     for f in &source.files {
         f.advise_sequential();
@@ -507,7 +506,8 @@ pub fn prequant_source(
                 let bytes = bytes_of(i, t)?;
                 if is_matrix(t) {
                     let (rows, cols) = rows_cols(t);
-                    let (buf, q) = encode(&t.name, t.ggml_type, &bytes, rows, cols, opts.quant, f16)?;
+                    let (buf, q) =
+                        encode(&t.name, t.ggml_type, &bytes, rows, cols, opts.quant, f16)?;
                     drop(bytes);
                     release(t);
                     quantized += usize::from(q);

@@ -127,6 +127,10 @@ fn write_layout(
         tensor: name.to_string(),
         source,
     };
+    if plan::with_f16_scales(src_type, layout) {
+        return gpack_quant::transcode::transcode_with_f16_scales(src_type, bytes, rows, cols, w)
+            .map_err(q);
+    }
     if layout == native_layout_for(src_type) {
         return gpack_quant::transcode(src_type, bytes, rows, cols, w).map_err(q);
     }
@@ -750,7 +754,7 @@ fn write_mtp(
         // Draft tensors are stored one by one (no fused groups).
         let size = match p.layout {
             Some(l) if native => {
-                gpack_quant::encoded_len(l, p.rows, p.cols).map_err(|e| Error::Quant {
+                plan::native_len(t.ggml_type, l, p.rows, p.cols).map_err(|e| Error::Quant {
                     tensor: t.name.clone(),
                     source: e,
                 })?
