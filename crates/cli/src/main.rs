@@ -24,6 +24,7 @@ enum Command {
     Convert(cmd::convert::Args),
     Verify(cmd::verify::Args),
     Inspect(cmd::inspect::Args),
+    Prequant(cmd::prequant::Args),
     Run(cmd::run::Args),
     Serve(cmd::serve::Args),
 }
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         Command::Convert(a) => cmd::convert::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Prequant(a) => cmd::prequant::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Serve(a) => cmd::serve::run(a),
     };

@@ -20,6 +20,7 @@
 mod error;
 mod external;
 pub mod ggml;
+pub mod giw;
 mod kind;
 pub mod manifest;
 pub mod mmap;

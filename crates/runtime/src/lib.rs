@@ -37,6 +37,7 @@ pub mod config;
 mod error;
 pub mod generate;
 pub mod gguf;
+pub mod giw;
 pub mod gpack;
 mod matrix;
 pub mod model;

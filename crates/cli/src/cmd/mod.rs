@@ -2,6 +2,7 @@
 
 pub mod convert;
 pub mod inspect;
+pub mod prequant;
 pub mod run;
 pub mod serve;
 pub mod verify;

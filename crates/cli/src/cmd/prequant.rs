@@ -1,0 +1,237 @@
+//! `gpack prequant`: GGUF / safetensors / HF directory → one prequantized
+//! `.giw` bundle (docs/GIW.md), streamed one tensor at a time.
+
+use anyhow::{Context, Result};
+use gpack_convert::sidecar::{prequant, GiwQuant, PrequantOptions};
+use gpack_format::giw::Target;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Prequantize a model into a .giw bundle (weights stored already quantized,
+/// aliased from the mapped file at load).
+///
+/// The quant is baked in: a bundle built with --quant int8int8 is an int8int8
+/// model, and loading it with another quant is an error. Build one bundle per
+/// quant. Tensors are read, quantized, written and freed one at a time (peak
+/// memory: about the largest tensor plus a fixed budget), into
+/// `<OUT>.tmp.<pid>`, which is checked and renamed into place.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  gpack prequant SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.giw
+  gpack prequant ./hf_model_dir -o model.giw --quant int4 --target metal --json")]
+pub struct Args {
+    /// The source model: a GGUF file, a safetensors file or index, or an HF directory.
+    src: PathBuf,
+    /// The .giw to write.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// int8int8 (int8 weights and activations), int8 (int8 weights, G32), int4
+    /// (asymmetric int4, G32) or keep (the exact native layout of each type).
+    #[arg(long, default_value = "int8int8")]
+    quant: GiwQuant,
+    /// cpu (weights format 12) or metal (fused q‖k‖v / gate‖up groups and f16
+    /// scales, weights format 14).
+    #[arg(long, default_value = "cpu")]
+    target: Target,
+    /// Replace an existing output.
+    #[arg(long)]
+    force: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Weights format to write (12, 13 or 14; default: the target's). For
+    /// compatibility fixtures.
+    #[arg(long, hide = true)]
+    weights_format: Option<u16>,
+}
+
+/// Runs the command.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let opts = PrequantOptions {
+        quant: a.quant,
+        target: a.target,
+        weights_version: a.weights_format,
+        force: a.force,
+        resident: false,
+    };
+    let r = prequant(&a.src, &a.output, &opts)
+        .with_context(|| format!("prequantizing {}", a.src.display()))?;
+    if a.json {
+        super::print_json(&serde_json::to_value(&r)?)?;
+    } else {
+        eprintln!(
+            "wrote {} ({} bytes, weights format v{}, quant {}, target {}): {} records, {} fused groups, {} with f16 scales, {} matrices quantized, in {:.2} s",
+            r.path.display(),
+            r.bytes,
+            r.weights_version,
+            r.quant,
+            r.target,
+            r.records,
+            r.fused_groups,
+            r.f16_scale_tensors,
+            r.quantized,
+            r.seconds
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use gpack_convert::sidecar::{
+        ensure_sidecar, prequant, sidecar_for, GiwQuant, PrequantOptions, SidecarStatus,
+    };
+    use gpack_convert::{convert, ConvertOptions, Quant};
+    use gpack_format::giw::Target;
+    use gpack_runtime::giw::GiwWeights;
+    use gpack_runtime::{GgufWeights, GpackWeights, Logits, Model, WeightSource};
+    use std::path::{Path, PathBuf};
+
+    fn repo() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    fn logits(w: &dyn WeightSource) -> Vec<f32> {
+        let m = Model::load(w).expect("load");
+        let mut s = m.new_state(64);
+        m.forward(&mut s, &[1, 5, 9, 13, 2, 7], Logits::All)
+            .expect("forward")
+            .to_vec()
+    }
+
+    fn giw(src: &Path, dir: &Path, quant: GiwQuant, target: Target, tag: &str) -> PathBuf {
+        let out = dir.join(format!("{tag}.giw"));
+        let opts = PrequantOptions {
+            quant,
+            target,
+            ..Default::default()
+        };
+        prequant(src, &out, &opts).expect("prequant");
+        out
+    }
+
+    fn gpack(src: &Path, dir: &Path, quant: Quant, tag: &str) -> PathBuf {
+        let out = dir.join(format!("{tag}.gpack"));
+        convert(
+            &ConvertOptions {
+                source: src.to_path_buf(),
+                output: out.clone(),
+                name: None,
+                quant,
+                external_experts: false,
+                force: true,
+                mtp_dir: None,
+            },
+            &(),
+        )
+        .expect("convert");
+        out
+    }
+
+    /// Same model, same layout: .gguf (GgufWeights), .gpack (GpackWeights)
+    /// and .giw (GiwWeights, cpu and metal) give identical logits.
+    #[test]
+    fn giw_gguf_gpack_same_logits_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        for (arch, file) in [
+            ("llama", "llama-q8_0.gguf"),
+            ("llama", "llama-f16.gguf"),
+            ("qwen3", "qwen3-q8_0.gguf"),
+        ] {
+            let src = repo().join("testdata/tiny").join(arch).join(file);
+            let want = logits(&GgufWeights::open(&src).unwrap());
+            let g = gpack(&src, dir.path(), Quant::Keep, file);
+            assert_eq!(
+                logits(&GpackWeights::open(&g).unwrap()),
+                want,
+                "{file} gpack"
+            );
+            for t in [Target::Cpu, Target::Metal] {
+                let p = giw(&src, dir.path(), GiwQuant::Keep, t, &format!("{file}{t:?}"));
+                let w = GiwWeights::open(&p, Some("keep")).unwrap();
+                assert_eq!(w.copied_payloads(), 0);
+                assert_eq!(logits(&w), want, "{file} giw {t:?}");
+            }
+        }
+    }
+
+    /// int8 quantization: the .gpack and the .giw quantize the same way.
+    #[test]
+    fn giw_gpack_same_logits_int8_from_f16() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = repo().join("testdata/tiny/llama/llama-f16.gguf");
+        let g = gpack(&src, dir.path(), Quant::Int8, "i8");
+        let want = logits(&GpackWeights::open(&g).unwrap());
+        let p = giw(&src, dir.path(), GiwQuant::Int8, Target::Cpu, "i8");
+        let w = GiwWeights::open(&p, Some("int8")).unwrap();
+        assert_eq!(logits(&w), want);
+        let e = GiwWeights::open(&p, Some("int8int8")).unwrap_err();
+        assert!(e.to_string().contains("fixed when it is built"), "{e}");
+    }
+
+    /// HF safetensors source: same logits as the HF directory via GgufWeights.
+    #[test]
+    fn giw_from_hf_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = repo().join("testdata/tiny/llama/hf");
+        let want = logits(&GgufWeights::open(&src).unwrap());
+        let p = giw(&src, dir.path(), GiwQuant::Keep, Target::Cpu, "hf");
+        assert_eq!(logits(&GiwWeights::open(&p, None).unwrap()), want);
+    }
+
+    /// Streamed and resident builds are byte-identical, for every quant and
+    /// target, from GGUF and safetensors.
+    #[test]
+    fn giw_streamed_equals_resident() {
+        let dir = tempfile::tempdir().unwrap();
+        for src in [
+            repo().join("testdata/tiny/llama/llama-q8_0.gguf"),
+            repo().join("testdata/tiny/llama/hf-sharded"),
+        ] {
+            for quant in [GiwQuant::Keep, GiwQuant::Int8Int8, GiwQuant::Int4] {
+                for target in [Target::Cpu, Target::Metal] {
+                    let mut bytes = Vec::new();
+                    for resident in [false, true] {
+                        let out = dir.path().join(format!("r{resident}.giw"));
+                        let opts = PrequantOptions {
+                            quant,
+                            target,
+                            force: true,
+                            resident,
+                            ..Default::default()
+                        };
+                        prequant(&src, &out, &opts).unwrap();
+                        bytes.push(std::fs::read(&out).unwrap());
+                    }
+                    assert!(bytes[0] == bytes[1], "{src:?} {quant:?} {target:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sidecar_built_reused_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("m.gguf");
+        std::fs::copy(repo().join("testdata/tiny/llama/llama-q8_0.gguf"), &src).unwrap();
+        let side = sidecar_for(&src, GiwQuant::Int4, Target::Cpu);
+        assert_eq!(side, dir.path().join("m.int4.cpu.giw"));
+        let (p, s) = ensure_sidecar(&src, GiwQuant::Int4, Target::Cpu).unwrap();
+        assert_eq!((p.clone(), s), (side.clone(), SidecarStatus::Built));
+        let before = std::fs::read(&p).unwrap();
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        let (_, s) = ensure_sidecar(&src, GiwQuant::Int4, Target::Cpu).unwrap();
+        assert_eq!(s, SidecarStatus::Reused);
+        assert_eq!(std::fs::metadata(&p).unwrap().modified().unwrap(), mtime);
+        // Corrupt one byte: reported and rebuilt.
+        let mut bad = before.clone();
+        bad[200] ^= 1;
+        std::fs::write(&p, &bad).unwrap();
+        let (_, s) = ensure_sidecar(&src, GiwQuant::Int4, Target::Cpu).unwrap();
+        assert!(
+            matches!(&s, SidecarStatus::Rebuilt { reason } if reason.contains("CRC")),
+            "{s:?}"
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), before);
+    }
+}

@@ -1,0 +1,301 @@
+//! GIW bundles: prequantized weights next to the source's metadata, mapped
+//! and aliased at load (normative layout: `docs/GIW.md`).
+//!
+//! Why a second container next to GPACK: a `.giw` is a *cache* of one
+//! quantization of one model for one backend (`<model>.<quant>.<target>.giw`
+//! sidecars), built by a streaming transcoder one tensor at a time and
+//! validated by one CRC-32 instead of per-section SHA-256s. It carries the
+//! source GGUF's metadata verbatim (truncated at the tensor-data boundary) so
+//! the tokenizer travels with it.
+//!
+//! This module knows records only as byte ranges plus small descriptors
+//! (name, kind, shape, member row ranges). It does not depend on `quant`: a
+//! native tensor's payload is handed out as bytes and parsed by the runtime
+//! provider with `NativeView::parse`. The only field of a native tensor read
+//! here is its `flags` word (offset 8, `docs/GIW.md`), to refuse f16 scales
+//! in a file whose weights format predates them.
+//!
+//! Versions: the bundle header is version 3 (64 bytes). The weights format is
+//! 12 (every array 16-aligned), 13 (adds fused group records; written for
+//! `--target metal` only) or 14 (adds f16 scale copies inside native tensors;
+//! `--target metal` only). A reader refuses a weights format newer than its
+//! maximum ([`ReadOptions::max_weights_version`]) and reads every older one.
+
+mod read;
+mod write;
+
+pub use read::{Fused, Giw, GroupMember, ReadOptions, Record, RecordKind};
+pub use write::{write_atomic, GiwWriter, MemberSpec, WriteSummary};
+
+use std::path::PathBuf;
+
+/// `b"GIWB"` read as a little-endian u32.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"GIWB");
+/// Written as a u32 so a reader on another byte order sees `0x04030201`.
+pub const ENDIAN_MARKER: u32 = 0x0102_0304;
+/// Bundle header version (64-byte header).
+pub const BUNDLE_VERSION: u16 = 3;
+/// Oldest weights format this reader reads.
+pub const MIN_WEIGHTS_VERSION: u16 = 12;
+/// Newest weights format this crate reads and writes.
+pub const WEIGHTS_VERSION: u16 = 14;
+/// First weights format with fused group records.
+pub const FUSED_SINCE: u16 = 13;
+/// First weights format with f16 scale copies in native tensors.
+pub const F16_SCALES_SINCE: u16 = 14;
+/// Size of the bundle header.
+pub const HEADER_LEN: u64 = 64;
+/// Size of a record header.
+pub const RECORD_HEADER_LEN: u64 = 64;
+/// Alignment of every record, payload and array in the file.
+pub const ALIGN: u64 = 16;
+/// Longest quant label (bytes, ASCII).
+pub const MAX_QUANT_LEN: usize = 12;
+/// Longest tensor or group name (bytes). GGUF caps names at 63 bytes; group
+/// names are derived from them.
+pub const MAX_NAME_LEN: u32 = 256;
+/// Most members in a fused group (q‖k‖v is 3).
+pub const MAX_MEMBERS: u32 = 8;
+/// Most dimensions of a dense record (GGUF's limit).
+pub const MAX_DIMS: u32 = 4;
+/// Native tensor flag bit 0: f16 copies of the scales (crates/quant layout.rs).
+pub const NATIVE_FLAG_F16_SCALES: u32 = 1;
+
+/// Which backend a bundle was laid out for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// CPU: weights format 12, ordinary records only.
+    Cpu,
+    /// Metal: fused groups (v13) and f16 scales (v14).
+    Metal,
+}
+
+impl Target {
+    /// The stored code.
+    pub fn code(self) -> u16 {
+        match self {
+            Target::Cpu => 0,
+            Target::Metal => 1,
+        }
+    }
+    /// The target for a stored code.
+    pub fn from_code(c: u16) -> Option<Target> {
+        match c {
+            0 => Some(Target::Cpu),
+            1 => Some(Target::Metal),
+            _ => None,
+        }
+    }
+    /// `"cpu"` or `"metal"` (command line and sidecar names).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Cpu => "cpu",
+            Target::Metal => "metal",
+        }
+    }
+    /// The weights format a writer emits for this target by default: 12 for
+    /// CPU (so a pre-v13 reader still reads it), 14 for Metal.
+    pub fn default_weights_version(self) -> u16 {
+        match self {
+            Target::Cpu => 12,
+            Target::Metal => WEIGHTS_VERSION,
+        }
+    }
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cpu" => Ok(Target::Cpu),
+            "metal" => Ok(Target::Metal),
+            _ => Err(format!("unknown target {s:?} (expected cpu or metal)")),
+        }
+    }
+}
+
+/// Everything that can go wrong reading or writing a GIW bundle. Offsets are
+/// from the start of the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is shorter than a header plus its CRC, or than its header says.
+    #[error("file is {size} bytes, need {needed}")]
+    Truncated {
+        /// Actual size.
+        size: u64,
+        /// Size the header implies.
+        needed: u64,
+    },
+    /// The magic number or the endianness marker is wrong.
+    #[error("bad {what}: expected {expected:#010x}, found {found:#010x}")]
+    BadMagic {
+        /// "magic" or "endianness marker".
+        what: &'static str,
+        /// Expected value.
+        expected: u32,
+        /// Found value.
+        found: u32,
+    },
+    /// The bundle header version is not 3.
+    #[error("unsupported GIW bundle version {found} (this reader reads version {expected})")]
+    BundleVersion {
+        /// What this reader reads.
+        expected: u16,
+        /// What the file has.
+        found: u16,
+    },
+    /// The weights format is newer than this reader.
+    #[error(
+        "GIW weights format v{found} is newer than this reader (reads v{min}..=v{max}); rebuild the bundle or upgrade gpack"
+    )]
+    NewerWeightsFormat {
+        /// The file's weights format version.
+        found: u16,
+        /// Oldest this reader reads.
+        min: u16,
+        /// Newest this reader reads.
+        max: u16,
+    },
+    /// The weights format is older than any this reader knows.
+    #[error("GIW weights format v{found} is older than this reader supports (v{min}..=v{max})")]
+    OlderWeightsFormat {
+        /// The file's weights format version.
+        found: u16,
+        /// Oldest this reader reads.
+        min: u16,
+        /// Newest this reader reads.
+        max: u16,
+    },
+    /// The trailing CRC-32 does not match the bytes before it.
+    #[error("GIW CRC-32 mismatch: stored {stored:#010x}, computed {computed:#010x} (the file is corrupt)")]
+    Crc {
+        /// CRC stored at the end of the file.
+        stored: u32,
+        /// CRC of the bytes before it.
+        computed: u32,
+    },
+    /// A field holds a value no writer produces.
+    #[error("invalid {what} at offset {offset}: {found}")]
+    Invalid {
+        /// Which field.
+        what: &'static str,
+        /// Where it is.
+        offset: u64,
+        /// The value found.
+        found: u64,
+    },
+    /// A record does not fit where it has to.
+    #[error("record {index} ({name}): {problem}")]
+    BadRecord {
+        /// Record index.
+        index: usize,
+        /// Record name (may be empty if it could not be read).
+        name: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// Size math overflowed.
+    #[error("size overflow computing {what}")]
+    Overflow {
+        /// What was being computed.
+        what: &'static str,
+    },
+    /// The writer was used wrongly (a bug in the caller).
+    #[error("GIW writer: {problem}")]
+    Usage {
+        /// What was wrong.
+        problem: String,
+    },
+    /// The destination exists and replacing it was not asked for.
+    #[error("{path} exists (use --force to replace it)")]
+    DestinationExists {
+        /// The destination.
+        path: PathBuf,
+    },
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, Error>;
+
+pub(crate) fn add(a: u64, b: u64, what: &'static str) -> Result<u64> {
+    a.checked_add(b).ok_or(Error::Overflow { what })
+}
+
+pub(crate) fn mul(a: u64, b: u64, what: &'static str) -> Result<u64> {
+    a.checked_mul(b).ok_or(Error::Overflow { what })
+}
+
+pub(crate) fn align(a: u64, what: &'static str) -> Result<u64> {
+    Ok(add(a, ALIGN - 1, what)? & !(ALIGN - 1))
+}
+
+pub(crate) fn io(op: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io { op, path, source }
+}
+
+/// The 64-byte bundle header (little-endian; layout in `docs/GIW.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleHeader {
+    /// Weights format version (12, 13 or 14).
+    pub weights_version: u16,
+    /// Target backend.
+    pub target: Target,
+    /// Quant label (`int8int8`, `int8`, `int4`, `keep`), ASCII, at most 12 bytes.
+    pub quant: String,
+    /// Number of weight records.
+    pub record_count: u32,
+    /// Offset of the metadata GGUF (always 64).
+    pub meta_off: u64,
+    /// Length of the metadata GGUF.
+    pub meta_len: u64,
+    /// Offset of the first weight record (`align16(meta_off + meta_len)`).
+    pub weights_off: u64,
+    /// Length of the weight records, padding included; the CRC follows.
+    pub weights_len: u64,
+}
+
+impl BundleHeader {
+    /// The 64 header bytes.
+    pub fn to_bytes(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&BUNDLE_VERSION.to_le_bytes());
+        b[6..8].copy_from_slice(&self.weights_version.to_le_bytes());
+        b[8..12].copy_from_slice(&ENDIAN_MARKER.to_le_bytes());
+        b[12..14].copy_from_slice(&self.target.code().to_le_bytes());
+        let q = self.quant.as_bytes();
+        let n = q.len().min(MAX_QUANT_LEN);
+        b[16..16 + n].copy_from_slice(&q[..n]);
+        b[28..32].copy_from_slice(&self.record_count.to_le_bytes());
+        b[32..40].copy_from_slice(&self.meta_off.to_le_bytes());
+        b[40..48].copy_from_slice(&self.meta_len.to_le_bytes());
+        b[48..56].copy_from_slice(&self.weights_off.to_le_bytes());
+        b[56..64].copy_from_slice(&self.weights_len.to_le_bytes());
+        b
+    }
+}
+
+pub(crate) fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}

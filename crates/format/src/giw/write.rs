@@ -1,0 +1,379 @@
+//! The streaming, atomic GIW writer.
+//!
+//! Records are appended one at a time (the caller transcodes a tensor, hands
+//! its bytes over and frees them), so memory stays one record. The CRC-32 is
+//! computed on the fly over everything after the header; the header, only
+//! known at the end, is hashed separately and combined
+//! (`crc32fast::Hasher::combine`), so the file is never read back to hash it.
+//! As with GPACK (`write.rs`), the bytes go to `<out>.tmp.<pid>`, which is
+//! fsynced, re-read and checked, then moved over the destination atomically;
+//! any error or drop before that unlinks it.
+
+use super::{
+    add, align, io, BundleHeader, Error, Result, Target, ALIGN, FUSED_SINCE, HEADER_LEN, MAX_DIMS,
+    MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN, MIN_WEIGHTS_VERSION, RECORD_HEADER_LEN,
+    WEIGHTS_VERSION,
+};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+const ZEROS: [u8; 64] = [0; 64];
+
+/// One member of a fused group record: rows `row_start .. row_start + rows`
+/// of the group's native tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberSpec {
+    /// Tensor name (`blk.0.attn_q.weight`).
+    pub name: String,
+    /// First row in the group tensor.
+    pub row_start: u64,
+    /// Rows of this member.
+    pub rows: u64,
+}
+
+/// What [`GiwWriter::finish`] wrote.
+#[derive(Clone, Debug)]
+pub struct WriteSummary {
+    /// The destination.
+    pub path: PathBuf,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// The trailing CRC-32.
+    pub crc: u32,
+    /// Records written.
+    pub records: u32,
+    /// Weights format written.
+    pub weights_version: u16,
+}
+
+/// Unlinks the temporary file on drop unless disarmed.
+struct TempGuard {
+    path: PathBuf,
+    armed: bool,
+}
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Streams a GIW bundle to `<out>.tmp.<pid>`, then renames it into place.
+pub struct GiwWriter {
+    out: PathBuf,
+    replace: bool,
+    tmp: TempGuard,
+    file: BufWriter<File>,
+    crc: crc32fast::Hasher,
+    pos: u64,
+    header: BundleHeader,
+}
+
+impl GiwWriter {
+    /// Starts a bundle at `out` (replacing an existing file only if
+    /// `replace`): writes a placeholder header and the metadata GGUF.
+    ///
+    /// `weights_version` must be 12..=14; `quant` is an ASCII label of at
+    /// most 12 bytes.
+    pub fn create(
+        out: &Path,
+        replace: bool,
+        quant: &str,
+        target: Target,
+        weights_version: u16,
+        metadata: &[u8],
+    ) -> Result<GiwWriter> {
+        if !(MIN_WEIGHTS_VERSION..=WEIGHTS_VERSION).contains(&weights_version) {
+            return Err(Error::Usage {
+                problem: format!("weights format v{weights_version} cannot be written"),
+            });
+        }
+        if quant.len() > MAX_QUANT_LEN || !quant.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Error::Usage {
+                problem: format!("quant label {quant:?} is not 1..=12 printable ASCII bytes"),
+            });
+        }
+        if !replace && out.exists() {
+            return Err(Error::DestinationExists {
+                path: out.to_path_buf(),
+            });
+        }
+        let tmp_path = crate::temp_path_for(out);
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp_path)
+            .map_err(io("create", &tmp_path))?;
+        let tmp = TempGuard {
+            path: tmp_path,
+            armed: true,
+        };
+        let mut w = GiwWriter {
+            out: out.to_path_buf(),
+            replace,
+            tmp,
+            file: BufWriter::with_capacity(1 << 20, f),
+            crc: crc32fast::Hasher::new(),
+            pos: 0,
+            header: BundleHeader {
+                weights_version,
+                target,
+                quant: quant.to_string(),
+                record_count: 0,
+                meta_off: HEADER_LEN,
+                meta_len: metadata.len() as u64,
+                weights_off: 0,
+                weights_len: 0,
+            },
+        };
+        // Placeholder header: not hashed (the real one is hashed in `finish`).
+        w.file.write_all(&ZEROS).map_err(io("write", &w.tmp.path))?;
+        w.pos = HEADER_LEN;
+        w.put(metadata)?;
+        w.pad()?;
+        w.header.weights_off = w.pos;
+        Ok(w)
+    }
+
+    /// The weights format being written.
+    pub fn weights_version(&self) -> u16 {
+        self.header.weights_version
+    }
+
+    /// Bytes written so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    fn put(&mut self, b: &[u8]) -> Result<()> {
+        self.file
+            .write_all(b)
+            .map_err(io("write", &self.tmp.path))?;
+        self.crc.update(b);
+        self.pos = add(self.pos, b.len() as u64, "file size")?;
+        Ok(())
+    }
+
+    fn pad(&mut self) -> Result<()> {
+        let n = (align(self.pos, "padding")? - self.pos) as usize;
+        self.put(&ZEROS[..n])
+    }
+
+    fn check_name(name: &str) -> Result<()> {
+        if name.is_empty() || name.len() > MAX_NAME_LEN as usize {
+            return Err(Error::Usage {
+                problem: format!("record name {name:?} is empty or longer than {MAX_NAME_LEN}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn record_header(
+        &mut self,
+        kind: u32,
+        name: &str,
+        count: u32,
+        ggml_type: u32,
+        payload_len: u64,
+        dims: &[u64],
+    ) -> Result<()> {
+        Self::check_name(name)?;
+        debug_assert_eq!(self.pos % ALIGN, 0);
+        let mut h = [0u8; RECORD_HEADER_LEN as usize];
+        h[0..4].copy_from_slice(&kind.to_le_bytes());
+        h[4..8].copy_from_slice(&(name.len() as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&count.to_le_bytes());
+        h[12..16].copy_from_slice(&ggml_type.to_le_bytes());
+        h[16..24].copy_from_slice(&payload_len.to_le_bytes());
+        for (i, d) in dims.iter().enumerate() {
+            h[24 + 8 * i..32 + 8 * i].copy_from_slice(&d.to_le_bytes());
+        }
+        self.put(&h)?;
+        self.put(name.as_bytes())?;
+        self.pad()
+    }
+
+    fn payload(&mut self, payload: &[u8]) -> Result<()> {
+        self.put(payload)?;
+        self.pad()?;
+        self.header.record_count =
+            self.header
+                .record_count
+                .checked_add(1)
+                .ok_or(Error::Overflow {
+                    what: "record count",
+                })?;
+        Ok(())
+    }
+
+    /// Appends a native tensor record: `payload` is one serialized native
+    /// tensor (crates/quant `layout.rs`), starting 16-aligned in the file.
+    pub fn add_native(&mut self, name: &str, payload: &[u8]) -> Result<()> {
+        self.record_header(1, name, 0, 0, payload.len() as u64, &[])?;
+        self.payload(payload)
+    }
+
+    /// Appends a dense record: raw ggml bytes of type `ggml_type` with `dims`
+    /// (ne0 first, at most 4): norms, biases, rope factors.
+    pub fn add_dense(
+        &mut self,
+        name: &str,
+        ggml_type: u32,
+        dims: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        if dims.is_empty() || dims.len() > MAX_DIMS as usize {
+            return Err(Error::Usage {
+                problem: format!("{name}: {} dims", dims.len()),
+            });
+        }
+        self.record_header(
+            2,
+            name,
+            dims.len() as u32,
+            ggml_type,
+            payload.len() as u64,
+            dims,
+        )?;
+        self.payload(payload)
+    }
+
+    /// Appends a fused group record (weights format 13 and later): one
+    /// native tensor whose rows are the members' rows back to back, in
+    /// member order.
+    pub fn add_group(&mut self, name: &str, members: &[MemberSpec], payload: &[u8]) -> Result<()> {
+        if self.header.weights_version < FUSED_SINCE {
+            return Err(Error::Usage {
+                problem: format!(
+                    "fused group {name} in a weights format v{} file (needs v{FUSED_SINCE})",
+                    self.header.weights_version
+                ),
+            });
+        }
+        if members.len() < 2 || members.len() > MAX_MEMBERS as usize {
+            return Err(Error::Usage {
+                problem: format!("group {name} has {} members", members.len()),
+            });
+        }
+        self.record_header(3, name, members.len() as u32, 0, payload.len() as u64, &[])?;
+        for m in members {
+            Self::check_name(&m.name)?;
+            let mut e = [0u8; 32];
+            e[0..8].copy_from_slice(&m.row_start.to_le_bytes());
+            e[8..16].copy_from_slice(&m.rows.to_le_bytes());
+            e[16..20].copy_from_slice(&(m.name.len() as u32).to_le_bytes());
+            self.put(&e)?;
+            self.put(m.name.as_bytes())?;
+            self.pad()?;
+        }
+        self.payload(payload)
+    }
+
+    /// Writes the CRC and the header, fsyncs, re-reads the file to check its
+    /// CRC, and moves it into place atomically (then fsyncs the directory).
+    pub fn finish(mut self) -> Result<WriteSummary> {
+        self.header.weights_len = self.pos - self.header.weights_off;
+        let head = self.header.to_bytes();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        crc.combine(&self.crc);
+        let crc = crc.finalize();
+        let tp = self.tmp.path.clone();
+        self.file
+            .write_all(&crc.to_le_bytes())
+            .map_err(io("write", &tp))?;
+        let bytes = self.pos + 4;
+        let mut f = self.file.into_inner().map_err(|e| Error::Io {
+            op: "write",
+            path: tp.clone(),
+            source: e.into_error(),
+        })?;
+        f.seek(SeekFrom::Start(0)).map_err(io("seek", &tp))?;
+        f.write_all(&head).map_err(io("write", &tp))?;
+        f.sync_all().map_err(io("fsync", &tp))?;
+        drop(f);
+        // Re-read with plain reads (not a mapping: a multi-GB bundle must not
+        // count toward this process's resident set) and check the CRC.
+        let mut f = File::open(&tp).map_err(io("open", &tp))?;
+        let mut h = crc32fast::Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = bytes - 4;
+        while left > 0 {
+            let n = (left as usize).min(buf.len());
+            f.read_exact(&mut buf[..n]).map_err(io("read back", &tp))?;
+            h.update(&buf[..n]);
+            left -= n as u64;
+        }
+        let mut tail = [0u8; 4];
+        f.read_exact(&mut tail).map_err(io("read back", &tp))?;
+        let computed = h.finalize();
+        if computed != crc || u32::from_le_bytes(tail) != crc {
+            return Err(Error::Crc {
+                stored: u32::from_le_bytes(tail),
+                computed,
+            });
+        }
+        persist(&tp, &self.out, self.replace)?;
+        self.tmp.armed = false;
+        sync_parent(&self.out)?;
+        Ok(WriteSummary {
+            path: self.out.clone(),
+            bytes,
+            crc,
+            records: self.header.record_count,
+            weights_version: self.header.weights_version,
+        })
+    }
+}
+
+/// Moves `tmp` to `out`; without `replace`, fails if `out` appeared meanwhile
+/// (hard link, then unlink: atomic on POSIX filesystems).
+fn persist(tmp: &Path, out: &Path, replace: bool) -> Result<()> {
+    if replace {
+        return std::fs::rename(tmp, out).map_err(io("rename", out));
+    }
+    match std::fs::hard_link(tmp, out) {
+        Ok(()) => std::fs::remove_file(tmp).map_err(io("unlink", tmp)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::DestinationExists {
+            path: out.to_path_buf(),
+        }),
+        Err(_) => {
+            if out.exists() {
+                return Err(Error::DestinationExists {
+                    path: out.to_path_buf(),
+                });
+            }
+            std::fs::rename(tmp, out).map_err(io("rename", out))
+        }
+    }
+}
+
+fn sync_parent(out: &Path) -> Result<()> {
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync directory", dir))
+}
+
+/// Writes `bytes` to `out` atomically (temporary file, fsync, rename, fsync
+/// of the directory), replacing an existing file. For small files (fixtures).
+pub fn write_atomic(out: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = crate::temp_path_for(out);
+    let mut guard = TempGuard {
+        path: tmp.clone(),
+        armed: true,
+    };
+    let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+    f.write_all(bytes).map_err(io("write", &tmp))?;
+    f.sync_all().map_err(io("fsync", &tmp))?;
+    persist(&tmp, out, true)?;
+    guard.armed = false;
+    sync_parent(out)
+}
