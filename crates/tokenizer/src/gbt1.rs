@@ -650,6 +650,47 @@ impl<'a> Gbt1<'a> {
         self.counts.split_lengths as usize
     }
 
+    /// A summary for `gpack inspect --json`: model, pre-tokenizer, counts, special ids,
+    /// flag names, sizes.
+    pub fn summary_json(&self) -> serde_json::Value {
+        let names = [
+            (FLAG_ADD_BOS, "add_bos"),
+            (FLAG_ADD_EOS, "add_eos"),
+            (FLAG_ADD_SPACE_PREFIX, "add_space_prefix"),
+            (FLAG_BYTE_FALLBACK, "byte_fallback"),
+            (FLAG_IGNORE_MERGES, "ignore_merges"),
+            (FLAG_HF_QUEUE, "hf_queue"),
+            (FLAG_PAIR_UNIQUE, "pair_unique"),
+            (FLAG_CHAR_PSEUDO_IDS, "char_pseudo_ids"),
+            (FLAG_NFC, "nfc"),
+        ];
+        let flags: Vec<&str> = names
+            .iter()
+            .filter(|(b, _)| self.flags & b != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        let name = |id: Option<u32>| {
+            id.and_then(|i| self.token_bytes(i))
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+        };
+        serde_json::json!({
+            "format": "GBT1",
+            "version": VERSION,
+            "model": match self.model { ModelKind::ByteLevelBpe => "byte-level-bpe", ModelKind::SentencePieceBpe => "sentencepiece-bpe" },
+            "pre_tokenizer": self.pre.gguf_name(),
+            "vocab_size": self.counts.vocab,
+            "n_merges": self.counts.merges,
+            "bos": self.bos(), "bos_text": name(self.bos()),
+            "eos": self.eos(), "eos_text": name(self.eos()),
+            "pad": self.pad(),
+            "unk": self.unk(),
+            "flags": flags,
+            "chat_template_bytes": self.counts.template,
+            "bytes": self.bytes.len(),
+            "content_hash": format!("{:016x}", self.content_hash()),
+        })
+    }
+
     /// Rebuild the [`TokenizerSpec`](crate::TokenizerSpec) this file was written from
     /// (for export and inspection). Fails on a corrupt entry. `to_spec().to_gbt1()` gives
     /// back the same bytes.

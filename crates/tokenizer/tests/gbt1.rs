@@ -187,3 +187,18 @@ fn stop_ids() {
     assert!(t.stop_ids().contains(&eot));
     assert_eq!(t.stop_ids()[0], t.eos().unwrap());
 }
+
+#[test]
+fn summary() {
+    let s = Gbt1::parse(hf_gbt1("smollm2")).unwrap().summary_json();
+    assert_eq!(s["vocab_size"], 49152);
+    assert_eq!(s["model"], "byte-level-bpe");
+    assert_eq!(s["pre_tokenizer"], "smollm");
+    let s = Gbt1::parse(gemma_spm_gbt1()).unwrap().summary_json();
+    assert_eq!(s["model"], "sentencepiece-bpe");
+    assert!(s["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "char_pseudo_ids"));
+}
