@@ -211,9 +211,10 @@ impl TokenizerSpec {
             eos: id("tokenizer.ggml.eos_token_id"),
             pad: id("tokenizer.ggml.padding_token_id"),
             unk: id("tokenizer.ggml.unknown_token_id"),
+            // llama.cpp's defaults: BOS for SentencePiece and Llama 3, not for other BPE.
             add_bos: meta
                 .get_bool("tokenizer.ggml.add_bos_token")
-                .unwrap_or(is_spm),
+                .unwrap_or(is_spm || pre == PreTokenizer::Llama3),
             add_eos: meta
                 .get_bool("tokenizer.ggml.add_eos_token")
                 .unwrap_or(false),

@@ -54,9 +54,11 @@ impl PreTokenizer {
     /// From llama.cpp's `tokenizer.ggml.pre` name.
     pub fn from_gguf_name(name: &str) -> Result<Self> {
         Ok(match name {
-            "default" | "gpt2" | "gpt-2" => Self::Gpt2,
+            // llama.cpp's "default" (no `pre` key) is a different, legacy regex set: refused
+            // rather than approximated.
+            "gpt2" | "gpt-2" => Self::Gpt2,
             "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" => Self::Llama3,
-            "qwen2" | "qwen35" | "deepseek-r1-qwen" => Self::Qwen2,
+            "qwen2" | "deepseek-r1-qwen" => Self::Qwen2,
             "smollm" | "starcoder" | "refact" | "codeshell" => Self::Smollm,
             _ => {
                 return Err(Error::Unsupported {
@@ -70,8 +72,8 @@ impl PreTokenizer {
     /// The llama.cpp name written back to GGUF.
     pub fn gguf_name(self) -> &'static str {
         match self {
-            Self::None => "default",
-            Self::Gpt2 => "gpt2",
+            Self::None => "none",
+            Self::Gpt2 => "gpt-2",
             Self::Llama3 => "llama-bpe",
             Self::Qwen2 => "qwen2",
             Self::Smollm => "smollm",
