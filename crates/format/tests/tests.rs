@@ -4,3 +4,4 @@ mod common;
 mod corruption;
 mod crash;
 mod roundtrip;
+mod giw;
