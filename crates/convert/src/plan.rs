@@ -234,7 +234,9 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
         let cols = t.dims.first().copied().unwrap_or(1);
         let all_rows = t.dims.iter().skip(1).product::<u64>();
         let (layout, rows, size) = match placement {
-            Placement::Dense => (None, all_rows, t.size),
+            // The PLE table is read a row at a time (direct I/O, row cache):
+            // it stays in its row-contiguous ggml blocks.
+            Placement::Dense | Placement::Ple => (None, all_rows, t.size),
             Placement::Experts => {
                 let rows = t.dims[1];
                 let layout = target_layout(t, placement, quant);

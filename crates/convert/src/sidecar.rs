@@ -643,3 +643,155 @@ pub fn ensure_sidecar(
     prequant(gguf, &path, &opts)?;
     Ok((path, status))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpack_ingest::gguf::{TensorHeader, Writer};
+    use std::io::BufWriter;
+
+    const EMBD: u64 = 1024;
+    const FFN: u64 = 2816;
+    const VOCAB: u64 = 8192;
+
+    /// A llama-shaped Q8_0 GGUF of about `mb` MB (the logic of
+    /// `examples/make_synthetic.rs`, smaller shapes). Returns the bytes of
+    /// its largest layer.
+    fn make_synthetic(path: &Path, mb: u64) -> u64 {
+        let q8 = |n: u64| n / 32 * 34;
+        let per_layer = q8(4 * EMBD * EMBD + 3 * EMBD * FFN);
+        let layers = (mb * 1_000_000 / per_layer).max(1);
+        let mut t: Vec<(String, Vec<u64>)> = vec![("token_embd.weight".into(), vec![EMBD, VOCAB])];
+        for l in 0..layers {
+            let p = |n: &str| format!("blk.{l}.{n}.weight");
+            t.extend([
+                (p("attn_norm"), vec![EMBD]),
+                (p("attn_q"), vec![EMBD, EMBD]),
+                (p("attn_k"), vec![EMBD, EMBD]),
+                (p("attn_v"), vec![EMBD, EMBD]),
+                (p("attn_output"), vec![EMBD, EMBD]),
+                (p("ffn_norm"), vec![EMBD]),
+                (p("ffn_gate"), vec![EMBD, FFN]),
+                (p("ffn_up"), vec![EMBD, FFN]),
+                (p("ffn_down"), vec![FFN, EMBD]),
+            ]);
+        }
+        t.push(("output_norm.weight".into(), vec![EMBD]));
+        t.push(("output.weight".into(), vec![EMBD, VOCAB]));
+        let ty = |d: &[u64]| {
+            if d.len() == 1 {
+                GgmlType::F32
+            } else {
+                GgmlType::Q8_0
+            }
+        };
+        let headers: Vec<TensorHeader> = t
+            .iter()
+            .map(|(n, d)| TensorHeader {
+                name: n.clone(),
+                ggml_type: ty(d),
+                dims: d.clone(),
+            })
+            .collect();
+        let mut md = Metadata::new();
+        md.insert("general.architecture", Value::String("llama".into()));
+        let f = BufWriter::new(std::fs::File::create(path).unwrap());
+        let mut w = Writer::new(f, &md, &headers).unwrap();
+        let mut seed = 1u64;
+        for (_, d) in &t {
+            let n: u64 = d.iter().product();
+            let mut buf = vec![0u8; ty(d).bytes_for(n).unwrap() as usize];
+            for c in buf.chunks_mut(8) {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                c.copy_from_slice(&seed.to_le_bytes()[..c.len()]);
+            }
+            if d.len() == 1 {
+                for c in buf.chunks_mut(4) {
+                    c.copy_from_slice(&1.0f32.to_le_bytes());
+                }
+            } else {
+                for blk in buf.chunks_mut(34) {
+                    blk[0..2].copy_from_slice(&0x2000u16.to_le_bytes());
+                }
+            }
+            w.write_tensor_data(&buf).unwrap();
+        }
+        w.finish().unwrap();
+        per_layer
+    }
+
+    fn vm_hwm_kb() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// See: issue 5 ("a test-sized run of the streaming transcoder asserts
+    /// bounded peak RSS on a model several times larger than the bound").
+    /// The transcode runs in a child process (this test re-executed), so its
+    /// VmHWM is the transcoder's alone.
+    #[test]
+    fn giw_streaming_peak_rss_is_bounded() {
+        if let Ok(src) = std::env::var("GIW_RSS_CHILD") {
+            let src = PathBuf::from(src);
+            for (quant, target) in [
+                (GiwQuant::Int4, Target::Metal),
+                (GiwQuant::Int8Int8, Target::Cpu),
+            ] {
+                let opts = PrequantOptions {
+                    quant,
+                    target,
+                    force: true,
+                    ..Default::default()
+                };
+                prequant(&src, &src.with_extension("giw"), &opts).unwrap();
+            }
+            println!("GIW_VMHWM_KB={}", vm_hwm_kb());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("syn.gguf");
+        let layer = make_synthetic(&src, 300);
+        let model = std::fs::metadata(&src).unwrap().len();
+        let bound = layer + (64 << 20);
+        assert!(model > 3 * bound, "model {model} vs bound {bound}");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sidecar::tests::giw_streaming_peak_rss_is_bounded",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("GIW_RSS_CHILD", &src)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kb: u64 = stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("GIW_VMHWM_KB="))
+            .and_then(|v| v.parse().ok())
+            .expect("child reported VmHWM");
+        eprintln!(
+            "streaming prequant of a {} MB model: peak RSS {} MiB (bound {} MiB = largest layer {} MiB + 64 MiB)",
+            model / 1_000_000,
+            kb / 1024,
+            bound >> 20,
+            layer >> 20
+        );
+        assert!(
+            kb * 1024 <= bound,
+            "peak RSS {} KiB > bound {} KiB",
+            kb,
+            bound / 1024
+        );
+    }
+}

@@ -449,20 +449,26 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         let t = &source.tensors[p.source];
         progress.section(kind.default_name(), p.size);
         let mut s = w.begin_section(kind, kind.default_name())?;
+        // Layout tag 1: a native tensor; 0: raw ggml blocks (the PLE table).
+        let tag = u32::from(p.layout.is_some());
         s.write_bytes(&SingleTensorHeaderV1::encode(
             t.ggml_type.id(),
-            1,
+            tag,
             p.cols,
             p.rows,
             p.size,
         ))?;
         let bytes = tensor_bytes(&source, t)?;
-        let layout = p.layout.unwrap_or(Layout::F32);
-        let mut c = Counting {
-            s: &mut s,
-            progress,
-        };
-        write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+        match p.layout {
+            Some(layout) => {
+                let mut c = Counting {
+                    s: &mut s,
+                    progress,
+                };
+                write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+            }
+            None => s.write_bytes(&bytes)?,
+        }
         drop(bytes);
         release(&source, t);
         s.finish(1)?;

@@ -74,8 +74,16 @@ pub fn gpack_f32(g: &Gpack, e: &TensorEntry) -> Vec<f32> {
             all[start..start + rows * cols].to_vec()
         }
         SectionKind::Embed | SectionKind::Head | SectionKind::Ple => {
-            let (_, p) = single_tensor(g.section(kind).unwrap()).unwrap();
-            native_f32(p)
+            let (h, p) = single_tensor(g.section(kind).unwrap()).unwrap();
+            if h.reserved0.get() == 0 {
+                // Raw ggml blocks (the PLE table).
+                let t = GgmlType::from_id(h.ggml_type.get()).unwrap();
+                let mut out = vec![0f32; (h.ne0.get() * h.ne1.get()) as usize];
+                gpack_quant::dequantize_ggml(t, p, &mut out).unwrap();
+                out
+            } else {
+                native_f32(p)
+            }
         }
         SectionKind::ExpertBlobs => {
             let layout = g.expert_layout().unwrap().unwrap();

@@ -174,7 +174,17 @@ impl GpackWeights {
                     .g
                     .section(kind)
                     .ok_or_else(|| bad("section missing".into()))?;
-                let (_, payload) = single_tensor(s)?;
+                let (h, payload) = single_tensor(s)?;
+                if h.reserved0.get() == 0 {
+                    // Raw ggml blocks (the PLE table).
+                    let ggml_type = GgmlType::from_id(h.ggml_type.get())
+                        .ok_or_else(|| bad(format!("unknown type {}", h.ggml_type.get())))?;
+                    return Ok(TensorRef::Dense {
+                        ggml_type,
+                        dims: e.dims.clone(),
+                        bytes: payload,
+                    });
+                }
                 native(payload)
             }
             _ => Err(bad("routed experts are served by the MoE runtime".into())),

@@ -42,6 +42,7 @@ pub mod gpack;
 mod matrix;
 pub mod model;
 pub mod ops;
+pub mod ple;
 pub mod sampler;
 pub mod weights;
 
