@@ -22,7 +22,9 @@
 //! is transcoded exactly instead of re-quantized. `int4`: I4Asym G32; sources
 //! already I4 G32 (Q4_0, Q4_1, Q4_K) are transcoded exactly. A matrix whose
 //! cols are not a multiple of 32, or whose type cannot be dequantized, is
-//! kept in its exact layout. 1-D tensors are stored raw (dense records).
+//! kept in its exact layout, and so are embedding tables (`token_embd`,
+//! `per_layer_token_embd`: row lookups, not matmuls; as `gpack convert`).
+//! 1-D tensors are stored raw (dense records).
 //!
 //! # Fused groups and f16 scales (metal)
 //!
@@ -234,9 +236,11 @@ impl Write for AlignedOut {
 
 /// The layout a matrix of `ty` with `cols` gets under `quant`, and whether it
 /// is quantized (true) or transcoded exactly (false).
-fn plan_layout(quant: GiwQuant, ty: GgmlType, cols: u64) -> (Layout, bool) {
+fn plan_layout(quant: GiwQuant, name: &str, ty: GgmlType, cols: u64) -> (Layout, bool) {
     let exact = gpack_quant::native_layout_for(ty);
-    let Some(target) = quant.target() else {
+    // Embedding tables are row lookups, not matmuls: kept exact (as convert does).
+    let lookup = matches!(name, "token_embd.weight" | "per_layer_token_embd.weight");
+    let Some(target) = quant.target().filter(|_| !lookup) else {
         return (exact, false);
     };
     let already = match target {
@@ -275,7 +279,7 @@ fn encode(
     quant: GiwQuant,
     f16: bool,
 ) -> Result<(AlignedOut, bool), Error> {
-    let (layout, quantize) = plan_layout(quant, ty, cols);
+    let (layout, quantize) = plan_layout(quant, name, ty, cols);
     let (h, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
     let mut out = AlignedOut::zeroed(total as usize);
     if !quantize {
@@ -418,7 +422,7 @@ fn plan_units(source: &Source, quant: GiwQuant, fuse: bool) -> Vec<Unit<'_>> {
                         && m.ggml_type == first.ggml_type
                         && m.dims[0] == first.dims[0]
                 }) && matches!(
-                    plan_layout(quant, first.ggml_type, first.dims[0]).0,
+                    plan_layout(quant, &first.name, first.ggml_type, first.dims[0]).0,
                     Layout::I4Sym { group: 32 } | Layout::I4Asym { group: 32 }
                 );
                 if ok {

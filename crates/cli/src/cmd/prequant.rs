@@ -150,7 +150,7 @@ mod tests {
                 let p = giw(&src, dir.path(), GiwQuant::Keep, t, &format!("{file}{t:?}"));
                 let w = GiwWeights::open(&p, Some("keep")).unwrap();
                 assert_eq!(w.copied_payloads(), 0);
-                assert_eq!(logits(&w), want, "{file} giw {t:?}");
+                assert!(logits(&w) == want, "{file} giw {t:?}");
             }
         }
     }
@@ -164,7 +164,7 @@ mod tests {
         let want = logits(&GpackWeights::open(&g).unwrap());
         let p = giw(&src, dir.path(), GiwQuant::Int8, Target::Cpu, "i8");
         let w = GiwWeights::open(&p, Some("int8")).unwrap();
-        assert_eq!(logits(&w), want);
+        assert!(logits(&w) == want, "int8 logits differ");
         let e = GiwWeights::open(&p, Some("int8int8")).unwrap_err();
         assert!(e.to_string().contains("fixed when it is built"), "{e}");
     }
@@ -176,7 +176,7 @@ mod tests {
         let src = repo().join("testdata/tiny/llama/hf");
         let want = logits(&GgufWeights::open(&src).unwrap());
         let p = giw(&src, dir.path(), GiwQuant::Keep, Target::Cpu, "hf");
-        assert_eq!(logits(&GiwWeights::open(&p, None).unwrap()), want);
+        assert!(logits(&GiwWeights::open(&p, None).unwrap()) == want);
     }
 
     /// Streamed and resident builds are byte-identical, for every quant and
