@@ -207,6 +207,22 @@ fn smollm2_gguf_matches_llamacpp() {
 }
 
 #[test]
+fn smollm2_gguf_matches_llama_tokenize() {
+    // llama-tokenize on the real SmolLM2 Q4_1 GGUF, whole corpus
+    // (testdata/tokenizer/scripts/make_llamacpp_ids.py).
+    let want = corpus_ids("smollm2", "corpus_ids.llamacpp.u32le.gz");
+    let g = crate::gguf::smollm2_gguf_gbt1();
+    let tok = Tokenizer::from_bytes(&g).unwrap();
+    check_whole(&tok, &want, "smollm2 from GGUF vs llama-tokenize");
+    // and from tokenizer.json
+    check_whole(
+        &Tokenizer::from_bytes(hf_gbt1("smollm2")).unwrap(),
+        &want,
+        "smollm2 from tokenizer.json vs llama-tokenize",
+    );
+}
+
+#[test]
 fn roundtrip_every_line() {
     for name in NAMES {
         let tok = Tokenizer::from_bytes(hf_gbt1(name)).unwrap();
