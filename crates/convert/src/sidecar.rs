@@ -781,9 +781,9 @@ mod tests {
         );
         let kb: u64 = stdout
             .lines()
-            .find_map(|l| l.trim().strip_prefix("GIW_VMHWM_KB="))
-            .and_then(|v| v.parse().ok())
-            .expect("child reported VmHWM");
+            .find_map(|l| l.split_once("GIW_VMHWM_KB=").map(|(_, v)| v))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("child did not report VmHWM: {stdout}"));
         eprintln!(
             "streaming prequant of a {} MB model: peak RSS {} MiB (bound {} MiB = largest layer {} MiB + 64 MiB)",
             model / 1_000_000,
