@@ -240,7 +240,10 @@ impl<'a> Tokenizer<'a> {
         let two = rest.len() >= 2 && self.g.split_prefix2(rest[0], rest[1]);
         for k in lo..hi {
             let len = self.g.split_length(k);
-            if len == 0 || len > rest.len() || (len >= 2 && !two) {
+            // The boundary check matters only for a corrupt file whose split token is not
+            // whole UTF-8: slicing the text there would panic.
+            if len == 0 || len > rest.len() || (len >= 2 && !two) || !text.is_char_boundary(i + len)
+            {
                 continue;
             }
             if let Some(id) = self.g.token_id(&rest[..len]) {

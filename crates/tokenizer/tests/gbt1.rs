@@ -202,3 +202,43 @@ fn summary() {
         .iter()
         .any(|f| f == "char_pseudo_ids"));
 }
+
+#[test]
+fn split_token_with_partial_utf8_does_not_panic() {
+    // A (hand-made) vocabulary whose split token is the first byte of "é".
+    use gpack_tokenizer::{
+        MergeMode, ModelKind, PreTokenizer, SpecToken, TokenType, TokenizerSpec,
+    };
+    let mut tokens: Vec<SpecToken> = (0..=255u8)
+        .map(|b| SpecToken::normal(vec![b], TokenType::Normal, 0.0))
+        .collect();
+    tokens.push(SpecToken {
+        split: true,
+        special: true,
+        rstrip: true,
+        lstrip: true,
+        ..SpecToken::normal(vec![0xC3], TokenType::Control, 0.0)
+    });
+    let spec = TokenizerSpec {
+        model: ModelKind::ByteLevelBpe,
+        pre: PreTokenizer::Gpt2,
+        tokens,
+        merges: vec![],
+        merge_ranks: None,
+        merge_mode: MergeMode::HfQueue,
+        bos: None,
+        eos: None,
+        pad: None,
+        unk: None,
+        add_bos: false,
+        add_eos: false,
+        add_space_prefix: false,
+        byte_fallback: false,
+        ignore_merges: false,
+        chat_template: None,
+        normalize_nfc: false,
+    };
+    let g = spec.to_gbt1().unwrap();
+    let t = Tokenizer::from_bytes(&g).unwrap();
+    assert_eq!(t.decode(&t.encode(" é é", false)), " é é");
+}
