@@ -234,4 +234,76 @@ mod tests {
         );
         assert_eq!(std::fs::read(&p).unwrap(), before);
     }
+
+    fn rss_anon_kib() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+
+    /// Heap check (issue 5): loading a .giw (GiwWeights::open, then
+    /// Model::load) grows anonymous memory by at most 5 % of the weight
+    /// bytes. SmolLM2 (scripts/fetch-models.sh); skipped when absent. The load
+    /// runs in a child process so other tests' allocations do not interfere.
+    #[test]
+    fn giw_load_heap_under_5_percent() {
+        if let Ok(p) = std::env::var("GIW_HEAP_CHILD") {
+            let before = rss_anon_kib();
+            let w = GiwWeights::open(Path::new(&p), Some("int8int8")).unwrap();
+            let open = rss_anon_kib();
+            let m = Model::load(&w).unwrap();
+            let load = rss_anon_kib();
+            println!(
+                "GIW_HEAP {before} {open} {load} {} {}",
+                w.giw().weight_bytes(),
+                w.copied_payloads()
+            );
+            drop(m);
+            return;
+        }
+        let cache = std::env::var_os("GPACK_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/gpack")));
+        let Some(src) = cache
+            .map(|c| c.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+            .filter(|p| p.exists())
+        else {
+            eprintln!("skipped: SmolLM2 not found (bash scripts/fetch-models.sh)");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = giw(&src, dir.path(), GiwQuant::Int8Int8, Target::Cpu, "smol");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cmd::prequant::tests::giw_load_heap_under_5_percent",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("GIW_HEAP_CHILD", &p)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        let v: Vec<u64> = stdout
+            .lines()
+            .find_map(|l| l.split_once("GIW_HEAP ").map(|(_, v)| v))
+            .unwrap_or_else(|| panic!("child did not report: {stdout}"))
+            .split_whitespace()
+            .take(5)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let (before, open, load, weights, copied) = (v[0], v[1], v[2], v[3], v[4]);
+        eprintln!(
+            "SmolLM2 int8int8 .giw: weights {:.1} MiB; RssAnon +{} KiB after open, +{} KiB after Model::load ({:.2} %); {copied} payloads copied",
+            weights as f64 / 1048576.0,
+            open.saturating_sub(before),
+            load.saturating_sub(before),
+            load.saturating_sub(before) as f64 * 1024.0 * 100.0 / weights as f64
+        );
+        assert_eq!(copied, 0);
+        assert!(load.saturating_sub(before) * 1024 * 20 <= weights);
+    }
 }

@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
+use gpack_runtime::giw::GiwWeights;
 use gpack_runtime::{
     generate, GenerateConfig, GgufWeights, GpackWeights, Model, SamplerConfig, WeightSource,
 };
@@ -62,11 +63,18 @@ pub struct Args {
     /// A GGUF to run if MODEL (a .gpack) fails validation.
     #[arg(long)]
     fallback_gguf: Option<PathBuf>,
+    /// With a .gguf MODEL: run from its prequantized sidecar
+    /// `<model>.<QUANT>.cpu.giw` next to it (int8int8 by default), built once
+    /// (atomically) when missing, rebuilt with a warning when invalid or older
+    /// than the .gguf, reused otherwise.
+    #[arg(long, value_name = "QUANT", num_args = 0..=1, default_missing_value = "int8int8")]
+    stream_weights: Option<String>,
 }
 
 enum Loaded {
     Gpack(Box<GpackWeights>),
     Gguf(GgufWeights, LoadedTokenizer),
+    Giw(Box<GiwWeights>, LoadedTokenizer),
 }
 
 impl Loaded {
@@ -74,6 +82,7 @@ impl Loaded {
         match self {
             Loaded::Gpack(w) => w.as_ref(),
             Loaded::Gguf(w, _) => w,
+            Loaded::Giw(w, _) => w.as_ref(),
         }
     }
     fn tokenizer(&self) -> Result<Tokenizer<'_>> {
@@ -85,7 +94,7 @@ impl Loaded {
                     .context("this .gpack has no TokenizerBin section")?;
                 Tokenizer::from_bytes(s.bytes)?
             }
-            Loaded::Gguf(_, t) => t.tokenizer()?,
+            Loaded::Gguf(_, t) | Loaded::Giw(_, t) => t.tokenizer()?,
         })
     }
 }
@@ -96,8 +105,28 @@ fn load_slow(path: &Path) -> Result<Loaded> {
     Ok(Loaded::Gguf(w, t))
 }
 
+fn load_sidecar(path: &Path, quant: &str) -> Result<Loaded> {
+    use gpack_convert::sidecar::{ensure_sidecar, GiwQuant, SidecarStatus};
+    let q: GiwQuant = quant.parse().map_err(anyhow::Error::msg)?;
+    let (side, status) = ensure_sidecar(path, q, gpack_format::giw::Target::Cpu)
+        .with_context(|| format!("building the sidecar of {}", path.display()))?;
+    match status {
+        SidecarStatus::Reused => {}
+        SidecarStatus::Built => eprintln!("built sidecar {}", side.display()),
+        SidecarStatus::Rebuilt { reason } => {
+            eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
+        }
+    }
+    let w = GiwWeights::open(&side, Some(q.label()))?;
+    let t = load_any(path).with_context(|| format!("tokenizer of {}", path.display()))?;
+    Ok(Loaded::Giw(Box::new(w), t))
+}
+
 fn load(a: &Args) -> Result<Loaded> {
     let is_gpack = a.model.extension().is_some_and(|e| e == "gpack");
+    if let (Some(q), false, true) = (&a.stream_weights, is_gpack, a.model.is_file()) {
+        return load_sidecar(&a.model, q);
+    }
     if !is_gpack {
         return load_slow(&a.model);
     }
