@@ -59,3 +59,29 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Edits aimed at the token blob and the tables after it (where a corrupt token can
+    /// reach the encoder), on both model kinds.
+    #[test]
+    fn encode_never_panics_on_corrupt_vocab(which in 0..2usize, edits in proptest::collection::vec((0.0f64..1.0, any::<u8>()), 1..16)) {
+        let name = ["bpe2048", "spm2048"][which];
+        let mut b = hf_gbt1(name).to_vec();
+        let n = b.len();
+        let start = gpack_tokenizer::gbt1::HEADER_SIZE;
+        for (f, v) in edits {
+            let at = start + ((n - start) as f64 * f) as usize;
+            b[at.min(n - 1)] = v;
+        }
+        if let Ok(t) = Tokenizer::from_bytes(&b) {
+            for text in ["héllo  wörld <start_of_turn> 12 <|im_start|> 日本 😀", "é", "  \n\n\t x"] {
+                let ids = t.encode(text, true);
+                prop_assert!(ids.iter().all(|&i| i < t.vocab_size()));
+                let _ = t.decode(&ids);
+                let _ = t.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", text)], true);
+            }
+        }
+    }
+}
