@@ -247,7 +247,7 @@ fn parse_header(b: &[u8], opts: &ReadOptions) -> Result<BundleHeader> {
     if needed != size {
         return Err(Error::Truncated { size, needed });
     }
-    if h.weights_len % ALIGN != 0 {
+    if !h.weights_len.is_multiple_of(ALIGN) {
         return Err(invalid("weights length", 56, h.weights_len));
     }
     Ok(h)
@@ -500,7 +500,7 @@ impl Giw {
         let mut copied = 0;
         for r in &records {
             let p = &b[r.payload_off as usize..(r.payload_off + r.payload_len) as usize];
-            if (p.as_ptr() as usize) % ALIGN as usize == 0 {
+            if (p.as_ptr() as usize).is_multiple_of(ALIGN as usize) {
                 copies.push(None);
             } else {
                 copies.push(Some(AlignedBytes::copy_of(p, 0)));
