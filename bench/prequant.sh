@@ -12,7 +12,9 @@ GB=${1:-4.2}
 CACHE=${GPACK_CACHE:-$HOME/.cache/gpack}/bench
 TD=${CARGO_TARGET_DIR:-target}
 mkdir -p "$CACHE"
-cargo build --release --locked -p gpack-cli -p gpack-convert --example make_synthetic >&2
+# Two invocations: with --example, cargo builds only the example.
+cargo build --release --locked -p gpack-cli >&2
+cargo build --release --locked -p gpack-convert --example make_synthetic >&2
 G=$TD/release/gpack
 SYN=$TD/release/examples/make_synthetic
 GG=$CACHE/synthetic-$GB.gguf
