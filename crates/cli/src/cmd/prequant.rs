@@ -235,6 +235,57 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), before);
     }
 
+    fn smollm2() -> Option<PathBuf> {
+        let cache = std::env::var_os("GPACK_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/gpack")));
+        cache
+            .map(|c| c.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+            .filter(|p| p.exists())
+    }
+
+    /// SmolLM2 (Q4_1) with --quant keep: the metal bundle (v14: fused q‖k‖v
+    /// and gate‖up groups, f16 scales) and the cpu bundle (v12) give the
+    /// GGUF's logits bit for bit. Skipped when SmolLM2 is absent.
+    #[test]
+    fn giw_smollm2_keep_matches_gguf() {
+        let Some(src) = smollm2() else {
+            eprintln!("skipped: SmolLM2 not found (bash scripts/fetch-models.sh)");
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let want = logits(&GgufWeights::open(&src).unwrap());
+        for t in [Target::Cpu, Target::Metal] {
+            let p = giw(&src, dir.path(), GiwQuant::Keep, t, &format!("{t:?}"));
+            let w = GiwWeights::open(&p, Some("keep")).unwrap();
+            let groups = w
+                .giw()
+                .records()
+                .iter()
+                .filter(|r| r.kind == gpack_format::giw::RecordKind::Group)
+                .count();
+            let f16 = w
+                .giw()
+                .records()
+                .iter()
+                .filter(|r| r.native_flags & 1 != 0)
+                .count();
+            eprintln!("SmolLM2 keep {t:?}: {groups} fused groups, {f16} tensors with f16 scales");
+            if t == Target::Metal {
+                assert!(groups > 0 && f16 > 0);
+                assert!(matches!(
+                    w.giw().fused(&[
+                        "blk.0.attn_q.weight",
+                        "blk.0.attn_k.weight",
+                        "blk.0.attn_v.weight"
+                    ]),
+                    gpack_format::giw::Fused::Contiguous { .. }
+                ));
+            }
+            assert!(logits(&w) == want, "{t:?}");
+        }
+    }
+
     fn rss_anon_kib() -> u64 {
         let s = std::fs::read_to_string("/proc/self/status").unwrap();
         s.lines()
@@ -263,13 +314,7 @@ mod tests {
             drop(m);
             return;
         }
-        let cache = std::env::var_os("GPACK_CACHE")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/gpack")));
-        let Some(src) = cache
-            .map(|c| c.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-            .filter(|p| p.exists())
-        else {
+        let Some(src) = smollm2() else {
             eprintln!("skipped: SmolLM2 not found (bash scripts/fetch-models.sh)");
             return;
         };
