@@ -27,8 +27,8 @@ pub fn corpus() -> &'static str {
     C.get_or_init(|| std::fs::read_to_string(testdata().join("corpus.txt")).unwrap())
 }
 
-/// The four distinct tokenizers of the fixtures (the tiny/<arch>/hf ones are copies of
-/// bpe2048 and spm2048, checked by `fixture_copies_identical`).
+/// The four distinct tokenizers of the fixtures (the tiny/<arch>/hf tokenizer files are
+/// byte-identical copies of bpe2048 and spm2048: same md5, see testdata/tokenizer/README.md).
 pub const NAMES: [&str; 4] = ["smollm2", "gemma3", "bpe2048", "spm2048"];
 
 pub fn hf_spec(name: &str) -> TokenizerSpec {
