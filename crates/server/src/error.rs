@@ -14,6 +14,15 @@ pub enum Error {
         #[source]
         source: Box<gpack_runtime::Error>,
     },
+    /// A prequantized .giw bundle could not be opened.
+    #[error("loading bundle {path}")]
+    Giw {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: Box<gpack_runtime::giw::GiwError>,
+    },
     /// The model's tokenizer could not be read.
     #[error("tokenizer of {path}")]
     Tokenizer {

@@ -2,10 +2,13 @@
 //! section is the tokenizer), or a .gguf / Hugging Face directory (the slow
 //! path: weights transcoded at load). A .gpack that fails its quick
 //! validation falls back to a GGUF when one is given, with a warning naming
-//! the validation error (`gpack run`'s `--fallback-gguf` behaviour).
+//! the validation error (`gpack run`'s `--fallback-gguf` behaviour). A
+//! prequantized .giw bundle (e.g. the `--stream-weights` sidecar the cli
+//! builds) is served with the tokenizer of the GGUF it was made from.
 
 use crate::error::{Error, Result};
 use gpack_format::SectionKind;
+use gpack_runtime::giw::GiwWeights;
 use gpack_runtime::{GgufWeights, GpackWeights, WeightSource};
 use gpack_tokenizer::{load_any, LoadedTokenizer, Tokenizer};
 use std::path::{Path, PathBuf};
@@ -26,6 +29,15 @@ pub enum Loaded {
         /// The tokenizer built from the same source.
         tokenizer: LoadedTokenizer,
         /// The file or directory.
+        path: PathBuf,
+    },
+    /// A prequantized .giw bundle.
+    Giw {
+        /// The weights.
+        weights: Box<GiwWeights>,
+        /// The tokenizer (from the source GGUF).
+        tokenizer: LoadedTokenizer,
+        /// The bundle.
         path: PathBuf,
     },
 }
@@ -68,6 +80,24 @@ impl Loaded {
         }
     }
 
+    /// Opens a .giw bundle (of quant `quant`, when given), with the tokenizer
+    /// of `tokenizer_source` (the GGUF or HF directory it was built from).
+    pub fn open_giw(giw: &Path, quant: Option<&str>, tokenizer_source: &Path) -> Result<Loaded> {
+        let weights = Box::new(GiwWeights::open(giw, quant).map_err(|source| Error::Giw {
+            path: giw.display().to_string(),
+            source: Box::new(source),
+        })?);
+        let tokenizer = load_any(tokenizer_source).map_err(|source| Error::Tokenizer {
+            path: tokenizer_source.display().to_string(),
+            source: Box::new(source),
+        })?;
+        Ok(Loaded::Giw {
+            weights,
+            tokenizer,
+            path: giw.to_path_buf(),
+        })
+    }
+
     fn open_slow(path: &Path) -> Result<Loaded> {
         let weights = Box::new(GgufWeights::open(path).map_err(|source| Error::Model {
             path: path.display().to_string(),
@@ -87,7 +117,9 @@ impl Loaded {
     /// The file actually loaded (the fallback, when it was used).
     pub fn path(&self) -> &Path {
         match self {
-            Loaded::Gpack { path, .. } | Loaded::Gguf { path, .. } => path,
+            Loaded::Gpack { path, .. } | Loaded::Gguf { path, .. } | Loaded::Giw { path, .. } => {
+                path
+            }
         }
     }
 
@@ -96,6 +128,7 @@ impl Loaded {
         match self {
             Loaded::Gpack { weights, .. } => weights.as_ref(),
             Loaded::Gguf { weights, .. } => weights.as_ref(),
+            Loaded::Giw { weights, .. } => weights.as_ref(),
         }
     }
 
@@ -113,7 +146,7 @@ impl Loaded {
                     source: Box::new(source),
                 })
             }
-            Loaded::Gguf { tokenizer, .. } => {
+            Loaded::Gguf { tokenizer, .. } | Loaded::Giw { tokenizer, .. } => {
                 tokenizer.tokenizer().map_err(|source| Error::Tokenizer {
                     path: path(),
                     source: Box::new(source),

@@ -265,3 +265,24 @@ fn serves_gguf_and_falls_back_from_a_corrupt_gpack() {
     let r = read_all(post(srv.addr, "/v1/completions", body));
     assert!(r.starts_with("HTTP/1.1 200") && r.contains("Paris"), "{r}");
 }
+
+#[test]
+fn serves_a_stream_weights_sidecar() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("m.gguf");
+    std::fs::copy(&m.gguf, &gguf).unwrap();
+    let body = r#"{"prompt":"The capital of France is","max_tokens":4,"temperature":0}"#;
+    let srv = start(
+        &gguf,
+        &["--ctx", "256", "--parallel", "2", "--stream-weights"],
+    );
+    let r = read_all(post(srv.addr, "/v1/completions", body));
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("Paris"), "{r}");
+    let giws: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "giw"))
+        .collect();
+    assert_eq!(giws.len(), 1, "the sidecar was not built next to the model");
+}

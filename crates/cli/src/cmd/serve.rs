@@ -53,6 +53,37 @@ pub struct Args {
     /// A GGUF to serve if MODEL (a .gpack) fails validation.
     #[arg(long)]
     fallback_gguf: Option<PathBuf>,
+    /// With a .gguf MODEL: serve from its prequantized sidecar
+    /// `<model>.<QUANT>.cpu.giw` next to it (int8int8 by default), built once
+    /// when missing or stale, reused otherwise (as `gpack run`).
+    #[arg(long, value_name = "QUANT", num_args = 0..=1, default_missing_value = "int8int8")]
+    stream_weights: Option<String>,
+}
+
+fn open(a: &Args) -> Result<gpack_server::Loaded> {
+    let is_gpack = a.model.extension().is_some_and(|e| e == "gpack");
+    if let (Some(q), false, true) = (&a.stream_weights, is_gpack, a.model.is_file()) {
+        use gpack_convert::sidecar::{ensure_sidecar, GiwQuant, SidecarStatus};
+        let q: GiwQuant = q.parse().map_err(anyhow::Error::msg)?;
+        let (side, status) = ensure_sidecar(&a.model, q, gpack_format::giw::Target::Cpu)
+            .with_context(|| format!("building the sidecar of {}", a.model.display()))?;
+        match status {
+            SidecarStatus::Reused => {}
+            SidecarStatus::Built => eprintln!("built sidecar {}", side.display()),
+            SidecarStatus::Rebuilt { reason } => {
+                eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
+            }
+        }
+        return Ok(gpack_server::Loaded::open_giw(
+            &side,
+            Some(q.label()),
+            &a.model,
+        )?);
+    }
+    Ok(gpack_server::Loaded::open(
+        &a.model,
+        a.fallback_gguf.as_deref(),
+    )?)
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -65,8 +96,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
     let t0 = std::time::Instant::now();
-    let loaded = gpack_server::Loaded::open(&a.model, a.fallback_gguf.as_deref())
-        .with_context(|| format!("opening {}", a.model.display()))?;
+    let loaded = open(&a).with_context(|| format!("opening {}", a.model.display()))?;
     let opts = gpack_server::Options {
         host: a.host,
         port: a.port,
