@@ -400,7 +400,7 @@ async fn collect(
 impl Meta {
     fn chunk(&self, delta: Option<&str>, first: bool, finish: Option<Finish>) -> Value {
         let fr = finish.map(Finish::as_str);
-        match self.kind {
+        let mut v = match self.kind {
             Kind::Chat => {
                 let delta = match (first, delta) {
                     (true, _) => json!({"role": "assistant", "content": ""}),
@@ -424,7 +424,12 @@ impl Meta {
                 "system_fingerprint": "gpack",
                 "choices": [{"index": 0, "text": delta.unwrap_or(""), "logprobs": null, "finish_reason": fr}],
             }),
+        };
+        // OpenAI: with include_usage, every chunk but the last has "usage": null.
+        if self.include_usage {
+            v["usage"] = Value::Null;
         }
+        v
     }
     fn usage_chunk(&self, prompt: usize, completion: usize) -> Value {
         let object = match self.kind {
