@@ -211,9 +211,6 @@ impl AlignedOut {
     fn as_slice(&self) -> &[u8] {
         &self.buf[self.off..self.off + self.len]
     }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.buf[self.off..self.off + self.len]
-    }
 }
 
 impl Write for AlignedOut {
@@ -269,8 +266,120 @@ fn qerr(name: &str) -> impl FnOnce(gpack_quant::Error) -> Error + '_ {
 /// Rows of f32 dequantized at once when re-quantizing from ggml blocks.
 const REQUANT_CHUNK_BYTES: u64 = 4 << 20;
 
-/// Encodes `rows x cols` of `ty` from `src` as one native tensor.
-fn encode(
+/// Writes `rows x cols` of `ty` from `src` as one native tensor in `layout`
+/// (without f16 scales) to `out`: transcoded exactly, quantized from floats,
+/// or re-quantized from ggml blocks a few MiB of rows at a time (codes are
+/// written as they come; only the scales and mins, 1/8 of the f32 rows or
+/// less, are held until the end).
+#[allow(clippy::too_many_arguments)]
+fn encode_stream(
+    name: &str,
+    ty: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    layout: Layout,
+    quantize: bool,
+    out: &mut impl Write,
+) -> Result<(), Error> {
+    if !quantize {
+        gpack_quant::transcode(ty, src, rows, cols, out).map_err(qerr(name))?;
+        return Ok(());
+    }
+    if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        gpack_quant::quantize(ty, src, rows, cols, layout, out).map_err(qerr(name))?;
+        return Ok(());
+    }
+    // Re-quantize a ggml block type: dequantize a chunk of rows to f32 and
+    // quantize it as its own small tensor; groups are quantized
+    // independently, so this equals quantizing the whole tensor at once.
+    let (h, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
+    let row_bytes = ty.bytes_for(cols).ok_or(Error::Option(format!(
+        "{name}: cols {cols} do not fit {}",
+        ty.name()
+    )))? as usize;
+    let chunk = (REQUANT_CHUNK_BYTES / (cols * 4)).max(1);
+    let io = |e: std::io::Error| qerr(name)(gpack_quant::Error::Io(e));
+    out.write_all(&h.to_bytes()).map_err(io)?;
+    let mut written = 64u64;
+    let mut scales: Vec<u8> = Vec::new();
+    let mut mins: Vec<u8> = Vec::new();
+    let mut f = vec![0f32; (chunk * cols) as usize];
+    let mut fb: Vec<u8> = Vec::with_capacity(f.len() * 4);
+    let mut tmp = Vec::new();
+    let mut r0 = 0u64;
+    while r0 < rows {
+        let n = chunk.min(rows - r0);
+        let s = &src[(r0 as usize) * row_bytes..((r0 + n) as usize) * row_bytes];
+        let fv = &mut f[..(n * cols) as usize];
+        gpack_quant::dequantize_ggml(ty, s, fv).map_err(qerr(name))?;
+        fb.clear();
+        for x in fv.iter() {
+            fb.extend_from_slice(&x.to_le_bytes());
+        }
+        tmp.clear();
+        gpack_quant::quantize(GgmlType::F32, &fb, n, cols, layout, &mut tmp).map_err(qerr(name))?;
+        let th = NativeTensorHeader::from_bytes(&tmp).map_err(qerr(name))?;
+        let lens = |off: u64, next: u64| &tmp[off as usize..next as usize];
+        let scale_len = n * (cols / u64::from(layout.group())) * 4;
+        let code_row = if matches!(layout, Layout::I4Sym { .. } | Layout::I4Asym { .. }) {
+            cols / 2
+        } else {
+            cols
+        };
+        let codes_end = th.codes_off + n * code_row;
+        let codes = lens(th.codes_off, codes_end);
+        out.write_all(codes).map_err(io)?;
+        written += codes.len() as u64;
+        scales.extend_from_slice(lens(th.scales_off, th.scales_off + scale_len));
+        if th.mins_off != 0 {
+            mins.extend_from_slice(lens(th.mins_off, th.mins_off + scale_len));
+        }
+        r0 += n;
+    }
+    for (off, a) in [(h.scales_off, &scales), (h.mins_off, &mins)] {
+        if off == 0 {
+            continue;
+        }
+        out.write_all(&[0u8; 16][..(off - written) as usize])
+            .map_err(io)?;
+        out.write_all(a).map_err(io)?;
+        written = off + a.len() as u64;
+    }
+    if written != total {
+        return Err(Error::Option(format!(
+            "{name}: re-quantizer wrote {written} of {total} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Where a unit goes: an ordinary record or a fused group.
+enum Dest<'a> {
+    Native(&'a str),
+    Group(&'a str, &'a [MemberSpec]),
+}
+
+fn begin<'w>(
+    w: &'w mut GiwWriter,
+    dest: &Dest<'_>,
+    len: u64,
+) -> Result<gpack_format::giw::PayloadWriter<'w>, Error> {
+    Ok(match dest {
+        Dest::Native(n) => w.begin_native(n, len)?,
+        Dest::Group(n, m) => w.begin_group(n, m, len)?,
+    })
+}
+
+/// Encodes `rows x cols` of `ty` from `src` into one record of `w`. Without
+/// f16 scales the tensor is streamed straight into the file (memory: the
+/// source tensor plus small buffers); with them (metal, v14) it is built in
+/// memory first, because the header's flag depends on whether every scale is
+/// exact in f16. Returns (payload bytes, quantized?, has f16 scales?).
+#[allow(clippy::too_many_arguments)]
+fn encode_into(
+    w: &mut GiwWriter,
+    dest: &Dest<'_>,
     name: &str,
     ty: GgmlType,
     src: &[u8],
@@ -278,82 +387,32 @@ fn encode(
     cols: u64,
     quant: GiwQuant,
     f16: bool,
-) -> Result<(AlignedOut, bool), Error> {
+) -> Result<(u64, bool, bool), Error> {
     let (layout, quantize) = plan_layout(quant, name, ty, cols);
-    let (h, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
-    let mut out = AlignedOut::zeroed(total as usize);
-    if !quantize {
-        gpack_quant::transcode(ty, src, rows, cols, &mut out).map_err(qerr(name))?;
-    } else if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        gpack_quant::quantize(ty, src, rows, cols, layout, &mut out).map_err(qerr(name))?;
-    } else {
-        // Re-quantize a ggml block type: dequantize a chunk of rows to f32,
-        // quantize it as its own small tensor and splice its codes, scales
-        // and mins into place. Groups are quantized independently, so the
-        // result is the same as quantizing the whole tensor at once.
-        let row_bytes = ty.bytes_for(cols).ok_or(Error::Option(format!(
-            "{name}: cols {cols} do not fit {}",
-            ty.name()
-        )))? as usize;
-        let chunk = (REQUANT_CHUNK_BYTES / (cols * 4)).max(1);
-        let g = u64::from(layout.group());
-        let code_row = if matches!(layout, Layout::I4Sym { .. } | Layout::I4Asym { .. }) {
-            cols / 2
-        } else {
-            cols
-        };
-        let scale_row = cols / g * 4;
-        out.as_mut_slice()[..64].copy_from_slice(&h.to_bytes());
-        let mut f = vec![0f32; (chunk * cols) as usize];
-        let mut fb: Vec<u8> = Vec::with_capacity(f.len() * 4);
-        let mut r0 = 0u64;
-        while r0 < rows {
-            let n = chunk.min(rows - r0);
-            let s = &src[(r0 as usize) * row_bytes..((r0 + n) as usize) * row_bytes];
-            let fv = &mut f[..(n * cols) as usize];
-            gpack_quant::dequantize_ggml(ty, s, fv).map_err(qerr(name))?;
-            fb.clear();
-            for x in fv.iter() {
-                fb.extend_from_slice(&x.to_le_bytes());
-            }
-            let mut tmp = Vec::new();
-            gpack_quant::quantize(GgmlType::F32, &fb, n, cols, layout, &mut tmp)
-                .map_err(qerr(name))?;
-            let th = NativeTensorHeader::from_bytes(&tmp).map_err(qerr(name))?;
-            let o = out.as_mut_slice();
-            let copy = |o: &mut [u8], dst: u64, srco: u64, len: u64| {
-                o[dst as usize..(dst + len) as usize]
-                    .copy_from_slice(&tmp[srco as usize..(srco + len) as usize]);
-            };
-            copy(o, h.codes_off + r0 * code_row, th.codes_off, n * code_row);
-            copy(
-                o,
-                h.scales_off + r0 * scale_row,
-                th.scales_off,
-                n * scale_row,
-            );
-            if h.mins_off != 0 {
-                copy(o, h.mins_off + r0 * scale_row, th.mins_off, n * scale_row);
-            }
-            r0 += n;
-        }
-        out.pos = total as usize;
+    let (_, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
+    if !(f16 && layout.has_scales()) {
+        let mut pw = begin(w, dest, total)?;
+        encode_stream(name, ty, src, rows, cols, layout, quantize, &mut pw)?;
+        pw.finish()?;
+        return Ok((total, quantize, false));
     }
-    if out.pos != total as usize {
-        return Err(Error::Option(format!(
-            "{name}: encoder wrote {} of {total} bytes",
-            out.pos
-        )));
+    let mut buf = AlignedOut::zeroed(total as usize);
+    encode_stream(name, ty, src, rows, cols, layout, quantize, &mut buf)?;
+    let v = NativeView::parse(buf.as_slice()).map_err(qerr(name))?;
+    let exact = gpack_quant::f16_scales_if_exact(v.scales()).is_some()
+        && gpack_quant::f16_scales_if_exact(v.mins()).is_some();
+    if !exact {
+        let mut pw = begin(w, dest, total)?;
+        pw.write_all(buf.as_slice())
+            .map_err(|e| qerr(name)(gpack_quant::Error::Io(e)))?;
+        pw.finish()?;
+        return Ok((total, quantize, false));
     }
-    if f16 && layout.has_scales() {
-        let v = NativeView::parse(out.as_slice()).map_err(qerr(name))?;
-        let (_, t16) = NativeTensorHeader::new(layout, rows, cols, true).map_err(qerr(name))?;
-        let mut o16 = AlignedOut::zeroed(t16 as usize);
-        if gpack_quant::write_with_f16_scales(&v, &mut o16).is_ok() {
-            return Ok((o16, quantize));
-        }
-    }
-    Ok((out, quantize))
+    let (_, t16) = NativeTensorHeader::new(layout, rows, cols, true).map_err(qerr(name))?;
+    let mut pw = begin(w, dest, t16)?;
+    gpack_quant::write_with_f16_scales(&v, &mut pw).map_err(qerr(name))?;
+    pw.finish()?;
+    Ok((t16, quantize, true))
 }
 
 /// The metadata GGUF of the bundle: a single-file GGUF source truncated at
@@ -510,19 +569,26 @@ pub fn prequant_source(
                 let bytes = bytes_of(i, t)?;
                 if is_matrix(t) {
                     let (rows, cols) = rows_cols(t);
-                    let (buf, q) =
-                        encode(&t.name, t.ggml_type, &bytes, rows, cols, opts.quant, f16)?;
-                    drop(bytes);
-                    release(t);
+                    let dest = Dest::Native(&t.name);
+                    let (len, q, h) = encode_into(
+                        &mut w,
+                        &dest,
+                        &t.name,
+                        t.ggml_type,
+                        &bytes,
+                        rows,
+                        cols,
+                        opts.quant,
+                        f16,
+                    )?;
                     quantized += usize::from(q);
-                    f16n += usize::from(buf.as_slice()[8] & 1 != 0);
-                    largest = largest.max(buf.len as u64);
-                    w.add_native(&t.name, buf.as_slice())?;
+                    f16n += usize::from(h);
+                    largest = largest.max(len);
                 } else {
                     w.add_dense(&t.name, t.ggml_type.id(), &t.dims, &bytes)?;
-                    drop(bytes);
-                    release(t);
                 }
+                drop(bytes);
+                release(t);
             }
             Unit::Group(name, members) => {
                 let ty = members[0].1.ggml_type;
@@ -541,13 +607,14 @@ pub fn prequant_source(
                     });
                     row += rows;
                 }
-                let (buf, q) = encode(&name, ty, &cat, row, cols, opts.quant, f16)?;
+                let dest = Dest::Group(&name, &specs);
+                let (len, q, h) =
+                    encode_into(&mut w, &dest, &name, ty, &cat, row, cols, opts.quant, f16)?;
                 drop(cat);
                 quantized += usize::from(q) * members.len();
-                f16n += usize::from(buf.as_slice()[8] & 1 != 0);
-                largest = largest.max(buf.len as u64);
+                f16n += usize::from(h);
+                largest = largest.max(len);
                 groups += 1;
-                w.add_group(&name, &specs, buf.as_slice())?;
             }
         }
     }

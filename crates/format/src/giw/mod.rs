@@ -25,7 +25,7 @@ mod read;
 mod write;
 
 pub use read::{Fused, Giw, GroupMember, ReadOptions, Record, RecordKind};
-pub use write::{write_atomic, GiwWriter, MemberSpec, WriteSummary};
+pub use write::{write_atomic, GiwWriter, MemberSpec, PayloadWriter, WriteSummary};
 
 use std::path::PathBuf;
 

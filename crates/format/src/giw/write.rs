@@ -217,6 +217,32 @@ impl GiwWriter {
         self.payload(payload)
     }
 
+    /// Starts a native tensor record of `payload_len` bytes whose payload is
+    /// then streamed through the returned writer (so an encoder never holds
+    /// the whole tensor); [`PayloadWriter::finish`] checks the length.
+    pub fn begin_native(&mut self, name: &str, payload_len: u64) -> Result<PayloadWriter<'_>> {
+        self.record_header(1, name, 0, 0, payload_len, &[])?;
+        Ok(PayloadWriter {
+            w: self,
+            left: payload_len,
+        })
+    }
+
+    /// Starts a fused group record (see [`GiwWriter::add_group`]) whose
+    /// payload is streamed through the returned writer.
+    pub fn begin_group(
+        &mut self,
+        name: &str,
+        members: &[MemberSpec],
+        payload_len: u64,
+    ) -> Result<PayloadWriter<'_>> {
+        self.group_header(name, members, payload_len)?;
+        Ok(PayloadWriter {
+            w: self,
+            left: payload_len,
+        })
+    }
+
     /// Appends a dense record: raw ggml bytes of type `ggml_type` with `dims`
     /// (ne0 first, at most 4): norms, biases, rope factors.
     pub fn add_dense(
@@ -246,6 +272,11 @@ impl GiwWriter {
     /// native tensor whose rows are the members' rows back to back, in
     /// member order.
     pub fn add_group(&mut self, name: &str, members: &[MemberSpec], payload: &[u8]) -> Result<()> {
+        self.group_header(name, members, payload.len() as u64)?;
+        self.payload(payload)
+    }
+
+    fn group_header(&mut self, name: &str, members: &[MemberSpec], payload_len: u64) -> Result<()> {
         if self.header.weights_version < FUSED_SINCE {
             return Err(Error::Usage {
                 problem: format!(
@@ -259,7 +290,7 @@ impl GiwWriter {
                 problem: format!("group {name} has {} members", members.len()),
             });
         }
-        self.record_header(3, name, members.len() as u32, 0, payload.len() as u64, &[])?;
+        self.record_header(3, name, members.len() as u32, 0, payload_len, &[])?;
         for m in members {
             Self::check_name(&m.name)?;
             let mut e = [0u8; 32];
@@ -270,7 +301,7 @@ impl GiwWriter {
             self.put(m.name.as_bytes())?;
             self.pad()?;
         }
-        self.payload(payload)
+        Ok(())
     }
 
     /// Writes the CRC and the header, fsyncs, re-reads the file to check its
@@ -327,6 +358,42 @@ impl GiwWriter {
             records: self.header.record_count,
             weights_version: self.header.weights_version,
         })
+    }
+}
+
+/// Streams one record's payload into a [`GiwWriter`] (from
+/// [`GiwWriter::begin_native`] / [`GiwWriter::begin_group`]).
+pub struct PayloadWriter<'a> {
+    w: &'a mut GiwWriter,
+    left: u64,
+}
+
+impl PayloadWriter<'_> {
+    /// Ends the record: checks every announced byte was written, pads.
+    pub fn finish(self) -> Result<()> {
+        if self.left != 0 {
+            return Err(Error::Usage {
+                problem: format!("payload ended {} bytes short", self.left),
+            });
+        }
+        self.w.payload(&[])
+    }
+}
+
+impl Write for PayloadWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if data.len() as u64 > self.left {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "payload longer than announced",
+            ));
+        }
+        self.w.put(data).map_err(std::io::Error::other)?;
+        self.left -= data.len() as u64;
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
