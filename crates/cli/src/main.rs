@@ -26,6 +26,7 @@ enum Command {
     Inspect(cmd::inspect::Args),
     Prequant(cmd::prequant::Args),
     Run(cmd::run::Args),
+    Tokenize(cmd::tokenize::Args),
     Serve(cmd::serve::Args),
 }
 
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Prequant(a) => cmd::prequant::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Serve(a) => cmd::serve::run(a),
     };
     match result {

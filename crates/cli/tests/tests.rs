@@ -3,6 +3,7 @@
 mod convert_inspect;
 mod interrupt;
 mod run;
+mod tokenize;
 mod verify_inspect;
 
 pub fn gpack() -> std::process::Command {

@@ -5,6 +5,7 @@ pub mod inspect;
 pub mod prequant;
 pub mod run;
 pub mod serve;
+pub mod tokenize;
 pub mod verify;
 
 /// Prints a JSON value to stdout, pretty, with a trailing newline.
