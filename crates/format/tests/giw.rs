@@ -99,7 +99,10 @@ fn giw_round_trip_all_versions() {
         assert_eq!(g.payload(i), &native(3, 0, 37, 1)[..]);
         let (i, _) = g.find("blk.0.attn_norm.weight").unwrap();
         let r = &g.records()[i];
-        assert_eq!((r.kind, r.dims.clone(), r.ggml_type), (RecordKind::Dense, vec![5], 0));
+        assert_eq!(
+            (r.kind, r.dims.clone(), r.ggml_type),
+            (RecordKind::Dense, vec![5], 0)
+        );
         assert_eq!(g.payload(i), &[1u8; 20][..]);
         if wv >= 13 {
             let (i, m) = g.find("blk.0.attn_k.weight").unwrap();
@@ -160,7 +163,10 @@ fn giw_older_reader_refuses_newer_file() {
             "{e}"
         );
         let msg = e.to_string();
-        assert!(msg.contains("v14") && msg.contains(&format!("v{max}")), "{msg}");
+        assert!(
+            msg.contains("v14") && msg.contains(&format!("v{max}")),
+            "{msg}"
+        );
     }
     // A v12 reader still reads a v12 file.
     let p12 = build(dir.path(), 12, Target::Cpu);
@@ -188,7 +194,11 @@ fn giw_reader_reads_v12_and_v13_fixtures() {
             .count();
         assert_eq!(n, groups, "{f}");
         assert!(g.metadata().starts_with(b"GGUF"));
-        let qkv = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"];
+        let qkv = [
+            "blk.0.attn_q.weight",
+            "blk.0.attn_k.weight",
+            "blk.0.attn_v.weight",
+        ];
         let fused = g.fused(&qkv);
         if wv >= 13 {
             assert!(matches!(fused, Fused::Contiguous { .. }), "{fused:?}");
@@ -205,7 +215,11 @@ fn giw_fused_detection() {
     // Adjacent members of one group.
     let (rec, _) = g.find("blk.0.attn_q.weight").unwrap();
     assert_eq!(
-        g.fused(&["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"]),
+        g.fused(&[
+            "blk.0.attn_q.weight",
+            "blk.0.attn_k.weight",
+            "blk.0.attn_v.weight"
+        ]),
         Fused::Contiguous {
             record: rec,
             rows: vec![(0, 4), (4, 2), (6, 2)]
@@ -228,7 +242,11 @@ fn giw_fused_detection() {
     );
     // A K=V layer: no v.
     assert_eq!(
-        g.fused(&["blk.1.attn_q.weight", "blk.1.attn_k.weight", "blk.1.attn_v.weight"]),
+        g.fused(&[
+            "blk.1.attn_q.weight",
+            "blk.1.attn_k.weight",
+            "blk.1.attn_v.weight"
+        ]),
         Fused::Absent {
             missing: "blk.1.attn_v.weight".into()
         }
@@ -242,12 +260,19 @@ fn giw_writer_and_reader_guards() {
     // No groups before v13, no f16 scales before v14.
     let mut w = GiwWriter::create(&p, true, "int4", Target::Cpu, 12, b"m").unwrap();
     assert!(w
-        .add_group("g", &[member("a", 0, 1), member("b", 1, 1)], &native(2, 0, 1, 0))
+        .add_group(
+            "g",
+            &[member("a", 0, 1), member("b", 1, 1)],
+            &native(2, 0, 1, 0)
+        )
         .is_err());
     w.add_native("x", &native(1, 1, 4, 0)).unwrap();
     w.finish().unwrap();
     let e = Giw::open(&p).unwrap_err();
-    assert!(e.to_string().contains("f16 scales in a pre-v14 file"), "{e}");
+    assert!(
+        e.to_string().contains("f16 scales in a pre-v14 file"),
+        "{e}"
+    );
     // An existing output is kept without `replace`.
     assert!(matches!(
         GiwWriter::create(&p, false, "int4", Target::Cpu, 12, b"m"),
@@ -257,7 +282,10 @@ fn giw_writer_and_reader_guards() {
     let mut b = std::fs::read(build(dir.path(), 12, Target::Cpu)).unwrap();
     b[6..8].copy_from_slice(&11u16.to_le_bytes());
     let e = Giw::from_bytes(&b, 0, &ReadOptions::default()).unwrap_err();
-    assert!(matches!(e, Error::OlderWeightsFormat { found: 11, .. }), "{e}");
+    assert!(
+        matches!(e, Error::OlderWeightsFormat { found: 11, .. }),
+        "{e}"
+    );
     // Truncated.
     let b = std::fs::read(build(dir.path(), 12, Target::Cpu)).unwrap();
     assert!(Giw::from_bytes(&b[..b.len() - 1], 0, &ReadOptions::default()).is_err());

@@ -3,5 +3,5 @@
 mod common;
 mod corruption;
 mod crash;
-mod roundtrip;
 mod giw;
+mod roundtrip;
