@@ -33,14 +33,15 @@ pub fn remove_live_temp_files() {
     }
 }
 
-/// A temporary file that is unlinked on drop unless it was persisted.
-struct TempFile {
-    path: PathBuf,
+/// A temporary file that is unlinked on drop (and by
+/// [`remove_live_temp_files`] on a signal) unless it was persisted.
+pub(crate) struct TempFile {
+    pub(crate) path: PathBuf,
     armed: bool,
 }
 
 impl TempFile {
-    fn new(path: PathBuf) -> TempFile {
+    pub(crate) fn new(path: PathBuf) -> TempFile {
         LIVE_TEMPS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -48,7 +49,7 @@ impl TempFile {
         TempFile { path, armed: true }
     }
 
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.armed = false;
         LIVE_TEMPS
             .lock()
@@ -446,7 +447,7 @@ fn remove_stale_temps(out: &Path) {
 /// Moves `tmp` to `out`. Without `replace`, a hard link makes the move fail
 /// atomically if `out` appeared meanwhile; with it, `rename` replaces `out`
 /// in one step.
-fn persist(tmp: &Path, out: &Path, replace: bool) -> Result<()> {
+pub(crate) fn persist(tmp: &Path, out: &Path, replace: bool) -> Result<()> {
     if replace {
         return std::fs::rename(tmp, out).map_err(io("rename", out));
     }
@@ -467,7 +468,7 @@ fn persist(tmp: &Path, out: &Path, replace: bool) -> Result<()> {
     }
 }
 
-fn sync_parent(out: &Path) -> Result<()> {
+pub(crate) fn sync_parent(out: &Path) -> Result<()> {
     let dir = match out.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -299,3 +299,19 @@ pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
     a.copy_from_slice(&b[o..o + 8]);
     u64::from_le_bytes(a)
 }
+
+/// The container's atomic-write helpers report [`crate::Error`]; the two
+/// kinds they produce map onto this module's variants.
+impl From<crate::Error> for Error {
+    fn from(e: crate::Error) -> Error {
+        match e {
+            crate::Error::Io { op, path, source } => Error::Io { op, path, source },
+            crate::Error::DestinationExists { path } => Error::DestinationExists { path },
+            other => Error::Io {
+                op: "write",
+                path: std::path::PathBuf::new(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
+}

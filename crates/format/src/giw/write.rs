@@ -47,25 +47,11 @@ pub struct WriteSummary {
     pub weights_version: u16,
 }
 
-/// Unlinks the temporary file on drop unless disarmed.
-struct TempGuard {
-    path: PathBuf,
-    armed: bool,
-}
-
-impl Drop for TempGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
 /// Streams a GIW bundle to `<out>.tmp.<pid>`, then renames it into place.
 pub struct GiwWriter {
     out: PathBuf,
     replace: bool,
-    tmp: TempGuard,
+    tmp: crate::write::TempFile,
     file: BufWriter<File>,
     crc: crc32fast::Hasher,
     pos: u64,
@@ -108,10 +94,7 @@ impl GiwWriter {
             .truncate(true)
             .open(&tmp_path)
             .map_err(io("create", &tmp_path))?;
-        let tmp = TempGuard {
-            path: tmp_path,
-            armed: true,
-        };
+        let tmp = crate::write::TempFile::new(tmp_path);
         let mut w = GiwWriter {
             out: out.to_path_buf(),
             replace,
@@ -348,9 +331,9 @@ impl GiwWriter {
                 computed,
             });
         }
-        persist(&tp, &self.out, self.replace)?;
-        self.tmp.armed = false;
-        sync_parent(&self.out)?;
+        crate::write::persist(&tp, &self.out, self.replace)?;
+        self.tmp.disarm();
+        crate::write::sync_parent(&self.out)?;
         Ok(WriteSummary {
             path: self.out.clone(),
             bytes,
@@ -397,50 +380,15 @@ impl Write for PayloadWriter<'_> {
     }
 }
 
-/// Moves `tmp` to `out`; without `replace`, fails if `out` appeared meanwhile
-/// (hard link, then unlink: atomic on POSIX filesystems).
-fn persist(tmp: &Path, out: &Path, replace: bool) -> Result<()> {
-    if replace {
-        return std::fs::rename(tmp, out).map_err(io("rename", out));
-    }
-    match std::fs::hard_link(tmp, out) {
-        Ok(()) => std::fs::remove_file(tmp).map_err(io("unlink", tmp)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::DestinationExists {
-            path: out.to_path_buf(),
-        }),
-        Err(_) => {
-            if out.exists() {
-                return Err(Error::DestinationExists {
-                    path: out.to_path_buf(),
-                });
-            }
-            std::fs::rename(tmp, out).map_err(io("rename", out))
-        }
-    }
-}
-
-fn sync_parent(out: &Path) -> Result<()> {
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync directory", dir))
-}
-
 /// Writes `bytes` to `out` atomically (temporary file, fsync, rename, fsync
 /// of the directory), replacing an existing file. For small files (fixtures).
 pub fn write_atomic(out: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = crate::temp_path_for(out);
-    let mut guard = TempGuard {
-        path: tmp.clone(),
-        armed: true,
-    };
+    let mut guard = crate::write::TempFile::new(tmp.clone());
     let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
     f.write_all(bytes).map_err(io("write", &tmp))?;
     f.sync_all().map_err(io("fsync", &tmp))?;
-    persist(&tmp, out, true)?;
-    guard.armed = false;
-    sync_parent(out)
+    crate::write::persist(&tmp, out, true)?;
+    guard.disarm();
+    Ok(crate::write::sync_parent(out)?)
 }
