@@ -105,3 +105,31 @@ fn corrupt_gpack_falls_back_or_fails_closed() {
         "{err}"
     );
 }
+
+/// A .giw bundle runs directly: its metadata GGUF carries the tokenizer, and
+/// `--quant keep` gives the GGUF's greedy text.
+#[test]
+fn giw_runs_directly_like_its_gguf() {
+    let model = smollm2();
+    let dir = tempfile::tempdir().unwrap();
+    let giw = dir.path().join("smollm2.giw");
+    let o = gpack()
+        .arg("prequant")
+        .arg(&model)
+        .args(["--quant", "keep", "-o"])
+        .arg(&giw)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = |m: &Path| {
+        let o = gpack()
+            .arg("run")
+            .arg(m)
+            .args(["-p", "The capital of France is", "-n", "16", "--ctx", "128"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(run(&model), run(&giw));
+}

@@ -122,7 +122,25 @@ fn load_sidecar(path: &Path, quant: &str) -> Result<Loaded> {
     Ok(Loaded::Giw(Box::new(w), t))
 }
 
+/// A .giw bundle run directly: its metadata GGUF carries the tokenizer.
+fn load_giw(path: &Path) -> Result<Loaded> {
+    let w = GiwWeights::open(path, None).with_context(|| format!("loading {}", path.display()))?;
+    // The bundle's metadata GGUF (the source truncated at its tensor data)
+    // still holds the tokenizer's arrays.
+    let (_, meta) = gpack_ingest::gguf::parse_metadata(w.giw().metadata(), path)?;
+    let spec = gpack_tokenizer::TokenizerSpec::from_gguf(&meta)
+        .with_context(|| format!("tokenizer in the metadata of {}", path.display()))?;
+    let t = LoadedTokenizer {
+        gbt1: spec.to_gbt1()?,
+        source: "gguf",
+    };
+    Ok(Loaded::Giw(Box::new(w), t))
+}
+
 fn load(a: &Args) -> Result<Loaded> {
+    if a.model.extension().is_some_and(|e| e == "giw") {
+        return load_giw(&a.model);
+    }
     let is_gpack = a.model.extension().is_some_and(|e| e == "gpack");
     if let (Some(q), false, true) = (&a.stream_weights, is_gpack, a.model.is_file()) {
         return load_sidecar(&a.model, q);

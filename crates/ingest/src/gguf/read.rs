@@ -24,19 +24,10 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile, Error> {
     parse_named(bytes, Path::new("<memory>"))
 }
 
-/// Parses the bytes of the GGUF file `file` (used only in error messages).
-///
-/// Validates the header, every metadata value, `general.alignment` (a `UINT32`
-/// non-zero power of two), every tensor descriptor (known ggml type, at most
-/// [`super::MAX_DIMS`] dimensions, a row length that is a whole number of blocks,
-/// no overflow) and every tensor's byte range (aligned, packed in descriptor order
-/// as gguf.cpp requires, inside `bytes`). Never panics, whatever the bytes.
-pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
-    let mut r = Reader {
-        b: bytes,
-        pos: 0,
-        file,
-    };
+/// Reads the header and the metadata key/values; leaves `r` at the tensor
+/// infos. Returns (version, tensor count, its offset, metadata).
+fn header_and_metadata(r: &mut Reader<'_>) -> Result<(u32, u64, u64, Metadata), Error> {
+    let file = r.file;
     let magic = r.take(4, "magic \"GGUF\"")?;
     if magic != MAGIC {
         let mut found = [0u8; 4];
@@ -86,7 +77,36 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
         let value = r.value(&key)?;
         metadata.insert(key, value);
     }
+    Ok((version, tensor_count, tensor_at, metadata))
+}
 
+/// Parses only the header and the metadata of a GGUF (for example the
+/// metadata-only GGUF inside a .giw bundle, truncated at its tensor data):
+/// returns the version and the metadata. Never panics.
+pub fn parse_metadata(bytes: &[u8], file: &Path) -> Result<(u32, Metadata), Error> {
+    let mut r = Reader {
+        b: bytes,
+        pos: 0,
+        file,
+    };
+    let (version, _, _, metadata) = header_and_metadata(&mut r)?;
+    Ok((version, metadata))
+}
+
+/// Parses the bytes of the GGUF file `file` (used only in error messages).
+///
+/// Validates the header, every metadata value, `general.alignment` (a `UINT32`
+/// non-zero power of two), every tensor descriptor (known ggml type, at most
+/// [`super::MAX_DIMS`] dimensions, a row length that is a whole number of blocks,
+/// no overflow) and every tensor's byte range (aligned, packed in descriptor order
+/// as gguf.cpp requires, inside `bytes`). Never panics, whatever the bytes.
+pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
+    let mut r = Reader {
+        b: bytes,
+        pos: 0,
+        file,
+    };
+    let (version, tensor_count, _, metadata) = header_and_metadata(&mut r)?;
     let alignment = match metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
         Some(Value::U32(a)) => {
