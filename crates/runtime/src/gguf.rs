@@ -79,9 +79,19 @@ fn transcode_to_buf(
     cols: u64,
 ) -> Result<AlignedBuf> {
     let layout = gpack_quant::native_layout_for(ty);
-    let len = gpack_quant::encoded_len(layout, rows, cols).map_err(quant_err(name))?;
+    // Types whose scales are f16 in the blocks also get the exact f16 copy,
+    // which the kernels then read (as many bytes per weight as the GGUF).
+    let f16 = gpack_quant::transcode::f16_scales_exact_for(ty);
+    let len = gpack_quant::NativeTensorHeader::new(layout, rows, cols, f16)
+        .map_err(quant_err(name))?
+        .1;
     let mut buf = AlignedBuf::zeroed(len as usize);
-    gpack_quant::transcode(ty, src, rows, cols, &mut buf).map_err(quant_err(name))?;
+    if f16 {
+        gpack_quant::transcode::transcode_with_f16_scales(ty, src, rows, cols, &mut buf)
+            .map_err(quant_err(name))?;
+    } else {
+        gpack_quant::transcode(ty, src, rows, cols, &mut buf).map_err(quant_err(name))?;
+    }
     // Validate once here; `tensor()` re-parses cheaply and cannot fail after this.
     NativeView::parse(buf.as_slice()).map_err(quant_err(name))?;
     Ok(buf)
