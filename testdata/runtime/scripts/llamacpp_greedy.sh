@@ -30,8 +30,9 @@ trap 'rm -rf "$TMP"' EXIT
 for i in "${!PROMPTS[@]}"; do
   printf '%s' "${PROMPTS[$i]}" > "$TMP/prompt$i"
   # -no-cnv: one-shot completion; greedy; no prompt echo; 2 threads; fixed context.
+  # (No --log-disable: in this version it also silences the generated text.)
   "$BIN/llama-completion" -m "$MODEL" -no-cnv --temp 0 --top-k 1 --seed 42 -n 32 \
-    -t 2 -c 512 --no-display-prompt -f "$TMP/prompt$i" --log-disable \
+    -t 2 -c 512 --no-display-prompt -f "$TMP/prompt$i" \
     > "$TMP/out$i" 2> "$TMP/err$i" < /dev/null || { cat "$TMP/err$i" >&2; exit 1; }
 done
 python3 - "$TMP" "$OUT" "${#PROMPTS[@]}" <<'PY'

@@ -4,7 +4,10 @@
 //!
 //! Activations are quantized to int8 per block of 32 ([`QuantizedActivations`]:
 //! `d = amax / 127`, `q = roundf(x / d)` computed as `x * (1/d)` like ggml's
-//! `quantize_row_q8_0`, but with an f32 `d`), and each weight row is dotted
+//! `quantize_row_q8_0`, and `d` then rounded to f16 as ggml stores it, so the
+//! products carry the same scale as llama.cpp's; measured: SmolLM2 Q4_1 greedy
+//! text then agrees with llama.cpp for 32/32/25 tokens on the golden prompts,
+//! against 14/10/25 with an f32 `d`), and each weight row is dotted
 //! with integer SIMD. Every ISA computes the same *canonical* sum, so integer
 //! paths are exactly (bit for bit) equal to the scalar reference
 //! [`matvec_ref`]:
@@ -212,7 +215,8 @@ impl QuantizedActivations {
             for (q, &v) in qb.iter_mut().zip(xb) {
                 *q = round_half_away(v * id).clamp(-127, 127) as i8;
             }
-            *d = db;
+            // ggml stores the activation scale as f16 (block_q8_0/q8_1 `d`).
+            *d = half::f16::from_f32(db).to_f32();
             for (j, s) in ls.iter_mut().enumerate() {
                 *s = qb[4 * j..4 * j + 4].iter().map(|&v| i32::from(v)).sum();
             }
