@@ -14,7 +14,7 @@
 //! 1-D tensors (norms, biases, rope factors) are copied as they are.
 
 use crate::error::{Error, Result};
-use crate::weights::{AlignedBuf, MetadataSource, TensorRef, WeightSource};
+use crate::weights::{AlignedBuf, HasMetadata, TensorRef, WeightSource};
 use gpack_ingest::{Metadata, Source, TensorInfo};
 use gpack_quant::{GgmlType, NativeView};
 use std::collections::HashMap;
@@ -271,21 +271,9 @@ impl GgufWeights {
     }
 }
 
-impl MetadataSource for GgufWeights {
-    fn meta_u64(&self, key: &str) -> Option<u64> {
-        self.metadata.meta_u64(key)
-    }
-    fn meta_f32(&self, key: &str) -> Option<f32> {
-        self.metadata.meta_f32(key)
-    }
-    fn meta_str(&self, key: &str) -> Option<&str> {
-        self.metadata.meta_str(key)
-    }
-    fn meta_bool(&self, key: &str) -> Option<bool> {
-        self.metadata.meta_bool(key)
-    }
-    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        self.metadata.meta_f32_array(key)
+impl HasMetadata for GgufWeights {
+    fn metadata_table(&self) -> &Metadata {
+        &self.metadata
     }
 }
 

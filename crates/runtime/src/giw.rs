@@ -16,7 +16,7 @@
 //! The quant is baked in at build time: [`GiwWeights::open`] with an
 //! `expected_quant` refuses a bundle of another quant.
 
-use crate::weights::{MetadataSource, TensorRef, WeightSource};
+use crate::weights::{HasMetadata, TensorRef, WeightSource};
 use gpack_format::giw::{Giw, ReadOptions, RecordKind};
 use gpack_ingest::{Array, GgufString, Metadata, Value};
 use gpack_quant::{GgmlType, NativeView};
@@ -369,21 +369,9 @@ impl GiwWeights {
     }
 }
 
-impl MetadataSource for GiwWeights {
-    fn meta_u64(&self, key: &str) -> Option<u64> {
-        self.metadata.meta_u64(key)
-    }
-    fn meta_f32(&self, key: &str) -> Option<f32> {
-        self.metadata.meta_f32(key)
-    }
-    fn meta_str(&self, key: &str) -> Option<&str> {
-        self.metadata.meta_str(key)
-    }
-    fn meta_bool(&self, key: &str) -> Option<bool> {
-        self.metadata.meta_bool(key)
-    }
-    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        self.metadata.meta_f32_array(key)
+impl HasMetadata for GiwWeights {
+    fn metadata_table(&self) -> &Metadata {
+        &self.metadata
     }
 }
 

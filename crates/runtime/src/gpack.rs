@@ -9,10 +9,10 @@
 //! tokenizer comes from the TokenizerBin section instead.
 
 use crate::error::{Error, Result};
-use crate::weights::{MetadataSource, TensorRef, WeightSource};
+use crate::weights::{HasMetadata, TensorRef, WeightSource};
 use gpack_format::payload::{self, TensorEntry};
 use gpack_format::{single_tensor, Gpack, SectionKind};
-use gpack_ingest::{Array, GgufString, Metadata, Value};
+use gpack_ingest::Metadata;
 use gpack_quant::{GgmlType, NativeView};
 use std::collections::HashMap;
 use std::path::Path;
@@ -22,47 +22,6 @@ pub struct GpackWeights {
     g: Gpack,
     metadata: Metadata,
     index: HashMap<String, TensorEntry>,
-}
-
-fn scalar(ty: u32, b: &[u8]) -> Option<Value> {
-    let arr = |n: usize| -> Option<[u8; 8]> {
-        let mut a = [0u8; 8];
-        a[..n].copy_from_slice(b.get(..n)?);
-        Some(a)
-    };
-    Some(match ty {
-        0 => Value::U8(*b.first()?),
-        1 => Value::I8(*b.first()? as i8),
-        2 => Value::U16(u16::from_le_bytes(arr(2)?[..2].try_into().ok()?)),
-        3 => Value::I16(i16::from_le_bytes(arr(2)?[..2].try_into().ok()?)),
-        4 => Value::U32(u32::from_le_bytes(arr(4)?[..4].try_into().ok()?)),
-        5 => Value::I32(i32::from_le_bytes(arr(4)?[..4].try_into().ok()?)),
-        6 => Value::F32(f32::from_le_bytes(arr(4)?[..4].try_into().ok()?)),
-        7 => Value::Bool(*b.first()? != 0),
-        8 => {
-            let n = usize::try_from(u64::from_le_bytes(arr(8)?)).ok()?;
-            Value::String(GgufString::from_bytes(
-                b.get(8..8usize.checked_add(n)?)?.to_vec(),
-            ))
-        }
-        9 => {
-            // Numeric f32 / i32 arrays only (per-layer values); others skipped.
-            let et = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
-            let n = usize::try_from(u64::from_le_bytes(b.get(4..12)?.try_into().ok()?)).ok()?;
-            let body = b.get(12..12usize.checked_add(n.checked_mul(4)?)?)?;
-            let words = body.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-            match et {
-                6 => Value::Array(Array::F32(words.map(f32::from_le_bytes).collect())),
-                5 => Value::Array(Array::I32(words.map(i32::from_le_bytes).collect())),
-                4 => Value::Array(Array::U32(words.map(u32::from_le_bytes).collect())),
-                _ => return None,
-            }
-        }
-        10 => Value::U64(u64::from_le_bytes(arr(8)?)),
-        11 => Value::I64(i64::from_le_bytes(arr(8)?)),
-        12 => Value::F64(f64::from_le_bytes(arr(8)?)),
-        _ => return None,
-    })
 }
 
 impl GpackWeights {
@@ -80,7 +39,7 @@ impl GpackWeights {
                 if r.value_type == 9 && r.value.get(..4) == Some(&8u32.to_le_bytes()[..]) {
                     continue;
                 }
-                if let Some(v) = scalar(r.value_type, r.value) {
+                if let Ok(v) = gpack_ingest::gguf::decode_value(r.value_type, r.value) {
                     metadata.insert(r.key, v);
                 }
             }
@@ -213,21 +172,9 @@ fn native_ref<'b>(name: &str, b: &'b [u8]) -> Result<TensorRef<'b>> {
     })
 }
 
-impl MetadataSource for GpackWeights {
-    fn meta_u64(&self, key: &str) -> Option<u64> {
-        self.metadata.meta_u64(key)
-    }
-    fn meta_f32(&self, key: &str) -> Option<f32> {
-        self.metadata.meta_f32(key)
-    }
-    fn meta_str(&self, key: &str) -> Option<&str> {
-        self.metadata.meta_str(key)
-    }
-    fn meta_bool(&self, key: &str) -> Option<bool> {
-        self.metadata.meta_bool(key)
-    }
-    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        self.metadata.meta_f32_array(key)
+impl HasMetadata for GpackWeights {
+    fn metadata_table(&self) -> &Metadata {
+        &self.metadata
     }
 }
 

@@ -53,4 +53,4 @@ pub use gguf::GgufWeights;
 pub use gpack::GpackWeights;
 pub use model::{Logits, Model, State};
 pub use sampler::{argmax, Sampler, SamplerConfig};
-pub use weights::{AlignedBuf, MetadataSource, TensorRef, WeightSource};
+pub use weights::{AlignedBuf, HasMetadata, MetadataSource, TensorRef, WeightSource};

@@ -51,6 +51,31 @@ impl MetadataSource for gpack_ingest::Metadata {
     }
 }
 
+/// A provider whose metadata is an ingest [`gpack_ingest::Metadata`] gets
+/// [`MetadataSource`] by forwarding to it.
+pub trait HasMetadata {
+    /// The metadata table.
+    fn metadata_table(&self) -> &gpack_ingest::Metadata;
+}
+
+impl<T: HasMetadata> MetadataSource for T {
+    fn meta_u64(&self, key: &str) -> Option<u64> {
+        self.metadata_table().meta_u64(key)
+    }
+    fn meta_f32(&self, key: &str) -> Option<f32> {
+        self.metadata_table().meta_f32(key)
+    }
+    fn meta_str(&self, key: &str) -> Option<&str> {
+        self.metadata_table().meta_str(key)
+    }
+    fn meta_bool(&self, key: &str) -> Option<bool> {
+        self.metadata_table().meta_bool(key)
+    }
+    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
+        self.metadata_table().meta_f32_array(key)
+    }
+}
+
 /// A borrowed tensor as a provider hands it out.
 #[derive(Clone, Debug)]
 pub enum TensorRef<'a> {
