@@ -1,41 +1,41 @@
 //! SmolLM2-135M-Instruct Q4_1 greedy text vs llama.cpp's (issue 6: identical for at
 //! least the first 24 tokens of 3 fixed prompts). Expected texts come from
 //! testdata/runtime/scripts/llamacpp_greedy.sh. The model is not committed
-//! (98 MB): set GPACK_SMOLLM2 or put it at ~/.cache/gpack/models/; without it
-//! the test says so and passes.
+//! (98 MB): scripts/fetch-models.sh fetches it (or set GPACK_SMOLLM2).
 
 use super::fixtures::testdata;
 use gpack_runtime::{generate, GenerateConfig, GgufWeights, Model, SamplerConfig};
 use std::path::PathBuf;
 
-fn model_path() -> Option<PathBuf> {
-    let p = std::env::var_os("GPACK_SMOLLM2")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let cache = std::env::var_os("GPACK_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/gpack"))
-                })?;
-            Some(cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        })?;
-    p.is_file().then_some(p)
+/// The real model, fetched by the committed script when it is not cached
+/// (`GPACK_SMOLLM2` names another copy).
+fn model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("GPACK_SMOLLM2") {
+        return PathBuf::from(p);
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/fetch-models.sh"))
+        .output()
+        .expect("run scripts/fetch-models.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 #[test]
 fn smollm2_q4_1_greedy_matches_llamacpp() {
-    let Some(model) = model_path() else {
-        eprintln!("SKIP: SmolLM2-135M-Instruct.Q4_1.gguf not found (set GPACK_SMOLLM2)");
-        return;
-    };
+    let model = model_path();
     let expected = testdata().join("runtime/smollm2_q4_1_greedy.json");
-    let Ok(bytes) = std::fs::read(&expected) else {
-        eprintln!(
-            "SKIP: {} missing (run testdata/runtime/scripts/llamacpp_greedy.sh)",
+    let bytes = std::fs::read(&expected).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (made by testdata/runtime/scripts/llamacpp_greedy.sh)",
             expected.display()
-        );
-        return;
-    };
+        )
+    });
     let exp: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     let w = GgufWeights::open(&model).unwrap();
     let m = Model::load(&w).unwrap();
@@ -74,10 +74,7 @@ fn smollm2_q4_1_greedy_matches_llamacpp() {
 
 #[test]
 fn smollm2_batched_prefill_equals_token_by_token() {
-    let Some(model) = model_path() else {
-        eprintln!("SKIP: SmolLM2-135M-Instruct.Q4_1.gguf not found (set GPACK_SMOLLM2)");
-        return;
-    };
+    let model = model_path();
     let w = GgufWeights::open(&model).unwrap();
     let m = Model::load(&w).unwrap();
     let prompt: Vec<u32> = (0..40u32).map(|i| (i * 7919 + 13) % 49152).collect();
