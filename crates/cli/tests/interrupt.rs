@@ -1,23 +1,8 @@
 //! Ctrl-C (SIGINT) and SIGTERM during `gpack convert` unlink the temporary
 //! file and leave the destination untouched.
 
-use crate::gpack;
-use std::path::{Path, PathBuf};
+use crate::{gpack, smollm2};
 use std::time::{Duration, Instant};
-
-fn smollm2() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/fetch-models.sh"))
-        .output()
-        .expect("run scripts/fetch-models.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
 
 #[test]
 fn signals_during_convert_leave_no_partial_file() {

@@ -1,17 +1,7 @@
 //! `gpack run` end to end on the real SmolLM2.
 
-use crate::gpack;
-use std::path::{Path, PathBuf};
-
-fn smollm2() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/fetch-models.sh"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
+use crate::{gpack, run_greedy, smollm2};
+use std::path::Path;
 
 /// The same greedy text from the GGUF and from its .gpack; after loading the
 /// .gpack, anonymous memory is below 5 % of the mapped weights (the weights
@@ -29,19 +19,7 @@ fn gpack_runs_like_its_gguf_without_copying_weights() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let run = |m: &Path| {
-        let o = gpack()
-            .arg("run")
-            .arg(m)
-            .args(["-p", "The capital of France is", "-n", "24", "--ctx", "256"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        (
-            String::from_utf8(o.stdout).unwrap(),
-            String::from_utf8(o.stderr).unwrap(),
-        )
-    };
+    let run = |m: &Path| run_greedy(m, 24, 256);
     let (from_gguf, _) = run(&model);
     let (from_gpack, summary) = run(&out);
     assert_eq!(from_gguf, from_gpack);
@@ -121,15 +99,6 @@ fn giw_runs_directly_like_its_gguf() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let run = |m: &Path| {
-        let o = gpack()
-            .arg("run")
-            .arg(m)
-            .args(["-p", "The capital of France is", "-n", "16", "--ctx", "128"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout).unwrap()
-    };
+    let run = |m: &Path| run_greedy(m, 16, 128).0;
     assert_eq!(run(&model), run(&giw));
 }
