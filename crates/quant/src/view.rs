@@ -20,7 +20,10 @@ pub struct NativeView<'a> {
     codes: &'a [u8],
     scales: &'a [f32],
     mins: &'a [f32],
+    /// The f16 copy of the scales (empty when absent).
     f16_scales: &'a [u16],
+    /// The f16 copy of the mins (empty when absent or symmetric).
+    f16_mins: &'a [u16],
     byte_len: usize,
 }
 
@@ -138,7 +141,8 @@ impl<'a> NativeView<'a> {
             codes: slices[0],
             scales,
             mins,
-            f16_scales,
+            f16_scales: &f16_scales[..f16_scales.len().min(scales.len())],
+            f16_mins: &f16_scales[f16_scales.len().min(scales.len())..],
             byte_len: end_us,
         })
     }
@@ -190,11 +194,11 @@ impl<'a> NativeView<'a> {
     }
     /// The f16 copy of the scales, as raw bits (empty when absent).
     pub fn f16_scales(&self) -> &'a [u16] {
-        &self.f16_scales[..self.f16_scales.len().min(self.scales.len())]
+        self.f16_scales
     }
     /// The f16 copy of the mins, as raw bits (empty when absent or symmetric).
     pub fn f16_mins(&self) -> &'a [u16] {
-        &self.f16_scales[self.f16_scales.len().min(self.scales.len())..]
+        self.f16_mins
     }
     /// The f16 scales of row `r` (empty when absent).
     pub fn row_f16_scales(&self, r: usize) -> &'a [u16] {
@@ -231,9 +235,53 @@ impl<'a> NativeView<'a> {
         let g = self.groups_per_row();
         &self.mins[r * g..(r + 1) * g]
     }
-    /// Length of the tensor in bytes, header included.
+    /// Length of the tensor in bytes, header included (for a
+    /// [`NativeView::row_range`] sub-view: the bytes of its rows' arrays).
     pub fn byte_len(&self) -> usize {
         self.byte_len
+    }
+
+    /// Rows `start .. start + n` as a view of their own (no copy: every array
+    /// is row-major, so a row range is a sub-slice of each). Kernels run on
+    /// it exactly as on a whole tensor, and each row's result is the same.
+    /// `None` when the range is empty or outside the tensor.
+    pub fn row_range(&self, start: usize, n: usize) -> Option<NativeView<'a>> {
+        let end = start.checked_add(n).filter(|&e| e <= self.rows && n > 0)?;
+        let cb = self.row_code_bytes();
+        let g = self.groups_per_row();
+        let sub = |a: &'a [f32]| {
+            if a.is_empty() {
+                a
+            } else {
+                &a[start * g..end * g]
+            }
+        };
+        let sub16 = |a: &'a [u16]| {
+            if a.is_empty() {
+                a
+            } else {
+                &a[start * g..end * g]
+            }
+        };
+        let (codes, scales, mins) = (
+            &self.codes[start * cb..end * cb],
+            sub(self.scales),
+            sub(self.mins),
+        );
+        let (f16_scales, f16_mins) = (sub16(self.f16_scales), sub16(self.f16_mins));
+        let byte_len =
+            codes.len() + 4 * (scales.len() + mins.len()) + 2 * (f16_scales.len() + f16_mins.len());
+        Some(NativeView {
+            layout: self.layout,
+            rows: n,
+            cols: self.cols,
+            codes,
+            scales,
+            mins,
+            f16_scales,
+            f16_mins,
+            byte_len,
+        })
     }
 
     /// Dequantizes row `r` into `out` (`cols` values), bit-identical to ggml's

@@ -398,3 +398,65 @@ fn f16_scale_copies_give_identical_results() {
         }
     }
 }
+
+/// A row range of a tensor is a tensor of its own: every ISA gives each of
+/// its rows the same bits as the whole tensor's matvec and matmul (the MoE
+/// runtime serves one expert of a stacked tensor this way).
+#[test]
+fn row_ranges_give_the_whole_tensors_rows() {
+    use gpack_quant::write_with_f16_scales;
+    let mut rng = Rng::new(11);
+    for t in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q6_K,
+        GgmlType::F16,
+    ] {
+        let (rows, cols) = (69usize, if t.block_size() == 256 { 512 } else { 96 });
+        let buf = native(&mut rng, t, rows, cols);
+        let plain = NativeView::parse(buf.bytes()).unwrap();
+        let mut with = Vec::new();
+        let f16 = write_with_f16_scales(&plain, &mut with).is_ok();
+        let b16 = Aligned::new(&with);
+        let views = if f16 && !with.is_empty() {
+            vec![plain, NativeView::parse(b16.bytes()).unwrap()]
+        } else {
+            vec![plain]
+        };
+        let n = 3;
+        let xs = random_x(&mut rng, n * cols);
+        for v in views {
+            assert!(v.row_range(60, 10).is_none() && v.row_range(0, 0).is_none());
+            for isa in Isa::available() {
+                let mut whole = vec![0f32; n * rows];
+                matmul_with(isa, &v, &xs, n, &mut whole);
+                let mut whole1 = vec![0f32; rows];
+                matvec_with(isa, &v, &xs[..cols], &mut whole1);
+                for (start, len) in [(0usize, 1usize), (5, 17), (40, 29), (0, 69)] {
+                    let sub = v.row_range(start, len).unwrap();
+                    assert_eq!((sub.rows(), sub.cols()), (len, cols));
+                    let mut y = vec![f32::NAN; n * len];
+                    matmul_with(isa, &sub, &xs, n, &mut y);
+                    for i in 0..n {
+                        for r in 0..len {
+                            assert_eq!(
+                                y[i * len + r].to_bits(),
+                                whole[i * rows + start + r].to_bits(),
+                                "{t} {isa:?} rows {start}+{len} vector {i} row {r}"
+                            );
+                        }
+                    }
+                    let mut y1 = vec![f32::NAN; len];
+                    matvec_with(isa, &sub, &xs[..cols], &mut y1);
+                    let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&y1), bits(&whole1[start..start + len]));
+                    let mut row = vec![0f32; cols];
+                    let mut row_w = vec![0f32; cols];
+                    sub.dequantize_row(len - 1, &mut row);
+                    v.dequantize_row(start + len - 1, &mut row_w);
+                    assert_eq!(bits(&row), bits(&row_w));
+                }
+            }
+        }
+    }
+}
