@@ -66,7 +66,7 @@ pub use layout::{encoded_len, native_layout_for, Layout, NativeTensorHeader};
 pub use pool::Pool;
 pub use transcode::{
     f16_scales_exact_for, f16_scales_if_exact, quantize, quantize_with_f16_scales, transcode,
-    transcode_with_f16_scales, write_with_f16_scales,
+    transcode_with_f16_scales, write_native, write_with_f16_scales,
 };
 pub use view::NativeView;
 

@@ -615,6 +615,37 @@ pub fn f16_scales_if_exact(scales: &[f32]) -> Option<Vec<u16>> {
         .collect()
 }
 
+/// Serializes `v` as it is (header, codes, scales, mins and the f16 copy
+/// when it has one): the bytes of a standalone native tensor equal to `v`,
+/// e.g. to copy one expert's row range of a stacked tensor into a cache.
+/// Returns the bytes written.
+pub fn write_native(v: &crate::NativeView, w: &mut impl Write) -> Result<u64, Error> {
+    let f16 = v.has_f16_scales();
+    let (h, total) = NativeTensorHeader::new(v.layout(), v.rows() as u64, v.cols() as u64, f16)?;
+    w.write_all(&h.to_bytes())?;
+    let mut written = 64u64;
+    w.write_all(v.codes())?;
+    written += v.codes().len() as u64;
+    if h.scales_off != 0 {
+        pad_to(w, &mut written, h.scales_off)?;
+        w.write_all(f32s_as_bytes(v.scales()))?;
+        written += v.scales().len() as u64 * 4;
+    }
+    if h.mins_off != 0 {
+        pad_to(w, &mut written, h.mins_off)?;
+        w.write_all(f32s_as_bytes(v.mins()))?;
+        written += v.mins().len() as u64 * 4;
+    }
+    if f16 {
+        pad_to(w, &mut written, h.f16_scales_off)?;
+        w.write_all(bytemuck::cast_slice(v.f16_scales()))?;
+        w.write_all(bytemuck::cast_slice(v.f16_mins()))?;
+        written += (v.f16_scales().len() + v.f16_mins().len()) as u64 * 2;
+    }
+    debug_assert_eq!(written, total);
+    Ok(total)
+}
+
 /// Re-serializes `v` with an f16 copy of its scales and mins (header flag
 /// [`crate::layout::FLAG_F16_SCALES`], array after the others). The kernels
 /// then read the f16 copy (fewer bytes per call, same results bit for bit),

@@ -460,3 +460,55 @@ fn row_ranges_give_the_whole_tensors_rows() {
         }
     }
 }
+
+/// `write_native` of a view (whole or a row range, with or without the f16
+/// copy) parses back to a view with the same rows, bit for bit.
+#[test]
+fn write_native_round_trips_views_and_row_ranges() {
+    use gpack_quant::{write_native, write_with_f16_scales};
+    let mut rng = Rng::new(12);
+    for t in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q6_K,
+        GgmlType::F16,
+        GgmlType::F32,
+    ] {
+        let cols = if t.block_size() == 256 { 512 } else { 96 };
+        let buf = native(&mut rng, t, 20, cols);
+        let plain = NativeView::parse(buf.bytes()).unwrap();
+        let mut with = Vec::new();
+        let b16 = write_with_f16_scales(&plain, &mut with)
+            .ok()
+            .map(|_| Aligned::new(&with));
+        let mut views = vec![plain, plain.row_range(3, 11).unwrap()];
+        if let Some(b) = &b16 {
+            let v = NativeView::parse(b.bytes()).unwrap();
+            views.push(v);
+            views.push(v.row_range(7, 13).unwrap());
+        }
+        for v in views {
+            let mut out = Vec::new();
+            let n = write_native(&v, &mut out).unwrap();
+            assert_eq!(n as usize, out.len());
+            let b = Aligned::new(&out);
+            let w = NativeView::parse(b.bytes()).unwrap();
+            assert_eq!(
+                (w.rows(), w.cols(), w.layout()),
+                (v.rows(), v.cols(), v.layout())
+            );
+            assert_eq!(w.has_f16_scales(), v.has_f16_scales());
+            let (mut a, mut c) = (vec![0f32; cols], vec![0f32; cols]);
+            for r in 0..v.rows() {
+                v.dequantize_row(r, &mut a);
+                w.dequantize_row(r, &mut c);
+                assert!(
+                    a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{t} row {r}"
+                );
+            }
+            assert_eq!(w.codes(), v.codes());
+            assert_eq!(w.f16_scales(), v.f16_scales());
+        }
+    }
+}
