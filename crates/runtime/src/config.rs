@@ -30,6 +30,8 @@ pub enum Arch {
     Qwen3,
     /// Gemma 3 (GeGLU, pre/post norms, embedding scaling, sliding window).
     Gemma3,
+    /// Qwen3-MoE (Qwen3 attention, routed experts in every layer).
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -40,6 +42,7 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "qwen3moe" => Arch::Qwen3Moe,
             _ => return None,
         })
     }
@@ -50,6 +53,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
     }
 }
@@ -121,6 +125,14 @@ pub struct Config {
     pub embed_scale: Option<f32>,
     /// FFN activation.
     pub activation: Activation,
+    /// Routed experts per MoE layer (0: a dense model). Mixtral is `llama`
+    /// with `llama.expert_count`; Qwen3-MoE is `qwen3moe`.
+    pub n_expert: usize,
+    /// Experts each token is routed to (`expert_used_count`).
+    pub n_expert_used: usize,
+    /// Hidden width of one expert (`expert_feed_forward_length`, else
+    /// `feed_forward_length`, as llama.cpp reads it for Mixtral).
+    pub n_ff_exp: usize,
 }
 
 fn get_u(m: &dyn MetadataSource, key: String) -> Result<usize> {
@@ -206,8 +218,27 @@ impl Config {
         };
         let rope_style = match arch {
             Arch::Llama => RopeStyle::Normal,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeStyle::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Qwen3Moe => RopeStyle::Neox,
         };
+        let n_expert = m.meta_u64(&k("expert_count")).map_or(0, |v| v as usize);
+        let n_expert_used = m
+            .meta_u64(&k("expert_used_count"))
+            .map_or(0, |v| v as usize);
+        if n_expert > 0 && !(1..=n_expert).contains(&n_expert_used) {
+            return Err(Error::Hparam {
+                what: "expert_used_count",
+                value: n_expert_used as u64,
+            });
+        }
+        if arch == Arch::Qwen3Moe && n_expert == 0 {
+            return Err(Error::Metadata {
+                key: k("expert_count"),
+                what: "integer",
+            });
+        }
+        let n_ff_exp = m
+            .meta_u64(&k("expert_feed_forward_length"))
+            .map_or(n_ff, |v| v as usize);
         let (embed_scale, activation) = match arch {
             Arch::Gemma3 => (Some((n_embd as f32).sqrt()), Activation::GeluTanh),
             _ => (None, Activation::Silu),
@@ -238,6 +269,9 @@ impl Config {
             final_softcap: softcap("final_logit_softcapping"),
             embed_scale,
             activation,
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
         })
     }
 

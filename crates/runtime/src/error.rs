@@ -68,6 +68,21 @@ pub enum Error {
         /// Its value.
         value: u64,
     },
+    /// An expert slice cannot be used (a corrupted external shard, a wrong
+    /// shape, a missing slice).
+    #[error("layer {layer} expert {expert} {part} slice ({origin}): {problem}")]
+    ExpertSlice {
+        /// Layer.
+        layer: usize,
+        /// Expert.
+        expert: usize,
+        /// gate, up or down.
+        part: &'static str,
+        /// Where it lives.
+        origin: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// Reading the source model failed.
     #[error("reading the model")]
     Ingest(#[from] gpack_ingest::Error),

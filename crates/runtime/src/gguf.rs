@@ -71,7 +71,7 @@ fn quant_err(name: &str) -> impl FnOnce(gpack_quant::Error) -> Error + '_ {
 }
 
 /// Transcodes `src` (`rows × cols` of `ty`) into a fresh aligned native buffer.
-fn transcode_to_buf(
+pub(crate) fn transcode_to_buf(
     name: &str,
     ty: GgmlType,
     src: &[u8],

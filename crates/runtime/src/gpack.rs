@@ -9,8 +9,10 @@
 //! tokenizer comes from the TokenizerBin section instead.
 
 use crate::error::{Error, Result};
+use crate::experts::{ExpertSlice, SliceData, PARTS};
 use crate::weights::{HasMetadata, TensorRef, WeightSource};
-use gpack_format::payload::{self, TensorEntry};
+use gpack_format::mmap::Mmap;
+use gpack_format::payload::{self, ExpertLayout, TensorEntry, EXPERT_ABSENT, EXPERT_EMBEDDED};
 use gpack_format::{single_tensor, Gpack, SectionKind};
 use gpack_ingest::Metadata;
 use gpack_quant::{GgmlType, NativeView};
@@ -22,6 +24,8 @@ pub struct GpackWeights {
     g: Gpack,
     metadata: Metadata,
     index: HashMap<String, TensorEntry>,
+    /// The ExpertLayout and, for external experts, its files mapped.
+    experts: Option<(ExpertLayout, Vec<Mmap>)>,
 }
 
 impl GpackWeights {
@@ -51,7 +55,35 @@ impl GpackWeights {
                 .collect(),
             None => HashMap::new(),
         };
-        let w = GpackWeights { g, metadata, index };
+        // Routed experts: external shard files are size-checked (the quick
+        // check of `gpack verify`) and mapped now; their slices' digests are
+        // checked the first time each is used (`crate::experts`).
+        let experts = match g.expert_layout() {
+            None => None,
+            Some(layout) => {
+                let layout = layout?;
+                g.verify_external(false)?;
+                let mut maps = Vec::with_capacity(layout.files.len());
+                for (f, p) in layout.files.iter().zip(g.external_paths(&layout)) {
+                    let map = std::fs::File::open(&p)
+                        .and_then(|file| gpack_format::mmap::map_file(&file))
+                        .map_err(|e| {
+                            Error::Gpack(gpack_format::Error::ExternalExperts {
+                                file: f.name.clone(),
+                                problem: format!("cannot map {}: {e}", p.display()),
+                            })
+                        })?;
+                    maps.push(map);
+                }
+                Some((layout, maps))
+            }
+        };
+        let w = GpackWeights {
+            g,
+            metadata,
+            index,
+            experts,
+        };
         // Validate every view once here, so `tensor()` cannot fail later.
         for name in w.index.keys() {
             if let Some(Err(e)) = w.lookup(name) {
@@ -74,6 +106,10 @@ impl GpackWeights {
     fn lookup(&self, name: &str) -> Option<Result<TensorRef<'_>>> {
         let e = self.index.get(name)?;
         let kind = SectionKind::from_u32(e.section)?;
+        if matches!(kind, SectionKind::ExpertBlobs | SectionKind::ExpertLayout) {
+            // Stacked routed experts: served per expert by `expert_slice`.
+            return None;
+        }
         let bad = |problem: String| {
             Error::Gpack(gpack_format::Error::BadPayload {
                 section: kind,
@@ -181,5 +217,93 @@ impl HasMetadata for GpackWeights {
 impl WeightSource for GpackWeights {
     fn tensor(&self, name: &str) -> Option<TensorRef<'_>> {
         self.lookup(name)?.ok()
+    }
+
+    fn expert_slice(
+        &self,
+        layer: usize,
+        expert: usize,
+        part: usize,
+        n_expert: usize,
+    ) -> Option<Result<ExpertSlice<'_>>> {
+        let Some((layout, maps)) = &self.experts else {
+            return crate::experts::stacked_slice(self, layer, expert, part, n_expert);
+        };
+        let err = |origin: String, problem: String| Error::ExpertSlice {
+            layer,
+            expert,
+            part: PARTS[part],
+            origin,
+            problem,
+        };
+        if layout.n_expert as usize != n_expert || layer >= layout.n_layers as usize {
+            return Some(Err(err(
+                "ExpertLayout".into(),
+                format!(
+                    "the ExpertLayout has {} layers of {} experts; the model needs layer {layer} of {n_expert}",
+                    layout.n_layers, layout.n_expert
+                ),
+            )));
+        }
+        let s = layout.slice(layer, expert, part)?;
+        let range = |len: usize| {
+            s.offset
+                .checked_add(s.size)
+                .filter(|&end| end <= len as u64)
+                .map(|end| s.offset as usize..end as usize)
+        };
+        Some((|| match s.file {
+            EXPERT_ABSENT => Err(err("ExpertLayout".into(), "marked absent".into())),
+            EXPERT_EMBEDDED => {
+                let origin = format!("ExpertBlobs @ {}+{}", s.offset, s.size);
+                let blobs = self
+                    .g
+                    .section(SectionKind::ExpertBlobs)
+                    .ok_or_else(|| err(origin.clone(), "the file has no ExpertBlobs".into()))?;
+                let r = range(blobs.bytes.len())
+                    .ok_or_else(|| err(origin.clone(), "outside the section".into()))?;
+                let view = NativeView::parse(&blobs.bytes[r])
+                    .map_err(|e| err(origin.clone(), format!("not a native tensor: {e}")))?;
+                Ok(ExpertSlice {
+                    data: SliceData::Native(view),
+                    sha256: None,
+                    origin,
+                })
+            }
+            f => {
+                let (file, map) = layout
+                    .files
+                    .get(f as usize)
+                    .zip(maps.get(f as usize))
+                    .ok_or_else(|| err("ExpertLayout".into(), format!("file index {f}")))?;
+                let origin = format!("{} @ {}+{}", file.name, s.offset, s.size);
+                let r = range(map.len())
+                    .ok_or_else(|| err(origin.clone(), "outside the file".into()))?;
+                let ty = GgmlType::from_id(s.src_type).ok_or_else(|| {
+                    err(origin.clone(), format!("unknown ggml type {}", s.src_type))
+                })?;
+                let (rows, cols) = (s.rows as usize, s.cols as usize);
+                let want = ty
+                    .bytes_for(s.cols)
+                    .and_then(|b| b.checked_mul(s.rows))
+                    .filter(|&b| b == s.size);
+                if want.is_none() {
+                    return Err(err(
+                        origin,
+                        format!("{} bytes do not hold {rows} rows of {cols} {ty}", s.size),
+                    ));
+                }
+                Ok(ExpertSlice {
+                    data: SliceData::Raw {
+                        ty,
+                        rows,
+                        cols,
+                        bytes: &map[r],
+                    },
+                    sha256: Some(s.sha256),
+                    origin,
+                })
+            }
+        })())
     }
 }

@@ -5,8 +5,11 @@
 //! * [`gguf`]: the slow-path provider ([`GgufWeights`]): GGUF or Hugging Face
 //!   sources transcoded into native layouts in memory at load;
 //! * [`config`]: hyperparameters from GGUF-style metadata;
-//! * [`model`]: the graph ([`Model`]), KV cache and scratch ([`State`]),
-//!   batched prefill and decode ([`Model::forward`]);
+//! * [`model`]: the graph ([`Model`]), KV caches ([`Sequence`], [`State`]),
+//!   batched prefill and decode ([`Model::forward`]) and multi-sequence
+//!   steps for servers ([`Model::forward_batch`]);
+//! * [`experts`]: routed experts of MoE models, resident cache or in place
+//!   ([`ExpertMode`]);
 //! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
 //! * [`bench`]: prompt-processing and generation throughput.
 //!
@@ -31,10 +34,10 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod batch;
 pub mod bench;
 pub mod config;
 mod error;
+pub mod experts;
 pub mod generate;
 pub mod gguf;
 pub mod giw;
@@ -48,9 +51,10 @@ pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
 pub use error::{Error, Result};
+pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{default_stop_tokens, generate, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;
 pub use gpack::GpackWeights;
-pub use model::{Logits, Model, State};
+pub use model::{LoadOptions, Logits, Model, Scratch, Sequence, State};
 pub use sampler::{argmax, Sampler, SamplerConfig};
 pub use weights::{AlignedBuf, HasMetadata, MetadataSource, TensorRef, WeightSource};

@@ -187,27 +187,18 @@ impl<'a> Matrix<'a> {
             Matrix::Native {
                 view, row_start, ..
             } => {
-                let whole = *row_start == 0 && rows == view.rows();
-                if whole {
-                    if n == 1 {
-                        gpack_quant::matvec(view, x, y);
-                    } else {
-                        gpack_quant::matmul(view, x, n, y);
-                    }
+                // A member of a fused tensor used apart, or one expert of a
+                // stacked tensor: its rows as a view of their own (no copy).
+                let v = if *row_start == 0 && rows == view.rows() {
+                    *view
                 } else {
-                    // The quant crate has no row-range kernel: run the whole
-                    // view and keep our rows (only reached by members of a
-                    // fused tensor used apart, which `Proj` avoids).
-                    let vr = view.rows();
-                    tmp.resize(n * vr, 0.0);
-                    if n == 1 {
-                        gpack_quant::matvec(view, x, tmp);
-                    } else {
-                        gpack_quant::matmul(view, x, n, tmp);
-                    }
-                    for (yo, t) in y.chunks_exact_mut(rows).zip(tmp.chunks_exact(vr)) {
-                        yo.copy_from_slice(&t[*row_start..*row_start + rows]);
-                    }
+                    view.row_range(*row_start, rows)
+                        .expect("row range checked at bind")
+                };
+                if n == 1 {
+                    gpack_quant::matvec(&v, x, y);
+                } else {
+                    gpack_quant::matmul(&v, x, n, y);
                 }
             }
             Matrix::Dense {
@@ -216,20 +207,60 @@ impl<'a> Matrix<'a> {
                 bytes,
                 ..
             } => {
-                tmp.resize(cols, 0.0);
-                for r in 0..rows {
-                    let _ = gpack_quant::dequantize_ggml(
-                        *ty,
-                        &bytes[r * row_bytes..(r + 1) * row_bytes],
-                        tmp,
-                    );
-                    for i in 0..n {
-                        y[i * rows + r] = crate::ops::dot(tmp, &x[i * cols..(i + 1) * cols]);
+                // Raw ggml rows read in place (external experts in mmap
+                // mode): each chunk of rows is transcoded into a small
+                // native scratch tensor and run by the same kernels, so every
+                // row's result is bit-identical to the transcoded tensor's.
+                let chunk = (RAW_CHUNK_BYTES / (*row_bytes).max(1)).clamp(1, rows);
+                let mut native = Vec::new();
+                let mut out = vec![0f32; n * chunk];
+                let mut r0 = 0;
+                while r0 < rows {
+                    let m = chunk.min(rows - r0);
+                    native.clear();
+                    let src = &bytes[r0 * row_bytes..(r0 + m) * row_bytes];
+                    let view = match transcode_rows(*ty, src, m, cols, &mut native, tmp) {
+                        Some(v) => v,
+                        None => return,
+                    };
+                    let o = &mut out[..n * m];
+                    if n == 1 {
+                        gpack_quant::matvec(&view, x, o);
+                    } else {
+                        gpack_quant::matmul(&view, x, n, o);
                     }
+                    for (i, oi) in o.chunks_exact(m).enumerate() {
+                        y[i * rows + r0..i * rows + r0 + m].copy_from_slice(oi);
+                    }
+                    r0 += m;
                 }
             }
         }
     }
+}
+
+/// Bytes of raw ggml rows transcoded per kernel call on the raw path (fits L2
+/// with its native form).
+const RAW_CHUNK_BYTES: usize = 256 << 10;
+
+/// Transcodes `m` raw rows into `buf` and views them. The view must be
+/// 16-aligned for its scale arrays: `buf` is copied into `aligned` (an f32
+/// vector, 4-aligned, enough for the scales) when needed.
+fn transcode_rows<'b>(
+    ty: GgmlType,
+    src: &[u8],
+    m: usize,
+    cols: usize,
+    buf: &'b mut Vec<u8>,
+    aligned: &'b mut Vec<f32>,
+) -> Option<NativeView<'b>> {
+    gpack_quant::transcode(ty, src, m as u64, cols as u64, buf).ok()?;
+    // Native arrays are 16-aligned relative to the tensor start; an f32
+    // vector gives the 4-byte address alignment the scale arrays need.
+    aligned.clear();
+    aligned.resize(buf.len().div_ceil(4), 0.0);
+    bytemuck::cast_slice_mut::<f32, u8>(aligned)[..buf.len()].copy_from_slice(buf);
+    NativeView::parse(&bytemuck::cast_slice::<f32, u8>(aligned)[..buf.len()]).ok()
 }
 
 /// Matrices applied to one input whose outputs are concatenated per token:

@@ -1,21 +1,44 @@
-//! The transformer graph shared by llama, qwen2, qwen3 and gemma3.
+//! The transformer graph shared by llama, qwen2, qwen3, gemma3 and the
+//! mixture-of-experts models qwen3moe and mixtral.
 //!
 //! One graph with optional pieces, switched on by which tensors exist
 //! (q/k/v biases: qwen2; per-head q/k norms: qwen3, gemma3; post-attention
-//! and post-FFN norms: gemma3) and by [`Config`] (rope style, embedding
-//! scale, activation, sliding-window layers, soft-capping). `forward` runs a
-//! batch of tokens at consecutive positions: the prompt goes through as one
-//! matrix (matrix-matrix kernels), decoding is the same code with `n = 1`.
+//! and post-FFN norms: gemma3; a router and routed experts instead of the
+//! FFN: qwen3moe, mixtral) and by [`Config`] (rope style, embedding scale,
+//! activation, sliding-window layers, soft-capping).
+//!
+//! One step runs a batch of rows through every weight once: the rows are the
+//! next tokens of one or more sequences ([`Sequence`], each its own KV
+//! cache). [`Model::forward`] is one sequence (a prompt goes through as one
+//! matrix, decoding is the same code with one row); [`Model::forward_batch`]
+//! is several at once (a server's continuous batching: decoding 8 streams
+//! costs about one pass over the weights, not 8). Each row's arithmetic is
+//! the same whichever batch it is in, because the quant kernels give every
+//! row the same bits for one vector or many.
 //!
 //! Tensor names are GGUF's (`llama.cpp/src/llama-arch.cpp`, LLM_TENSOR_NAMES).
 
 use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
+use crate::experts::{ExpertMode, ExpertSlice, ExpertStats, ExpertStore, SliceData};
 use crate::matrix::{Matrix, Proj};
 use crate::ops::{self, Rope};
 use crate::weights::{to_f32_vec, TensorRef, WeightSource};
 use gpack_quant::Pool;
 use std::sync::Mutex;
+
+/// The feed-forward part of a block.
+#[derive(Debug)]
+enum Ffn<'a> {
+    /// gate‖up `[2 · n_ff] × n_embd` and down `n_embd × n_ff`.
+    Dense {
+        gate_up: Box<Proj<'a>>,
+        down: Box<Matrix<'a>>,
+    },
+    /// Routed experts (in the model's [`ExpertStore`]); the router is
+    /// `[n_expert][n_embd]` f32.
+    Moe { router: Vec<f32> },
+}
 
 /// One transformer block's weights.
 #[derive(Debug)]
@@ -36,14 +59,27 @@ struct Layer<'a> {
     post_attn_norm: Option<Vec<f32>>,
     /// `[n_embd]` pre-FFN RMS norm.
     ffn_norm: Vec<f32>,
-    /// gate‖up: `[2 · n_ff] × n_embd`.
-    gate_up: Proj<'a>,
-    /// `n_embd × n_ff`.
-    down: Matrix<'a>,
+    ffn: Ffn<'a>,
     /// `[n_embd]` norm of the FFN output (gemma3).
     post_ffn_norm: Option<Vec<f32>>,
     /// Sliding-window layer.
     swa: bool,
+}
+
+/// How [`Model::load_with`] binds a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How routed experts are read (ignored by dense models).
+    pub experts: ExpertMode,
+}
+
+impl Default for LoadOptions {
+    /// Experts as the environment says ([`ExpertMode::from_env`]).
+    fn default() -> Self {
+        LoadOptions {
+            experts: ExpertMode::from_env(),
+        }
+    }
 }
 
 /// A loaded model: weights bound (borrowed) from a [`WeightSource`].
@@ -60,6 +96,8 @@ pub struct Model<'a> {
     output: Matrix<'a>,
     rope_global: Rope,
     rope_swa: Rope,
+    /// Routed experts of MoE models.
+    experts: Option<ExpertStore<'a>>,
 }
 
 /// Which logits [`Model::forward`] computes.
@@ -73,51 +111,23 @@ pub enum Logits {
     All,
 }
 
-/// The per-sequence state: KV cache and scratch buffers. Everything a decode
-/// step touches is allocated here once (and grown when a longer batch comes).
+/// One sequence's KV cache.
 #[derive(Debug)]
-pub struct State {
+pub struct Sequence {
     /// Positions the cache holds.
     n_ctx: usize,
     /// Next position.
     pos: usize,
     /// `[n_layer][n_head_kv][head_dim][n_ctx]` keys (rotated), transposed so
-    /// that q·K over all positions is a sequence of axpy's over contiguous
-    /// positions (vectorizes without horizontal sums; see `attention`).
+    /// that q·K over all positions runs over contiguous positions
+    /// (vectorizes without horizontal sums; see `ops::scores_transposed`).
     k_cache: Vec<f32>,
     /// `[n_layer][n_ctx][v_dim]` values.
     v_cache: Vec<f32>,
-    /// Batch capacity of the scratch buffers.
-    cap: usize,
-    /// `[n][n_embd]` residual stream.
-    x: Vec<f32>,
-    /// `[n][n_embd]` normed input of a projection.
-    xb: Vec<f32>,
-    /// `[n][q_dim + k_dim + v_dim]` q‖k‖v.
-    qkv: Vec<f32>,
-    /// `[n][n_head · head_dim_v]` attention output.
-    att: Vec<f32>,
-    /// `[n][n_embd]` block output before the residual add.
-    out: Vec<f32>,
-    /// `[n][2 · n_ff]` gate‖up.
-    gu: Vec<f32>,
-    /// `[n][n_ff]` activated FFN hidden.
-    hb: Vec<f32>,
-    /// `[n][n_rot]` cos/sin pairs of global layers.
-    cs_global: Vec<f32>,
-    /// `[n][n_rot]` cos/sin pairs of sliding-window layers.
-    cs_swa: Vec<f32>,
-    /// `[n_slots][n_ctx]` attention scores, one slot per concurrent task.
-    score_slots: Vec<Mutex<Vec<f32>>>,
-    /// Kernel scratch.
-    tmp: Vec<f32>,
-    tmp2: Vec<f32>,
-    /// `[n_vocab]` or `[n][n_vocab]` logits of the last forward.
-    logits: Vec<f32>,
 }
 
-impl State {
-    /// Next position (= tokens in the cache).
+impl Sequence {
+    /// Tokens in the cache (= the next position).
     pub fn pos(&self) -> usize {
         self.pos
     }
@@ -129,13 +139,98 @@ impl State {
     pub fn truncate(&mut self, pos: usize) {
         self.pos = self.pos.min(pos);
     }
-    /// Logits of the last forward.
-    pub fn logits(&self) -> &[f32] {
-        &self.logits
+    /// Empties the cache (the buffers are kept for the next sequence).
+    pub fn reset(&mut self) {
+        self.pos = 0;
     }
     /// Bytes of the KV cache.
     pub fn kv_bytes(&self) -> usize {
         (self.k_cache.len() + self.v_cache.len()) * 4
+    }
+}
+
+/// Scratch of a forward step, grown to the largest step seen. Everything a
+/// decode step touches is allocated once.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// Rows the buffers hold.
+    cap: usize,
+    /// `[rows][n_embd]` residual stream.
+    x: Vec<f32>,
+    /// `[rows][n_embd]` normed input of a projection.
+    xb: Vec<f32>,
+    /// `[rows][q_dim + k_dim + v_dim]` q‖k‖v.
+    qkv: Vec<f32>,
+    /// `[rows][n_head · head_dim_v]` attention output.
+    att: Vec<f32>,
+    /// `[rows][n_embd]` block output before the residual add.
+    out: Vec<f32>,
+    /// `[rows][2 · n_ff]` gate‖up.
+    gu: Vec<f32>,
+    /// `[rows][n_ff]` activated FFN hidden.
+    hb: Vec<f32>,
+    /// `[rows][n_rot]` cos/sin pairs of global layers.
+    cs_global: Vec<f32>,
+    /// `[rows][n_rot]` cos/sin pairs of sliding-window layers.
+    cs_swa: Vec<f32>,
+    /// `[rows]` the sequence of each row.
+    row_seq: Vec<usize>,
+    /// `[rows]` the position of each row in its sequence.
+    row_pos: Vec<usize>,
+    /// Rows whose logits the step computes.
+    head_rows: Vec<usize>,
+    /// Attention score buffers, one per concurrent task.
+    score_slots: Vec<Mutex<Vec<f32>>>,
+    /// MoE: `[n_expert]` (row, weight) lists of one layer.
+    routes: Vec<Vec<(usize, f32)>>,
+    /// MoE: `[n_expert]` router probabilities of one row.
+    probs: Vec<f32>,
+    /// MoE: the gathered rows of one expert and its intermediate results.
+    moe_x: Vec<f32>,
+    moe_g: Vec<f32>,
+    moe_u: Vec<f32>,
+    moe_y: Vec<f32>,
+    /// Kernel scratch.
+    tmp: Vec<f32>,
+    tmp2: Vec<f32>,
+    /// `[m][n_vocab]` logits of the last step.
+    logits: Vec<f32>,
+}
+
+impl Scratch {
+    /// `[m][n_vocab]` logits of the last step.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+}
+
+/// One sequence and its scratch: what [`Model::forward`] runs on.
+#[derive(Debug)]
+pub struct State {
+    seq: Sequence,
+    scratch: Scratch,
+}
+
+impl State {
+    /// Next position (= tokens in the cache).
+    pub fn pos(&self) -> usize {
+        self.seq.pos
+    }
+    /// Capacity in positions.
+    pub fn n_ctx(&self) -> usize {
+        self.seq.n_ctx
+    }
+    /// Forgets the cache after `pos` tokens (keeps the prefix).
+    pub fn truncate(&mut self, pos: usize) {
+        self.seq.truncate(pos);
+    }
+    /// Logits of the last forward.
+    pub fn logits(&self) -> &[f32] {
+        &self.scratch.logits
+    }
+    /// Bytes of the KV cache.
+    pub fn kv_bytes(&self) -> usize {
+        self.seq.kv_bytes()
     }
 }
 
@@ -167,10 +262,64 @@ fn tensor<'a>(w: &'a dyn WeightSource, name: &str) -> Result<TensorRef<'a>> {
     need(w.tensor(name), name)
 }
 
+/// Every expert slice of the model, shape-checked, in ExpertLayout order.
+fn expert_slices<'a>(w: &'a dyn WeightSource, c: &Config) -> Result<Vec<ExpertSlice<'a>>> {
+    let mut out = Vec::with_capacity(c.n_layer * c.n_expert * 3);
+    for l in 0..c.n_layer {
+        for e in 0..c.n_expert {
+            for part in 0..3 {
+                let s = w.expert_slice(l, e, part, c.n_expert).ok_or_else(|| {
+                    Error::MissingTensor {
+                        name: crate::experts::stacked_name(l, part),
+                    }
+                })??;
+                let want = if part == 2 {
+                    (c.n_embd, c.n_ff_exp)
+                } else {
+                    (c.n_ff_exp, c.n_embd)
+                };
+                let bad = |problem: String| Error::ExpertSlice {
+                    layer: l,
+                    expert: e,
+                    part: crate::experts::PARTS[part],
+                    origin: s.origin.clone(),
+                    problem,
+                };
+                if s.data.shape() != want {
+                    return Err(bad(format!(
+                        "shape {:?} (rows, cols), expected {want:?}",
+                        s.data.shape()
+                    )));
+                }
+                if let SliceData::Raw {
+                    ty, rows, bytes, ..
+                } = s.data
+                {
+                    let row = ty.bytes_for(want.1 as u64).map(|b| b as usize);
+                    if row.and_then(|r| r.checked_mul(rows)) != Some(bytes.len()) {
+                        return Err(bad(format!(
+                            "{} bytes for {rows} rows of {ty}",
+                            bytes.len()
+                        )));
+                    }
+                }
+                out.push(s);
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl<'a> Model<'a> {
-    /// Binds every tensor of `w` (no weight is copied, except the small
-    /// norm/bias vectors, which are converted to f32).
+    /// Binds every tensor of `w` with [`LoadOptions::default`].
     pub fn load(w: &'a dyn WeightSource) -> Result<Model<'a>> {
+        Self::load_with(w, &LoadOptions::default())
+    }
+
+    /// Binds every tensor of `w` (no weight is copied, except the small
+    /// norm/bias/router vectors, which are converted to f32; experts are
+    /// read as `opts.experts` says).
+    pub fn load_with(w: &'a dyn WeightSource, opts: &LoadOptions) -> Result<Model<'a>> {
         let embd_t = tensor(w, "token_embd.weight")?;
         let dims = embd_t.dims();
         let n_vocab = dims.get(1).copied().unwrap_or(0) as usize;
@@ -216,10 +365,20 @@ impl<'a> Model<'a> {
             } else {
                 None
             };
-            let gate_up = Proj::new(vec![
-                mat("ffn_gate.weight", d, c.n_ff)?,
-                mat("ffn_up.weight", d, c.n_ff)?,
-            ]);
+            let ffn = if c.n_expert > 0 {
+                let name = n("ffn_gate_inp.weight");
+                Ffn::Moe {
+                    router: need(dense_vec(w, &name, c.n_expert * d, "router")?, &name)?,
+                }
+            } else {
+                Ffn::Dense {
+                    gate_up: Box::new(Proj::new(vec![
+                        mat("ffn_gate.weight", d, c.n_ff)?,
+                        mat("ffn_up.weight", d, c.n_ff)?,
+                    ])),
+                    down: Box::new(mat("ffn_down.weight", c.n_ff, d)?),
+                }
+            };
             layers.push(Layer {
                 attn_norm: need(
                     dense_vec(w, &n("attn_norm.weight"), d, "norm")?,
@@ -235,12 +394,20 @@ impl<'a> Model<'a> {
                     dense_vec(w, &n("ffn_norm.weight"), d, "norm")?,
                     &n("ffn_norm.weight"),
                 )?,
-                gate_up,
-                down: mat("ffn_down.weight", c.n_ff, d)?,
+                ffn,
                 post_ffn_norm: dense_vec(w, &n("post_ffw_norm.weight"), d, "norm")?,
                 swa: c.swa_layers[l],
             });
         }
+        let experts = if c.n_expert > 0 {
+            Some(ExpertStore::new(
+                c.n_expert,
+                expert_slices(w, c)?,
+                opts.experts,
+            )?)
+        } else {
+            None
+        };
         // Llama 3.1-style frequency factors (llama.cpp `rope_freqs.weight`,
         // divided into the frequencies by `ggml_rope_ext`).
         let freq_factors = dense_vec(w, "rope_freqs.weight", c.n_rot / 2, "rope factors")?;
@@ -266,103 +433,183 @@ impl<'a> Model<'a> {
             output,
             rope_global,
             rope_swa,
+            experts,
         })
     }
 
     /// Whether every layer's q‖k‖v and gate‖up run as single kernel calls.
     pub fn is_fused(&self) -> bool {
-        self.layers
-            .iter()
-            .all(|l| l.qkv.is_fused() && l.gate_up.is_fused())
+        self.layers.iter().all(|l| {
+            l.qkv.is_fused()
+                && match &l.ffn {
+                    Ffn::Dense { gate_up, .. } => gate_up.is_fused(),
+                    Ffn::Moe { .. } => true,
+                }
+        })
     }
 
-    /// A fresh state with a KV cache of `n_ctx` positions.
-    pub fn new_state(&self, n_ctx: usize) -> State {
+    /// The expert store's counters (`None` for a dense model).
+    pub fn expert_stats(&self) -> Option<ExpertStats> {
+        self.experts.as_ref().map(ExpertStore::stats)
+    }
+
+    /// How experts are read (`None` for a dense model).
+    pub fn expert_mode(&self) -> Option<ExpertMode> {
+        self.experts.as_ref().map(ExpertStore::mode)
+    }
+
+    /// Bytes of all routed experts (0 for a dense model).
+    pub fn expert_bytes(&self) -> u64 {
+        self.experts.as_ref().map_or(0, ExpertStore::total_bytes)
+    }
+
+    /// An empty sequence with a KV cache of `n_ctx` positions.
+    pub fn new_sequence(&self, n_ctx: usize) -> Sequence {
         let c = &self.config;
-        let slots = Pool::global().threads() + 1;
-        State {
+        Sequence {
             n_ctx,
             pos: 0,
             k_cache: vec![0.0; c.n_layer * n_ctx * c.k_dim()],
             v_cache: vec![0.0; c.n_layer * n_ctx * c.v_dim()],
-            cap: 0,
-            x: Vec::new(),
-            xb: Vec::new(),
-            qkv: Vec::new(),
-            att: Vec::new(),
-            out: Vec::new(),
-            gu: Vec::new(),
-            hb: Vec::new(),
-            cs_global: Vec::new(),
-            cs_swa: Vec::new(),
-            score_slots: (0..slots).map(|_| Mutex::new(vec![0.0; n_ctx])).collect(),
-            tmp: Vec::new(),
-            tmp2: Vec::new(),
-            logits: Vec::new(),
         }
     }
 
-    fn reserve(&self, s: &mut State, n: usize) {
-        if s.cap >= n {
-            return;
+    /// A fresh state with a KV cache of `n_ctx` positions.
+    pub fn new_state(&self, n_ctx: usize) -> State {
+        State {
+            seq: self.new_sequence(n_ctx),
+            scratch: Scratch::default(),
         }
+    }
+
+    fn reserve(&self, s: &mut Scratch, n: usize, max_ctx: usize) {
         let c = &self.config;
-        s.x.resize(n * c.n_embd, 0.0);
-        s.xb.resize(n * c.n_embd, 0.0);
-        s.qkv.resize(n * (c.q_dim() + c.k_dim() + c.v_dim()), 0.0);
-        s.att.resize(n * c.n_head * c.head_dim_v, 0.0);
-        s.out.resize(n * c.n_embd, 0.0);
-        s.gu.resize(n * 2 * c.n_ff, 0.0);
-        s.hb.resize(n * c.n_ff, 0.0);
-        s.cs_global.resize(n * c.n_rot, 0.0);
-        s.cs_swa.resize(n * c.n_rot, 0.0);
-        s.cap = n;
+        if s.cap < n {
+            s.x.resize(n * c.n_embd, 0.0);
+            s.xb.resize(n * c.n_embd, 0.0);
+            s.qkv.resize(n * (c.q_dim() + c.k_dim() + c.v_dim()), 0.0);
+            s.att.resize(n * c.n_head * c.head_dim_v, 0.0);
+            s.out.resize(n * c.n_embd, 0.0);
+            s.gu.resize(n * 2 * c.n_ff, 0.0);
+            s.hb.resize(n * c.n_ff, 0.0);
+            s.cs_global.resize(n * c.n_rot, 0.0);
+            s.cs_swa.resize(n * c.n_rot, 0.0);
+            s.cap = n;
+        }
+        let slots = Pool::global().threads() + 1;
+        if s.score_slots.len() < slots {
+            s.score_slots.resize_with(slots, || Mutex::new(Vec::new()));
+        }
+        for m in &mut s.score_slots {
+            let v = m.get_mut().unwrap_or_else(|e| e.into_inner());
+            if v.len() < max_ctx {
+                v.resize(max_ctx, 0.0);
+            }
+        }
     }
 
     /// Runs `tokens` at positions `state.pos() ..`, appends them to the KV
     /// cache and returns the requested logits (`[n_vocab]` for
     /// [`Logits::Last`], `[n][n_vocab]` for [`Logits::All`]).
+    ///
+    /// On an error the cache position is unchanged (what was written past it
+    /// is overwritten by the next call).
     pub fn forward<'s>(&self, s: &'s mut State, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
-        let c = &self.config;
         let n = tokens.len();
-        let p0 = s.pos;
-        if p0 + n > s.n_ctx {
-            return Err(Error::ContextFull {
-                needed: p0 + n,
-                capacity: s.n_ctx,
-            });
+        let State { seq, scratch } = s;
+        scratch.head_rows.clear();
+        match want {
+            Logits::None => {}
+            Logits::Last if n > 0 => scratch.head_rows.push(n - 1),
+            Logits::Last => {}
+            Logits::All => scratch.head_rows.extend(0..n),
         }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.n_vocab) {
-            return Err(Error::Token {
-                id,
-                n_vocab: c.n_vocab,
-            });
+        self.step(scratch, &mut [seq], &[tokens])
+    }
+
+    /// One step for several sequences: `tokens[i]` (non-empty) is appended
+    /// to `seqs[i]` at its next positions. Returns `[m][n_vocab]`: the logits
+    /// of the last token of each sequence `i` with `want_logits[i]`, in order.
+    ///
+    /// Fails (changing no cache position) if a sequence would overflow its
+    /// context or a token is outside the vocabulary.
+    pub fn forward_batch<'s>(
+        &self,
+        s: &'s mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+        want_logits: &[bool],
+    ) -> Result<&'s [f32]> {
+        assert_eq!(seqs.len(), tokens.len(), "one token slice per sequence");
+        assert_eq!(seqs.len(), want_logits.len(), "one flag per sequence");
+        s.head_rows.clear();
+        let mut end = 0;
+        for (t, &want) in tokens.iter().zip(want_logits) {
+            end += t.len();
+            if want && !t.is_empty() {
+                s.head_rows.push(end - 1);
+            }
         }
+        self.step(s, seqs, tokens)
+    }
+
+    /// The step both entry points share; `s.head_rows` says which rows'
+    /// logits to compute.
+    fn step<'s>(
+        &self,
+        s: &'s mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+    ) -> Result<&'s [f32]> {
+        let c = &self.config;
+        for (q, t) in seqs.iter().zip(tokens) {
+            if q.pos + t.len() > q.n_ctx {
+                return Err(Error::ContextFull {
+                    needed: q.pos + t.len(),
+                    capacity: q.n_ctx,
+                });
+            }
+            if let Some(&id) = t.iter().find(|&&t| t as usize >= c.n_vocab) {
+                return Err(Error::Token {
+                    id,
+                    n_vocab: c.n_vocab,
+                });
+            }
+        }
+        let n: usize = tokens.iter().map(|t| t.len()).sum();
+        s.logits.clear();
         if n == 0 {
-            s.logits.clear();
             return Ok(&s.logits);
         }
-        self.reserve(s, n);
+        let max_ctx = seqs.iter().map(|q| q.n_ctx).max().unwrap_or(0);
+        self.reserve(s, n, max_ctx);
+        s.row_seq.clear();
+        s.row_pos.clear();
+        for (i, (q, t)) in seqs.iter().zip(tokens).enumerate() {
+            for j in 0..t.len() {
+                s.row_seq.push(i);
+                s.row_pos.push(q.pos + j);
+            }
+        }
         let (d, qd, kd, vd) = (c.n_embd, c.q_dim(), c.k_dim(), c.v_dim());
         let qkv_w = qd + kd + vd;
         let att_w = c.n_head * c.head_dim_v;
-        let (hd, n_ff) = (c.head_dim, c.n_ff);
+        let (hd, r) = (c.head_dim, c.n_rot);
 
         // Embedding lookup (and gemma's sqrt(n_embd) scale).
-        for (t, &tok) in tokens.iter().enumerate() {
+        for (t, &tok) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
             let x = &mut s.x[t * d..(t + 1) * d];
             self.embd.row(tok as usize, x);
             if let Some(scale) = c.embed_scale {
                 x.iter_mut().for_each(|v| *v *= scale);
             }
         }
-        // Rotary tables for this batch's positions.
+        // Rotary tables for this step's positions.
         for t in 0..n {
-            let r = c.n_rot;
+            let p = s.row_pos[t];
             self.rope_global
-                .cos_sin(p0 + t, &mut s.cs_global[t * r..(t + 1) * r]);
-            self.rope_swa
-                .cos_sin(p0 + t, &mut s.cs_swa[t * r..(t + 1) * r]);
+                .cos_sin(p, &mut s.cs_global[t * r..(t + 1) * r]);
+            self.rope_swa.cos_sin(p, &mut s.cs_swa[t * r..(t + 1) * r]);
         }
 
         for (l, layer) in self.layers.iter().enumerate() {
@@ -387,9 +634,10 @@ impl<'a> Model<'a> {
             } else {
                 (&self.rope_global, &s.cs_global)
             };
-            let k_layer = l * s.n_ctx * kd;
-            let v_layer = l * s.n_ctx * vd;
             for t in 0..n {
+                let q_seq = &mut *seqs[s.row_seq[t]];
+                let nc = q_seq.n_ctx;
+                let p = s.row_pos[t];
                 let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
                 if let Some(b) = &layer.qkv_bias {
                     row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
@@ -404,29 +652,21 @@ impl<'a> Model<'a> {
                     k.chunks_exact_mut(hd)
                         .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
                 }
-                let cs_t = &cs[t * c.n_rot..(t + 1) * c.n_rot];
+                let cs_t = &cs[t * r..(t + 1) * r];
                 rope.apply(q, hd, cs_t);
                 rope.apply(k, hd, cs_t);
-                let p = p0 + t;
+                let k_layer = l * nc * kd;
+                let v_layer = l * nc * vd;
                 for (i, &kv) in k.iter().enumerate() {
-                    s.k_cache[k_layer + i * s.n_ctx + p] = kv;
+                    q_seq.k_cache[k_layer + i * nc + p] = kv;
                 }
-                s.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
+                q_seq.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
             }
-            self.attention(s, l, layer.swa, p0, n);
+            self.attention(s, seqs, l, layer.swa, n);
             layer
                 .wo
                 .matmul(&s.att[..n * att_w], n, &mut s.out[..n * d], &mut s.tmp);
-            for t in 0..n {
-                let o = &mut s.out[t * d..(t + 1) * d];
-                if let Some(w) = &layer.post_attn_norm {
-                    ops::rmsnorm_inplace(o, w, c.rms_eps);
-                }
-                s.x[t * d..(t + 1) * d]
-                    .iter_mut()
-                    .zip(o.iter())
-                    .for_each(|(x, o)| *x += o);
-            }
+            self.residual(s, n, layer.post_attn_norm.as_deref());
 
             // ---- feed-forward ----
             for t in 0..n {
@@ -437,56 +677,38 @@ impl<'a> Model<'a> {
                     c.rms_eps,
                 );
             }
-            layer.gate_up.matmul(
-                &s.xb[..n * d],
-                n,
-                &mut s.gu[..n * 2 * n_ff],
-                &mut s.tmp,
-                &mut s.tmp2,
-            );
-            for t in 0..n {
-                let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
-                let h = &mut s.hb[t * n_ff..(t + 1) * n_ff];
-                match c.activation {
-                    Activation::Silu => h
-                        .iter_mut()
-                        .zip(g.iter().zip(u))
-                        .for_each(|(h, (&g, &u))| *h = ops::silu(g) * u),
-                    Activation::GeluTanh => h
-                        .iter_mut()
-                        .zip(g.iter().zip(u))
-                        .for_each(|(h, (&g, &u))| *h = ops::gelu_tanh(g) * u),
+            match &layer.ffn {
+                Ffn::Dense { gate_up, down } => {
+                    let n_ff = c.n_ff;
+                    gate_up.matmul(
+                        &s.xb[..n * d],
+                        n,
+                        &mut s.gu[..n * 2 * n_ff],
+                        &mut s.tmp,
+                        &mut s.tmp2,
+                    );
+                    for t in 0..n {
+                        let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
+                        glu(c.activation, g, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
+                    }
+                    down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d], &mut s.tmp);
                 }
+                Ffn::Moe { router } => self.moe(s, l, router, n)?,
             }
-            layer
-                .down
-                .matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d], &mut s.tmp);
-            for t in 0..n {
-                let o = &mut s.out[t * d..(t + 1) * d];
-                if let Some(w) = &layer.post_ffn_norm {
-                    ops::rmsnorm_inplace(o, w, c.rms_eps);
-                }
-                s.x[t * d..(t + 1) * d]
-                    .iter_mut()
-                    .zip(o.iter())
-                    .for_each(|(x, o)| *x += o);
-            }
+            self.residual(s, n, layer.post_ffn_norm.as_deref());
         }
-        s.pos = p0 + n;
+        for (q, t) in seqs.iter_mut().zip(tokens) {
+            q.pos += t.len();
+        }
 
         // ---- head ----
-        let first = match want {
-            Logits::None => {
-                s.logits.clear();
-                return Ok(&s.logits);
-            }
-            Logits::Last => n - 1,
-            Logits::All => 0,
-        };
-        let m = n - first;
-        for t in first..n {
+        let m = s.head_rows.len();
+        if m == 0 {
+            return Ok(&s.logits);
+        }
+        for (i, &t) in s.head_rows.iter().enumerate() {
             ops::rmsnorm(
-                &mut s.xb[(t - first) * d..(t - first + 1) * d],
+                &mut s.xb[i * d..(i + 1) * d],
                 &s.x[t * d..(t + 1) * d],
                 &self.output_norm,
                 c.rms_eps,
@@ -503,12 +725,130 @@ impl<'a> Model<'a> {
         Ok(&s.logits)
     }
 
-    /// Causal (optionally sliding-window) attention of the `n` queries in
-    /// `s.qkv` over the cache of layer `l`, into `s.att`. Work is split into
-    /// (token, head) units, run on the quant crate's pool; each task writes
-    /// its own disjoint slice of `s.att` (one `Mutex` per task, never
-    /// contended) and borrows a score buffer from `s.score_slots`.
-    fn attention(&self, s: &mut State, l: usize, swa: bool, p0: usize, n: usize) {
+    /// `x += norm(out)` for the `n` rows (the norm only where the block has
+    /// one: gemma3's post-attention and post-FFN norms).
+    fn residual(&self, s: &mut Scratch, n: usize, norm: Option<&[f32]>) {
+        let d = self.config.n_embd;
+        for t in 0..n {
+            let o = &mut s.out[t * d..(t + 1) * d];
+            if let Some(w) = norm {
+                ops::rmsnorm_inplace(o, w, self.config.rms_eps);
+            }
+            s.x[t * d..(t + 1) * d]
+                .iter_mut()
+                .zip(o.iter())
+                .for_each(|(x, o)| *x += o);
+        }
+    }
+
+    /// The routed-experts FFN of layer `l` for the `n` rows of `s.xb`, into
+    /// `s.out`.
+    ///
+    /// Routing as transformers' Qwen3MoeSparseMoeBlock and
+    /// MixtralSparseMoeBlock (and llama.cpp's `build_moe_ffn` with softmax
+    /// gating and normalized weights) define it: softmax over all experts'
+    /// router logits, the `k` largest, weights divided by their sum. Then
+    /// each routed expert runs ONCE on all the rows routed to it (one matmul
+    /// per matrix), and each row adds `weight · expert(row)` in increasing
+    /// expert order, as transformers' loop over experts does.
+    fn moe(&self, s: &mut Scratch, l: usize, router: &[f32], n: usize) -> Result<()> {
+        let c = &self.config;
+        let store = self
+            .experts
+            .as_ref()
+            .expect("MoE layers have an expert store");
+        let (d, ne, k, ff) = (c.n_embd, c.n_expert, c.n_expert_used, c.n_ff_exp);
+        if l == 0 {
+            store.count_tokens(n);
+        }
+        s.routes.resize_with(ne, Vec::new);
+        s.routes.iter_mut().for_each(Vec::clear);
+        s.probs.resize(ne, 0.0);
+        for t in 0..n {
+            let x = &s.xb[t * d..(t + 1) * d];
+            for (e, p) in s.probs.iter_mut().enumerate() {
+                *p = ops::dot(&router[e * d..(e + 1) * d], x);
+            }
+            ops::softmax(&mut s.probs);
+            // Top-k by probability (ties: the lower expert id first, as
+            // torch.topk and ggml_argsort_top_k give for distinct values).
+            let mut chosen = [(0usize, 0f32); 64];
+            let k = k.min(chosen.len());
+            let mut sum = 0f32;
+            for slot in chosen.iter_mut().take(k) {
+                let (best, &p) = s
+                    .probs
+                    .iter()
+                    .enumerate()
+                    .filter(|(e, _)| s.routes[*e].last().is_none_or(|r| r.0 != t))
+                    .fold((usize::MAX, &f32::NEG_INFINITY), |a, b| {
+                        if *b.1 > *a.1 {
+                            b
+                        } else {
+                            a
+                        }
+                    });
+                if best == usize::MAX {
+                    break;
+                }
+                *slot = (best, p);
+                sum += p;
+                s.routes[best].push((t, p));
+            }
+            // Normalize this row's weights (they are the last entries).
+            for &(e, _) in chosen.iter().take(k) {
+                if let Some(r) = s.routes[e].last_mut().filter(|r| r.0 == t) {
+                    r.1 /= sum;
+                }
+            }
+        }
+        s.out[..n * d].iter_mut().for_each(|v| *v = 0.0);
+        for e in 0..ne {
+            let m = s.routes[e].len();
+            if m == 0 {
+                continue;
+            }
+            let expert = store.get(l, e)?;
+            let [gate, up, down] = expert.mats();
+            s.moe_x.resize(m * d, 0.0);
+            for (i, &(t, _)) in s.routes[e].iter().enumerate() {
+                s.moe_x[i * d..(i + 1) * d].copy_from_slice(&s.xb[t * d..(t + 1) * d]);
+            }
+            s.moe_g.resize(m * ff, 0.0);
+            s.moe_u.resize(m * ff, 0.0);
+            s.moe_y.resize(m * d, 0.0);
+            gate.matmul(&s.moe_x[..m * d], m, &mut s.moe_g[..m * ff], &mut s.tmp);
+            up.matmul(&s.moe_x[..m * d], m, &mut s.moe_u[..m * ff], &mut s.tmp);
+            for i in 0..m {
+                let (g, u) = (
+                    &s.moe_g[i * ff..(i + 1) * ff],
+                    &mut s.moe_u[i * ff..(i + 1) * ff],
+                );
+                for (u, &g) in u.iter_mut().zip(g) {
+                    *u *= match c.activation {
+                        Activation::Silu => ops::silu(g),
+                        Activation::GeluTanh => ops::gelu_tanh(g),
+                    };
+                }
+            }
+            down.matmul(&s.moe_u[..m * ff], m, &mut s.moe_y[..m * d], &mut s.tmp);
+            for (i, &(t, w)) in s.routes[e].iter().enumerate() {
+                s.out[t * d..(t + 1) * d]
+                    .iter_mut()
+                    .zip(&s.moe_y[i * d..(i + 1) * d])
+                    .for_each(|(o, &y)| *o += w * y);
+            }
+        }
+        Ok(())
+    }
+
+    /// Causal (optionally sliding-window) attention of the `n` rows in
+    /// `s.qkv`, each over its own sequence's cache of layer `l`, into
+    /// `s.att`. Work is split into (row, head) units run on the quant crate's
+    /// pool; each task writes its own disjoint slice of `s.att` (one `Mutex`
+    /// per task, never contended) and borrows a score buffer from
+    /// `s.score_slots`.
+    fn attention(&self, s: &mut Scratch, seqs: &[&mut Sequence], l: usize, swa: bool, n: usize) {
         let c = &self.config;
         let (hd, hdv) = (c.head_dim, c.head_dim_v);
         let (qd, kd, vd) = (c.q_dim(), c.k_dim(), c.v_dim());
@@ -517,10 +857,8 @@ impl<'a> Model<'a> {
         let units = n * c.n_head;
         let pool = Pool::global();
         let per_task = units.div_ceil(pool.threads() * 4).max(1);
-        let n_ctx = s.n_ctx;
-        let k_cache = &s.k_cache[l * n_ctx * kd..(l + 1) * n_ctx * kd];
-        let v_cache = &s.v_cache[l * s.n_ctx * vd..(l + 1) * s.n_ctx * vd];
         let qkv = &s.qkv;
+        let (row_seq, row_pos) = (&s.row_seq, &s.row_pos);
         let slots = &s.score_slots;
         let window = if swa { c.sliding_window } else { None };
         let chunks: Vec<Mutex<&mut [f32]>> = s.att[..units * hdv]
@@ -537,15 +875,18 @@ impl<'a> Model<'a> {
             for (i, o) in out.chunks_exact_mut(hdv).enumerate() {
                 let u = u0 + i;
                 let (t, h) = (u / c.n_head, u % c.n_head);
-                let p = p0 + t;
+                let q_seq = &*seqs[row_seq[t]];
+                let nc = q_seq.n_ctx;
+                let p = row_pos[t];
                 let start = window.map_or(0, |w| (p + 1).saturating_sub(w));
                 let kvh = h / group;
                 let q = &qkv[t * qkv_w + h * hd..t * qkv_w + (h + 1) * hd];
                 let sc = &mut slot[..p + 1 - start];
-                // scores = (q · K[start..=p]) * scale, as hd axpy's over the
-                // transposed cache rows.
-                let kt = &k_cache[kvh * hd * n_ctx..(kvh + 1) * hd * n_ctx];
-                ops::scores_transposed(q, c.attn_scale, kt, n_ctx, start, sc);
+                let k_cache = &q_seq.k_cache[l * nc * kd..(l + 1) * nc * kd];
+                let v_cache = &q_seq.v_cache[l * nc * vd..(l + 1) * nc * vd];
+                // scores = (q · K[start..=p]) * scale over the transposed cache.
+                let kt = &k_cache[kvh * hd * nc..(kvh + 1) * hd * nc];
+                ops::scores_transposed(q, c.attn_scale, kt, nc, start, sc);
                 if let Some(cap) = c.attn_softcap {
                     sc.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
                 }
@@ -555,11 +896,25 @@ impl<'a> Model<'a> {
         };
         // Small jobs (decode at short context) run on the caller: waking the
         // pool costs more than it saves below ~64K multiply-adds.
-        let work = units * (p0 + n) * (hd + hdv);
+        let work: usize = (0..n).map(|t| row_pos[t] + 1).sum::<usize>() * c.n_head * (hd + hdv);
         if work < 1 << 16 || chunks.len() == 1 {
             (0..chunks.len()).for_each(run);
         } else {
             pool.run(chunks.len(), &run);
         }
+    }
+}
+
+/// `h = act(g) · u` (SwiGLU or GeGLU).
+fn glu(act: Activation, g: &[f32], u: &[f32], h: &mut [f32]) {
+    match act {
+        Activation::Silu => h
+            .iter_mut()
+            .zip(g.iter().zip(u))
+            .for_each(|(h, (&g, &u))| *h = ops::silu(g) * u),
+        Activation::GeluTanh => h
+            .iter_mut()
+            .zip(g.iter().zip(u))
+            .for_each(|(h, (&g, &u))| *h = ops::gelu_tanh(g) * u),
     }
 }

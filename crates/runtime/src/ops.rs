@@ -34,18 +34,19 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// Positions per block of [`scores_transposed`]: 16 f32 accumulators stay in
-/// registers (four SSE or two AVX vectors) across the whole head dimension.
-const SCORE_BLOCK: usize = 16;
-
 /// `sc[j] = scale · Σ_d q[d] · kt[d · stride + start + j]` for `j < sc.len()`:
 /// query-key scores against a transposed key cache (`kt` is `[hd][stride]`).
+///
+/// Runs `gpack_quant::kernels::attn::scores_transposed` (AVX-512 when
+/// available, bit-identical to its scalar reference: same products and adds
+/// in the same order per position).
 ///
 /// Perf log (SmolLM2-135M, 256-token prefill, 1 thread): one dot product per
 /// key (8 partial sums + horizontal reduction) 15 % of the prefill; one axpy
 /// per head dim over all positions: no better (the scores are loaded and
 /// stored hd times); blocks of 16 positions accumulated in registers over
-/// all of hd: see docs/PERFORMANCE-runtime-draft.md.
+/// all of hd (safe Rust, SSE2): 10 %; the same on AVX-512 in the quant crate
+/// (64–128 positions per pass): see docs/PERFORMANCE.md.
 pub fn scores_transposed(
     q: &[f32],
     scale: f32,
@@ -54,60 +55,15 @@ pub fn scores_transposed(
     start: usize,
     sc: &mut [f32],
 ) {
-    let n = sc.len();
-    let full = n / SCORE_BLOCK * SCORE_BLOCK;
-    for (bi, blk) in sc[..full].chunks_exact_mut(SCORE_BLOCK).enumerate() {
-        let j0 = start + bi * SCORE_BLOCK;
-        let mut acc = [0f32; SCORE_BLOCK];
-        for (dd, &qv) in q.iter().enumerate() {
-            let o = dd * stride + j0;
-            let row: &[f32; SCORE_BLOCK] = kt[o..o + SCORE_BLOCK].try_into().expect("block");
-            for i in 0..SCORE_BLOCK {
-                acc[i] += qv * row[i];
-            }
-        }
-        for (b, a) in blk.iter_mut().zip(acc) {
-            *b = a * scale;
-        }
-    }
-    if full < n {
-        let tail = &mut sc[full..];
-        tail.iter_mut().for_each(|v| *v = 0.0);
-        for (dd, &qv) in q.iter().enumerate() {
-            let o = dd * stride + start + full;
-            axpy(qv, &kt[o..o + tail.len()], tail);
-        }
-        tail.iter_mut().for_each(|v| *v *= scale);
-    }
+    gpack_quant::kernels::attn::scores_transposed(q, scale, kt, stride, start, sc)
 }
 
 /// `out = Σ_j a[j] · v[j · stride .. j · stride + out.len()]`: the attention-
-/// weighted sum of value rows. Output dims go in blocks of 16 accumulators
-/// kept in registers over all rows (an axpy per row loads and stores `out`
-/// once per row).
+/// weighted sum of value rows (output dims in registers over all rows;
+/// `gpack_quant::kernels::attn::weighted_rows`, AVX-512 when available,
+/// bit-identical to its scalar reference).
 pub fn weighted_rows(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
-    let w = out.len();
-    let full = w / SCORE_BLOCK * SCORE_BLOCK;
-    for (bi, blk) in out[..full].chunks_exact_mut(SCORE_BLOCK).enumerate() {
-        let d0 = bi * SCORE_BLOCK;
-        let mut acc = [0f32; SCORE_BLOCK];
-        for (j, &aj) in a.iter().enumerate() {
-            let o = j * stride + d0;
-            let row: &[f32; SCORE_BLOCK] = v[o..o + SCORE_BLOCK].try_into().expect("block");
-            for i in 0..SCORE_BLOCK {
-                acc[i] += aj * row[i];
-            }
-        }
-        blk.copy_from_slice(&acc);
-    }
-    if full < w {
-        let tail = &mut out[full..];
-        tail.iter_mut().for_each(|x| *x = 0.0);
-        for (j, &aj) in a.iter().enumerate() {
-            let o = j * stride + full;
-            axpy(aj, &v[o..o + tail.len()], tail);
-        }
-    }
+    gpack_quant::kernels::attn::weighted_rows(a, v, stride, out)
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * w` (llama.cpp `ggml_rms_norm` then

@@ -12,6 +12,7 @@
 //! over all of them (see `model.rs`, `Proj`).
 
 use crate::error::{Error, Result};
+use crate::experts::ExpertSlice;
 use gpack_quant::{GgmlType, NativeView};
 
 /// GGUF-style metadata key/value lookups (`<arch>.embedding_length`, …).
@@ -117,6 +118,21 @@ impl TensorRef<'_> {
 pub trait WeightSource: MetadataSource {
     /// The tensor named `name`, or `None` when absent.
     fn tensor(&self, name: &str) -> Option<TensorRef<'_>>;
+
+    /// `part` (0 gate, 1 up, 2 down) of routed expert `expert` in `layer`,
+    /// for a model of `n_expert` experts per layer; `None` when the model
+    /// has no such expert. The default serves one expert's rows of the
+    /// stacked tensors `blk.L.ffn_{gate,up,down}_exps.weight` (GGUF and HF
+    /// sources); a `.gpack` answers from its ExpertLayout.
+    fn expert_slice(
+        &self,
+        layer: usize,
+        expert: usize,
+        part: usize,
+        n_expert: usize,
+    ) -> Option<Result<ExpertSlice<'_>>> {
+        crate::experts::stacked_slice(self, layer, expert, part, n_expert)
+    }
 }
 
 /// Reads a 1-D (or any) dense tensor as f32 values (F32, F16, BF16 and the

@@ -4,7 +4,7 @@
 //!
 //! Usage: cargo run --release -p gpack-server --example batch_step -- MODEL.gguf|.gpack
 
-use gpack_runtime::batch::{BatchModel, BatchScratch};
+use gpack_runtime::Scratch;
 use gpack_runtime::{Logits, Model};
 use gpack_server::Loaded;
 use std::time::Instant;
@@ -14,7 +14,7 @@ fn main() {
     let loaded = Loaded::open(path.as_ref(), None).expect("loading");
     let w = loaded.weights();
     let model = Model::load(w).unwrap();
-    let bm = BatchModel::load(w).unwrap();
+    let bm = &model;
     let prompt: Vec<u32> = (0..128).map(|i| 100 + i as u32).collect();
     let steps = 32;
     let mut st = model.new_state(512);
@@ -27,7 +27,7 @@ fn main() {
     println!("Model::forward 1 token: {:.2} ms", single * 1e3);
     for n in [1usize, 2, 4, 8, 16] {
         let mut seqs: Vec<_> = (0..n).map(|_| bm.new_sequence(512)).collect();
-        let mut sc = BatchScratch::default();
+        let mut sc = Scratch::default();
         let mut refs: Vec<_> = seqs.iter_mut().collect();
         for r in refs.iter_mut() {
             bm.forward_batch(&mut sc, std::slice::from_mut(r), &[&prompt[..]], &[true])

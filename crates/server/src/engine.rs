@@ -6,7 +6,7 @@
 //! one batch: one token per decoding slot, plus a chunk of each prefilling
 //! slot's prompt (at most `prefill_chunk` prompt tokens per step, so a long
 //! prompt delays the others' next token by one bounded step, not by its
-//! whole prefill), (4) runs [`BatchModel::forward_batch`] and (5) samples,
+//! whole prefill), (4) runs [`Model::forward_batch`] and (5) samples,
 //! streams and retires. A job that finishes leaves its slot at once, and a
 //! queued job takes it at the next step.
 //!
@@ -19,7 +19,7 @@
 
 use crate::api::ApiError;
 use crate::metrics::Metrics;
-use gpack_runtime::batch::{BatchModel, BatchScratch, Sequence};
+use gpack_runtime::{Model, Scratch, Sequence};
 use gpack_runtime::{Sampler, SamplerConfig};
 use gpack_tokenizer::{StreamDecoder, Tokenizer};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -168,7 +168,7 @@ struct Active {
 
 /// Starts the engine thread. Returns the handle and the thread.
 pub fn start(
-    model: &'static BatchModel<'static>,
+    model: &'static Model<'static>,
     tok: Tokenizer<'static>,
     cfg: EngineConfig,
     metrics: Arc<Metrics>,
@@ -190,14 +190,14 @@ pub fn start(
 }
 
 struct Engine {
-    model: &'static BatchModel<'static>,
+    model: &'static Model<'static>,
     tok: Tokenizer<'static>,
     cfg: EngineConfig,
     metrics: Arc<Metrics>,
     handle: Arc<EngineHandle>,
     slots: Vec<Option<Active>>,
     seqs: Vec<Sequence>,
-    scratch: BatchScratch,
+    scratch: Scratch,
 }
 
 /// Length of the longest suffix of `text` that is a proper prefix of a stop string.
@@ -215,7 +215,7 @@ fn partial_stop(text: &str, stops: &[String]) -> usize {
 
 impl Engine {
     fn new(
-        model: &'static BatchModel<'static>,
+        model: &'static Model<'static>,
         tok: Tokenizer<'static>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
@@ -232,7 +232,7 @@ impl Engine {
             cfg,
             metrics,
             handle,
-            scratch: BatchScratch::default(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -398,7 +398,7 @@ impl Engine {
         };
         if let Some(msg) = err {
             log::error!("batched step failed: {msg}");
-            self.scratch = BatchScratch::default();
+            self.scratch = Scratch::default();
             for &i in &idx {
                 self.retire(i, Some(Event::Error(msg.clone())));
             }

@@ -32,7 +32,7 @@ pub mod metrics;
 pub use error::{Error, Result};
 pub use load::Loaded;
 
-use gpack_runtime::batch::BatchModel;
+use gpack_runtime::Model;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -109,11 +109,11 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     });
     let loaded: &'static Loaded = Box::leak(Box::new(model));
     let tok = loaded.tokenizer()?;
-    let bm = BatchModel::load(loaded.weights()).map_err(|source| Error::Model {
+    let bm = Model::load(loaded.weights()).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
         source: Box::new(source),
     })?;
-    let bm: &'static BatchModel<'static> = Box::leak(Box::new(bm));
+    let bm: &'static Model<'static> = Box::leak(Box::new(bm));
     // Compile the chat template once at start: a broken one is a start-up
     // error, not a 400 on every request.
     if tok.chat_template().is_some() {

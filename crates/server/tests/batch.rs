@@ -1,7 +1,7 @@
 //! `gpack_runtime::batch` against `Model::forward` on the real SmolLM2: the
 //! batched multi-sequence step gives each sequence the logits it gets alone.
 
-use gpack_runtime::batch::{BatchModel, BatchScratch};
+use gpack_runtime::Scratch;
 use gpack_runtime::{GgufWeights, Logits, Model};
 use std::process::Command;
 
@@ -16,7 +16,7 @@ fn forward_batch_equals_model_forward_per_sequence() {
     let gguf = String::from_utf8(out.stdout).unwrap();
     let w = GgufWeights::open(std::path::Path::new(gguf.trim())).unwrap();
     let model = Model::load(&w).unwrap();
-    let bm = BatchModel::load(&w).unwrap();
+    let bm = &model;
     let n_vocab = bm.config.n_vocab;
     let prompts: [&[u32]; 3] = [
         &[1, 504, 3458, 282],
@@ -36,7 +36,7 @@ fn forward_batch_equals_model_forward_per_sequence() {
     }
     // Together: one batched prefill of all three, then batched decode steps.
     let mut seqs: Vec<_> = (0..3).map(|_| bm.new_sequence(64)).collect();
-    let mut sc = BatchScratch::default();
+    let mut sc = Scratch::default();
     let mut refs: Vec<_> = seqs.iter_mut().collect();
     let l = bm
         .forward_batch(&mut sc, &mut refs, &prompts, &[true; 3])

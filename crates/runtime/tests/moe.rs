@@ -1,0 +1,247 @@
+//! Mixture-of-experts models (the tiny qwen3moe and mixtral fixtures): the
+//! transformers reference from every source, and bit-identical logits from
+//! every way of storing and reading the experts (GGUF, embedded .gpack,
+//! external-experts .gpack; resident cache with and without evictions, and
+//! in-place mmap); the expert byte counter; corrupted and resized external
+//! shards.
+
+use super::fixtures::{check_exact, floats, ids, json, testdata};
+use gpack_runtime::{
+    argmax, ExpertMode, GgufWeights, GpackWeights, LoadOptions, Logits, Model, WeightSource,
+};
+use std::path::{Path, PathBuf};
+
+const MOE: [&str; 2] = ["qwen3moe", "mixtral"];
+
+#[test]
+fn tiny_moe_f16_and_hf_match_transformers() {
+    for arch in MOE {
+        let d = testdata().join("tiny").join(arch);
+        check_exact(arch, "f16", &d.join(format!("{arch}-f16.gguf")));
+        check_exact(arch, "hf", &d.join("hf"));
+    }
+}
+
+/// Prompt logits (every position) and 8 greedy steps' logits, concatenated.
+fn logits(w: &dyn WeightSource, mode: ExpertMode, prompt: &[u32]) -> Vec<f32> {
+    let m = Model::load_with(w, &LoadOptions { experts: mode }).unwrap();
+    assert_eq!(m.expert_mode(), Some(mode));
+    let mut s = m.new_state(64);
+    let mut all = m.forward(&mut s, prompt, Logits::All).unwrap().to_vec();
+    let mut last = all[all.len() - m.config.n_vocab..].to_vec();
+    for _ in 0..8 {
+        last = m
+            .forward(&mut s, &[argmax(&last)], Logits::Last)
+            .unwrap()
+            .to_vec();
+        all.extend_from_slice(&last);
+    }
+    all
+}
+
+fn convert(src: &Path, out: &Path, external: bool) {
+    gpack_convert::convert(
+        &gpack_convert::ConvertOptions {
+            source: src.to_path_buf(),
+            output: out.to_path_buf(),
+            external_experts: external,
+            ..Default::default()
+        },
+        &(),
+    )
+    .unwrap_or_else(|e| panic!("convert {}: {e:?}", src.display()));
+}
+
+/// `dir/<arch>-q8_0.gguf` copied there, and .gpacks next to it with the
+/// experts embedded and external (referring to that GGUF).
+fn gpacks(dir: &Path, arch: &str, ty: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let name = format!("{arch}-{ty}.gguf");
+    let gguf = dir.join(&name);
+    std::fs::copy(testdata().join("tiny").join(arch).join(&name), &gguf).unwrap();
+    let (emb, ext) = (dir.join("embedded.gpack"), dir.join("external.gpack"));
+    convert(&gguf, &emb, false);
+    convert(&gguf, &ext, true);
+    (gguf, emb, ext)
+}
+
+const MODES: [ExpertMode; 3] = [
+    ExpertMode::Resident {
+        cache_bytes: usize::MAX,
+    },
+    ExpertMode::Mmap,
+    // Two experts' worth (tiny experts are ~27 KB in q8_0, ~50 KB in f16):
+    // every layer evicts.
+    ExpertMode::Resident {
+        cache_bytes: 120_000,
+    },
+];
+
+#[test]
+fn every_expert_store_and_mode_gives_identical_logits() {
+    for arch in MOE {
+        for ty in ["q8_0", "f16"] {
+            let dir = tempfile::tempdir().unwrap();
+            let (gguf, emb, ext) = gpacks(dir.path(), arch, ty);
+            let prompt = ids(
+                &json(&testdata().join("tiny").join(arch).join("reference.json"))["prompt_ids"],
+            );
+            let g = GgufWeights::open(&gguf).unwrap();
+            let want = logits(&g, MODES[0], &prompt);
+            for (what, path) in [("embedded", &emb), ("external", &ext)] {
+                let w = GpackWeights::open(path).unwrap();
+                for mode in MODES {
+                    let got = logits(&w, mode, &prompt);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same && got.len() == want.len(),
+                        "{arch} {ty} {what} {mode:?}"
+                    );
+                }
+            }
+            for mode in &MODES[1..] {
+                assert_eq!(
+                    logits(&g, *mode, &prompt),
+                    want,
+                    "{arch} {ty} gguf {mode:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn only_routed_experts_are_read_and_the_cache_evicts_within_budget() {
+    let arch = "qwen3moe";
+    let dir = tempfile::tempdir().unwrap();
+    let (_, emb, ext) = gpacks(dir.path(), arch, "q8_0");
+    for path in [&emb, &ext] {
+        let w = GpackWeights::open(path).unwrap();
+        for mode in MODES {
+            let m = Model::load_with(&w, &LoadOptions { experts: mode }).unwrap();
+            let c = m.config.clone();
+            let per_expert = m.expert_bytes() / (c.n_layer * c.n_expert) as u64;
+            let mut s = m.new_state(32);
+            let l = m
+                .forward(&mut s, &[5, 17, 300, 2047, 9], Logits::Last)
+                .unwrap()
+                .to_vec();
+            let before = m.expert_stats().unwrap();
+            assert_eq!(before.tokens, 5);
+            m.forward(&mut s, &[argmax(&l)], Logits::Last).unwrap();
+            let after = m.expert_stats().unwrap();
+            // One decode token reads exactly its k routed experts per layer.
+            assert_eq!(after.tokens - before.tokens, 1);
+            assert_eq!(
+                after.bytes_read - before.bytes_read,
+                (c.n_layer * c.n_expert_used) as u64 * per_expert,
+                "{} {mode:?}",
+                path.display()
+            );
+            assert!(after.bytes_per_token() < m.expert_bytes() as f64);
+            match mode {
+                ExpertMode::Mmap => {
+                    assert_eq!(
+                        (after.hits, after.bytes_loaded, after.resident_bytes),
+                        (0, 0, 0)
+                    )
+                }
+                ExpertMode::Resident { cache_bytes } => {
+                    assert!(after.resident_bytes <= cache_bytes as u64);
+                    assert_eq!(after.bytes_loaded, after.misses * per_expert);
+                    if cache_bytes < m.expert_bytes() as usize {
+                        assert!(after.evictions > 0, "{after:?}");
+                        assert!(after.resident_experts <= 4);
+                    } else {
+                        assert_eq!(after.evictions, 0);
+                        assert!(after.hits > 0, "{after:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A shard changed after conversion: a resized one fails the quick open with
+/// the size mismatch; a same-size corruption passes the quick open, fails
+/// full verification with the digest mismatch, and the run refuses to use
+/// the corrupted slices in both modes.
+#[test]
+fn corrupted_or_resized_external_shard_is_refused() {
+    let arch = "mixtral";
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, _, ext) = gpacks(dir.path(), arch, "q8_0");
+    let good = std::fs::read(&gguf).unwrap();
+    let layout = gpack_format::Gpack::open(&ext)
+        .unwrap()
+        .expert_layout()
+        .unwrap()
+        .unwrap();
+    // Flip one byte in the middle of every layer-0 slice: whatever the
+    // routing, the first token touches a corrupted slice.
+    let mut bad = good.clone();
+    for e in 0..layout.n_expert as usize {
+        for p in 0..3 {
+            let s = layout.slice(0, e, p).unwrap();
+            bad[(s.offset + s.size / 2) as usize] ^= 0x40;
+        }
+    }
+    std::fs::write(&gguf, &bad).unwrap();
+    let g = gpack_format::Gpack::open(&ext).unwrap();
+    g.verify_external(false).unwrap();
+    let e = g.verify_external(true).unwrap_err().to_string();
+    assert!(e.contains("SHA-256"), "{e}");
+    let w = GpackWeights::open(&ext).unwrap();
+    for mode in MODES {
+        let m = Model::load_with(&w, &LoadOptions { experts: mode }).unwrap();
+        let mut s = m.new_state(16);
+        let e = m.forward(&mut s, &[1, 2, 3], Logits::Last).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("layer 0")
+                && msg.contains("SHA-256")
+                && msg.contains(&format!("{arch}-q8_0.gguf @ ")),
+            "{mode:?}: {msg}"
+        );
+        assert_eq!(s.pos(), 0, "a failed step leaves the cache position");
+    }
+    // Resized: the quick open names the file and both sizes.
+    let mut longer = good.clone();
+    longer.extend_from_slice(b"trailing");
+    std::fs::write(&gguf, &longer).unwrap();
+    let e = GpackWeights::open(&ext)
+        .err()
+        .expect("resized shard must fail");
+    let msg = format!(
+        "{e}: {}",
+        std::error::Error::source(&e)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
+    assert!(
+        msg.contains(&format!("{arch}-q8_0.gguf")) && msg.contains(&good.len().to_string()),
+        "{msg}"
+    );
+}
+
+/// Greedy tokens and last logits of the q8_0 MoE files against transformers
+/// and llama.cpp (`llamacpp_check.json`), printed; the limits are in
+/// fixtures.rs `tiny_q8_0_no_worse_than_llamacpp`.
+#[test]
+fn tiny_moe_q8_0_reference_figures() {
+    for arch in MOE {
+        let d = testdata().join("tiny").join(arch);
+        let r = json(&d.join("reference.json"));
+        let prompt = ids(&r["prompt_ids"]);
+        let want = floats(&r["last_logits"]);
+        let w = GgufWeights::open(&d.join(format!("{arch}-q8_0.gguf"))).unwrap();
+        let m = Model::load(&w).unwrap();
+        let mut s = m.new_state(64);
+        let got = m.forward(&mut s, &prompt, Logits::Last).unwrap().to_vec();
+        let rl2 = super::fixtures::rel_l2(&got, &want);
+        eprintln!("{arch}/q8_0 rel_l2 vs transformers {rl2:.5}");
+        assert!(rl2 < 0.1, "{arch}: {rl2}");
+    }
+}
