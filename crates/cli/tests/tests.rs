@@ -2,6 +2,7 @@
 
 mod convert_inspect;
 mod interrupt;
+mod moe;
 mod run;
 mod tokenize;
 mod verify_inspect;

@@ -4,7 +4,8 @@ use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
 use gpack_runtime::giw::GiwWeights;
 use gpack_runtime::{
-    generate, GenerateConfig, GgufWeights, GpackWeights, Model, SamplerConfig, WeightSource,
+    generate, ExpertMode, GenerateConfig, GgufWeights, GpackWeights, LoadOptions, Model,
+    SamplerConfig, WeightSource,
 };
 use gpack_tokenizer::{load_any, ChatMessage, LoadedTokenizer, Tokenizer};
 use std::io::Write;
@@ -26,7 +27,15 @@ use std::time::Instant;
 #[command(after_help = "Examples:
   gpack run smollm2.gpack -p \"The capital of France is\" -n 32
   gpack run smollm2.gpack --chat -p \"What is 2+2?\"
-  gpack run smollm2.gpack --fallback-gguf SmolLM2-135M-Instruct.Q4_1.gguf -p Hi")]
+  gpack run smollm2.gpack --fallback-gguf SmolLM2-135M-Instruct.Q4_1.gguf -p Hi
+  gpack run qwen3moe.gpack --expert-cache-bytes 8G --verbose -p Hello
+  gpack run qwen3moe.gpack --expert-mmap -p Hello
+
+Mixture-of-experts models (qwen3moe, mixtral) read their routed experts from
+the .gpack (embedded) or from the GGUF shards next to it (--external-experts
+conversions; each slice's SHA-256 is checked the first time it is used), either
+through a resident cache (default) or in place (--expert-mmap). Both give the
+same tokens.")]
 pub struct Args {
     /// The model: .gpack, .gguf or a Hugging Face directory.
     model: PathBuf,
@@ -69,6 +78,85 @@ pub struct Args {
     /// than the .gguf, reused otherwise.
     #[arg(long, value_name = "QUANT", num_args = 0..=1, default_missing_value = "int8int8")]
     stream_weights: Option<String>,
+    /// MoE models: the kernels read routed experts in place from the mapped
+    /// file, nothing copied (also GPACK_EXPERT_MMAP=1). Default: each expert
+    /// is copied into a resident cache the first time a token is routed to it.
+    #[arg(long, conflicts_with = "expert_cache_bytes")]
+    expert_mmap: bool,
+    /// MoE models: byte budget of the resident expert cache (e.g. 512M, 8G);
+    /// beyond it the least recently used experts are evicted. Default 4G, or
+    /// GPACK_EXPERT_CACHE_BYTES.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    expert_cache_bytes: Option<usize>,
+    /// At the end, also print the expert cache's hit rate and expert bytes
+    /// read per token (MoE models), and the PLE row cache's hit rate.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+fn parse_size_arg(s: &str) -> std::result::Result<usize, String> {
+    gpack_runtime::experts::parse_size(s)
+        .ok_or_else(|| format!("{s:?} is not a size (a number with an optional K, M, G or T suffix)"))
+}
+
+/// How routed experts are read, from the flags (then the environment).
+fn expert_mode(a: &Args) -> ExpertMode {
+    if a.expert_mmap {
+        return ExpertMode::Mmap;
+    }
+    match (a.expert_cache_bytes, ExpertMode::from_env()) {
+        (Some(cache_bytes), _) => ExpertMode::Resident { cache_bytes },
+        (None, env) => env,
+    }
+}
+
+/// `12.3 MiB` style.
+fn human(bytes: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.1} {}", units[i])
+}
+
+/// The `--verbose` cache report.
+fn report_caches(model: &Model, loaded: &Loaded) {
+    match (model.expert_stats(), model.expert_mode()) {
+        (Some(st), Some(mode)) => {
+            let read = format!(
+                "{} of expert weights read per token (all experts: {})",
+                human(st.bytes_per_token()),
+                human(model.expert_bytes() as f64)
+            );
+            match mode {
+                ExpertMode::Mmap => eprintln!("experts: mmap, read in place; {read}"),
+                ExpertMode::Resident { cache_bytes } => eprintln!(
+                    "experts: resident cache hit rate {:.1} % ({} hits, {} misses, {} evictions), \
+                     {} in {} experts cached of a {} budget; {read}",
+                    st.hit_rate() * 100.0,
+                    st.hits,
+                    st.misses,
+                    st.evictions,
+                    human(st.resident_bytes as f64),
+                    st.resident_experts,
+                    human(cache_bytes as f64),
+                ),
+            }
+        }
+        _ => eprintln!("experts: none (a dense model)"),
+    }
+    let has_ple = matches!(loaded, Loaded::Gpack(w) if w.gpack().section(SectionKind::Ple).is_some());
+    if has_ple {
+        eprintln!(
+            "PLE: the file has a per-layer embedding table, but the {} graph does not read it (no row cache used)",
+            model.config.arch.name()
+        );
+    } else {
+        eprintln!("PLE: none in this model");
+    }
 }
 
 enum Loaded {
@@ -174,7 +262,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     let loaded = load(&a)?;
-    let model = Model::load(loaded.weights())?;
+    let model = Model::load_with(
+        loaded.weights(),
+        &LoadOptions {
+            experts: expert_mode(&a),
+        },
+    )?;
     let tok = loaded.tokenizer()?;
     let load_time = t0.elapsed();
     let anon_after_load = rss_anon_kib();
@@ -239,6 +332,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             anon as f64 / 1024.0,
             w.gpack().bytes().len() as f64 / 1048576.0
         );
+    }
+    if a.verbose {
+        report_caches(&model, &loaded);
     }
     Ok(ExitCode::SUCCESS)
 }
