@@ -512,3 +512,44 @@ fn write_native_round_trips_views_and_row_ranges() {
         }
     }
 }
+
+#[test]
+fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
+    use gpack_quant::kernels::attn;
+    let mut rng = Rng::new(0xA77);
+    for &(hd, stride, start, len) in &[
+        (64usize, 600usize, 0usize, 1usize),
+        (64, 600, 0, 17),
+        (64, 600, 5, 64),
+        (64, 600, 3, 200),
+        (64, 600, 0, 513),
+        (20, 50, 3, 37),
+        (1, 300, 7, 290),
+        (128, 300, 0, 143),
+    ] {
+        let q: Vec<f32> = (0..hd).map(|_| rng.normal()).collect();
+        let kt: Vec<f32> = (0..(hd - 1) * stride + start + len)
+            .map(|_| rng.normal())
+            .collect();
+        let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
+        attn::scores_transposed(&q, 0.125, &kt, stride, start, &mut a);
+        attn::scores_transposed_ref(&q, 0.125, &kt, stride, start, &mut b);
+        assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "scores hd {hd} len {len}"
+        );
+        for w in [1usize, 15, 16, 17, 40, 63, 64, 65, 100, 130] {
+            let rows = len.min(stride / 2);
+            let v: Vec<f32> = (0..(rows - 1) * stride + w).map(|_| rng.normal()).collect();
+            let (mut o1, mut o2) = (vec![0f32; w], vec![2f32; w]);
+            attn::weighted_rows(&a[..rows], &v, stride, &mut o1);
+            attn::weighted_rows_ref(&a[..rows], &v, stride, &mut o2);
+            assert_eq!(
+                o1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                o2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "weighted rows {rows} x {w}"
+            );
+        }
+    }
+}

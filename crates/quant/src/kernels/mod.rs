@@ -59,6 +59,7 @@ use crate::view::NativeView;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+pub mod attn;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
