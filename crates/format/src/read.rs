@@ -442,6 +442,13 @@ pub struct Section<'a> {
     pub bytes: &'a [u8],
 }
 
+/// Offset of `part` inside `whole`, if it is a sub-slice of it.
+pub(crate) fn offset_in(whole: &[u8], part: &[u8]) -> Option<usize> {
+    let (w, p) = (whole.as_ptr() as usize, part.as_ptr() as usize);
+    let off = p.checked_sub(w)?;
+    (off.checked_add(part.len())? <= whole.len()).then_some(off)
+}
+
 /// The backing bytes of an open file.
 #[derive(Debug)]
 enum Backing {
@@ -499,6 +506,18 @@ impl Gpack {
         match &self.backing {
             Backing::Map(m) => m,
             Backing::Owned(v) => v,
+        }
+    }
+
+    /// Drops this process's pages of `part` (a sub-slice of [`Gpack::bytes`],
+    /// e.g. an expert slice just copied into a cache) from its resident set;
+    /// they are read again from the file if touched later. Advice only: a
+    /// slice outside the mapping, or an in-memory file, is ignored.
+    pub fn release(&self, part: &[u8]) {
+        if let Backing::Map(m) = &self.backing {
+            if let Some(off) = offset_in(m, part) {
+                crate::mmap::release(m, off, part.len());
+            }
         }
     }
 

@@ -79,6 +79,7 @@ pub fn stacked_slice<W: WeightSource + ?Sized>(
                 data: SliceData::Native(v),
                 sha256: None,
                 origin,
+                mapped: &[],
             })
         }
         TensorRef::Dense {
@@ -103,6 +104,7 @@ pub fn stacked_slice<W: WeightSource + ?Sized>(
                 },
                 sha256: None,
                 origin,
+                mapped: &[],
             })
         }
     })())
@@ -153,6 +155,9 @@ pub struct ExpertSlice<'a> {
     pub sha256: Option<[u8; 32]>,
     /// Where it lives, for errors (`experts.gguf @ 1234+5678`).
     pub origin: String,
+    /// Its bytes in a mapped file (released from the resident set after a
+    /// resident copy is made), or empty.
+    pub mapped: &'a [u8],
 }
 
 /// How expert weights are read at run time.
@@ -300,6 +305,8 @@ struct Cache {
 
 /// The experts of every MoE layer, served in one [`ExpertMode`].
 pub(crate) struct ExpertStore<'a> {
+    /// The provider (to release mapped pages after a resident copy).
+    src: &'a dyn WeightSource,
     n_expert: usize,
     mode: ExpertMode,
     /// `[layer][expert][part]` slices, flattened (`(l · n_expert + e) · 3 + p`).
@@ -354,7 +361,12 @@ fn matrix_of<'a>(d: &SliceData<'a>) -> Result<Matrix<'a>> {
 impl<'a> ExpertStore<'a> {
     /// `slices` in ExpertLayout order for `n_layer` layers of `n_expert`
     /// experts; shapes are checked by the caller.
-    pub fn new(n_expert: usize, slices: Vec<ExpertSlice<'a>>, mode: ExpertMode) -> Result<Self> {
+    pub fn new(
+        src: &'a dyn WeightSource,
+        n_expert: usize,
+        slices: Vec<ExpertSlice<'a>>,
+        mode: ExpertMode,
+    ) -> Result<Self> {
         let mapped = slices
             .chunks_exact(3)
             .map(|c| {
@@ -372,6 +384,7 @@ impl<'a> ExpertStore<'a> {
             .map(|c| c.iter().map(|s| s.data.byte_len()).sum())
             .collect();
         Ok(ExpertStore {
+            src,
             n_expert,
             mode,
             verified: slices.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -535,9 +548,15 @@ impl<'a> ExpertStore<'a> {
                 cols,
             })
         };
-        Ok(ExpertMats {
+        let mats = ExpertMats {
             mats: [one(0)?, one(1)?, one(2)?],
-        })
+        };
+        // The copy is the expert's home now: drop the mapped pages, so the
+        // process holds the cache, not the cache plus the file.
+        for p in 0..3 {
+            self.src.release(self.slices[key * 3 + p].mapped);
+        }
+        Ok(mats)
     }
 
     /// The counters.

@@ -219,6 +219,18 @@ impl WeightSource for GpackWeights {
         self.lookup(name)?.ok()
     }
 
+    fn release(&self, bytes: &[u8]) {
+        self.g.release(bytes);
+        if let Some((_, maps)) = &self.experts {
+            for m in maps {
+                let (w, p) = (m.as_ptr() as usize, bytes.as_ptr() as usize);
+                if p >= w && p + bytes.len() <= w + m.len() {
+                    gpack_format::mmap::release(m, p - w, bytes.len());
+                }
+            }
+        }
+    }
+
     fn expert_slice(
         &self,
         layer: usize,
@@ -264,10 +276,12 @@ impl WeightSource for GpackWeights {
                     .ok_or_else(|| err(origin.clone(), "outside the section".into()))?;
                 let view = NativeView::parse(&blobs.bytes[r])
                     .map_err(|e| err(origin.clone(), format!("not a native tensor: {e}")))?;
+                let r = range(blobs.bytes.len()).expect("checked above");
                 Ok(ExpertSlice {
                     data: SliceData::Native(view),
                     sha256: None,
                     origin,
+                    mapped: &blobs.bytes[r],
                 })
             }
             f => {
@@ -298,10 +312,11 @@ impl WeightSource for GpackWeights {
                         ty,
                         rows,
                         cols,
-                        bytes: &map[r],
+                        bytes: &map[r.clone()],
                     },
                     sha256: Some(s.sha256),
                     origin,
+                    mapped: &map[r],
                 })
             }
         })())

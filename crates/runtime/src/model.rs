@@ -401,6 +401,7 @@ impl<'a> Model<'a> {
         }
         let experts = if c.n_expert > 0 {
             Some(ExpertStore::new(
+                w,
                 c.n_expert,
                 expert_slices(w, c)?,
                 opts.experts,

@@ -115,7 +115,7 @@ impl TensorRef<'_> {
 
 /// A model's weights: metadata plus named tensors (GGUF names,
 /// `blk.N.attn_q.weight`).
-pub trait WeightSource: MetadataSource {
+pub trait WeightSource: MetadataSource + Send + Sync {
     /// The tensor named `name`, or `None` when absent.
     fn tensor(&self, name: &str) -> Option<TensorRef<'_>>;
 
@@ -133,6 +133,11 @@ pub trait WeightSource: MetadataSource {
     ) -> Option<Result<ExpertSlice<'_>>> {
         crate::experts::stacked_slice(self, layer, expert, part, n_expert)
     }
+
+    /// Advice: `bytes` (a slice of this store's mapped files) will not be
+    /// read again soon; a mapped store drops those pages from the process's
+    /// resident set. The default does nothing.
+    fn release(&self, _bytes: &[u8]) {}
 }
 
 /// Reads a 1-D (or any) dense tensor as f32 values (F32, F16, BF16 and the
