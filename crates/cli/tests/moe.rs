@@ -41,7 +41,11 @@ fn moe_runs_in_both_expert_modes_and_refuses_a_corrupted_shard() {
     convert(&gguf, &ext, true);
 
     let base = run(&gguf, &[]);
-    assert!(base.status.success(), "{}", String::from_utf8_lossy(&base.stderr));
+    assert!(
+        base.status.success(),
+        "{}",
+        String::from_utf8_lossy(&base.stderr)
+    );
     for model in [&emb, &ext] {
         for extra in [
             &["--verbose"][..],
@@ -59,7 +63,10 @@ fn moe_runs_in_both_expert_modes_and_refuses_a_corrupted_shard() {
                 assert!(err.contains("resident cache hit rate"), "{err}");
             }
             if extra[0] == "--expert-cache-bytes" {
-                assert!(err.contains("of a 60.0 KiB budget") && !err.contains(" 0 evictions"), "{err}");
+                assert!(
+                    err.contains("of a 60.0 KiB budget") && !err.contains(" 0 evictions"),
+                    "{err}"
+                );
             }
             assert!(err.contains("PLE: none in this model"), "{err}");
         }
@@ -97,5 +104,10 @@ fn moe_runs_in_both_expert_modes_and_refuses_a_corrupted_shard() {
         );
     }
     let v = gpack().arg("verify").arg(&ext).output().unwrap();
-    assert_eq!(v.status.code(), Some(1), "{}", String::from_utf8_lossy(&v.stdout));
+    assert_eq!(
+        v.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
 }

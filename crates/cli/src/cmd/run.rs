@@ -95,8 +95,9 @@ pub struct Args {
 }
 
 fn parse_size_arg(s: &str) -> std::result::Result<usize, String> {
-    gpack_runtime::experts::parse_size(s)
-        .ok_or_else(|| format!("{s:?} is not a size (a number with an optional K, M, G or T suffix)"))
+    gpack_runtime::experts::parse_size(s).ok_or_else(|| {
+        format!("{s:?} is not a size (a number with an optional K, M, G or T suffix)")
+    })
 }
 
 /// How routed experts are read, from the flags (then the environment).
@@ -148,7 +149,8 @@ fn report_caches(model: &Model, loaded: &Loaded) {
         }
         _ => eprintln!("experts: none (a dense model)"),
     }
-    let has_ple = matches!(loaded, Loaded::Gpack(w) if w.gpack().section(SectionKind::Ple).is_some());
+    let has_ple =
+        matches!(loaded, Loaded::Gpack(w) if w.gpack().section(SectionKind::Ple).is_some());
     if has_ple {
         eprintln!(
             "PLE: the file has a per-layer embedding table, but the {} graph does not read it (no row cache used)",
