@@ -59,6 +59,9 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Name reported by `/v1/models` and in responses (default: the file stem).
     pub model_name: Option<String>,
+    /// How a MoE model's routed experts are read (default: the environment,
+    /// [`gpack_runtime::ExpertMode::from_env`]).
+    pub experts: gpack_runtime::ExpertMode,
 }
 
 impl Default for Options {
@@ -73,6 +76,7 @@ impl Default for Options {
             max_body_bytes: 1 << 20,
             prefill_chunk: 256,
             model_name: None,
+            experts: gpack_runtime::ExpertMode::from_env(),
         }
     }
 }
@@ -109,7 +113,10 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     });
     let loaded: &'static Loaded = Box::leak(Box::new(model));
     let tok = loaded.tokenizer()?;
-    let bm = Model::load(loaded.weights()).map_err(|source| Error::Model {
+    let load = gpack_runtime::LoadOptions {
+        experts: opts.experts,
+    };
+    let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
         source: Box::new(source),
     })?;

@@ -16,3 +16,38 @@ pub fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
     writeln!(out)?;
     Ok(())
 }
+
+/// Routed-expert flags of `run` and `serve` (MoE models; ignored otherwise).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExpertArgs {
+    /// MoE models: the kernels read routed experts in place from the mapped
+    /// file, nothing copied (also GPACK_EXPERT_MMAP=1). Default: each expert
+    /// is copied into a resident cache the first time a token is routed to it.
+    #[arg(long, conflicts_with = "expert_cache_bytes")]
+    pub expert_mmap: bool,
+    /// MoE models: byte budget of the resident expert cache (e.g. 512M, 8G);
+    /// beyond it the least recently used experts are evicted. Default 4G, or
+    /// GPACK_EXPERT_CACHE_BYTES.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    pub expert_cache_bytes: Option<usize>,
+}
+
+impl ExpertArgs {
+    /// How routed experts are read: the flags, then the environment.
+    pub fn mode(&self) -> gpack_runtime::ExpertMode {
+        use gpack_runtime::ExpertMode;
+        if self.expert_mmap {
+            return ExpertMode::Mmap;
+        }
+        match self.expert_cache_bytes {
+            Some(cache_bytes) => ExpertMode::Resident { cache_bytes },
+            None => ExpertMode::from_env(),
+        }
+    }
+}
+
+fn parse_size_arg(s: &str) -> Result<usize, String> {
+    gpack_runtime::experts::parse_size(s).ok_or_else(|| {
+        format!("{s:?} is not a size (a number with an optional K, M, G or T suffix)")
+    })
+}

@@ -78,37 +78,12 @@ pub struct Args {
     /// than the .gguf, reused otherwise.
     #[arg(long, value_name = "QUANT", num_args = 0..=1, default_missing_value = "int8int8")]
     stream_weights: Option<String>,
-    /// MoE models: the kernels read routed experts in place from the mapped
-    /// file, nothing copied (also GPACK_EXPERT_MMAP=1). Default: each expert
-    /// is copied into a resident cache the first time a token is routed to it.
-    #[arg(long, conflicts_with = "expert_cache_bytes")]
-    expert_mmap: bool,
-    /// MoE models: byte budget of the resident expert cache (e.g. 512M, 8G);
-    /// beyond it the least recently used experts are evicted. Default 4G, or
-    /// GPACK_EXPERT_CACHE_BYTES.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
-    expert_cache_bytes: Option<usize>,
+    #[command(flatten)]
+    experts: super::ExpertArgs,
     /// At the end, also print the expert cache's hit rate and expert bytes
     /// read per token (MoE models), and the PLE row cache's hit rate.
     #[arg(short, long)]
     verbose: bool,
-}
-
-fn parse_size_arg(s: &str) -> std::result::Result<usize, String> {
-    gpack_runtime::experts::parse_size(s).ok_or_else(|| {
-        format!("{s:?} is not a size (a number with an optional K, M, G or T suffix)")
-    })
-}
-
-/// How routed experts are read, from the flags (then the environment).
-fn expert_mode(a: &Args) -> ExpertMode {
-    if a.expert_mmap {
-        return ExpertMode::Mmap;
-    }
-    match (a.expert_cache_bytes, ExpertMode::from_env()) {
-        (Some(cache_bytes), _) => ExpertMode::Resident { cache_bytes },
-        (None, env) => env,
-    }
 }
 
 /// `12.3 MiB` style.
@@ -267,7 +242,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let model = Model::load_with(
         loaded.weights(),
         &LoadOptions {
-            experts: expert_mode(&a),
+            experts: a.experts.mode(),
         },
     )?;
     let tok = loaded.tokenizer()?;

@@ -58,6 +58,8 @@ pub struct Args {
     /// when missing or stale, reused otherwise (as `gpack run`).
     #[arg(long, value_name = "QUANT", num_args = 0..=1, default_missing_value = "int8int8")]
     stream_weights: Option<String>,
+    #[command(flatten)]
+    experts: super::ExpertArgs,
 }
 
 fn open(a: &Args) -> Result<gpack_server::Loaded> {
@@ -110,6 +112,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }),
         max_body_bytes: a.max_body,
         model_name: a.name,
+        experts: a.experts.mode(),
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;
