@@ -620,27 +620,36 @@ pub fn f16_scales_if_exact(scales: &[f32]) -> Option<Vec<u16>> {
 /// e.g. to copy one expert's row range of a stacked tensor into a cache.
 /// Returns the bytes written.
 pub fn write_native(v: &crate::NativeView, w: &mut impl Write) -> Result<u64, Error> {
-    let f16 = v.has_f16_scales();
-    let (h, total) = NativeTensorHeader::new(v.layout(), v.rows() as u64, v.cols() as u64, f16)?;
+    let f16 = [v.f16_scales(), v.f16_mins()];
+    write_arrays(v, v.has_f16_scales().then_some(&f16[..]), w)
+}
+
+/// Header, codes, scales, mins and (when given) the f16 arrays, each at its
+/// canonical offset. Returns the bytes written.
+fn write_arrays(
+    v: &crate::NativeView,
+    f16: Option<&[&[u16]]>,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
+    let (h, total) =
+        NativeTensorHeader::new(v.layout(), v.rows() as u64, v.cols() as u64, f16.is_some())?;
     w.write_all(&h.to_bytes())?;
     let mut written = 64u64;
     w.write_all(v.codes())?;
     written += v.codes().len() as u64;
-    if h.scales_off != 0 {
-        pad_to(w, &mut written, h.scales_off)?;
-        w.write_all(f32s_as_bytes(v.scales()))?;
-        written += v.scales().len() as u64 * 4;
+    for (off, a) in [(h.scales_off, v.scales()), (h.mins_off, v.mins())] {
+        if off != 0 {
+            pad_to(w, &mut written, off)?;
+            w.write_all(f32s_as_bytes(a))?;
+            written += a.len() as u64 * 4;
+        }
     }
-    if h.mins_off != 0 {
-        pad_to(w, &mut written, h.mins_off)?;
-        w.write_all(f32s_as_bytes(v.mins()))?;
-        written += v.mins().len() as u64 * 4;
-    }
-    if f16 {
+    if let Some(parts) = f16 {
         pad_to(w, &mut written, h.f16_scales_off)?;
-        w.write_all(bytemuck::cast_slice(v.f16_scales()))?;
-        w.write_all(bytemuck::cast_slice(v.f16_mins()))?;
-        written += (v.f16_scales().len() + v.f16_mins().len()) as u64 * 2;
+        for p in parts {
+            w.write_all(bytemuck::cast_slice(p))?;
+            written += p.len() as u64 * 2;
+        }
     }
     debug_assert_eq!(written, total);
     Ok(total)
@@ -671,22 +680,5 @@ pub fn write_with_f16_scales(v: &crate::NativeView, w: &mut impl Write) -> Resul
             name: layout.name(),
         });
     };
-    let (h, total) = NativeTensorHeader::new(layout, v.rows() as u64, v.cols() as u64, true)?;
-    w.write_all(&h.to_bytes())?;
-    let mut written = 64u64;
-    w.write_all(v.codes())?;
-    written += v.codes().len() as u64;
-    pad_to(w, &mut written, h.scales_off)?;
-    w.write_all(f32s_as_bytes(v.scales()))?;
-    written += v.scales().len() as u64 * 4;
-    if h.mins_off != 0 {
-        pad_to(w, &mut written, h.mins_off)?;
-        w.write_all(f32s_as_bytes(v.mins()))?;
-        written += v.mins().len() as u64 * 4;
-    }
-    pad_to(w, &mut written, h.f16_scales_off)?;
-    w.write_all(bytemuck::cast_slice(&h16))?;
-    written += h16.len() as u64 * 2;
-    debug_assert_eq!(written, total);
-    Ok(total)
+    write_arrays(v, Some(&[&h16[..]]), w)
 }

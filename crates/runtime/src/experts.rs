@@ -247,12 +247,11 @@ pub struct ExpertStats {
 impl ExpertStats {
     /// Cache hit rate in `[0, 1]` (0 with no use).
     pub fn hit_rate(&self) -> f64 {
-        let n = self.hits + self.misses;
-        if n == 0 {
-            0.0
-        } else {
-            self.hits as f64 / n as f64
+        crate::ple::CacheStats {
+            hits: self.hits,
+            misses: self.misses,
         }
+        .hit_rate()
     }
     /// Expert bytes read per token.
     pub fn bytes_per_token(&self) -> f64 {
