@@ -30,7 +30,7 @@ pub enum Error {
         path: String,
         /// Why.
         #[source]
-        source: Box<gpack_tokenizer::Error>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A .gpack without a TokenizerBin section.
     #[error("{path} has no TokenizerBin section")]

@@ -51,8 +51,13 @@ impl std::fmt::Debug for Loaded {
 }
 
 impl Loaded {
-    /// Opens `model` (`fallback` is used when a .gpack fails validation).
+    /// Opens `model`: a .gpack (`fallback` is used when it fails
+    /// validation), a .giw bundle (its tokenizer from the metadata GGUF it
+    /// carries), or a .gguf / Hugging Face directory.
     pub fn open(model: &Path, fallback: Option<&Path>) -> Result<Loaded> {
+        if model.extension().is_some_and(|e| e == "giw") {
+            return Self::open_giw_alone(model);
+        }
         let is_gpack = model.extension().is_some_and(|e| e == "gpack");
         if !is_gpack {
             return Self::open_slow(model);
@@ -91,6 +96,32 @@ impl Loaded {
             path: tokenizer_source.display().to_string(),
             source: Box::new(source),
         })?;
+        Ok(Loaded::Giw {
+            weights,
+            tokenizer,
+            path: giw.to_path_buf(),
+        })
+    }
+
+    /// A .giw bundle run directly: the metadata GGUF it carries (the source
+    /// truncated at its tensor data) still holds the tokenizer's arrays.
+    fn open_giw_alone(giw: &Path) -> Result<Loaded> {
+        let weights = Box::new(GiwWeights::open(giw, None).map_err(|source| Error::Giw {
+            path: giw.display().to_string(),
+            source: Box::new(source),
+        })?);
+        let tok_err = |e: Box<dyn std::error::Error + Send + Sync>| Error::Tokenizer {
+            path: giw.display().to_string(),
+            source: e,
+        };
+        let (_, meta) = gpack_ingest::gguf::parse_metadata(weights.giw().metadata(), giw)
+            .map_err(|e| tok_err(Box::new(e)))?;
+        let spec =
+            gpack_tokenizer::TokenizerSpec::from_gguf(&meta).map_err(|e| tok_err(Box::new(e)))?;
+        let tokenizer = LoadedTokenizer {
+            gbt1: spec.to_gbt1().map_err(|e| tok_err(Box::new(e)))?,
+            source: "gguf",
+        };
         Ok(Loaded::Giw {
             weights,
             tokenizer,

@@ -51,3 +51,36 @@ fn parse_size_arg(s: &str) -> Result<usize, String> {
         format!("{s:?} is not a size (a number with an optional K, M, G or T suffix)")
     })
 }
+
+/// Opens the MODEL of `run` and `serve`: a .gpack (mapped; `fallback` when it
+/// fails validation), a .giw, a .gguf or HF directory, or — with
+/// `--stream-weights QUANT` and a .gguf — its prequantized sidecar, built
+/// once (atomically) when missing or stale.
+pub fn open_model(
+    model: &std::path::Path,
+    fallback: Option<&std::path::Path>,
+    stream_weights: Option<&str>,
+) -> anyhow::Result<gpack_server::Loaded> {
+    use anyhow::Context;
+    use gpack_convert::sidecar::{ensure_sidecar, GiwQuant, SidecarStatus};
+    let is_gpack = model.extension().is_some_and(|e| e == "gpack");
+    let is_giw = model.extension().is_some_and(|e| e == "giw");
+    if let (Some(q), false, false, true) = (stream_weights, is_gpack, is_giw, model.is_file()) {
+        let q: GiwQuant = q.parse().map_err(anyhow::Error::msg)?;
+        let (side, status) = ensure_sidecar(model, q, gpack_format::giw::Target::Cpu)
+            .with_context(|| format!("building the sidecar of {}", model.display()))?;
+        match status {
+            SidecarStatus::Reused => {}
+            SidecarStatus::Built => eprintln!("built sidecar {}", side.display()),
+            SidecarStatus::Rebuilt { reason } => {
+                eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
+            }
+        }
+        return Ok(gpack_server::Loaded::open_giw(
+            &side,
+            Some(q.label()),
+            model,
+        )?);
+    }
+    Ok(gpack_server::Loaded::open(model, fallback)?)
+}

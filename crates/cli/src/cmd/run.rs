@@ -2,14 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
-use gpack_runtime::giw::GiwWeights;
-use gpack_runtime::{
-    generate, ExpertMode, GenerateConfig, GgufWeights, GpackWeights, LoadOptions, Model,
-    SamplerConfig, WeightSource,
-};
-use gpack_tokenizer::{load_any, ChatMessage, LoadedTokenizer, Tokenizer};
+use gpack_runtime::{generate, ExpertMode, GenerateConfig, LoadOptions, Model, SamplerConfig};
+use gpack_server::Loaded;
+use gpack_tokenizer::ChatMessage;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -124,8 +121,8 @@ fn report_caches(model: &Model, loaded: &Loaded) {
         }
         _ => eprintln!("experts: none (a dense model)"),
     }
-    let has_ple =
-        matches!(loaded, Loaded::Gpack(w) if w.gpack().section(SectionKind::Ple).is_some());
+    let has_ple = matches!(loaded, Loaded::Gpack { weights, .. }
+        if weights.gpack().section(SectionKind::Ple).is_some());
     if has_ple {
         eprintln!(
             "PLE: the file has a per-layer embedding table, but the {} graph does not read it (no row cache used)",
@@ -136,100 +133,6 @@ fn report_caches(model: &Model, loaded: &Loaded) {
     }
 }
 
-enum Loaded {
-    Gpack(Box<GpackWeights>),
-    Gguf(GgufWeights, LoadedTokenizer),
-    Giw(Box<GiwWeights>, LoadedTokenizer),
-}
-
-impl Loaded {
-    fn weights(&self) -> &dyn WeightSource {
-        match self {
-            Loaded::Gpack(w) => w.as_ref(),
-            Loaded::Gguf(w, _) => w,
-            Loaded::Giw(w, _) => w.as_ref(),
-        }
-    }
-    fn tokenizer(&self) -> Result<Tokenizer<'_>> {
-        Ok(match self {
-            Loaded::Gpack(w) => {
-                let s = w
-                    .gpack()
-                    .section(SectionKind::TokenizerBin)
-                    .context("this .gpack has no TokenizerBin section")?;
-                Tokenizer::from_bytes(s.bytes)?
-            }
-            Loaded::Gguf(_, t) | Loaded::Giw(_, t) => t.tokenizer()?,
-        })
-    }
-}
-
-fn load_slow(path: &Path) -> Result<Loaded> {
-    let w = GgufWeights::open(path).with_context(|| format!("loading {}", path.display()))?;
-    let t = load_any(path).with_context(|| format!("tokenizer of {}", path.display()))?;
-    Ok(Loaded::Gguf(w, t))
-}
-
-fn load_sidecar(path: &Path, quant: &str) -> Result<Loaded> {
-    use gpack_convert::sidecar::{ensure_sidecar, GiwQuant, SidecarStatus};
-    let q: GiwQuant = quant.parse().map_err(anyhow::Error::msg)?;
-    let (side, status) = ensure_sidecar(path, q, gpack_format::giw::Target::Cpu)
-        .with_context(|| format!("building the sidecar of {}", path.display()))?;
-    match status {
-        SidecarStatus::Reused => {}
-        SidecarStatus::Built => eprintln!("built sidecar {}", side.display()),
-        SidecarStatus::Rebuilt { reason } => {
-            eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
-        }
-    }
-    let w = GiwWeights::open(&side, Some(q.label()))?;
-    let t = load_any(path).with_context(|| format!("tokenizer of {}", path.display()))?;
-    Ok(Loaded::Giw(Box::new(w), t))
-}
-
-/// A .giw bundle run directly: its metadata GGUF carries the tokenizer.
-fn load_giw(path: &Path) -> Result<Loaded> {
-    let w = GiwWeights::open(path, None).with_context(|| format!("loading {}", path.display()))?;
-    // The bundle's metadata GGUF (the source truncated at its tensor data)
-    // still holds the tokenizer's arrays.
-    let (_, meta) = gpack_ingest::gguf::parse_metadata(w.giw().metadata(), path)?;
-    let spec = gpack_tokenizer::TokenizerSpec::from_gguf(&meta)
-        .with_context(|| format!("tokenizer in the metadata of {}", path.display()))?;
-    let t = LoadedTokenizer {
-        gbt1: spec.to_gbt1()?,
-        source: "gguf",
-    };
-    Ok(Loaded::Giw(Box::new(w), t))
-}
-
-fn load(a: &Args) -> Result<Loaded> {
-    if a.model.extension().is_some_and(|e| e == "giw") {
-        return load_giw(&a.model);
-    }
-    let is_gpack = a.model.extension().is_some_and(|e| e == "gpack");
-    if let (Some(q), false, true) = (&a.stream_weights, is_gpack, a.model.is_file()) {
-        return load_sidecar(&a.model, q);
-    }
-    if !is_gpack {
-        return load_slow(&a.model);
-    }
-    match GpackWeights::open(&a.model) {
-        Ok(w) => Ok(Loaded::Gpack(Box::new(w))),
-        Err(e) => match &a.fallback_gguf {
-            Some(g) => {
-                eprintln!(
-                    "warning: {} failed validation ({:#}); falling back to {}",
-                    a.model.display(),
-                    anyhow::Error::from(e),
-                    g.display()
-                );
-                load_slow(g)
-            }
-            None => Err(anyhow::Error::from(e).context(format!("{}", a.model.display()))),
-        },
-    }
-}
-
 pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(n) = a.threads {
         if n == 0 {
@@ -237,8 +140,24 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         std::env::set_var("GPACK_THREADS", n.to_string());
     }
+    // Warnings (a .gpack falling back to its GGUF) go to stderr.
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format(|buf, rec| {
+            use std::io::Write;
+            let level = match rec.level() {
+                log::Level::Error => "error",
+                log::Level::Warn => "warning",
+                _ => "note",
+            };
+            writeln!(buf, "{level}: {}", rec.args())
+        })
+        .try_init();
     let t0 = Instant::now();
-    let loaded = load(&a)?;
+    let loaded = super::open_model(
+        &a.model,
+        a.fallback_gguf.as_deref(),
+        a.stream_weights.as_deref(),
+    )?;
     let model = Model::load_with(
         loaded.weights(),
         &LoadOptions {
@@ -303,7 +222,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         g.tokens.len(),
         g.decode_tps()
     );
-    if let (Some(anon), Loaded::Gpack(w)) = (anon_after_load, &loaded) {
+    if let (Some(anon), Loaded::Gpack { weights: w, .. }) = (anon_after_load, &loaded) {
         eprintln!(
             "memory after load: {:.1} MiB anonymous; {:.1} MiB of weights mapped from the file",
             anon as f64 / 1024.0,

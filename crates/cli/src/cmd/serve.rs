@@ -62,32 +62,6 @@ pub struct Args {
     experts: super::ExpertArgs,
 }
 
-fn open(a: &Args) -> Result<gpack_server::Loaded> {
-    let is_gpack = a.model.extension().is_some_and(|e| e == "gpack");
-    if let (Some(q), false, true) = (&a.stream_weights, is_gpack, a.model.is_file()) {
-        use gpack_convert::sidecar::{ensure_sidecar, GiwQuant, SidecarStatus};
-        let q: GiwQuant = q.parse().map_err(anyhow::Error::msg)?;
-        let (side, status) = ensure_sidecar(&a.model, q, gpack_format::giw::Target::Cpu)
-            .with_context(|| format!("building the sidecar of {}", a.model.display()))?;
-        match status {
-            SidecarStatus::Reused => {}
-            SidecarStatus::Built => eprintln!("built sidecar {}", side.display()),
-            SidecarStatus::Rebuilt { reason } => {
-                eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
-            }
-        }
-        return Ok(gpack_server::Loaded::open_giw(
-            &side,
-            Some(q.label()),
-            &a.model,
-        )?);
-    }
-    Ok(gpack_server::Loaded::open(
-        &a.model,
-        a.fallback_gguf.as_deref(),
-    )?)
-}
-
 pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(n) = a.threads {
         if n == 0 {
@@ -98,7 +72,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
     let t0 = std::time::Instant::now();
-    let loaded = open(&a).with_context(|| format!("opening {}", a.model.display()))?;
+    let loaded = super::open_model(
+        &a.model,
+        a.fallback_gguf.as_deref(),
+        a.stream_weights.as_deref(),
+    )
+    .with_context(|| format!("opening {}", a.model.display()))?;
     let opts = gpack_server::Options {
         host: a.host,
         port: a.port,
