@@ -106,7 +106,7 @@ pub enum Fuse {
 }
 
 /// Members of the groups fused into one native tensor per layer, in row order.
-pub const FUSED_GROUPS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
+pub use gpack_ingest::FUSED_GROUPS;
 
 impl PlannedTensor {
     /// The layout code recorded in the tensor index.
@@ -341,69 +341,52 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
 /// members share source type, layout and cols (one matrix-vector call then
 /// covers all of them), and lays the NativeDense arena out again.
 fn fuse_groups(source: &Source, p: &mut Plan) -> Result<(), Error> {
-    let by_name: std::collections::HashMap<&str, usize> = p
-        .tensors
-        .iter()
-        .enumerate()
-        .map(|(i, pt)| (source.tensors[pt.source].name.as_str(), i))
-        .collect();
-    let n_layer = source
-        .tensors
-        .iter()
-        .filter_map(|t| {
-            t.name
-                .strip_prefix("blk.")?
-                .split('.')
-                .next()?
-                .parse::<usize>()
-                .ok()
-        })
-        .max()
-        .map_or(0, |m| m + 1);
-    for l in 0..n_layer {
-        for group in FUSED_GROUPS {
-            let members: Option<Vec<usize>> = group
-                .iter()
-                .map(|m| by_name.get(format!("blk.{l}.{m}.weight").as_str()).copied())
-                .collect();
-            let Some(members) = members else { continue };
-            let first = &p.tensors[members[0]];
-            let ty = source.tensors[first.source].ggml_type;
-            let ok = members.iter().all(|&i| {
-                let pt = &p.tensors[i];
-                let t = &source.tensors[pt.source];
-                pt.placement == Placement::Native
-                    && t.dims.len() == 2
-                    && t.ggml_type == ty
-                    && pt.layout == first.layout
-                    && pt.cols == first.cols
-                    && pt.fuse == Fuse::None
-            });
-            if !ok {
-                continue;
-            }
-            let layout = first.layout.unwrap_or(Layout::F32);
-            let total_rows: u64 = members.iter().map(|&i| p.tensors[i].rows).sum();
-            let cols = first.cols;
-            let size = native_len(ty, layout, total_rows, cols).map_err(|e| Error::Quant {
-                tensor: source.tensors[first.source].name.clone(),
-                source: e,
-            })?;
-            let mut row = 0;
-            for (k, &i) in members.iter().enumerate() {
-                let rows = p.tensors[i].rows;
-                p.tensors[i].fuse = if k == 0 {
-                    Fuse::Carrier(members.clone())
-                } else {
-                    Fuse::Member {
-                        carrier: members[0],
-                        row_start: row,
-                    }
-                };
-                row += rows;
-            }
-            p.tensors[members[0]].size = size;
+    // Source index → plan index.
+    let mut plan_of = vec![usize::MAX; source.tensors.len()];
+    for (i, pt) in p.tensors.iter().enumerate() {
+        plan_of[pt.source] = i;
+    }
+    for group in source.fusable_groups() {
+        let members: Vec<usize> = group.iter().map(|&s| plan_of[s]).collect();
+        if members.contains(&usize::MAX) {
+            continue;
         }
+        let first = &p.tensors[members[0]];
+        let ty = source.tensors[first.source].ggml_type;
+        let ok = members.iter().all(|&i| {
+            let pt = &p.tensors[i];
+            let t = &source.tensors[pt.source];
+            pt.placement == Placement::Native
+                && t.dims.len() == 2
+                && t.ggml_type == ty
+                && pt.layout == first.layout
+                && pt.cols == first.cols
+                && pt.fuse == Fuse::None
+        });
+        if !ok {
+            continue;
+        }
+        let layout = first.layout.unwrap_or(Layout::F32);
+        let total_rows: u64 = members.iter().map(|&i| p.tensors[i].rows).sum();
+        let cols = first.cols;
+        let size = native_len(ty, layout, total_rows, cols).map_err(|e| Error::Quant {
+            tensor: source.tensors[first.source].name.clone(),
+            source: e,
+        })?;
+        let mut row = 0;
+        for (k, &i) in members.iter().enumerate() {
+            let rows = p.tensors[i].rows;
+            p.tensors[i].fuse = if k == 0 {
+                Fuse::Carrier(members.clone())
+            } else {
+                Fuse::Member {
+                    carrier: members[0],
+                    row_start: row,
+                }
+            };
+            row += rows;
+        }
+        p.tensors[members[0]].size = size;
     }
     // Lay the arena out again: carriers and unfused tensors get space,
     // members share their carrier's.

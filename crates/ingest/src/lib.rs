@@ -25,5 +25,6 @@ pub use error::Error;
 pub use gpack_format::ggml::GgmlType;
 pub use source::{
     Asset, ByteRange, Source, SourceFile, SourceKind, TensorInfo, Transform, ASSET_NAMES,
+    FUSED_GROUPS,
 };
 pub use value::{Array, GgufString, Metadata, Value, ValueType};

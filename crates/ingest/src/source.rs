@@ -13,6 +13,10 @@ use gpack_format::ggml::GgmlType;
 use crate::error::Error;
 use crate::value::Metadata;
 
+/// Members of the groups stored fused into one native tensor per layer
+/// (GGUF name stems, in row order): q‖k‖v and gate‖up.
+pub const FUSED_GROUPS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
+
 /// A file of a source: its path and its bytes (memory-mapped).
 pub struct SourceFile {
     /// Where the file is.
@@ -288,6 +292,43 @@ impl Source {
             });
         }
         crate::hf::open_safetensors_file(file)
+    }
+
+    /// The groups of each layer that may be stored fused as one native
+    /// tensor, q‖k‖v and gate‖up ([`FUSED_GROUPS`]), as indices into
+    /// [`Source::tensors`] in row order; a group is listed only when every
+    /// member exists. Callers check that the members agree (type, columns).
+    pub fn fusable_groups(&self) -> Vec<Vec<usize>> {
+        let by_name: std::collections::HashMap<&str, usize> = self
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.as_str(), i))
+            .collect();
+        let n_layer = self
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map_or(0, |m| m + 1);
+        let mut out = Vec::new();
+        for l in 0..n_layer {
+            for group in FUSED_GROUPS {
+                let members: Option<Vec<usize>> = group
+                    .iter()
+                    .map(|m| by_name.get(format!("blk.{l}.{m}.weight").as_str()).copied())
+                    .collect();
+                out.extend(members);
+            }
+        }
+        out
     }
 
     /// The tensor named `name` (linear search).

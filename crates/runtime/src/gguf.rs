@@ -52,9 +52,6 @@ impl std::fmt::Debug for GgufWeights {
     }
 }
 
-/// Groups fused at load: members in row order.
-const FUSED_GROUPS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
-
 fn is_matrix(t: &TensorInfo) -> bool {
     t.dims.len() >= 2 && t.dims[1..].iter().product::<u64>() > 1
 }
@@ -115,67 +112,39 @@ impl GgufWeights {
             rows: u64,
             cols: u64,
         }
-        let by_name: HashMap<&str, &TensorInfo> = source
-            .tensors
-            .iter()
-            .map(|t| (t.name.as_str(), t))
-            .collect();
         let mut index: HashMap<String, Entry> = HashMap::new();
         let mut jobs: Vec<Job<'_>> = Vec::new();
         let mut fused: std::collections::HashSet<&str> = std::collections::HashSet::new();
 
-        let n_layer = source
-            .tensors
-            .iter()
-            .filter_map(|t| {
-                t.name
-                    .strip_prefix("blk.")?
-                    .split('.')
-                    .next()?
-                    .parse::<usize>()
-                    .ok()
-            })
-            .max()
-            .map_or(0, |m| m + 1);
-        for l in 0..n_layer {
-            for group in FUSED_GROUPS {
-                let names: Vec<String> = group
-                    .iter()
-                    .map(|m| format!("blk.{l}.{m}.weight"))
-                    .collect();
-                let members: Option<Vec<&TensorInfo>> = names
-                    .iter()
-                    .map(|n| by_name.get(n.as_str()).copied())
-                    .collect();
-                let Some(members) = members else { continue };
-                let ty = members[0].ggml_type;
-                let cols = members[0].dims[0];
-                if !members.iter().all(|t| {
-                    is_matrix(t) && t.ggml_type == ty && t.dims[0] == cols && t.dims.len() == 2
-                }) {
-                    continue;
-                }
-                let mut row = 0usize;
-                for t in &members {
-                    let rows = rows_cols(t).0 as usize;
-                    index.insert(
-                        t.name.clone(),
-                        Entry::Native {
-                            buf: jobs.len(),
-                            row_start: row,
-                            rows,
-                        },
-                    );
-                    fused.insert(t.name.as_str());
-                    row += rows;
-                }
-                jobs.push(Job {
-                    members,
-                    ty,
-                    rows: row as u64,
-                    cols,
-                });
+        for group in source.fusable_groups() {
+            let members: Vec<&TensorInfo> = group.iter().map(|&i| &source.tensors[i]).collect();
+            let ty = members[0].ggml_type;
+            let cols = members[0].dims[0];
+            if !members.iter().all(|t| {
+                is_matrix(t) && t.ggml_type == ty && t.dims[0] == cols && t.dims.len() == 2
+            }) {
+                continue;
             }
+            let mut row = 0usize;
+            for t in &members {
+                let rows = rows_cols(t).0 as usize;
+                index.insert(
+                    t.name.clone(),
+                    Entry::Native {
+                        buf: jobs.len(),
+                        row_start: row,
+                        rows,
+                    },
+                );
+                fused.insert(t.name.as_str());
+                row += rows;
+            }
+            jobs.push(Job {
+                members,
+                ty,
+                rows: row as u64,
+                cols,
+            });
         }
         for t in &source.tensors {
             if fused.contains(t.name.as_str()) {
