@@ -553,3 +553,58 @@ fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
         }
     }
 }
+
+/// The matmul tiles for many vectors (2 × 8 tiles, 4-row tiles of the last
+/// 1–7 vectors, blocks of 64 vectors, row chunks split over the pool, odd
+/// block counts, f16 scale copies) give every (row, vector) the scalar
+/// reference's bits.
+#[test]
+fn matmul_tiles_equal_the_reference_for_many_vectors() {
+    use gpack_quant::write_with_f16_scales;
+    let mut rng = Rng::new(12);
+    let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for t in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q4_0,
+        GgmlType::Q5_1,
+        GgmlType::Q6_K,
+        GgmlType::Q2_K,
+    ] {
+        let shapes: &[(usize, usize)] = if matches!(t, GgmlType::Q6_K | GgmlType::Q2_K) {
+            &[(45, 256), (203, 768)]
+        } else {
+            &[(45, 96), (203, 544), (301, 160)]
+        };
+        for &(rows, cols) in shapes {
+            let buf = native(&mut rng, t, rows, cols);
+            let v = NativeView::parse(buf.bytes()).unwrap();
+            let mut with = Vec::new();
+            let b16 = write_with_f16_scales(&v, &mut with)
+                .ok()
+                .map(|_| Aligned::new(&with));
+            for n in [2usize, 7, 8, 9, 13, 16, 23, 70] {
+                let x = random_x(&mut rng, n * cols);
+                let mut want = vec![0f32; n * rows];
+                for i in 0..n {
+                    matvec_ref(
+                        &v,
+                        &x[i * cols..(i + 1) * cols],
+                        &mut want[i * rows..(i + 1) * rows],
+                    );
+                }
+                for isa in Isa::available() {
+                    let mut y = vec![f32::NAN; n * rows];
+                    matmul_with(isa, &v, &x, n, &mut y);
+                    assert_eq!(bits(&y), bits(&want), "{t} {rows}x{cols} n={n} {isa:?}");
+                    if let Some(b) = &b16 {
+                        let v16 = NativeView::parse(b.bytes()).unwrap();
+                        let mut y = vec![f32::NAN; n * rows];
+                        matmul_with(isa, &v16, &x, n, &mut y);
+                        assert_eq!(bits(&y), bits(&want), "f16 {t} {rows}x{cols} n={n} {isa:?}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -20,9 +20,7 @@
 //!   n=4 got slower (33 vs 24 µs, register spills); not worth the extra
 //!   canonical order.
 
-use super::avx2::{
-    dot_float_row_avx2, group_ptrs, grp1, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM,
-};
+use super::avx2::{dot_float_row_avx2, grp1, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM};
 use super::scalar::dot_float_row;
 use super::{Act, ActRef, QA};
 use crate::layout::Layout;
@@ -110,38 +108,133 @@ unsafe fn p1<const KIND: u8>(codes: *const u8, x: __m256i, ls: __m256i) -> __m25
     }
 }
 
+/// Words per (vector, block pair) of [`prepare`]'s output: the lane-broadcast
+/// activation scales `d` (16 f32) and the layout's per-vector term (16
+/// words: the `vpdpbusd` offset correction for symmetric layouts, the lane
+/// sums as f32 for asymmetric ones).
+pub(super) const PREP_WORDS: usize = 32;
+
+/// Precomputes, for each block pair of one activation vector, the values the
+/// tile loop would otherwise form per tile (same instructions, same values):
+/// `dst[p * 32..][..16]` = `d` broadcast over each block's 8 lanes,
+/// `dst[p * 32 + 16..][..16]` = [`corr2`] (sym) or the lane sums as f32
+/// (asym). `dst.len() >= (a.d.len() / 2) * 32`.
+///
+/// # Safety
+/// `Isa::Avx512Vnni.is_available()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn prepare(layout: Layout, a: &ActRef, dst: &mut [f32]) {
+    let np = a.d.len() / 2;
+    assert!(dst.len() >= np * PREP_WORDS);
+    let kind = kind_of(layout);
+    // SAFETY: block pair p reads d[2p..2p+2], ls[16p..16p+16] (in bounds:
+    // 2p + 2 <= nb) and writes dst[32p..32p+32] (length checked above).
+    unsafe {
+        let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        let o = dst.as_mut_ptr();
+        for p in 0..np {
+            let d2 = _mm_castpd_ps(_mm_load_sd(a.d.as_ptr().add(2 * p) as *const f64));
+            let dv = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d2));
+            let ls = _mm512_loadu_si512(a.ls.as_ptr().add(16 * p) as *const _);
+            let aux = match kind {
+                I8SYM => _mm512_castsi512_ps(corr2::<I8SYM>(ls)),
+                I4SYM => _mm512_castsi512_ps(corr2::<I4SYM>(ls)),
+                _ => _mm512_cvtepi32_ps(ls),
+            };
+            _mm512_storeu_ps(o.add(p * PREP_WORDS), dv);
+            _mm512_storeu_ps(o.add(p * PREP_WORDS + 16), aux);
+        }
+    }
+}
+
+/// Base pointers and row strides of an integer view's codes, scales and
+/// mins (the f16 copies when `H`), computed once per call: deriving them per
+/// row through `NativeView::row_codes` costs two integer divisions per row
+/// and showed up as ~6 % of a batched decode step.
+#[derive(Clone, Copy)]
+struct Rows {
+    codes: *const u8,
+    code_stride: usize,
+    scales: *const u8,
+    mins: *const u8,
+    grp_stride: usize,
+}
+
+impl Rows {
+    fn new<const H: bool>(w: &NativeView) -> Rows {
+        let gpr = w.groups_per_row();
+        let (scales, mins, esize) = if H {
+            (
+                w.f16_scales().as_ptr() as *const u8,
+                w.f16_mins().as_ptr() as *const u8,
+                2,
+            )
+        } else {
+            (
+                w.scales().as_ptr() as *const u8,
+                w.mins().as_ptr() as *const u8,
+                4,
+            )
+        };
+        Rows {
+            codes: w.codes().as_ptr(),
+            code_stride: w.row_code_bytes(),
+            scales,
+            mins,
+            grp_stride: gpr * esize,
+        }
+    }
+    /// Row `r`'s codes, scales and mins (wrapping arithmetic: the mins
+    /// pointer of a symmetric layout is never dereferenced).
+    #[inline(always)]
+    fn row(&self, r: usize) -> (*const u8, *const u8, *const u8) {
+        (
+            self.codes.wrapping_add(r * self.code_stride),
+            self.scales.wrapping_add(r * self.grp_stride),
+            self.mins.wrapping_add(r * self.grp_stride),
+        )
+    }
+}
+
 /// Canonical dots of an `R` rows × `N` activation vectors tile. Each
 /// (row, vector) pair has its own accumulator and runs the canonical sequence
 /// of the module docs, so its result does not depend on `R` or `N`; rows
 /// share the activation work, vectors share the weight loads and unpacking.
 /// The scale product `s_g · d_b` is formed as (lane-broadcast `s`) × (lane-
 /// broadcast `d`), the same f32 multiply per lane as the scalar reference.
+/// With `PREP`, the per-vector values come from [`prepare`]'s buffers
+/// (`prep[v]`) instead of being formed here: the same values.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL + VNNI + FMA; rows `r..r + R` exist in `w`; every
-/// activation vector has `w.cols()` elements.
+/// AVX-512 F/BW/VL + VNNI + FMA; rows `r..r + R` exist in the view `rows`
+/// was made from (with `H` as there); every activation vector has `nb`
+/// blocks = the view's `cols / 32`; with `PREP`, `prep[v]` holds
+/// [`prepare`]'s output for `acts[v]` and this layout.
 #[inline(always)]
 unsafe fn dot_int_tile<
     const KIND: u8,
     const G16: bool,
     const H: bool,
+    const PREP: bool,
     const R: usize,
     const N: usize,
 >(
-    w: &NativeView,
+    rows: &Rows,
+    nb: usize,
     r: usize,
     acts: &[ActRef; N],
+    prep: &[*const f32; N],
 ) -> [[f32; N]; R] {
-    let nb = w.cols() / QA;
     let is4 = KIND == I4SYM || KIND == I4ASYM;
     let asym = KIND == I8ASYM || KIND == I4ASYM;
     let bpb = if is4 { 16 } else { 32 };
-    let c: [*const u8; R] = std::array::from_fn(|i| w.row_codes(r + i).as_ptr());
-    let s: [*const u8; R] = std::array::from_fn(|i| group_ptrs::<H>(w, r + i).0);
-    let m: [*const u8; R] = std::array::from_fn(|i| group_ptrs::<H>(w, r + i).1);
-    // SAFETY: every block index b < nb = cols/32; codes, scales, mins and the
-    // activations are sized for whole rows (NativeView / QuantizedActivations);
-    // `m[i]` is only dereferenced for asymmetric layouts, which have mins.
+    let c: [*const u8; R] = std::array::from_fn(|i| rows.row(r + i).0);
+    let s: [*const u8; R] = std::array::from_fn(|i| rows.row(r + i).1);
+    let m: [*const u8; R] = std::array::from_fn(|i| rows.row(r + i).2);
+    // SAFETY: every block index b < nb = cols/32; codes, scales, mins, the
+    // activations and their prepared values are sized for whole rows
+    // (NativeView / QuantizedActivations / `prepare`); `m[i]` is only
+    // dereferenced for asymmetric layouts, which have mins.
     unsafe {
         // Lane l of a per-group vector takes group index idx[l] (of 2 or 4).
         let idx = if G16 {
@@ -149,6 +242,7 @@ unsafe fn dot_int_tile<
         } else {
             _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
         };
+        let idx_d = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
         // Per-group values of two blocks as a 128-bit vector: 2 (G32) or 4 (G16).
         // (`H`: from the exact f16 copy, converted with F16C: the same values.)
         let grp = |p: *const u8, b: usize| -> __m128 {
@@ -168,23 +262,39 @@ unsafe fn dot_int_tile<
         let mut acc = [[_mm512_setzero_ps(); N]; R];
         let mut b = 0;
         while b + 2 <= nb {
+            let pw = (b / 2) * PREP_WORDS;
             let x: [__m512i; N] = std::array::from_fn(|v| {
                 _mm512_loadu_si512(acts[v].q.as_ptr().add(b * QA) as *const _)
             });
             let ls: [__m512i; N] = std::array::from_fn(|v| {
-                _mm512_loadu_si512(acts[v].ls.as_ptr().add(b * 8) as *const _)
+                if PREP {
+                    _mm512_setzero_si512()
+                } else {
+                    _mm512_loadu_si512(acts[v].ls.as_ptr().add(b * 8) as *const _)
+                }
             });
-            let corr: [__m512i; N] = std::array::from_fn(|v| corr2::<KIND>(ls[v]));
+            let corr: [__m512i; N] = std::array::from_fn(|v| {
+                if PREP && !asym {
+                    _mm512_loadu_si512(prep[v].add(pw + 16) as *const _)
+                } else {
+                    corr2::<KIND>(ls[v])
+                }
+            });
             let dv: [__m512; N] = std::array::from_fn(|v| {
-                let d2 = _mm_castpd_ps(_mm_load_sd(acts[v].d.as_ptr().add(b) as *const f64));
-                let d = if G16 { _mm_unpacklo_ps(d2, d2) } else { d2 };
-                _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d))
+                if PREP {
+                    _mm512_loadu_ps(prep[v].add(pw))
+                } else {
+                    let d2 = _mm_castpd_ps(_mm_load_sd(acts[v].d.as_ptr().add(b) as *const f64));
+                    _mm512_permutexvar_ps(idx_d, _mm512_castps128_ps512(d2))
+                }
             });
             let lsf: [__m512; N] = std::array::from_fn(|v| {
-                if asym {
-                    _mm512_cvtepi32_ps(ls[v])
-                } else {
+                if !asym {
                     _mm512_setzero_ps()
+                } else if PREP {
+                    _mm512_loadu_ps(prep[v].add(pw + 16))
+                } else {
+                    _mm512_cvtepi32_ps(ls[v])
                 }
             });
             for i in 0..R {
@@ -246,68 +356,127 @@ unsafe fn dot_int_tile<
     }
 }
 
-/// Rows per step of the integer kernels: independent FMA chains that hide
-/// the 4-cycle FMA latency and share the activation loads.
-const ROWS: usize = 4;
+/// Runs `R × N` tiles over rows `r0..r0 + m` (R-row steps, then 1-row tiles
+/// for the last rows) for the vectors `v0..v0 + N`; writes the dot of row
+/// `r0 + i` with vector `v` to `out[v * ystride + i]`.
+///
+/// # Safety
+/// As [`dot_int_tile`], for rows `r0..r0 + m` and vectors `v0..v0 + N`
+/// (`prep` as there when `PREP`); `out` valid for writes at every such index.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_pass<
+    const KIND: u8,
+    const G16: bool,
+    const H: bool,
+    const PREP: bool,
+    const R: usize,
+    const N: usize,
+>(
+    rows: &Rows,
+    nb: usize,
+    r0: usize,
+    m: usize,
+    acts: &[ActRef],
+    prep: &[*const f32],
+    v0: usize,
+    out: *mut f32,
+    ystride: usize,
+) {
+    let tile: [ActRef; N] = std::array::from_fn(|k| acts[v0 + k]);
+    let pp: [*const f32; N] =
+        std::array::from_fn(|k| if PREP { prep[v0 + k] } else { std::ptr::null() });
+    let mut i = 0;
+    // SAFETY: features and bounds per this fn's contract.
+    unsafe {
+        while i + R <= m {
+            let t = dot_int_tile::<KIND, G16, H, PREP, R, N>(rows, nb, r0 + i, &tile, &pp);
+            for (k, tk) in t.iter().enumerate() {
+                for (j, &val) in tk.iter().enumerate() {
+                    *out.add((v0 + j) * ystride + i + k) = val;
+                }
+            }
+            i += R;
+        }
+        while i < m {
+            let t = dot_int_tile::<KIND, G16, H, PREP, 1, N>(rows, nb, r0 + i, &tile, &pp);
+            for (j, &val) in t[0].iter().enumerate() {
+                *out.add((v0 + j) * ystride + i) = val;
+            }
+            i += 1;
+        }
+    }
+}
 
-/// Activation vectors per matmul tile.
-const VECS: usize = 4;
-
-/// Integer `rows × vectors` products for rows `r0..r0 + m`: `out[v * m + i]`
-/// = dot(row r0 + i, acts[v]). Tiles of 4 rows × 2 vectors (the weights are
-/// loaded and unpacked once per pair of vectors), 4 × 1 for an odd last
-/// vector, 1-row tiles for the last rows.
+/// Integer `rows × vectors` products for rows `r0..r0 + m`: writes
+/// dot(row r0 + i, acts[v]) to `out[v * ystride + i]`, in tiles of 4 rows ×
+/// 4 vectors (the last 1–3 vectors in one narrower tile), with the
+/// per-vector values from `prep` (matmul) or formed in the tile (`prep`
+/// empty: matvec).
+///
+/// Tile shapes measured (SmolLM2 Q4_1 step, 1 thread, n = 4 / 8 / 16 ms,
+/// prepared values): 4 × 4 9.3 / 17.4 / 32.6; 3 × 4 9.1 / 17.5 / 33.3;
+/// 2 × 4 9.5 / 18.7 / 35.8; 5 × 4 and 6 × 4 ~11.5 / 22 / 40; 8 × 2
+/// 13.3 / 26 / 46; 2 × 8 9.2 / 22.2 / 38.6; 3 × 8, 4 × 6, 1 × 8 and 1 × 16
+/// worse still (register spills: every (row, vector) accumulator is a zmm).
 ///
 /// # Safety
 /// `Isa::Avx512Vnni.is_available()`; `w` has an integer layout with
-/// `cols % 32 == 0`; `r0 + m <= w.rows()`; `out.len() == acts.len() * m`.
+/// `cols % 32 == 0`; `r0 + m <= w.rows()`; `prep` empty or one [`prepare`]d
+/// buffer per vector (for this layout); `out` valid for writes at
+/// `v * ystride + i` for every `v < acts.len()`, `i < m`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn rows_dot_multi(
     w: &NativeView,
     r0: usize,
     m: usize,
     acts: &[ActRef],
-    out: &mut [f32],
+    prep: &[*const f32],
+    out: *mut f32,
+    ystride: usize,
 ) {
+    if m == 0 || acts.is_empty() {
+        return;
+    }
+    let nb = w.cols() / QA;
+    macro_rules! pass {
+        ($k:expr, $g16:expr, $h:expr, $p:expr, $r:expr, $n:expr, $v:expr) => {
+            // SAFETY: features and bounds per this fn's contract; $v + $n <= n.
+            unsafe {
+                tile_pass::<{ $k }, { $g16 }, { $h }, { $p }, { $r }, { $n }>(
+                    &Rows::new::<{ $h }>(w),
+                    nb,
+                    r0,
+                    m,
+                    acts,
+                    prep,
+                    $v,
+                    out,
+                    ystride,
+                )
+            }
+        };
+    }
     macro_rules! go_h {
         ($k:expr, $g16:expr, $h:expr) => {{
             let n = acts.len();
             let mut v = 0;
             while v < n {
-                let full = v + VECS <= n;
-                let nv = if full { VECS } else { 1 };
-                let mut i = 0;
-                while i + ROWS <= m {
-                    if full {
-                        let tile: [ActRef; VECS] = std::array::from_fn(|k| acts[v + k]);
-                        // SAFETY: features per this fn's contract; rows in range.
-                        let t = unsafe {
-                            dot_int_tile::<{ $k }, { $g16 }, { $h }, ROWS, VECS>(w, r0 + i, &tile)
-                        };
-                        for k in 0..ROWS {
-                            for j in 0..VECS {
-                                out[(v + j) * m + i + k] = t[k][j];
-                            }
-                        }
-                    } else {
-                        // SAFETY: as above.
-                        let t = unsafe {
-                            dot_int_tile::<{ $k }, { $g16 }, { $h }, ROWS, 1>(w, r0 + i, &[acts[v]])
-                        };
-                        for k in 0..ROWS {
-                            out[v * m + i + k] = t[k][0];
-                        }
+                let nv = (n - v).min(4);
+                if prep.is_empty() {
+                    match nv {
+                        4 => pass!($k, $g16, $h, false, 4, 4, v),
+                        3 => pass!($k, $g16, $h, false, 4, 3, v),
+                        2 => pass!($k, $g16, $h, false, 4, 2, v),
+                        _ => pass!($k, $g16, $h, false, 4, 1, v),
                     }
-                    i += ROWS;
-                }
-                while i < m {
-                    for vv in v..v + nv {
-                        // SAFETY: as above, one row.
-                        out[vv * m + i] = unsafe {
-                            dot_int_tile::<{ $k }, { $g16 }, { $h }, 1, 1>(w, r0 + i, &[acts[vv]])
-                        }[0][0];
+                } else {
+                    match nv {
+                        4 => pass!($k, $g16, $h, true, 4, 4, v),
+                        3 => pass!($k, $g16, $h, true, 4, 3, v),
+                        2 => pass!($k, $g16, $h, true, 4, 2, v),
+                        _ => pass!($k, $g16, $h, true, 4, 1, v),
                     }
-                    i += 1;
                 }
                 v += nv;
             }
@@ -399,8 +568,9 @@ unsafe fn dot_float_row512(w: &NativeView, r: usize, x: &[f32]) -> f32 {
 pub(super) unsafe fn rows_dot(w: &NativeView, r0: usize, act: Act, out: &mut [f32]) {
     match act {
         Act::Int(a) => {
-            // SAFETY: features per this fn's contract; r0 + out.len() <= rows.
-            unsafe { rows_dot_multi(w, r0, out.len(), &[a], out) }
+            // SAFETY: features per this fn's contract; r0 + out.len() <= rows;
+            // one vector, so only out[..out.len()] is written.
+            unsafe { rows_dot_multi(w, r0, out.len(), &[a], &[], out.as_mut_ptr(), 0) }
         }
         Act::Float(x) => {
             let mut scratch = Vec::new();

@@ -185,6 +185,44 @@ fn round_half_away(v: f32) -> i32 {
     t + (f >= 0.5) as i32 - (f <= -0.5) as i32
 }
 
+/// Quantizes one block of 32 (the scheme of the module docs).
+#[inline(always)]
+fn quantize_block(xb: &[f32], qb: &mut [i8], d: &mut f32, ls: &mut [i32]) {
+    let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let db = amax / 127.0;
+    let id = if db != 0.0 { 1.0 / db } else { 0.0 };
+    for (q, &v) in qb.iter_mut().zip(xb) {
+        *q = round_half_away(v * id).clamp(-127, 127) as i8;
+    }
+    // ggml stores the activation scale as f16 (block_q8_0/q8_1 `d`).
+    *d = half::f16::from_f32(db).to_f32();
+    for (j, s) in ls.iter_mut().enumerate() {
+        *s = qb[4 * j..4 * j + 4].iter().map(|&v| i32::from(v)).sum();
+    }
+}
+
+/// A raw pointer that may cross threads: each pool task writes a disjoint range.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: only used to write disjoint, in-bounds ranges from the tasks of
+// one `Pool::run`, which returns only after every task finished.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer to element `i` (taking `self` whole, so closures capture
+    /// the `Send + Sync` wrapper rather than its raw-pointer field).
+    ///
+    /// # Safety
+    /// `i` must be within the allocation `self` points into.
+    #[inline]
+    unsafe fn at(self, i: usize) -> *mut T {
+        // SAFETY: the caller keeps `i` in bounds.
+        unsafe { self.0.add(i) }
+    }
+}
+
 impl QuantizedActivations {
     /// An empty buffer (reused across calls by [`QuantizedActivations::quantize`]).
     pub fn new() -> Self {
@@ -197,6 +235,17 @@ impl QuantizedActivations {
     /// # Panics
     /// If the shapes do not match.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
+        self.resize(x, n, cols);
+        for ((xb, qb), (d, ls)) in x
+            .chunks_exact(QA)
+            .zip(self.q.chunks_exact_mut(QA))
+            .zip(self.d.iter_mut().zip(self.ls.chunks_exact_mut(8)))
+        {
+            quantize_block(xb, qb, d, ls);
+        }
+    }
+
+    fn resize(&mut self, x: &[f32], n: usize, cols: usize) {
         assert_eq!(x.len(), n * cols, "activation length must be n * cols");
         assert_eq!(cols % QA, 0, "activation cols must be a multiple of 32");
         let nb = cols / QA;
@@ -205,22 +254,68 @@ impl QuantizedActivations {
         self.q.resize(n * cols, 0);
         self.d.resize(n * nb, 0.0);
         self.ls.resize(n * nb * 8, 0);
-        for ((xb, qb), (d, ls)) in x
-            .chunks_exact(QA)
-            .zip(self.q.chunks_exact_mut(QA))
-            .zip(self.d.iter_mut().zip(self.ls.chunks_exact_mut(8)))
-        {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let db = amax / 127.0;
-            let id = if db != 0.0 { 1.0 / db } else { 0.0 };
-            for (q, &v) in qb.iter_mut().zip(xb) {
-                *q = round_half_away(v * id).clamp(-127, 127) as i8;
+    }
+
+    /// [`QuantizedActivations::quantize`] with the vectors split over `pool`
+    /// (the same values: each vector is quantized independently), then
+    /// `after(i, vector i)` on the thread that quantized vector `i`.
+    fn quantize_on(
+        &mut self,
+        pool: &Pool,
+        x: &[f32],
+        n: usize,
+        cols: usize,
+        after: &(dyn Fn(usize, ActRef) + Sync),
+    ) {
+        self.resize(x, n, cols);
+        let nb = cols / QA;
+        // Below ~16K elements the pool's wake-up costs more than it saves.
+        let per_task = if pool.threads() > 1 && n * cols >= 16 * 1024 {
+            n.div_ceil(pool.threads() * 4).max(1)
+        } else {
+            n
+        };
+        let tasks = n.div_ceil(per_task);
+        let (qp, dp, lp) = (
+            SendPtr(self.q.as_mut_ptr()),
+            SendPtr(self.d.as_mut_ptr()),
+            SendPtr(self.ls.as_mut_ptr()),
+        );
+        let task = |t: usize| {
+            let (v0, v1) = (t * per_task, ((t + 1) * per_task).min(n));
+            // SAFETY: vectors v0..v1 of distinct tasks are disjoint ranges of
+            // q ([n][cols]), d ([n][nb]) and ls ([n][nb][8]), all resized above
+            // and alive until `pool.run` returns (it waits for every task).
+            let (q, d, ls) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(qp.at(v0 * cols), (v1 - v0) * cols),
+                    std::slice::from_raw_parts_mut(dp.at(v0 * nb), (v1 - v0) * nb),
+                    std::slice::from_raw_parts_mut(lp.at(v0 * nb * 8), (v1 - v0) * nb * 8),
+                )
+            };
+            for ((xb, qb), (d, ls)) in x[v0 * cols..v1 * cols]
+                .chunks_exact(QA)
+                .zip(q.chunks_exact_mut(QA))
+                .zip(d.iter_mut().zip(ls.chunks_exact_mut(8)))
+            {
+                quantize_block(xb, qb, d, ls);
             }
-            // ggml stores the activation scale as f16 (block_q8_0/q8_1 `d`).
-            *d = half::f16::from_f32(db).to_f32();
-            for (j, s) in ls.iter_mut().enumerate() {
-                *s = qb[4 * j..4 * j + 4].iter().map(|&v| i32::from(v)).sum();
+            for v in v0..v1 {
+                let off = v - v0;
+                after(
+                    v,
+                    ActRef {
+                        q: &q[off * cols..(off + 1) * cols],
+                        d: &d[off * nb..(off + 1) * nb],
+                        ls: &ls[off * nb * 8..(off + 1) * nb * 8],
+                    },
+                );
             }
+        };
+        if tasks == 1 {
+            task(0);
+        } else {
+            pool.run(tasks, &task);
         }
     }
 
@@ -450,8 +545,27 @@ pub fn matvec_ref(w: &NativeView, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// Rows per matmul sub-chunk (a multiple of the kernels' 4-row step).
+/// Rows per matmul sub-chunk (a multiple of the kernels' 4-row step) on the
+/// paths without a tile kernel.
 const MM_ROWS: usize = 8;
+
+/// Vectors per block of the AVX-512 matmul: a task runs its rows for one
+/// block of vectors at a time, so the block's codes and prepared values
+/// (~64 × 1.7 KB at 576 columns) stay in L2 while the task's weight rows
+/// stream past them.
+const MM_VECS: usize = 64;
+
+/// Buffers reused across matmul calls on one thread (taken out while in use,
+/// so a nested call finds an empty pair and allocates its own).
+#[derive(Default)]
+struct MatmulBufs {
+    qa: QuantizedActivations,
+    prep: Vec<f32>,
+}
+
+thread_local! {
+    static MM: RefCell<MatmulBufs> = RefCell::new(MatmulBufs::default());
+}
 
 /// `y[i] = W · x[i]` for `n` vectors: `x` is `n × cols`, `y` is `n × rows`
 /// (row-major), on the best ISA. Each weight row chunk is read once from memory
@@ -486,21 +600,25 @@ pub fn matmul_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: 
     if n == 0 {
         return;
     }
+    let int = uses_int(w);
+    // The AVX-512 path has rows × vectors tile kernels (weights loaded and
+    // unpacked once per tile of vectors, per-vector values prepared once per
+    // call); the others run the row kernel once per vector.
+    #[cfg(target_arch = "x86_64")]
+    if int && isa == Isa::Avx512Vnni {
+        let mut bufs = MM.with(|m| std::mem::take(&mut *m.borrow_mut()));
+        matmul_tiled(pool, w, x, n, y, &mut bufs);
+        MM.with(|m| *m.borrow_mut() = bufs);
+        return;
+    }
     let rows = w.rows();
     let cols = w.cols();
     let (chunk, tasks) = split_rows(w, pool.threads());
     let out = OutPtr(y.as_mut_ptr());
     let mut qa = QuantizedActivations::new();
-    let int = uses_int(w);
     if int {
         qa.quantize(x, n, cols);
     }
-    // The AVX-512 path has a rows × vectors tile kernel (weights loaded once
-    // per pair of vectors); the others run the row kernel once per vector.
-    #[cfg(target_arch = "x86_64")]
-    let tiled = int && isa == Isa::Avx512Vnni;
-    #[cfg(not(target_arch = "x86_64"))]
-    let tiled = false;
     let acts: Vec<ActRef> = if int {
         (0..n).map(|i| qa.get(i)).collect()
     } else {
@@ -514,23 +632,13 @@ pub fn matmul_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: 
         let mut r = r0;
         while r < r1 {
             let m = MM_ROWS.min(r1 - r);
-            if tiled {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `tiled` implies AVX-512 VNNI is available (asserted
-                // above) and an integer layout with cols % 32 == 0; r + m <= rows;
-                // tmp holds n * m values.
-                unsafe {
-                    avx512::rows_dot_multi(w, r, m, &acts, &mut tmp[..n * m]);
-                }
-            } else {
-                for i in 0..n {
-                    let act = if int {
-                        Act::Int(acts[i])
-                    } else {
-                        Act::Float(&x[i * cols..(i + 1) * cols])
-                    };
-                    rows_dot(isa, w, r, act, &mut tmp[i * m..(i + 1) * m]);
-                }
+            for i in 0..n {
+                let act = if int {
+                    Act::Int(acts[i])
+                } else {
+                    Act::Float(&x[i * cols..(i + 1) * cols])
+                };
+                rows_dot(isa, w, r, act, &mut tmp[i * m..(i + 1) * m]);
             }
             for i in 0..n {
                 // SAFETY: (i, r..r+m) ranges of distinct tasks are disjoint and
@@ -539,6 +647,72 @@ pub fn matmul_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: 
                 ys.copy_from_slice(&tmp[i * m..(i + 1) * m]);
             }
             r += m;
+        }
+    };
+    if tasks == 1 {
+        task(0);
+    } else {
+        pool.run(tasks, &task);
+    }
+}
+
+/// The AVX-512 integer matmul: activations quantized and prepared
+/// ([`avx512::prepare`]) in parallel over vectors, then row chunks in
+/// parallel, each running its rows for blocks of [`MM_VECS`] vectors.
+#[cfg(target_arch = "x86_64")]
+fn matmul_tiled(
+    pool: &Pool,
+    w: &NativeView,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    bufs: &mut MatmulBufs,
+) {
+    let (rows, cols) = (w.rows(), w.cols());
+    let np = cols / QA / 2;
+    let pstride = np * avx512::PREP_WORDS;
+    bufs.prep.resize(n * pstride, 0.0);
+    let prep = SendPtr(bufs.prep.as_mut_ptr());
+    let layout = w.layout();
+    bufs.qa.quantize_on(pool, x, n, cols, &|v, a| {
+        // SAFETY: vector v's prepared range [v * pstride, (v + 1) * pstride)
+        // is in bounds (resized above) and written by this call only (one
+        // call per vector); AVX-512 VNNI is available (the caller checked).
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(prep.at(v * pstride), pstride);
+            avx512::prepare(layout, &a, dst);
+        }
+    });
+    let qa = &bufs.qa;
+    let acts: Vec<ActRef> = (0..n).map(|i| qa.get(i)).collect();
+    let preps: Vec<*const f32> = (0..n).map(|i| bufs.prep[i * pstride..].as_ptr()).collect();
+    let preps = SendPtr(preps.as_ptr() as *mut *const f32);
+    let (chunk, tasks) = split_rows(w, pool.threads());
+    let out = OutPtr(y.as_mut_ptr());
+    let task = |t: usize| {
+        let r0 = t * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let mut v = 0;
+        while v < n {
+            let nv = MM_VECS.min(n - v);
+            // SAFETY: `preps` holds n pointers (alive for this call); AVX-512
+            // VNNI available and `w` an integer layout (caller); rows r0..r1
+            // of distinct tasks are disjoint, so the writes
+            // y[(v + j) * rows + r0 + i] (j < nv, i < r1 - r0) are disjoint
+            // and in bounds; y outlives the pool run.
+            unsafe {
+                let pp = std::slice::from_raw_parts(preps.at(v) as *const *const f32, nv);
+                avx512::rows_dot_multi(
+                    w,
+                    r0,
+                    r1 - r0,
+                    &acts[v..v + nv],
+                    pp,
+                    out.at(v * rows + r0),
+                    rows,
+                );
+            }
+            v += nv;
         }
     };
     if tasks == 1 {
