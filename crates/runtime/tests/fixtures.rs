@@ -152,6 +152,12 @@ fn tiny_llama_sharded_and_split_match_transformers() {
     check_exact("llama", "split", &split);
 }
 
+/// The issue's comparison on the fixture prompt (`llamacpp_check.json`):
+/// greedy tokens equal to llama.cpp's wherever the margin exceeds our measured
+/// noise, and rel-L2 to transformers in total no worse than llama.cpp's and
+/// per file within 15 % (one prompt is a single draw of the quantization
+/// noise: see `tiny_q8_0_no_worse_than_llamacpp_over_many_prompts` for the
+/// per-file comparison over 32 prompts).
 #[test]
 fn tiny_q8_0_no_worse_than_llamacpp() {
     let check = json(&testdata().join("tiny/llamacpp_check.json"));
@@ -326,4 +332,72 @@ fn dense_provider_gives_identical_logits() {
         let b = m2.forward(&mut s2, &prompt, Logits::All).unwrap().to_vec();
         assert_eq!(a, b, "{arch}: fused native store vs dense store");
     }
+}
+
+/// The q8_0 comparison with llama.cpp over 32 more prompts per file (one
+/// prompt is too few: ulp-level choices in the activation quantizer move a
+/// single rel-L2 by ±10 %). llama.cpp's last logits come from
+/// `testdata/scripts/27_llamacpp_q8_0_multi_prompt.py`; the reference is our
+/// f32 run of the HF directory, which equals transformers within 2e-3 rel-L2
+/// on the fixture prompt (`tiny_hf_dir_matches_transformers`; ~1e-6 in
+/// practice), far below the q8_0 effects compared here (~3e-2).
+///
+/// Per file, a paired comparison: d = ours − llama.cpp per prompt; we must
+/// not be significantly worse (mean d ≤ 2 standard errors). Both sides
+/// quantize activations the same way (ggml's q8 blocks) and differ by
+/// rounding-level details (llama.cpp's f16 KV cache, our f32 one), which
+/// reshuffle the quantization noise chaotically: at equal precision the mean
+/// difference is a few percent either way, so "no worse" is a statistical
+/// statement.
+#[test]
+fn tiny_q8_0_no_worse_than_llamacpp_over_many_prompts() {
+    let mut worse = Vec::new();
+    for arch in Q8_ARCHES {
+        let dir = testdata().join("tiny").join(arch);
+        let meta = json(&dir.join("llamacpp_q8_0_multi.json"));
+        let lc: Vec<f32> = std::fs::read(dir.join("llamacpp_q8_0_multi.f32le"))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let reference = GgufWeights::open(&dir.join("hf")).unwrap();
+        let reference = Model::load(&reference).unwrap();
+        let q8 = GgufWeights::open(&dir.join(format!("{arch}-q8_0.gguf"))).unwrap();
+        let q8 = Model::load(&q8).unwrap();
+        let nv = q8.config.n_vocab;
+        let last = |m: &Model, p: &[u32]| {
+            let mut s = m.new_state(64);
+            m.forward(&mut s, p, Logits::Last).unwrap().to_vec()
+        };
+        let prompts = meta["prompts"].as_array().unwrap();
+        assert_eq!(lc.len(), prompts.len() * nv);
+        let (mut ours, mut theirs, mut diffs) = (0.0, 0.0, Vec::new());
+        for (i, p) in prompts.iter().enumerate() {
+            let p = ids(p);
+            let r = last(&reference, &p);
+            let a = rel_l2(&last(&q8, &p), &r);
+            let b = rel_l2(&lc[i * nv..(i + 1) * nv], &r);
+            ours += a;
+            theirs += b;
+            diffs.push(a - b);
+        }
+        let n = diffs.len() as f64;
+        let mean = diffs.iter().sum::<f64>() / n;
+        let sd = (diffs.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let se = sd / n.sqrt();
+        let wins = diffs.iter().filter(|&&d| d <= 0.0).count();
+        eprintln!(
+            "{arch}/q8_0 over {n} prompts: mean rel_l2 ours {:.5}, llama.cpp {:.5} \
+             (difference {mean:+.5} ± {se:.5} s.e.); ours ≤ llama.cpp on {wins}",
+            ours / n,
+            theirs / n
+        );
+        if mean > 2.0 * se {
+            worse.push(format!("{arch}: {mean:+.5} ± {se:.5}"));
+        }
+    }
+    assert!(
+        worse.is_empty(),
+        "significantly worse than llama.cpp: {worse:?}"
+    );
 }
