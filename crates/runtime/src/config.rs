@@ -19,6 +19,9 @@
 use crate::error::{Error, Result};
 use crate::weights::MetadataSource;
 
+/// The most experts a token may be routed to (`expert_used_count`).
+pub const MAX_EXPERT_USED: usize = 64;
+
 /// A model family with its own graph details.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -224,7 +227,7 @@ impl Config {
         let n_expert_used = m
             .meta_u64(&k("expert_used_count"))
             .map_or(0, |v| v as usize);
-        if n_expert > 0 && !(1..=n_expert).contains(&n_expert_used) {
+        if n_expert > 0 && !(1..=n_expert.min(MAX_EXPERT_USED)).contains(&n_expert_used) {
             return Err(Error::Hparam {
                 what: "expert_used_count",
                 value: n_expert_used as u64,

@@ -264,7 +264,9 @@ fn tensor<'a>(w: &'a dyn WeightSource, name: &str) -> Result<TensorRef<'a>> {
 
 /// Every expert slice of the model, shape-checked, in ExpertLayout order.
 fn expert_slices<'a>(w: &'a dyn WeightSource, c: &Config) -> Result<Vec<ExpertSlice<'a>>> {
-    let mut out = Vec::with_capacity(c.n_layer * c.n_expert * 3);
+    // No capacity from the metadata: a bogus expert count fails at the first
+    // slice that does not exist, before any large allocation.
+    let mut out = Vec::new();
     for l in 0..c.n_layer {
         for e in 0..c.n_expert {
             for part in 0..3 {
@@ -773,8 +775,7 @@ impl<'a> Model<'a> {
             ops::softmax(&mut s.probs);
             // Top-k by probability (ties: the lower expert id first, as
             // torch.topk and ggml_argsort_top_k give for distinct values).
-            let mut chosen = [(0usize, 0f32); 64];
-            let k = k.min(chosen.len());
+            let mut chosen = [(0usize, 0f32); crate::config::MAX_EXPERT_USED];
             let mut sum = 0f32;
             for slot in chosen.iter_mut().take(k) {
                 let (best, &p) = s
