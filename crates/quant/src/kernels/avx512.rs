@@ -261,40 +261,61 @@ unsafe fn dot_int_tile<
         };
         let mut acc = [[_mm512_setzero_ps(); N]; R];
         let mut b = 0;
-        while b + 2 <= nb {
-            let pw = (b / 2) * PREP_WORDS;
+        if PREP {
+            // Rows outer, vectors inner, the vectors' values loaded at each
+            // use: only the accumulators and one row's values need registers
+            // (the other order kept 4 vectors' values in registers and
+            // spilled accumulators in the 4 × 4 I4Asym tile; this order: Q4_1
+            // step n = 8, 1 thread 19.0 → 16.9 ms, Q8_0 21.9 → 17.4 ms).
+            let xq: [*const i8; N] = std::array::from_fn(|v| acts[v].q.as_ptr());
+            while b + 2 <= nb {
+                let pw = (b / 2) * PREP_WORDS;
+                for i in 0..R {
+                    let u = u2::<KIND>(c[i].add(b * bpb));
+                    let sr = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(s[i], b)));
+                    let mr = if asym {
+                        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(m[i], b)))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    for v in 0..N {
+                        let x = _mm512_loadu_si512(xq[v].add(b * QA) as *const _);
+                        let pv = prep[v].add(pw);
+                        let dv = _mm512_loadu_ps(pv);
+                        let corr = if asym {
+                            _mm512_setzero_si512()
+                        } else {
+                            _mm512_loadu_si512(pv.add(16) as *const _)
+                        };
+                        let p = _mm512_dpbusd_epi32(corr, u, x);
+                        let ds = _mm512_mul_ps(sr, dv);
+                        acc[i][v] = _mm512_fmadd_ps(ds, _mm512_cvtepi32_ps(p), acc[i][v]);
+                        if asym {
+                            let lsf = _mm512_loadu_ps(pv.add(16));
+                            acc[i][v] = _mm512_fmadd_ps(_mm512_mul_ps(mr, dv), lsf, acc[i][v]);
+                        }
+                    }
+                }
+                b += 2;
+            }
+        }
+        while !PREP && b + 2 <= nb {
             let x: [__m512i; N] = std::array::from_fn(|v| {
                 _mm512_loadu_si512(acts[v].q.as_ptr().add(b * QA) as *const _)
             });
             let ls: [__m512i; N] = std::array::from_fn(|v| {
-                if PREP {
-                    _mm512_setzero_si512()
-                } else {
-                    _mm512_loadu_si512(acts[v].ls.as_ptr().add(b * 8) as *const _)
-                }
+                _mm512_loadu_si512(acts[v].ls.as_ptr().add(b * 8) as *const _)
             });
-            let corr: [__m512i; N] = std::array::from_fn(|v| {
-                if PREP && !asym {
-                    _mm512_loadu_si512(prep[v].add(pw + 16) as *const _)
-                } else {
-                    corr2::<KIND>(ls[v])
-                }
-            });
+            let corr: [__m512i; N] = std::array::from_fn(|v| corr2::<KIND>(ls[v]));
             let dv: [__m512; N] = std::array::from_fn(|v| {
-                if PREP {
-                    _mm512_loadu_ps(prep[v].add(pw))
-                } else {
-                    let d2 = _mm_castpd_ps(_mm_load_sd(acts[v].d.as_ptr().add(b) as *const f64));
-                    _mm512_permutexvar_ps(idx_d, _mm512_castps128_ps512(d2))
-                }
+                let d2 = _mm_castpd_ps(_mm_load_sd(acts[v].d.as_ptr().add(b) as *const f64));
+                _mm512_permutexvar_ps(idx_d, _mm512_castps128_ps512(d2))
             });
             let lsf: [__m512; N] = std::array::from_fn(|v| {
-                if !asym {
-                    _mm512_setzero_ps()
-                } else if PREP {
-                    _mm512_loadu_ps(prep[v].add(pw + 16))
-                } else {
+                if asym {
                     _mm512_cvtepi32_ps(ls[v])
+                } else {
+                    _mm512_setzero_ps()
                 }
             });
             for i in 0..R {
