@@ -1,4 +1,4 @@
-//! Time of one batched decode step of `gpack_runtime::batch` at n = 1, 2, 4, 8, 16
+//! Time of one batched decode step (`Model::forward_batch`) at n = 1, 2, 4, 8, 16
 //! sequences (context 128 each), versus `Model::forward` for one token: what the
 //! server's continuous batching can gain over serial decoding.
 //!
