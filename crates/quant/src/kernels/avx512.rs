@@ -113,6 +113,7 @@ unsafe fn p1<const KIND: u8>(codes: *const u8, x: __m256i, ls: __m256i) -> __m25
 /// words: the `vpdpbusd` offset correction for symmetric layouts, the lane
 /// sums as f32 for asymmetric ones).
 pub(super) const PREP_WORDS: usize = 32;
+const PF_BYTES: usize = 8192;
 
 /// Precomputes, for each block pair of one activation vector, the values the
 /// tile loop would otherwise form per tile (same instructions, same values):
@@ -158,6 +159,11 @@ struct Rows {
     scales: *const u8,
     mins: *const u8,
     grp_stride: usize,
+    /// Software prefetch distance in bytes of codes: a whole number of
+    /// rows, at least 4 (a later tile's row at the same block).
+    pf: usize,
+    /// The same distance in bytes of scales (rows ahead × `grp_stride`).
+    pf_grp: usize,
 }
 
 impl Rows {
@@ -176,9 +182,13 @@ impl Rows {
                 4,
             )
         };
+        let code_stride = w.row_code_bytes();
+        let pf_rows = (PF_BYTES.div_ceil(code_stride.max(1))).next_multiple_of(4);
         Rows {
             codes: w.codes().as_ptr(),
-            code_stride: w.row_code_bytes(),
+            code_stride,
+            pf: pf_rows * code_stride,
+            pf_grp: pf_rows * gpr * esize,
             scales,
             mins,
             grp_stride: gpr * esize,
@@ -259,6 +269,14 @@ unsafe fn dot_int_tile<
                 )),
             }
         };
+        // Prefetch the scales (and mins) of the rows one prefetch distance
+        // ahead, once per tile (a row's scales span under two cache lines).
+        for i in 0..R {
+            _mm_prefetch::<_MM_HINT_T0>(s[i].wrapping_add(rows.pf_grp) as *const i8);
+            if asym {
+                _mm_prefetch::<_MM_HINT_T0>(m[i].wrapping_add(rows.pf_grp) as *const i8);
+            }
+        }
         let mut acc = [[_mm512_setzero_ps(); N]; R];
         let mut b = 0;
         if PREP {
@@ -272,6 +290,7 @@ unsafe fn dot_int_tile<
                 let pw = (b / 2) * PREP_WORDS;
                 for i in 0..R {
                     let u = u2::<KIND>(c[i].add(b * bpb));
+                    _mm_prefetch::<_MM_HINT_T0>(c[i].wrapping_add(b * bpb + rows.pf) as *const i8);
                     let sr = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(s[i], b)));
                     let mr = if asym {
                         _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(m[i], b)))
@@ -320,6 +339,7 @@ unsafe fn dot_int_tile<
             });
             for i in 0..R {
                 let u = u2::<KIND>(c[i].add(b * bpb));
+                _mm_prefetch::<_MM_HINT_T0>(c[i].wrapping_add(b * bpb + rows.pf) as *const i8);
                 let sr = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(s[i], b)));
                 let mr = if asym {
                     _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(grp(m[i], b)))
