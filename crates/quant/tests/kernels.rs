@@ -608,3 +608,40 @@ fn matmul_tiles_equal_the_reference_for_many_vectors() {
         }
     }
 }
+
+/// The SIMD activation quantizer gives the scalar one's codes, scales and
+/// lane sums, ties (x · (1/d) = k + 0.5), zeros, subnormals, huge, infinite
+/// and NaN inputs included.
+#[test]
+fn activation_quantizer_equals_the_scalar_reference() {
+    let mut rng = Rng::new(13);
+    let cols = 32 * 37;
+    let n = 5;
+    let mut x: Vec<f32> = (0..n * cols).map(|_| rng.normal() * 3.0).collect();
+    // Block 1: exact ties against amax = 127 (d = 1).
+    for (i, v) in x[32..64].iter_mut().enumerate() {
+        *v = i as f32 * 4.0 - 63.5;
+    }
+    x[32] = 127.0;
+    x[64..96].fill(0.0);
+    x[96..128].iter_mut().for_each(|v| *v *= 1e-40);
+    x[128..160].iter_mut().for_each(|v| *v *= 1e30);
+    x[170] = f32::INFINITY;
+    x[200] = f32::NAN;
+    x[230] = f32::NEG_INFINITY;
+    x[231] = f32::NAN;
+    x[300] = -0.0;
+    for (i, v) in x[320..352].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) * 0.5;
+    }
+    let (mut a, mut b) = (QuantizedActivations::new(), QuantizedActivations::new());
+    a.quantize(&x, n, cols);
+    b.quantize_ref(&x, n, cols);
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    for _ in 0..20 {
+        let x: Vec<f32> = (0..cols).map(|_| rng.normal() * rng.f32() * 10.0).collect();
+        a.quantize(&x, 1, cols);
+        b.quantize_ref(&x, 1, cols);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
+}

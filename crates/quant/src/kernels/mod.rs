@@ -157,7 +157,7 @@ pub const QA: usize = 32;
 ///
 /// Per block: `d` (f32 scale) and the eight lane sums `S[j] = Σ_k q[4j+k]`
 /// used by the asymmetric and offset corrections (see the module docs).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct QuantizedActivations {
     n: usize,
     cols: usize,
@@ -182,12 +182,40 @@ pub(crate) struct ActRef<'a> {
 fn round_half_away(v: f32) -> i32 {
     let t = v as i32; // truncation toward zero, exact for |v| < 2^31
     let f = v - t as f32; // exact
-    t + (f >= 0.5) as i32 - (f <= -0.5) as i32
+                          // Wrapping: a block of subnormals overflows `1/d` to infinity, `v as i32`
+                          // saturates and the +1 wraps (then clamps to -127) in release builds;
+                          // debug builds now compute the same instead of panicking.
+    t.wrapping_add((f >= 0.5) as i32)
+        .wrapping_sub((f <= -0.5) as i32)
+}
+
+/// Quantizes whole blocks: `x` (a multiple of 32 values) into `q`, `d` and
+/// `ls` (one scale and 8 lane sums per block), on AVX-512 when the kernels
+/// use it (bit-identical to [`quantize_block`]; tested), else block by block.
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::best() == Isa::Avx512Vnni {
+        // SAFETY: `Isa::best()` only returns available paths.
+        unsafe { avx512::quantize_blocks(x, q, d, ls) };
+        return;
+    }
+    quantize_blocks_scalar(x, q, d, ls)
+}
+
+/// [`quantize_blocks`] block by block with [`quantize_block`].
+fn quantize_blocks_scalar(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
+    for ((xb, qb), (d, ls)) in x
+        .chunks_exact(QA)
+        .zip(q.chunks_exact_mut(QA))
+        .zip(d.iter_mut().zip(ls.chunks_exact_mut(8)))
+    {
+        quantize_block(xb, qb, d, ls);
+    }
 }
 
 /// Quantizes one block of 32 (the scheme of the module docs).
 #[inline(always)]
-fn quantize_block(xb: &[f32], qb: &mut [i8], d: &mut f32, ls: &mut [i32]) {
+pub(crate) fn quantize_block(xb: &[f32], qb: &mut [i8], d: &mut f32, ls: &mut [i32]) {
     let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
     let db = amax / 127.0;
     let id = if db != 0.0 { 1.0 / db } else { 0.0 };
@@ -236,13 +264,15 @@ impl QuantizedActivations {
     /// If the shapes do not match.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
         self.resize(x, n, cols);
-        for ((xb, qb), (d, ls)) in x
-            .chunks_exact(QA)
-            .zip(self.q.chunks_exact_mut(QA))
-            .zip(self.d.iter_mut().zip(self.ls.chunks_exact_mut(8)))
-        {
-            quantize_block(xb, qb, d, ls);
-        }
+        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.ls);
+    }
+
+    /// [`QuantizedActivations::quantize`] on the scalar path whatever the
+    /// ISA: the reference the SIMD quantizer is tested against.
+    #[doc(hidden)]
+    pub fn quantize_ref(&mut self, x: &[f32], n: usize, cols: usize) {
+        self.resize(x, n, cols);
+        quantize_blocks_scalar(x, &mut self.q, &mut self.d, &mut self.ls);
     }
 
     fn resize(&mut self, x: &[f32], n: usize, cols: usize) {
@@ -293,13 +323,7 @@ impl QuantizedActivations {
                     std::slice::from_raw_parts_mut(lp.at(v0 * nb * 8), (v1 - v0) * nb * 8),
                 )
             };
-            for ((xb, qb), (d, ls)) in x[v0 * cols..v1 * cols]
-                .chunks_exact(QA)
-                .zip(q.chunks_exact_mut(QA))
-                .zip(d.iter_mut().zip(ls.chunks_exact_mut(8)))
-            {
-                quantize_block(xb, qb, d, ls);
-            }
+            quantize_blocks(&x[v0 * cols..v1 * cols], q, d, ls);
             for v in v0..v1 {
                 let off = v - v0;
                 after(
