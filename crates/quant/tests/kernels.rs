@@ -645,3 +645,46 @@ fn activation_quantizer_equals_the_scalar_reference() {
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
     }
 }
+
+/// `attn::expf` is glibc's `expf` (FMA build) bit for bit on this kind of
+/// machine (checked where `f32::exp` is that function: counted, not
+/// asserted, elsewhere), and the AVX-512 softmax equals its scalar reference.
+#[test]
+fn softmax_and_expf_equal_their_references() {
+    use gpack_quant::kernels::attn;
+    let mut rng = Rng::new(14);
+    let mut differ = 0usize;
+    let mut v = -110.0f32;
+    while v < 90.0 {
+        for x in [v, v + rng.f32() * 0.01] {
+            if attn::expf(x).to_bits() != x.exp().to_bits() {
+                differ += 1;
+            }
+        }
+        v += 0.000_37;
+    }
+    let glibc_fma = cfg!(all(target_arch = "x86_64", target_env = "gnu"))
+        && std::arch::is_x86_feature_detected!("fma");
+    if glibc_fma {
+        assert_eq!(differ, 0, "attn::expf differs from glibc expf");
+    } else {
+        eprintln!("attn::expf differs from this libm's expf on {differ} inputs");
+    }
+    for n in [1usize, 5, 16, 17, 100, 513, 1000] {
+        for scale in [0.1f32, 3.0, 40.0, 200.0] {
+            let mut a: Vec<f32> = (0..n).map(|_| rng.normal() * scale).collect();
+            if n > 20 {
+                a[3] = f32::NEG_INFINITY;
+                a[7] = -1.0e30;
+            }
+            let mut b = a.clone();
+            attn::softmax(&mut a);
+            attn::softmax_ref(&mut b);
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "softmax n={n} scale={scale}"
+            );
+        }
+    }
+}

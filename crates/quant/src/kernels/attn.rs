@@ -289,6 +289,46 @@ mod avx512 {
         }
     }
 
+    /// `x[i] = expf(x[i] - max)` for all `i`, 16 lanes at a time; a vector
+    /// with any |x - max| >= 88 or NaN (and the tail) element by element.
+    ///
+    /// # Safety
+    /// AVX-512F + FMA.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn exp_sub(x: &mut [f32], max: f32) {
+        let n = x.len();
+        let m = _mm512_set1_ps(max);
+        let lim = _mm512_set1_ps(88.0);
+        let signless = _mm512_set1_epi32(0x7FFF_FFFF);
+        let mut i = 0;
+        // SAFETY: every access is to x[i..i + 16] with i + 16 <= n.
+        unsafe {
+            let p = x.as_mut_ptr();
+            while i + 16 <= n {
+                let d = _mm512_sub_ps(_mm512_loadu_ps(p.add(i)), m);
+                let a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(d), signless));
+                // `a < 88` is false for NaN: those vectors take the scalar path.
+                if _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, lim) == 0xFFFF {
+                    let lo = super::avx512_exp::exp8(_mm512_castps512_ps256(d));
+                    let hi = super::avx512_exp::exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+                        _mm512_castps_pd(d),
+                        1,
+                    )));
+                    _mm256_storeu_ps(p.add(i), lo);
+                    _mm256_storeu_ps(p.add(i + 8), hi);
+                } else {
+                    for k in i..i + 16 {
+                        *p.add(k) = super::expf(*p.add(k) - max);
+                    }
+                }
+                i += 16;
+            }
+        }
+        for v in &mut x[i..] {
+            *v = super::expf(*v - max);
+        }
+    }
+
     /// # Safety
     /// AVX-512F; the bounds of `super::check_rows` hold.
     #[target_feature(enable = "avx512f")]
@@ -311,6 +351,149 @@ mod avx512 {
                 3 => rows_k::<3>(a, vp, stride, i, op, mask(r - 32)),
                 _ => rows_k::<4>(a, vp, stride, i, op, mask(r - 48)),
             }
+        }
+    }
+}
+
+/// glibc's `expf` (the FMA variant, `__expf_fma`, from ARM's optimized
+/// routines) in portable Rust: the same table, constants and operation order
+/// (fused multiply-adds where that build fuses), so it returns the same bits
+/// as `f32::exp` on glibc x86-64 machines with FMA, and the same bits on every
+/// machine. Inputs with |x| ≥ 88 (and NaN) go to `f32::exp`.
+pub fn expf(x: f32) -> f32 {
+    let top = (x.to_bits() >> 20) & 0x7ff;
+    if top > 0x42a {
+        return x.exp();
+    }
+    let xd = x as f64;
+    let kd_s = INV_LN2_N.mul_add(xd, SHIFT);
+    let ki = kd_s.to_bits();
+    let kd = kd_s - SHIFT;
+    let r = INV_LN2_N.mul_add(xd, -kd);
+    let t = EXP2F_TAB[(ki & 31) as usize].wrapping_add(ki << 47);
+    let s = f64::from_bits(t);
+    let z = r.mul_add(C0, C1);
+    let r2 = r * r;
+    let y = r.mul_add(C2, 1.0);
+    let y = z.mul_add(r2, y);
+    (y * s) as f32
+}
+
+/// `2^(i/32)` bit patterns minus `i << 47` (glibc `__exp2f_data.tab`).
+const EXP2F_TAB: [u64; 32] = [
+    0x3ff0000000000000,
+    0x3fefd9b0d3158574,
+    0x3fefb5586cf9890f,
+    0x3fef9301d0125b51,
+    0x3fef72b83c7d517b,
+    0x3fef54873168b9aa,
+    0x3fef387a6e756238,
+    0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715,
+    0x3feef1a7373aa9cb,
+    0x3feedea64c123422,
+    0x3feece086061892d,
+    0x3feebfdad5362a27,
+    0x3feeb42b569d4f82,
+    0x3feeab07dd485429,
+    0x3feea47eb03a5585,
+    0x3feea09e667f3bcd,
+    0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187,
+    0x3feea589994cce13,
+    0x3feeace5422aa0db,
+    0x3feeb737b0cdc5e5,
+    0x3feec49182a3f090,
+    0x3feed503b23e255d,
+    0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47,
+    0x3fef199bdd85529c,
+    0x3fef3720dcef9069,
+    0x3fef5818dcfba487,
+    0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da,
+    0x3fefd0765b6e4540,
+];
+/// `32 / ln 2`.
+const INV_LN2_N: f64 = f64::from_bits(0x40471547652b82fe);
+/// `0x1.8p52`: adding it rounds to an integer in the low mantissa bits.
+const SHIFT: f64 = f64::from_bits(0x4338000000000000);
+const C0: f64 = f64::from_bits(0x3ebc6af84b912394);
+const C1: f64 = f64::from_bits(0x3f2ebfce50fac4f3);
+const C2: f64 = f64::from_bits(0x3f962e42ff0c52d6);
+
+/// In-place softmax: `m = max x` (NaN ignored), `x[i] = expf(x[i] - m)`,
+/// `s = Σ x[i]` in index order, `x[i] *= 1 / s` — with [`expf`], 16 lanes at
+/// a time on AVX-512 (bit-identical: the same operations per element; the
+/// sum stays sequential).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    #[cfg(target_arch = "x86_64")]
+    if use_avx512() {
+        // SAFETY: AVX-512F (and FMA, implied by the AVX-512 VNNI path) detected.
+        unsafe { avx512::exp_sub(x, max) };
+    } else {
+        x.iter_mut().for_each(|v| *v = expf(*v - max));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    x.iter_mut().for_each(|v| *v = expf(*v - max));
+    let mut sum = 0f32;
+    for &v in x.iter() {
+        sum += v;
+    }
+    let inv = 1.0 / sum;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// The scalar reference of [`softmax`].
+pub fn softmax_ref(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = expf(*v - max);
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512_exp {
+    use super::{C0, C1, C2, EXP2F_TAB, INV_LN2_N, SHIFT};
+    use std::arch::x86_64::*;
+
+    /// [`super::expf`] of 8 lanes (f64 inside); every lane must have
+    /// |x| < 88 (not NaN).
+    ///
+    /// # Safety
+    /// AVX-512F + FMA.
+    #[inline(always)]
+    pub(super) unsafe fn exp8(x: __m256) -> __m256 {
+        // SAFETY: register-only ops; the table is a local array.
+        unsafe {
+            let tab = EXP2F_TAB.as_ptr() as *const f64;
+            let t0 = _mm512_loadu_pd(tab);
+            let t1 = _mm512_loadu_pd(tab.add(8));
+            let t2 = _mm512_loadu_pd(tab.add(16));
+            let t3 = _mm512_loadu_pd(tab.add(24));
+            let xd = _mm512_cvtps_pd(x);
+            let inv = _mm512_set1_pd(INV_LN2_N);
+            let shift = _mm512_set1_pd(SHIFT);
+            let kd_s = _mm512_fmadd_pd(inv, xd, shift);
+            let ki = _mm512_castpd_si512(kd_s);
+            let kd = _mm512_sub_pd(kd_s, shift);
+            let r = _mm512_fmsub_pd(inv, xd, kd);
+            let lo = _mm512_permutex2var_pd(t0, ki, t1);
+            let hi = _mm512_permutex2var_pd(t2, ki, t3);
+            let use_hi = _mm512_test_epi64_mask(ki, _mm512_set1_epi64(16));
+            let tv = _mm512_mask_blend_pd(use_hi, lo, hi);
+            let t = _mm512_add_epi64(_mm512_castpd_si512(tv), _mm512_slli_epi64(ki, 47));
+            let s = _mm512_castsi512_pd(t);
+            let z = _mm512_fmadd_pd(r, _mm512_set1_pd(C0), _mm512_set1_pd(C1));
+            let r2 = _mm512_mul_pd(r, r);
+            let y = _mm512_fmadd_pd(r, _mm512_set1_pd(C2), _mm512_set1_pd(1.0));
+            let y = _mm512_fmadd_pd(z, r2, y);
+            _mm512_cvtpd_ps(_mm512_mul_pd(y, s))
         }
     }
 }
