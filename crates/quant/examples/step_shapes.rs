@@ -114,13 +114,18 @@ fn main() {
         let agg = base.map_or(String::new(), |b| {
             format!(" · aggregate {:.2}x n=1", n as f64 * b / med)
         });
+        let macs = n as f64
+            * (views
+                .iter()
+                .flatten()
+                .map(|v| (v.rows() * v.cols()) as f64)
+                .sum::<f64>()
+                + if with_head { (49152 * 576) as f64 } else { 0.0 });
         println!(
             "n={n:4}{}: {med:.3} ms/step (min {:.3}){agg} · {:.1} GMAC/s",
             if with_head { "" } else { " (no head)" },
             ts[0],
-            n as f64 * (bytes as f64 / if t == GgmlType::Q8_0 { 1.0625 } else { 0.625 })
-                / med
-                / 1e6
+            macs / med / 1e6
         );
     }
 }

@@ -19,6 +19,25 @@
 //!   measurable gain (Q4_1 576×576, 1 thread: 6.98 vs 7.0 µs min) and matmul
 //!   n=4 got slower (33 vs 24 µs, register spills); not worth the extra
 //!   canonical order.
+//! * 2026-11-29 evening (`examples/step_shapes.rs`: the matrices of one
+//!   SmolLM2 step, Q4_1 layers + Q8_0 head, 1 thread, ms per step for
+//!   n = 1 / 2 / 4 / 8 / 16 vectors, load 2–4): row pointers from base +
+//!   stride instead of `NativeView::row_codes` per tile (two divisions per
+//!   row, ~6 % of a batched step), 4 × 2 and 4 × 3 tiles (n = 2 ran the
+//!   4 × 1 kernel twice), per-vector values prepared once per matmul call
+//!   and the output written straight into y: 6.0 / 11.4 / 12.9 / 24.3 /
+//!   42.0 → 5.7 / 6.1 / 9.7 / 22.2 / 44.8 (then 17.4 at n = 8 with the
+//!   4 × 4 tile for every 4 vectors). Rows outer, vectors inner with the
+//!   vectors' values loaded at use (no accumulator spills): n = 8 19.0 →
+//!   16.9, Q8_0 n = 8 21.9 → 17.4. Software prefetch of the codes 8 KiB
+//!   ahead: n = 1 ~6.6 → ~3.4 (Q8_0 ~10 → ~5), n = 8 ~17 → ~14.5; 4 KiB
+//!   about the same, 2 KiB and "4 rows" less. Rejected: an empty `asm!`
+//!   (or `black_box`) per row to stop LLVM merging the vectors' loads
+//!   across rows (n = 8 13.6 → 19.2); products `s·d` formed by `vpermps`
+//!   from one 16-product multiply (a permute costs what the multiply does
+//!   here: 13.4 vs 13.5 ms); more tasks per call for n ≥ 4 (no change).
+//!   Dropping one multiply per pair (wrong results, timing only) gains
+//!   ~10 %: the I4Asym tile is bound by its FP multiply/FMA ops.
 
 use super::avx2::{dot_float_row_avx2, grp1, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM};
 use super::scalar::dot_float_row;
@@ -456,10 +475,12 @@ unsafe fn tile_pass<
 /// empty: matvec).
 ///
 /// Tile shapes measured (SmolLM2 Q4_1 step, 1 thread, n = 4 / 8 / 16 ms,
-/// prepared values): 4 × 4 9.3 / 17.4 / 32.6; 3 × 4 9.1 / 17.5 / 33.3;
-/// 2 × 4 9.5 / 18.7 / 35.8; 5 × 4 and 6 × 4 ~11.5 / 22 / 40; 8 × 2
-/// 13.3 / 26 / 46; 2 × 8 9.2 / 22.2 / 38.6; 3 × 8, 4 × 6, 1 × 8 and 1 × 16
-/// worse still (register spills: every (row, vector) accumulator is a zmm).
+/// prepared values, vectors' values held in registers): 4 × 4 9.3 / 17.4 /
+/// 32.6; 3 × 4 9.1 / 17.5 / 33.3; 2 × 4 9.5 / 18.7 / 35.8; 5 × 4 and 6 × 4
+/// ~11.5 / 22 / 40; 8 × 2 13.3 / 26 / 46; 2 × 8 9.2 / 22.2 / 38.6; 3 × 8,
+/// 4 × 6, 1 × 8 and 1 × 16 worse still (register spills: every (row, vector)
+/// accumulator is a zmm). With rows outer and loads at use, 4 × 4 still
+/// wins (n = 8: 16.8 vs 22.1 for 2 × 8, 18.7 for 3 × 6).
 ///
 /// # Safety
 /// `Isa::Avx512Vnni.is_available()`; `w` has an integer layout with
