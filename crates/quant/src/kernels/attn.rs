@@ -318,14 +318,14 @@ mod avx512 {
                     _mm256_storeu_ps(p.add(i + 8), hi);
                 } else {
                     for k in i..i + 16 {
-                        *p.add(k) = super::expf(*p.add(k) - max);
+                        *p.add(k) = super::expf_impl(*p.add(k) - max);
                     }
                 }
                 i += 16;
             }
         }
         for v in &mut x[i..] {
-            *v = super::expf(*v - max);
+            *v = super::expf_impl(*v - max);
         }
     }
 
@@ -361,6 +361,14 @@ mod avx512 {
 /// as `f32::exp` on glibc x86-64 machines with FMA, and the same bits on every
 /// machine. Inputs with |x| ≥ 88 (and NaN) go to `f32::exp`.
 pub fn expf(x: f32) -> f32 {
+    expf_impl(x)
+}
+
+/// [`expf`], always inlined: inside `#[target_feature(enable = "fma")]`
+/// functions its `mul_add`s become FMA instructions (elsewhere they may be
+/// calls to the C library's `fma`).
+#[inline(always)]
+fn expf_impl(x: f32) -> f32 {
     let top = (x.to_bits() >> 20) & 0x7ff;
     if top > 0x42a {
         return x.exp();
@@ -432,6 +440,9 @@ pub fn softmax(x: &mut [f32]) {
     if use_avx512() {
         // SAFETY: AVX-512F (and FMA, implied by the AVX-512 VNNI path) detected.
         unsafe { avx512::exp_sub(x, max) };
+    } else if use_fma() {
+        // SAFETY: FMA detected.
+        unsafe { exp_sub_fma(x, max) };
     } else {
         x.iter_mut().for_each(|v| *v = expf(*v - max));
     }
@@ -443,6 +454,23 @@ pub fn softmax(x: &mut [f32]) {
     }
     let inv = 1.0 / sum;
     x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Whether the CPU has FMA (detected once).
+#[cfg(target_arch = "x86_64")]
+fn use_fma() -> bool {
+    static USE: OnceLock<bool> = OnceLock::new();
+    *USE.get_or_init(|| is_x86_feature_detected!("fma"))
+}
+
+/// `x[i] = expf(x[i] - max)` with hardware FMA for the `mul_add`s.
+///
+/// # Safety
+/// FMA must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn exp_sub_fma(x: &mut [f32], max: f32) {
+    x.iter_mut().for_each(|v| *v = expf_impl(*v - max));
 }
 
 /// The scalar reference of [`softmax`].
