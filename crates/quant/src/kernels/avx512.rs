@@ -37,7 +37,14 @@
 //!   from one 16-product multiply (a permute costs what the multiply does
 //!   here: 13.4 vs 13.5 ms); more tasks per call for n ≥ 4 (no change).
 //!   Dropping one multiply per pair (wrong results, timing only) gains
-//!   ~10 %: the I4Asym tile is bound by its FP multiply/FMA ops.
+//!   ~10 %: the I4Asym tile is bound by its FP multiply/FMA ops. On this
+//!   CPU (`examples` microbenchmark, 24 independent chains) `vpdpbusd`,
+//!   `vmulps` and `vfmadd` share two pipes (2 zmm ops per cycle together),
+//!   `vcvtdq2ps`, `vaddps` and `vpermps` go elsewhere; ymm ops cost what
+//!   zmm ops do. Also rejected: x copied into the prepared buffer and the
+//!   mins addressed from the scales (fewer pointer registers; the tile
+//!   reloads a few pointers from the stack): 13.4 → 13.6 ms; an opaque
+//!   per-row offset through a `pure` `asm!`: 13.7 → 17.5 ms.
 
 use super::avx2::{dot_float_row_avx2, grp1, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM};
 use super::scalar::dot_float_row;
