@@ -38,7 +38,7 @@
 //!   here: 13.4 vs 13.5 ms); more tasks per call for n ≥ 4 (no change).
 //!   Dropping one multiply per pair (wrong results, timing only) gains
 //!   ~10 %: the I4Asym tile is bound by its FP multiply/FMA ops. On this
-//!   CPU (`examples` microbenchmark, 24 independent chains) `vpdpbusd`,
+//!   CPU (a throwaway microbenchmark, 24 independent chains) `vpdpbusd`,
 //!   `vmulps` and `vfmadd` share two pipes (2 zmm ops per cycle together),
 //!   `vcvtdq2ps`, `vaddps` and `vpermps` go elsewhere; ymm ops cost what
 //!   zmm ops do. Also rejected: x copied into the prepared buffer and the
