@@ -170,44 +170,86 @@ mod avx512 {
         ((1u32 << k) - 1) as __mmask16
     }
 
-    /// `K` vectors of 16 positions (the last one masked to `m`) from
-    /// position `j`, summed over the head dimension.
+    /// `out[o + t] = f(Σ_r c[r] · m[r · stride + o + t])` for the `K` vectors
+    /// of 16 lanes from `o` (the last one masked to `msk`), the sum in `r`
+    /// order (a rounded product, then a rounded add), `f` a multiplication by
+    /// `scale` when given. Both attention helpers are this: the scores (c = q,
+    /// m = the transposed keys, scaled) and the weighted value rows (c = the
+    /// probabilities, m = the values).
     ///
     /// # Safety
-    /// AVX-512F; every `kt[d · stride + j + i]` read (`i` < 16(K-1) + popcount(m))
-    /// is in bounds; `sc[j..j + 16(K-1) + popcount(m)]` is in bounds.
+    /// AVX-512F; every `m[r · stride + o + t]` read (`t` < 16(K-1) +
+    /// popcount(msk)) and `out[o + t]` written is in bounds.
     #[inline(always)]
-    unsafe fn scores_k<const K: usize>(
-        q: &[f32],
-        scale: __m512,
-        kt: *const f32,
+    unsafe fn sum_rows_k<const K: usize>(
+        c: &[f32],
+        m: *const f32,
         stride: usize,
-        j: usize,
-        sc: *mut f32,
-        m: __mmask16,
+        o: usize,
+        out: *mut f32,
+        msk: __mmask16,
+        scale: Option<__m512>,
     ) {
         // SAFETY: the caller guarantees the bounds; the last vector is masked.
         unsafe {
             let mut acc = [_mm512_setzero_ps(); K];
-            for (dd, &qv) in q.iter().enumerate() {
-                let qv = _mm512_set1_ps(qv);
-                let p = kt.add(dd * stride + j);
+            for (r, &cr) in c.iter().enumerate() {
+                let cv = _mm512_set1_ps(cr);
+                let p = m.add(r * stride + o);
                 for (k, a) in acc.iter_mut().enumerate() {
                     let row = if k + 1 == K {
-                        _mm512_maskz_loadu_ps(m, p.add(16 * k))
+                        _mm512_maskz_loadu_ps(msk, p.add(16 * k))
                     } else {
                         _mm512_loadu_ps(p.add(16 * k))
                     };
-                    *a = _mm512_add_ps(*a, _mm512_mul_ps(qv, row));
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(cv, row));
                 }
             }
             for (k, a) in acc.iter().enumerate() {
-                let r = _mm512_mul_ps(*a, scale);
+                let v = scale.map_or(*a, |s| _mm512_mul_ps(*a, s));
                 if k + 1 == K {
-                    _mm512_mask_storeu_ps(sc.add(j + 16 * k), m, r);
+                    _mm512_mask_storeu_ps(out.add(o + 16 * k), msk, v);
                 } else {
-                    _mm512_storeu_ps(sc.add(j + 16 * k), r);
+                    _mm512_storeu_ps(out.add(o + 16 * k), v);
                 }
+            }
+        }
+    }
+
+    /// [`sum_rows_k`] over `out[..n]`: 128 lanes per pass while `wide`
+    /// (the scores: long rows of positions), then 64, then the masked tail.
+    ///
+    /// # Safety
+    /// AVX-512F; `m[r · stride + t]` for `r < c.len()`, `t < n` and
+    /// `out[..n]` are in bounds.
+    #[inline(always)]
+    unsafe fn sum_rows(
+        c: &[f32],
+        m: *const f32,
+        stride: usize,
+        out: *mut f32,
+        n: usize,
+        scale: Option<__m512>,
+        wide: bool,
+    ) {
+        // SAFETY: every call stays below n (the caller's bounds).
+        unsafe {
+            let mut o = 0;
+            while wide && o + 128 <= n {
+                sum_rows_k::<8>(c, m, stride, o, out, 0xFFFF, scale);
+                o += 128;
+            }
+            while o + 64 <= n {
+                sum_rows_k::<4>(c, m, stride, o, out, 0xFFFF, scale);
+                o += 64;
+            }
+            let r = n - o;
+            match r.div_ceil(16) {
+                0 => {}
+                1 => sum_rows_k::<1>(c, m, stride, o, out, mask(r), scale),
+                2 => sum_rows_k::<2>(c, m, stride, o, out, mask(r - 16), scale),
+                3 => sum_rows_k::<3>(c, m, stride, o, out, mask(r - 32), scale),
+                _ => sum_rows_k::<4>(c, m, stride, o, out, mask(r - 48), scale),
             }
         }
     }
@@ -224,68 +266,12 @@ mod avx512 {
         sc: &mut [f32],
     ) {
         let n = sc.len();
-        let s = _mm512_set1_ps(scale);
         // SAFETY: kt[d·stride + start + j] for j < n is in bounds (checked by
-        // the caller), as is sc[..n]; all reads and writes stay below n.
+        // the caller), as is sc[..n].
         unsafe {
             let kt = kt.as_ptr().add(start);
-            let out = sc.as_mut_ptr();
-            let mut j = 0;
-            while j + 128 <= n {
-                scores_k::<8>(q, s, kt, stride, j, out, 0xFFFF);
-                j += 128;
-            }
-            while j + 64 <= n {
-                scores_k::<4>(q, s, kt, stride, j, out, 0xFFFF);
-                j += 64;
-            }
-            let r = n - j;
-            match r.div_ceil(16) {
-                0 => {}
-                1 => scores_k::<1>(q, s, kt, stride, j, out, mask(r)),
-                2 => scores_k::<2>(q, s, kt, stride, j, out, mask(r - 16)),
-                3 => scores_k::<3>(q, s, kt, stride, j, out, mask(r - 32)),
-                _ => scores_k::<4>(q, s, kt, stride, j, out, mask(r - 48)),
-            }
-        }
-    }
-
-    /// `K` vectors of 16 output dims from dim `i` (the last masked to `m`).
-    ///
-    /// # Safety
-    /// AVX-512F; reads `v[j · stride + i + ..]` and writes `out[i + ..]`
-    /// within bounds.
-    #[inline(always)]
-    unsafe fn rows_k<const K: usize>(
-        a: &[f32],
-        v: *const f32,
-        stride: usize,
-        i: usize,
-        out: *mut f32,
-        m: __mmask16,
-    ) {
-        // SAFETY: the caller guarantees the bounds; the last vector is masked.
-        unsafe {
-            let mut acc = [_mm512_setzero_ps(); K];
-            for (j, &aj) in a.iter().enumerate() {
-                let av = _mm512_set1_ps(aj);
-                let p = v.add(j * stride + i);
-                for (k, c) in acc.iter_mut().enumerate() {
-                    let row = if k + 1 == K {
-                        _mm512_maskz_loadu_ps(m, p.add(16 * k))
-                    } else {
-                        _mm512_loadu_ps(p.add(16 * k))
-                    };
-                    *c = _mm512_add_ps(*c, _mm512_mul_ps(av, row));
-                }
-            }
-            for (k, c) in acc.iter().enumerate() {
-                if k + 1 == K {
-                    _mm512_mask_storeu_ps(out.add(i + 16 * k), m, *c);
-                } else {
-                    _mm512_storeu_ps(out.add(i + 16 * k), *c);
-                }
-            }
+            let s = Some(_mm512_set1_ps(scale));
+            sum_rows(q, kt, stride, sc.as_mut_ptr(), n, s, true);
         }
     }
 
@@ -336,22 +322,7 @@ mod avx512 {
         let w = out.len();
         // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
         // caller), as is out[..w].
-        unsafe {
-            let (vp, op) = (v.as_ptr(), out.as_mut_ptr());
-            let mut i = 0;
-            while i + 64 <= w {
-                rows_k::<4>(a, vp, stride, i, op, 0xFFFF);
-                i += 64;
-            }
-            let r = w - i;
-            match r.div_ceil(16) {
-                0 => {}
-                1 => rows_k::<1>(a, vp, stride, i, op, mask(r)),
-                2 => rows_k::<2>(a, vp, stride, i, op, mask(r - 16)),
-                3 => rows_k::<3>(a, vp, stride, i, op, mask(r - 32)),
-                _ => rows_k::<4>(a, vp, stride, i, op, mask(r - 48)),
-            }
-        }
+        unsafe { sum_rows(a, v.as_ptr(), stride, out.as_mut_ptr(), w, None, false) }
     }
 }
 
