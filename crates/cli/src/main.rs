@@ -62,9 +62,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// A closed stdout (`gpack inspect --json | head`): an io error anywhere in
+/// the chain, including one inside a serde_json write error (whose `source`
+/// skips the io error itself, so it is asked for its kind).
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let pipe = Some(std::io::ErrorKind::BrokenPipe);
     e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        c.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == pipe
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == pipe
     })
 }
