@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use gpack_format::ggml::GgmlType;
 use gpack_format::{Gpack, HeaderFlags, SectionKind};
 use serde_json::json;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,16 +62,24 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("file:      {}", a.file.display());
-    println!("size:      {} bytes", g.bytes().len());
-    println!("digest:    {}", hex::encode(l.digest()));
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "file:      {}", a.file.display())?;
+    writeln!(out, "size:      {} bytes", g.bytes().len())?;
+    writeln!(out, "digest:    {}", hex::encode(l.digest()))?;
+    writeln!(
+        out,
         "format:    GPACK v{} (needs reader v{})",
         h.format_version.get(),
         h.min_reader_version.get()
-    );
-    println!("flags:     {:#06x} {}", flags.0, flags.names().join(" | "));
-    println!(
+    )?;
+    writeln!(
+        out,
+        "flags:     {:#06x} {}",
+        flags.0,
+        flags.names().join(" | ")
+    )?;
+    writeln!(
+        out,
         "model:     {} ({})",
         m.name,
         if m.architecture.is_empty() {
@@ -78,15 +87,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
         } else {
             &m.architecture
         }
-    );
-    println!("source:    {}", m.source);
-    println!("sections:");
-    println!(
+    )?;
+    writeln!(out, "source:    {}", m.source)?;
+    writeln!(out, "sections:")?;
+    writeln!(
+        out,
         "  {:>2}  {:<20} {:<20} {:>12} {:>14} {:>5} {:>9}  sha256",
         "#", "kind", "name", "offset", "size", "align", "items"
-    );
+    )?;
     for s in &l.sections {
-        println!(
+        writeln!(
+            out,
             "  {:>2}  {:<20} {:<20} {:>12} {:>14} {:>5} {:>9}  {}",
             s.kind as u32,
             s.kind.spec_name(),
@@ -96,20 +107,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
             s.alignment,
             s.item_count,
             &hex::encode(s.sha256)[..16]
-        );
+        )?;
     }
     let t = tensors(&g)?;
     if !t.is_empty() {
-        println!("tensors:   {}", t.len());
+        writeln!(out, "tensors:   {}", t.len())?;
         for e in &t {
-            println!(
+            writeln!(
+                out,
                 "  {:<40} {:<6} {:<18} {:<14} {}",
                 e["name"].as_str().unwrap_or(""),
                 e["type"].as_str().unwrap_or(""),
                 e["dims"].to_string(),
                 e["section"].as_str().unwrap_or(""),
                 e["layout"].as_str().unwrap_or("")
-            );
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
