@@ -297,3 +297,65 @@ fn batched_moe_steps_equal_solo_runs() {
         }
     }
 }
+
+/// Broken MoE sources fail at load with an error naming what is wrong: a
+/// missing stacked expert tensor, a stacked tensor whose expert count is not
+/// the metadata's, and an `expert_used_count` larger than the expert count.
+#[test]
+fn broken_moe_sources_are_clear_errors() {
+    use gpack_ingest::{gguf, Value};
+    let src = testdata().join("tiny/qwen3moe/qwen3moe-q8_0.gguf");
+    let s = gpack_ingest::Source::open(&src).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rewrite =
+        |name: &str, edit: &dyn Fn(&mut gpack_ingest::Metadata, &str) -> Option<Vec<u64>>| {
+            let mut meta = s.metadata.clone();
+            let out = dir.path().join(name);
+            let data: Vec<(String, gpack_ingest::GgmlType, Vec<u64>, Vec<u8>)> = s
+                .tensors
+                .iter()
+                .filter_map(|t| {
+                    let dims = match edit(&mut meta, &t.name) {
+                        Some(d) if d.is_empty() => return None, // dropped
+                        Some(d) => d,
+                        None => t.dims.clone(),
+                    };
+                    let mut bytes = s.tensor_bytes(t).unwrap().into_owned();
+                    let want = t.ggml_type.bytes_for(dims.iter().product()).unwrap() as usize;
+                    bytes.resize(want, 0);
+                    Some((t.name.clone(), t.ggml_type, dims, bytes))
+                })
+                .collect();
+            gguf::write(
+                &out,
+                &meta,
+                data.iter()
+                    .map(|(n, t, d, b)| (n.as_str(), *t, &d[..], &b[..])),
+            )
+            .unwrap();
+            let w = GgufWeights::open(&out).unwrap();
+            let e = Model::load(&w)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            eprintln!("{name}: {e}");
+            e
+        };
+    let e = rewrite("missing.gguf", &|_, n| {
+        (n == "blk.1.ffn_down_exps.weight").then(Vec::new)
+    });
+    assert!(
+        e.contains("blk.1.ffn_down_exps.weight") && e.contains("missing"),
+        "{e}"
+    );
+    // Three experts stacked where the metadata says four.
+    let e = rewrite("three.gguf", &|_, n| {
+        (n == "blk.0.ffn_up_exps.weight").then(|| vec![64, 128, 3])
+    });
+    assert!(e.contains("blk.0.ffn_up_exps.weight"), "{e}");
+    let e = rewrite("used.gguf", &|m, _| {
+        m.insert("qwen3moe.expert_used_count", Value::U32(5));
+        None
+    });
+    assert!(e.contains("expert_used_count") && e.contains('5'), "{e}");
+}
