@@ -220,7 +220,10 @@ pub(crate) fn quantize_block(xb: &[f32], qb: &mut [i8], d: &mut f32, ls: &mut [i
     let db = amax / 127.0;
     let id = if db != 0.0 { 1.0 / db } else { 0.0 };
     for (q, &v) in qb.iter_mut().zip(xb) {
-        *q = round_half_away(v * id).clamp(-127, 127) as i8;
+        // Clamped before rounding (the same codes for every finite product):
+        // a block of only subnormals has an infinite `id`, and ±inf must
+        // give ±127, not a wrapped integer.
+        *q = round_half_away((v * id).clamp(-127.0, 127.0)) as i8;
     }
     // ggml stores the activation scale as f16 (block_q8_0/q8_1 `d`).
     *d = half::f16::from_f32(db).to_f32();
@@ -788,5 +791,39 @@ mod tests {
             }
             assert!(r.q[b * 32..b * 32 + 32].iter().any(|&v| v.abs() == 127));
         }
+    }
+}
+
+#[cfg(test)]
+mod subnormal_tests {
+    use super::*;
+
+    /// A block of only subnormal activations (1/d overflows to infinity)
+    /// keeps each value's sign: +127, -127 or 0, on the dispatched path too.
+    #[test]
+    fn subnormal_blocks_keep_their_signs() {
+        // 2^-127: its /127 is a non-zero subnormal whose inverse overflows.
+        let tiny = f32::from_bits(0x0040_0000);
+        let x: Vec<f32> = (0..64)
+            .map(|i| match i % 3 {
+                _ if i >= 32 => i as f32 - 48.0,
+                0 => tiny,
+                1 => -tiny,
+                _ => 0.0,
+            })
+            .collect();
+        let want: Vec<i8> = (0..32)
+            .map(|i| match i % 3 {
+                0 => 127,
+                1 => -127,
+                _ => 0,
+            })
+            .collect();
+        let (mut q, mut d, mut ls) = (vec![0i8; 64], vec![0f32; 2], vec![0i32; 16]);
+        quantize_blocks_scalar(&x, &mut q, &mut d, &mut ls);
+        assert_eq!(&q[..32], &want[..]);
+        let (mut q2, mut d2, mut ls2) = (vec![0i8; 64], vec![0f32; 2], vec![0i32; 16]);
+        quantize_blocks(&x, &mut q2, &mut d2, &mut ls2);
+        assert_eq!((q2, d2, ls2), (q, d, ls));
     }
 }
