@@ -197,6 +197,11 @@ struct Engine {
     handle: Arc<EngineHandle>,
     slots: Vec<Option<Active>>,
     seqs: Vec<Sequence>,
+    /// Per slot: the tokens whose keys and values its sequence holds
+    /// (`cached[i].len() == seqs[i].pos()`), kept after a job leaves so the
+    /// next job with the same prefix (a chat's next turn, a repeated system
+    /// prompt) skips that part of its prefill.
+    cached: Vec<Vec<u32>>,
     scratch: Scratch,
 }
 
@@ -229,6 +234,7 @@ impl Engine {
             tok,
             slots: (0..cfg.parallel).map(|_| None).collect(),
             seqs,
+            cached: vec![Vec::new(); cfg.parallel],
             cfg,
             metrics,
             handle,
@@ -236,20 +242,40 @@ impl Engine {
         }
     }
 
+    /// Puts `job` in the free slot whose cache shares the longest prefix
+    /// with its prompt; that prefix is kept (its prefill skipped: the keys
+    /// and values of the same tokens at the same positions are the same
+    /// bits), all but the prompt's last token at most, whose logits are
+    /// needed.
     fn place(&mut self, job: Job) {
-        let Some(i) = self.slots.iter().position(Option::is_none) else {
+        let lcp = |c: &[u32]| {
+            c.iter()
+                .zip(&job.prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let Some((i, shared)) = (0..self.slots.len())
+            .filter(|&i| self.slots[i].is_none())
+            .map(|i| (i, lcp(&self.cached[i])))
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
+        else {
             return;
         };
-        self.seqs[i].reset();
+        let keep = shared.min(job.prompt.len().saturating_sub(1));
+        self.seqs[i].truncate(keep);
+        self.cached[i].truncate(keep);
         self.metrics
             .prompt_tokens
             .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
+        self.metrics
+            .prompt_tokens_cached
+            .fetch_add(keep as u64, Ordering::Relaxed);
         self.slots[i] = Some(Active {
             sampler: Sampler::new(job.sampler.clone()),
             history: job.prompt.clone(),
             decoder: self.tok.stream_decoder(),
             job,
-            fed: 0,
+            fed: keep,
             text: String::new(),
             emitted: 0,
             n_gen: 0,
@@ -400,9 +426,17 @@ impl Engine {
             log::error!("batched step failed: {msg}");
             self.scratch = Scratch::default();
             for &i in &idx {
+                self.seqs[i].reset();
+                self.cached[i].clear();
                 self.retire(i, Some(Event::Error(msg.clone())));
             }
             return;
+        }
+        let mut off = 0;
+        for (j, &i) in idx.iter().enumerate() {
+            self.cached[i].extend_from_slice(&toks[off..off + lens[j]]);
+            off += lens[j];
+            debug_assert_eq!(self.cached[i].len(), self.seqs[i].pos());
         }
         let n_vocab = self.model.config.n_vocab;
         let mut k = 0;

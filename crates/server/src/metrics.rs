@@ -60,6 +60,9 @@ pub struct Metrics {
     pub cancelled: AtomicU64,
     /// Prompt tokens processed.
     pub prompt_tokens: AtomicU64,
+    /// Prompt tokens whose keys and values were reused from a slot's cache
+    /// (prefill skipped).
+    pub prompt_tokens_cached: AtomicU64,
     /// Tokens generated.
     pub generated_tokens: AtomicU64,
     /// Requests waiting for a slot.
@@ -84,6 +87,7 @@ impl Default for Metrics {
             rejected: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
+            prompt_tokens_cached: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             active: AtomicU64::new(0),
@@ -139,6 +143,12 @@ impl Metrics {
             "Prompt tokens processed.",
             "counter",
             &[("", self.prompt_tokens.load(Relaxed))],
+        );
+        counter(
+            "gpack_prompt_tokens_cached_total",
+            "Prompt tokens reused from a slot's KV cache (prefill skipped).",
+            "counter",
+            &[("", self.prompt_tokens_cached.load(Relaxed))],
         );
         counter(
             "gpack_generated_tokens_total",

@@ -286,3 +286,48 @@ fn serves_a_stream_weights_sidecar() {
         .collect();
     assert_eq!(giws.len(), 1, "the sidecar was not built next to the model");
 }
+
+/// The body of an HTTP response (after the blank line; the server sends
+/// `Connection: close` bodies for non-streamed replies).
+fn body(resp: &str) -> &str {
+    resp.split("\r\n\r\n").nth(1).unwrap_or("")
+}
+
+fn complete(addr: SocketAddr, prompt: &str) -> String {
+    let req = format!(r#"{{"prompt":{prompt:?},"max_tokens":16,"temperature":0}}"#);
+    let resp = read_all(post(addr, "/v1/completions", &req));
+    let v: serde_json::Value =
+        serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
+    v["choices"][0]["text"].as_str().expect("text").to_string()
+}
+
+/// A slot keeps its keys and values after a request: the next request that
+/// shares a prefix skips that part of its prefill (counted in /metrics) and
+/// gets exactly the text a fresh server gives.
+#[test]
+fn prompt_prefix_reuse_gives_fresh_results() {
+    let m = model();
+    let p = "The capital of France is";
+    let longer = "The capital of France is Paris, and the capital of Italy is";
+    let s = start(&m.gpack, &["--parallel", "1"]);
+    let first = complete(s.addr, p);
+    assert_eq!(complete(s.addr, p), first, "the same prompt again");
+    let reused = complete(s.addr, longer);
+    let mut g = TcpStream::connect(s.addr).unwrap();
+    write!(
+        g,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let metrics = read_all(g);
+    let cached: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gpack_prompt_tokens_cached_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no cached-token counter:\n{metrics}"));
+    assert!(cached >= 5, "prefix tokens reused: {cached}");
+    drop(s);
+    let fresh = start(&m.gpack, &["--parallel", "1"]);
+    assert_eq!(complete(fresh.addr, longer), reused);
+    assert_eq!(complete(fresh.addr, p), first);
+}
