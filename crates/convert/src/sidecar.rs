@@ -188,49 +188,6 @@ fn rows_cols(t: &TensorInfo) -> (u64, u64) {
     (t.dims[1..].iter().product(), t.dims[0])
 }
 
-/// A 16-aligned, zero-initialised byte buffer with a write cursor (safe:
-/// over-allocate and start at the first aligned address).
-struct AlignedOut {
-    buf: Vec<u8>,
-    off: usize,
-    len: usize,
-    pos: usize,
-}
-
-impl AlignedOut {
-    fn zeroed(len: usize) -> Self {
-        let buf = vec![0u8; len + 16];
-        let off = (16 - buf.as_ptr() as usize % 16) % 16;
-        AlignedOut {
-            buf,
-            off,
-            len,
-            pos: 0,
-        }
-    }
-    fn as_slice(&self) -> &[u8] {
-        &self.buf[self.off..self.off + self.len]
-    }
-}
-
-impl Write for AlignedOut {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if data.len() > self.len - self.pos {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                "native tensor longer than its encoded length",
-            ));
-        }
-        let s = self.off + self.pos;
-        self.buf[s..s + data.len()].copy_from_slice(data);
-        self.pos += data.len();
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The layout a matrix of `ty` with `cols` gets under `quant`, and whether it
 /// is quantized (true) or transcoded exactly (false).
 fn plan_layout(quant: GiwQuant, name: &str, ty: GgmlType, cols: u64) -> (Layout, bool) {
@@ -396,7 +353,7 @@ fn encode_into(
         pw.finish()?;
         return Ok((total, quantize, false));
     }
-    let mut buf = AlignedOut::zeroed(total as usize);
+    let mut buf = gpack_quant::AlignedBuf::zeroed(total as usize);
     encode_stream(name, ty, src, rows, cols, layout, quantize, &mut buf)?;
     let v = NativeView::parse(buf.as_slice()).map_err(qerr(name))?;
     let exact = gpack_quant::f16_scales_if_exact(v.scales()).is_some()

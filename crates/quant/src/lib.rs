@@ -49,6 +49,7 @@
 
 #![deny(missing_docs)]
 
+mod aligned;
 pub mod ggml;
 pub mod kernels;
 pub mod layout;
@@ -56,6 +57,7 @@ pub mod pool;
 pub mod transcode;
 pub mod view;
 
+pub use aligned::AlignedBuf;
 pub use ggml::dequantize_ggml;
 pub use gpack_format::ggml::GgmlType;
 pub use kernels::{
