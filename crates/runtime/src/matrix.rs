@@ -107,15 +107,7 @@ impl<'a> Matrix<'a> {
                 bytes,
                 ..
             } => {
-                let q = |e| Error::Quant {
-                    name: name.to_string(),
-                    source: e,
-                };
-                let layout = gpack_quant::native_layout_for(ty);
-                let len = gpack_quant::encoded_len(layout, rows as u64, cols as u64).map_err(q)?;
-                let mut buf = AlignedBuf::zeroed(len as usize);
-                gpack_quant::transcode(ty, bytes, rows as u64, cols as u64, &mut buf).map_err(q)?;
-                NativeView::parse(buf.as_slice()).map_err(q)?;
+                let buf = crate::gguf::transcode_to_buf(name, ty, bytes, rows as u64, cols as u64)?;
                 Ok(Matrix::Owned {
                     buf: Arc::new(buf),
                     rows,
@@ -169,8 +161,7 @@ impl<'a> Matrix<'a> {
     }
 
     /// `y[i] = W · x[i]` for `n` inputs: `x` is `[n][cols]`, `y` is `[n][rows]`.
-    /// `tmp` is scratch for the partial-view and dense paths.
-    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32], tmp: &mut Vec<f32>) {
+    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
         let cols = self.cols();
         let rows = self.rows();
         debug_assert_eq!(x.len(), n * cols);
@@ -212,17 +203,18 @@ impl<'a> Matrix<'a> {
                 // native scratch tensor and run by the same kernels, so every
                 // row's result is bit-identical to the transcoded tensor's.
                 let chunk = (RAW_CHUNK_BYTES / (*row_bytes).max(1)).clamp(1, rows);
-                let mut native = Vec::new();
                 let mut out = vec![0f32; n * chunk];
                 let mut r0 = 0;
                 while r0 < rows {
                     let m = chunk.min(rows - r0);
-                    native.clear();
                     let src = &bytes[r0 * row_bytes..(r0 + m) * row_bytes];
-                    let view = match transcode_rows(*ty, src, m, cols, &mut native, tmp) {
-                        Some(v) => v,
-                        None => return,
+                    // Checked at bind: the rows decode (same helper as load).
+                    let Ok(buf) =
+                        crate::gguf::transcode_to_buf("raw rows", *ty, src, m as u64, cols as u64)
+                    else {
+                        return;
                     };
+                    let view = Self::owned_view(&buf);
                     let o = &mut out[..n * m];
                     if n == 1 {
                         gpack_quant::matvec(&view, x, o);
@@ -242,26 +234,6 @@ impl<'a> Matrix<'a> {
 /// Bytes of raw ggml rows transcoded per kernel call on the raw path (fits L2
 /// with its native form).
 const RAW_CHUNK_BYTES: usize = 256 << 10;
-
-/// Transcodes `m` raw rows into `buf` and views them. The view must be
-/// 16-aligned for its scale arrays: `buf` is copied into `aligned` (an f32
-/// vector, 4-aligned, enough for the scales) when needed.
-fn transcode_rows<'b>(
-    ty: GgmlType,
-    src: &[u8],
-    m: usize,
-    cols: usize,
-    buf: &'b mut Vec<u8>,
-    aligned: &'b mut Vec<f32>,
-) -> Option<NativeView<'b>> {
-    gpack_quant::transcode(ty, src, m as u64, cols as u64, buf).ok()?;
-    // Native arrays are 16-aligned relative to the tensor start; an f32
-    // vector gives the 4-byte address alignment the scale arrays need.
-    aligned.clear();
-    aligned.resize(buf.len().div_ceil(4), 0.0);
-    bytemuck::cast_slice_mut::<f32, u8>(aligned)[..buf.len()].copy_from_slice(buf);
-    NativeView::parse(&bytemuck::cast_slice::<f32, u8>(aligned)[..buf.len()]).ok()
-}
 
 /// Matrices applied to one input whose outputs are concatenated per token:
 /// `out[i] = [W0·x[i], W1·x[i], …]`.
@@ -318,29 +290,22 @@ impl<'a> Proj<'a> {
     }
 
     /// `out` is `[n][rows()]`.
-    pub fn matmul(
-        &self,
-        x: &[f32],
-        n: usize,
-        out: &mut [f32],
-        tmp: &mut Vec<f32>,
-        tmp2: &mut Vec<f32>,
-    ) {
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32], tmp: &mut Vec<f32>) {
         if let Some(f) = &self.fused {
-            return f.matmul(x, n, out, tmp);
+            return f.matmul(x, n, out);
         }
         if self.parts.len() == 1 {
-            return self.parts[0].matmul(x, n, out, tmp);
+            return self.parts[0].matmul(x, n, out);
         }
         let mut off = 0;
         for p in &self.parts {
             let r = p.rows();
             if n == 1 {
-                p.matmul(x, 1, &mut out[off..off + r], tmp);
+                p.matmul(x, 1, &mut out[off..off + r]);
             } else {
-                tmp2.resize(n * r, 0.0);
-                p.matmul(x, n, tmp2, tmp);
-                for (o, t) in out.chunks_exact_mut(self.total).zip(tmp2.chunks_exact(r)) {
+                tmp.resize(n * r, 0.0);
+                p.matmul(x, n, tmp);
+                for (o, t) in out.chunks_exact_mut(self.total).zip(tmp.chunks_exact(r)) {
                     o[off..off + r].copy_from_slice(t);
                 }
             }

@@ -190,9 +190,8 @@ pub struct Scratch {
     moe_g: Vec<f32>,
     moe_u: Vec<f32>,
     moe_y: Vec<f32>,
-    /// Kernel scratch.
+    /// Scratch of projections whose members are not one fused tensor.
     tmp: Vec<f32>,
-    tmp2: Vec<f32>,
     /// `[m][n_vocab]` logits of the last step.
     logits: Vec<f32>,
 }
@@ -625,13 +624,9 @@ impl<'a> Model<'a> {
                     c.rms_eps,
                 );
             }
-            layer.qkv.matmul(
-                &s.xb[..n * d],
-                n,
-                &mut s.qkv[..n * qkv_w],
-                &mut s.tmp,
-                &mut s.tmp2,
-            );
+            layer
+                .qkv
+                .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
             let (rope, cs) = if layer.swa {
                 (&self.rope_swa, &s.cs_swa)
             } else {
@@ -666,9 +661,7 @@ impl<'a> Model<'a> {
                 q_seq.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
             }
             self.attention(s, seqs, l, layer.swa, n);
-            layer
-                .wo
-                .matmul(&s.att[..n * att_w], n, &mut s.out[..n * d], &mut s.tmp);
+            layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
             self.residual(s, n, layer.post_attn_norm.as_deref());
 
             // ---- feed-forward ----
@@ -683,18 +676,12 @@ impl<'a> Model<'a> {
             match &layer.ffn {
                 Ffn::Dense { gate_up, down } => {
                     let n_ff = c.n_ff;
-                    gate_up.matmul(
-                        &s.xb[..n * d],
-                        n,
-                        &mut s.gu[..n * 2 * n_ff],
-                        &mut s.tmp,
-                        &mut s.tmp2,
-                    );
+                    gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp);
                     for t in 0..n {
                         let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
                         glu(c.activation, g, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
                     }
-                    down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d], &mut s.tmp);
+                    down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
                 }
                 Ffn::Moe { router } => self.moe(s, l, router, n)?,
             }
@@ -718,8 +705,7 @@ impl<'a> Model<'a> {
             );
         }
         s.logits.resize(m * c.n_vocab, 0.0);
-        self.output
-            .matmul(&s.xb[..m * d], m, &mut s.logits, &mut s.tmp);
+        self.output.matmul(&s.xb[..m * d], m, &mut s.logits);
         if let Some(cap) = c.final_softcap {
             s.logits
                 .iter_mut()
@@ -819,8 +805,8 @@ impl<'a> Model<'a> {
             s.moe_g.resize(m * ff, 0.0);
             s.moe_u.resize(m * ff, 0.0);
             s.moe_y.resize(m * d, 0.0);
-            gate.matmul(&s.moe_x[..m * d], m, &mut s.moe_g[..m * ff], &mut s.tmp);
-            up.matmul(&s.moe_x[..m * d], m, &mut s.moe_u[..m * ff], &mut s.tmp);
+            gate.matmul(&s.moe_x[..m * d], m, &mut s.moe_g[..m * ff]);
+            up.matmul(&s.moe_x[..m * d], m, &mut s.moe_u[..m * ff]);
             for i in 0..m {
                 let (g, u) = (
                     &s.moe_g[i * ff..(i + 1) * ff],
@@ -833,7 +819,7 @@ impl<'a> Model<'a> {
                     };
                 }
             }
-            down.matmul(&s.moe_u[..m * ff], m, &mut s.moe_y[..m * d], &mut s.tmp);
+            down.matmul(&s.moe_u[..m * ff], m, &mut s.moe_y[..m * d]);
             for (i, &(t, w)) in s.routes[e].iter().enumerate() {
                 s.out[t * d..(t + 1) * d]
                     .iter_mut()
