@@ -7,23 +7,10 @@ mod run;
 mod tokenize;
 mod verify_inspect;
 
+pub use gpack_testkit::smollm2;
+
 pub fn gpack() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_gpack"))
-}
-
-/// The real SmolLM2 model, fetched by the committed script when not cached.
-pub fn smollm2() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/fetch-models.sh"))
-        .output()
-        .expect("run scripts/fetch-models.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 /// `gpack run MODEL -p "The capital of France is" -n N --ctx CTX`, which must

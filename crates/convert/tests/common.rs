@@ -5,23 +5,10 @@ use gpack_ingest::{GgmlType, Source};
 use gpack_quant::NativeView;
 use std::path::{Path, PathBuf};
 
+pub use gpack_testkit::smollm2;
+
 pub fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
-}
-
-/// The real SmolLM2 model, fetched by the committed script if missing.
-pub fn smollm2() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/fetch-models.sh"))
-        .output()
-        .expect("run scripts/fetch-models.sh");
-    assert!(
-        out.status.success(),
-        "fetch-models.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 pub fn convert_to(src: &Path, out: &Path, quant: Quant, external: bool) -> gpack_convert::Report {

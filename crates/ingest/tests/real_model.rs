@@ -2,39 +2,11 @@
 //! with `scripts/fetch-models.sh` (network needed on the first run only).
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::Command;
 
 use gpack_ingest::gguf::{TensorHeader, Writer};
 use gpack_ingest::{GgmlType, Source};
 
-/// Path of the model, fetching it if needed.
-pub fn smollm2() -> PathBuf {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let cache = std::env::var_os("GPACK_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".cache/gpack"));
-    let p = cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.is_file() {
-        return p;
-    }
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .expect("run scripts/fetch-models.sh");
-    assert!(
-        out.status.success(),
-        "fetch-models.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let p = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    assert!(p.is_file(), "{}", p.display());
-    p
-}
+use gpack_testkit::smollm2;
 
 /// A writer that compares what it is given with the expected bytes.
 struct Compare<'a> {

@@ -5,30 +5,10 @@
 
 use super::fixtures::testdata;
 use gpack_runtime::{generate, GenerateConfig, GgufWeights, Model, SamplerConfig};
-use std::path::PathBuf;
-
-/// The real model, fetched by the committed script when it is not cached
-/// (`GPACK_SMOLLM2` names another copy).
-fn model_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("GPACK_SMOLLM2") {
-        return PathBuf::from(p);
-    }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join("scripts/fetch-models.sh"))
-        .output()
-        .expect("run scripts/fetch-models.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
 
 #[test]
 fn smollm2_q4_1_greedy_matches_llamacpp() {
-    let model = model_path();
+    let model = gpack_testkit::smollm2();
     let expected = testdata().join("runtime/smollm2_q4_1_greedy.json");
     let bytes = std::fs::read(&expected).unwrap_or_else(|e| {
         panic!(
@@ -74,7 +54,7 @@ fn smollm2_q4_1_greedy_matches_llamacpp() {
 
 #[test]
 fn smollm2_batched_prefill_equals_token_by_token() {
-    let model = model_path();
+    let model = gpack_testkit::smollm2();
     let w = GgufWeights::open(&model).unwrap();
     let m = Model::load(&w).unwrap();
     let prompt: Vec<u32> = (0..40u32).map(|i| (i * 7919 + 13) % 49152).collect();

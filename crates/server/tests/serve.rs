@@ -11,19 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn script(name: &str) -> PathBuf {
-    let out = Command::new("bash")
-        .arg(root().join("scripts").join(name))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("running {name}: {e}"));
-    assert!(out.status.success(), "{name} failed");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
+use gpack_testkit::{root, script};
 
 /// The `gpack` binary: beside this test's `deps/` directory when the
 /// workspace was built, otherwise built now.
