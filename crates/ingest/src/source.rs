@@ -144,7 +144,11 @@ pub enum Transform {
     },
     /// The concatenation of `parts`, in order: the per-expert HF matrices
     /// `experts.{0..n}.{gate,up,down}_proj` stacked into one `[cols, rows, n]` tensor,
-    /// as GGUF stores `ffn_{gate,up,down}_exps`. `(file, offset)` is `parts[0]`'s.
+    /// as GGUF stores `ffn_{gate,up,down}_exps`, and Gemma 3n's
+    /// `altup_projections.{0,1,2}` / `altup_unembed_projections.{0,1,2}` stacked into
+    /// `altup_proj` / `altup_unembd_proj` (`[n_embd, n_embd, 3]`). Only used when the
+    /// parts are not already back to back in one file (then the tensor is a plain
+    /// range). `(file, offset)` is `parts[0]`'s.
     Stack {
         /// The source ranges, expert 0 first; all of the tensor's type.
         parts: Vec<ByteRange>,

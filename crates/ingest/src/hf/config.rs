@@ -12,7 +12,7 @@ use std::path::Path;
 use serde_json::Value as Json;
 
 use crate::error::Error;
-use crate::value::{Metadata, Value};
+use crate::value::{Array, Metadata, Value};
 
 /// The GGUF architecture for an HF config: from `architectures[0]` as the converter
 /// does, else from `model_type`. `None` for architectures we do not map.
@@ -30,6 +30,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "Qwen3ForCausalLM" | "Qwen3Model" => "qwen3",
             "Qwen3MoeForCausalLM" => "qwen3moe",
             "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => "gemma3",
+            "Gemma3nForCausalLM" | "Gemma3nForConditionalGeneration" => "gemma3n",
             _ => return None,
         })
     });
@@ -40,6 +41,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "qwen3" => "qwen3",
             "qwen3_moe" => "qwen3moe",
             "gemma3" | "gemma3_text" => "gemma3",
+            "gemma3n" | "gemma3n_text" => "gemma3n",
             _ => return None,
         })
     })
@@ -87,6 +89,25 @@ impl<'a> Hp<'a> {
                     key,
                     problem: "must be a number",
                 }),
+        }
+    }
+
+    /// A JSON array (`None` when absent), else a `BadConfig` saying `problem`.
+    fn array(&self, key: &'static str, problem: &'static str) -> Result<Option<&'a [Json]>, Error> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_array()
+                .map(|a| Some(a.as_slice()))
+                .ok_or_else(|| self.bad(key, problem)),
+        }
+    }
+
+    fn bad(&self, key: &'static str, problem: &'static str) -> Error {
+        Error::BadConfig {
+            file: self.file.to_path_buf(),
+            key,
+            problem,
         }
     }
 
@@ -140,7 +161,8 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
             m.insert(format!("{a}.{key}"), Value::U32(v));
         }
     };
-    let gemma = a == "gemma3";
+    // Gemma3NModel inherits Gemma3Model.set_gguf_parameters.
+    let gemma = a == "gemma3" || a == "gemma3n";
     // Gemma3Model.set_gguf_parameters fills in defaults the config may leave out.
     let or = |v: Option<u32>, d: u32| if gemma { Some(v.unwrap_or(d)) } else { v };
     put_u32(&mut m, "block_count", hp.u32("num_hidden_layers")?);
@@ -150,7 +172,27 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
         or(hp.u32("max_position_embeddings")?, 131_072),
     );
     put_u32(&mut m, "embedding_length", hp.u32("hidden_size")?);
-    put_u32(&mut m, "feed_forward_length", hp.u32("intermediate_size")?);
+    if a == "gemma3n" && hp.raw("intermediate_size").is_some_and(Json::is_array) {
+        // One size per layer: the converter writes the Python list as an INT32 array.
+        let sizes = hp
+            .array("intermediate_size", "")?
+            .unwrap_or_default()
+            .iter()
+            .map(|v| v.as_u64().and_then(|v| i32::try_from(v).ok()))
+            .collect::<Option<Vec<i32>>>()
+            .ok_or_else(|| {
+                hp.bad(
+                    "intermediate_size",
+                    "must be an unsigned integer, or a list of them below 2^31",
+                )
+            })?;
+        m.insert(
+            format!("{a}.feed_forward_length"),
+            Value::Array(Array::I32(sizes)),
+        );
+    } else {
+        put_u32(&mut m, "feed_forward_length", hp.u32("intermediate_size")?);
+    }
     put_u32(
         &mut m,
         "attention.head_count",
@@ -214,6 +256,9 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
             );
         }
     }
+    if a == "gemma3n" {
+        gemma3n_keys(&hp, &mut m, a)?;
+    }
     if a == "llama" {
         put_u32(&mut m, "vocab_size", hp.u32("vocab_size")?);
         let rope_dim = match head_dim {
@@ -233,6 +278,170 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
         );
     }
     Ok(m)
+}
+
+/// The keys `Gemma3NModel.set_gguf_parameters` adds to Gemma 3's: AltUp, per-layer
+/// inputs, KV sharing, the activation-sparsity scales (the standard normal quantile of
+/// each layer's sparsity, see [`normal_icdf_f32`]) and the per-layer sliding-window
+/// flags from `layer_types`. Absent config fields are omitted (the converter would fail).
+fn gemma3n_keys(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
+    for (json, key) in [
+        ("altup_active_idx", "altup.active_idx"),
+        ("altup_num_inputs", "altup.num_inputs"),
+        (
+            "hidden_size_per_layer_input",
+            "embedding_length_per_layer_input",
+        ),
+        ("num_kv_shared_layers", "attention.shared_kv_layers"),
+    ] {
+        if let Some(v) = hp.u32(json)? {
+            m.insert(format!("{a}.{key}"), Value::U32(v));
+        }
+    }
+    let sparsity = "must be a list of probabilities in [0, 1]";
+    if let Some(ps) = hp.array("activation_sparsity_pattern", sparsity)? {
+        let scales = ps
+            .iter()
+            .map(|p| {
+                p.as_f64()
+                    .map(|p| p as f32)
+                    .filter(|p| (0.0..=1.0).contains(p))
+                    .map(normal_icdf_f32)
+            })
+            .collect::<Option<Vec<f32>>>()
+            .ok_or_else(|| hp.bad("activation_sparsity_pattern", sparsity))?;
+        m.insert(
+            format!("{a}.activation_sparsity_scale"),
+            Value::Array(Array::F32(scales)),
+        );
+    }
+    let types = "must be a list of strings";
+    if let Some(ts) = hp.array("layer_types", types)? {
+        let sliding = ts
+            .iter()
+            .map(|t| t.as_str().map(|t| t == "sliding_attention"))
+            .collect::<Option<Vec<bool>>>()
+            .ok_or_else(|| hp.bad("layer_types", types))?;
+        m.insert(
+            format!("{a}.attention.sliding_window_pattern"),
+            Value::Array(Array::Bool(sliding)),
+        );
+    }
+    Ok(())
+}
+
+/// The standard normal quantile of `p` exactly as the converter computes it in
+/// float32 with torch: `Normal(0, 1).icdf(p)` = `erfinv(2p − 1) · √2`, where
+/// `2p − 1` is rounded to f32, `erfinv` gives the f32 nearest the true value and
+/// the product is an f32 multiplication by `√2` rounded to f32. `p = 0` gives −∞,
+/// `p = 1` +∞.
+///
+/// torch's f32 `erfinv` (a rational guess and two Newton steps in f32) is within an
+/// ulp of the correctly rounded value; on the inputs that matter (0.95 in released
+/// Gemma 3n configs, 0) it is the correctly rounded value, checked bit for bit
+/// against llama.cpp's output. Elsewhere it may differ by 1 ulp.
+pub fn normal_icdf_f32(p: f32) -> f32 {
+    let y = 2.0f32 * p - 1.0;
+    erfinv_f32(y) * std::f32::consts::SQRT_2
+}
+
+/// `erfinv(y)` for an f32 `y`, rounded to f32 from an f64 evaluation accurate to
+/// about 1e-16 (NaN outside [−1, 1], ±∞ at ±1).
+fn erfinv_f32(y: f32) -> f32 {
+    if y.is_nan() || y.abs() > 1.0 {
+        return f32::NAN;
+    }
+    if y.abs() == 1.0 {
+        return f32::INFINITY.copysign(y);
+    }
+    // erfinv(y) = Φ⁻¹((y + 1) / 2) / √2, with Φ⁻¹ by Wichura's AS241 (PPND16) written
+    // in terms of q = p − 0.5 = y / 2 and, in the tails, r = min(p, 1 − p) =
+    // (1 − |y|) / 2, which are exact in f64 for an f32 y.
+    let y = f64::from(y);
+    let q = y / 2.0;
+    let poly = |c: &[f64], x: f64| c.iter().rev().fold(0.0, |acc, &k| acc * x + k);
+    let x = if q.abs() <= 0.425 {
+        let r = 0.180625 - q * q;
+        q * poly(&as241::A, r) / poly(&as241::B, r)
+    } else {
+        let r = (-((1.0 - y.abs()) / 2.0).ln()).sqrt();
+        let x = if r <= 5.0 {
+            let r = r - 1.6;
+            poly(&as241::C, r) / poly(&as241::D, r)
+        } else {
+            let r = r - 5.0;
+            poly(&as241::E, r) / poly(&as241::F, r)
+        };
+        x.copysign(q)
+    };
+    (x / std::f64::consts::SQRT_2) as f32
+}
+
+/// Wichura's AS241 (PPND16) coefficients, lowest degree first, with the published
+/// digits (Applied Statistics 37(3), 1988): `A/B` for |p − 0.5| ≤ 0.425, `C/D` for
+/// r = √−ln(min(p, 1 − p)) ≤ 5, `E/F` beyond.
+#[allow(clippy::excessive_precision)]
+mod as241 {
+    pub(super) const A: [f64; 8] = [
+        3.387_132_872_796_366_608,
+        1.331_416_678_917_843_774_5e2,
+        1.971_590_950_306_551_442_7e3,
+        1.373_169_376_550_946_112_5e4,
+        4.592_195_393_154_987_145_7e4,
+        6.726_577_092_700_870_085_3e4,
+        3.343_057_558_358_812_810_5e4,
+        2.509_080_928_730_122_672_7e3,
+    ];
+    pub(super) const B: [f64; 8] = [
+        1.0,
+        4.231_333_070_160_091_125_2e1,
+        6.871_870_074_920_579_083e2,
+        5.394_196_021_424_751_107_7e3,
+        2.121_379_430_158_659_586_7e4,
+        3.930_789_580_009_271_061e4,
+        2.872_908_573_572_194_267_4e4,
+        5.226_495_278_852_854_561e3,
+    ];
+    pub(super) const C: [f64; 8] = [
+        1.423_437_110_749_683_577_34,
+        4.630_337_846_156_545_295_9,
+        5.769_497_221_460_691_405_5,
+        3.647_848_324_763_204_605_04,
+        1.270_458_252_452_368_382_58,
+        2.417_807_251_774_506_117_7e-1,
+        2.272_384_498_926_918_458_33e-2,
+        7.745_450_142_783_414_076_4e-4,
+    ];
+    pub(super) const D: [f64; 8] = [
+        1.0,
+        2.053_191_626_637_758_821_87,
+        1.676_384_830_183_803_849_4,
+        6.897_673_349_851_000_045_5e-1,
+        1.481_039_764_274_800_745_9e-1,
+        1.519_866_656_361_645_719_66e-2,
+        5.475_938_084_995_344_946e-4,
+        1.050_750_071_644_416_843_24e-9,
+    ];
+    pub(super) const E: [f64; 8] = [
+        6.657_904_643_501_103_777_2,
+        5.463_784_911_164_114_369_9,
+        1.784_826_539_917_291_335_8,
+        2.965_605_718_285_048_912_3e-1,
+        2.653_218_952_657_612_309_3e-2,
+        1.242_660_947_388_078_438_6e-3,
+        2.711_555_568_743_487_578_15e-5,
+        2.010_334_399_292_288_132_65e-7,
+    ];
+    pub(super) const F: [f64; 8] = [
+        1.0,
+        5.998_322_065_558_879_376_9e-1,
+        1.369_298_809_227_358_053_1e-1,
+        1.487_536_129_085_061_485_25e-2,
+        7.868_691_311_456_132_591e-4,
+        1.846_318_317_510_054_681_8e-5,
+        1.421_511_758_316_445_888_7e-7,
+        2.044_263_103_389_939_785_64e-15,
+    ];
 }
 
 /// `<arch>.rope.scaling.*` from `rope_parameters` (transformers 5) or `rope_scaling`
@@ -420,6 +629,91 @@ mod tests {
         assert_eq!(m.get_f32("gemma3.rope.freq_base"), Some(1e6));
         assert_eq!(m.get_f32("gemma3.final_logit_softcapping"), Some(30.0));
         assert_eq!(m.get_u32("gemma3.attention.sliding_window"), Some(512));
+    }
+
+    #[test]
+    fn normal_icdf_matches_torch_f32() {
+        // llama.cpp's converter writes torch's Normal(0, 1).icdf(p) in float32 as
+        // gemma3n.activation_sparsity_scale; 0.95 → 0x3fd28a90 (1.6448536) in the
+        // tiny fixture's GGUF, while the correctly rounded quantile is 0x3fd28a8f:
+        // the f32 erfinv and the f32 multiplication by √2 both round.
+        assert_eq!(normal_icdf_f32(0.95).to_bits(), 0x3fd2_8a90);
+        assert_eq!(normal_icdf_f32(0.0), f32::NEG_INFINITY);
+        assert_eq!(normal_icdf_f32(1.0), f32::INFINITY);
+        assert_eq!(normal_icdf_f32(0.5), 0.0);
+        assert!(normal_icdf_f32(1.5).is_nan());
+        assert!(normal_icdf_f32(f32::NAN).is_nan());
+        // Symmetric, and the tails and centre of the rational approximation:
+        // expected bits from float32(float32(Φ⁻¹((y + 1) / 2) / √2) · float32(√2)).
+        assert_eq!(
+            normal_icdf_f32(0.05).to_bits(),
+            normal_icdf_f32(0.95).to_bits() | 0x8000_0000
+        );
+        for (p, bits) in [
+            (0.75f32, 0x3f2c_ab5cu32),
+            (0.99, 0x4014_e2e4),
+            (0.001, 0xc045_c66e),
+            (0.999_999, 0x4098_0635),
+        ] {
+            assert_eq!(normal_icdf_f32(p).to_bits(), bits, "{p}");
+        }
+    }
+
+    #[test]
+    fn gemma3n_keys_and_types() {
+        let c: Json = serde_json::json!({"architectures": ["Gemma3nForConditionalGeneration"],
+            "model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text", "num_hidden_layers": 3,
+            "intermediate_size": [128, 256, 128], "altup_active_idx": 0, "altup_num_inputs": 4,
+            "hidden_size_per_layer_input": 32, "num_kv_shared_layers": 1,
+            "activation_sparsity_pattern": [0.95, 0.0, 0.0],
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+            "rope_theta": 1e6, "rope_local_base_freq": 1e4, "sliding_window": 512}});
+        let m = config_to_metadata(&c, Path::new("c")).unwrap();
+        assert_eq!(m.get_str("general.architecture"), Some("gemma3n"));
+        assert_eq!(
+            m.get("gemma3n.feed_forward_length"),
+            Some(&Value::Array(Array::I32(vec![128, 256, 128])))
+        );
+        assert_eq!(m.get_u32("gemma3n.altup.active_idx"), Some(0));
+        assert_eq!(m.get_u32("gemma3n.altup.num_inputs"), Some(4));
+        assert_eq!(
+            m.get_u32("gemma3n.embedding_length_per_layer_input"),
+            Some(32)
+        );
+        assert_eq!(m.get_u32("gemma3n.attention.shared_kv_layers"), Some(1));
+        assert_eq!(
+            m.get_f32_array("gemma3n.activation_sparsity_scale"),
+            Some(&[normal_icdf_f32(0.95), f32::NEG_INFINITY, f32::NEG_INFINITY][..])
+        );
+        assert_eq!(
+            m.get("gemma3n.attention.sliding_window_pattern"),
+            Some(&Value::Array(Array::Bool(vec![true, true, false])))
+        );
+        assert_eq!(m.get_f32("gemma3n.rope.freq_base"), Some(1e6));
+        assert_eq!(m.get_f32("gemma3n.rope.freq_base_swa"), Some(1e4));
+        assert_eq!(m.get_u32("gemma3n.attention.sliding_window"), Some(512));
+        // Gemma 3 defaults apply (Gemma3NModel extends Gemma3Model).
+        assert_eq!(m.get_u32("gemma3n.attention.key_length"), Some(256));
+        assert_eq!(m.get_u32("gemma3n.context_length"), Some(131_072));
+        // A scalar intermediate_size stays a UINT32.
+        let c: Json = serde_json::json!({"model_type": "gemma3n_text", "intermediate_size": 8192});
+        let m = config_to_metadata(&c, Path::new("c")).unwrap();
+        assert_eq!(m.get_u32("gemma3n.feed_forward_length"), Some(8192));
+        assert_eq!(m.get("gemma3n.activation_sparsity_scale"), None);
+        for bad in [
+            serde_json::json!({"model_type": "gemma3n_text", "intermediate_size": [1, -1]}),
+            serde_json::json!({"model_type": "gemma3n_text", "activation_sparsity_pattern": [1.5]}),
+            serde_json::json!({"model_type": "gemma3n_text", "activation_sparsity_pattern": 0.95}),
+            serde_json::json!({"model_type": "gemma3n_text", "layer_types": [1]}),
+        ] {
+            assert!(
+                matches!(
+                    config_to_metadata(&bad, Path::new("c")),
+                    Err(Error::BadConfig { .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

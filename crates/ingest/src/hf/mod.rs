@@ -9,11 +9,14 @@
 //! [`crate::Source::tensor_bytes`]:
 //! - llama-family `q_proj`/`k_proj` rows: [`Transform::RopePermute`];
 //! - Gemma 3 RMS-norm weights (`*norm.weight`): [`Transform::PlusOne`] (stored as F32,
-//!   like the converter);
+//!   like the converter; Gemma 3n's norms are used as they are and stay untouched);
 //! - per-expert matrices (qwen3moe `mlp.experts.E.*`, mixtral
 //!   `block_sparse_moe.experts.E.w1/w2/w3`): one stacked `[cols, rows, n_expert]`
 //!   tensor `blk.N.ffn_{gate,up,down}_exps.weight` ([`Transform::Stack`], or a plain
-//!   range when the experts happen to be back to back in one file);
+//!   range when the experts happen to be back to back in one file); likewise Gemma
+//!   3n's `altup_projections.{0,1,2}` / `altup_unembed_projections.{0,1,2}` become one
+//!   `[n_embd, n_embd, 3]` `altup_proj.weight` / `altup_unembd_proj.weight`
+//!   ([`HfName::Part`]);
 //! - Llama 3 RoPE (`rope_type: "llama3"`): the converter's generated
 //!   `rope_freqs.weight` ([`Transform::Generated`]).
 //!
@@ -23,7 +26,7 @@
 mod config;
 mod names;
 
-pub use config::{config_to_metadata, gguf_architecture, llama3_rope_factors};
+pub use config::{config_to_metadata, gguf_architecture, llama3_rope_factors, normal_icdf_f32};
 pub use names::{map_tensor_name, HfName};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -216,10 +219,11 @@ pub fn to_f32(bytes: &[u8], t: GgmlType) -> Option<Vec<f32>> {
     }
 }
 
-/// A tensor being assembled: a finished descriptor, or a stacked-expert group.
+/// A tensor being assembled: a finished descriptor, or a stacked group (experts or
+/// AltUp projections) with the number of parts the config says it must have.
 enum Slot {
     Done(TensorInfo),
-    Group(String),
+    Group(String, Option<u64>),
 }
 
 fn build(
@@ -276,14 +280,26 @@ fn build(
             transform: Some(Transform::Generated { bytes }),
         }));
     }
+    let expert_count = metadata
+        .get_u32(&format!("{arch}.expert_count"))
+        .map(u64::from);
+    // Gemma 3n: one projection per AltUp input but the active one.
+    let altup_parts = metadata
+        .get_u32(&format!("{arch}.altup.num_inputs"))
+        .map(|n| u64::from(n).saturating_sub(1));
     let mut groups: HashMap<String, Vec<(u64, usize, SafetensorsTensor)>> = HashMap::new();
     for (fi, t) in tensors {
         let path = &files[fi].path;
         let dims: Vec<u64> = t.shape.iter().rev().copied().collect();
         let (name, mapped) = match map_tensor_name(&arch, &t.name) {
-            HfName::Expert {
-                expert, stacked, ..
-            } => {
+            m @ (HfName::Expert { .. } | HfName::Part { .. }) => {
+                let (index, stacked, count) = match m {
+                    HfName::Expert {
+                        expert, stacked, ..
+                    } => (expert, stacked, expert_count),
+                    HfName::Part { index, stacked } => (index, stacked, altup_parts),
+                    _ => unreachable!("matched above"),
+                };
                 let g = groups.entry(stacked.clone()).or_default();
                 if g.is_empty() {
                     if !names.insert(stacked.clone()) {
@@ -292,9 +308,9 @@ fn build(
                             tensor: stacked,
                         });
                     }
-                    slots.push(Slot::Group(stacked));
+                    slots.push(Slot::Group(stacked, count));
                 }
-                g.push((expert, fi, t));
+                g.push((index, fi, t));
                 continue;
             }
             HfName::Gguf(n) => (n, true),
@@ -366,14 +382,13 @@ fn build(
         slots.push(Slot::Done(info));
     }
 
-    let expert_count = metadata.get_u32(&format!("{arch}.expert_count"));
     let mut out = Vec::with_capacity(slots.len());
     for slot in slots {
         match slot {
             Slot::Done(t) => out.push(t),
-            Slot::Group(name) => {
+            Slot::Group(name, count) => {
                 let parts = groups.remove(&name).unwrap_or_default();
-                out.push(stack(&files, name, parts, expert_count)?);
+                out.push(stack(&files, name, parts, count)?);
             }
         }
     }
@@ -386,19 +401,20 @@ fn build(
     })
 }
 
-/// Stacks per-expert 2-D tensors into one `[cols, rows, n]` tensor.
+/// Stacks numbered 2-D tensors (experts, AltUp projections) into one `[cols, rows, n]`
+/// tensor; `count` is how many parts config.json says there are, when it says.
 fn stack(
     files: &[SourceFile],
     name: String,
     mut parts: Vec<(u64, usize, SafetensorsTensor)>,
-    expert_count: Option<u32>,
+    count: Option<u64>,
 ) -> Result<TensorInfo, Error> {
     parts.sort_by_key(|p| p.0);
     let Some((_, f0, first)) = parts.first() else {
         return Err(Error::BadTransform {
             file: PathBuf::new(),
             tensor: name,
-            reason: "no experts",
+            reason: "no parts to stack",
         });
     };
     let bad = |reason| Error::BadTransform {
@@ -407,12 +423,14 @@ fn stack(
         reason,
     };
     if parts.iter().enumerate().any(|(i, p)| p.0 != i as u64) {
-        return Err(bad("expert numbers are not 0..n without gaps or repeats"));
+        return Err(bad(
+            "stacked part (expert) numbers are not 0..n without gaps or repeats",
+        ));
     }
-    if let Some(n) = expert_count {
-        if u64::from(n) != parts.len() as u64 {
+    if let Some(n) = count {
+        if n != parts.len() as u64 {
             return Err(bad(
-                "the number of experts differs from config.json's expert count",
+                "the number of stacked parts differs from config.json's (expert count, AltUp inputs − 1)",
             ));
         }
     }
@@ -421,7 +439,9 @@ fn stack(
             .iter()
             .any(|p| p.2.shape != first.shape || p.2.ggml_type != first.ggml_type)
     {
-        return Err(bad("experts must all be 2-D with the same shape and dtype"));
+        return Err(bad(
+            "stacked parts must all be 2-D with the same shape and dtype",
+        ));
     }
     let n = parts.len() as u64;
     let size = first

@@ -18,6 +18,16 @@ pub enum HfName {
         /// Name of the stacked GGUF tensor (`blk.N.ffn_gate_exps.weight`).
         stacked: String,
     },
+    /// One matrix of a stacked GGUF tensor that is not per expert: Gemma 3n's
+    /// `model.altup_projections.{0,1,2}` → `altup_proj.weight` and
+    /// `model.altup_unembed_projections.{0,1,2}` → `altup_unembd_proj.weight`
+    /// (the converter's `torch.stack(..., dim=0)`).
+    Part {
+        /// Position in the stack (outermost GGUF dimension).
+        index: u64,
+        /// Name of the stacked GGUF tensor.
+        stacked: String,
+    },
     /// Not understood: keep the HF name.
     Unmapped,
 }
@@ -41,21 +51,55 @@ fn normalize(hf: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Maps an HF tensor name of a model of GGUF architecture `arch`
-/// (`"llama"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma3"`; mixtral is `"llama"`).
+/// (`"llama"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma3"`, `"gemma3n"`; mixtral
+/// is `"llama"`).
 pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
-    if !matches!(arch, "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gemma3") {
+    if !matches!(
+        arch,
+        "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gemma3" | "gemma3n"
+    ) {
         return HfName::Unmapped;
     }
+    let gemma3n = arch == "gemma3n";
     let hf = normalize(hf);
+    // Gemma3NModel.filter_tensors: `altup.correct_output_scale` has no `.weight`.
+    let hf = match hf {
+        n if gemma3n && n.ends_with("_scale") => format!("{n}.weight").into(),
+        n => n,
+    };
     let hf = hf.as_ref();
     let top = match hf {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "lm_head.weight" => Some("output.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
+        "model.embed_tokens_per_layer.weight" if gemma3n => Some("per_layer_token_embd.weight"),
+        "model.per_layer_model_projection.weight" if gemma3n => Some("per_layer_model_proj.weight"),
+        "model.per_layer_projection_norm.weight" if gemma3n => Some("per_layer_proj_norm.weight"),
         _ => None,
     };
     if let Some(g) = top {
         return HfName::Gguf(g.to_string());
+    }
+    if gemma3n {
+        // AltUp projections, stacked by the converter: `model.altup_projections.I.weight`.
+        for (prefix, stacked) in [
+            ("model.altup_projections.", "altup_proj.weight"),
+            (
+                "model.altup_unembed_projections.",
+                "altup_unembd_proj.weight",
+            ),
+        ] {
+            let Some(rest) = hf.strip_prefix(prefix) else {
+                continue;
+            };
+            return match rest.strip_suffix(".weight").map(|i| (i, i.parse::<u64>())) {
+                Some((i, Ok(index))) if index.to_string() == i => HfName::Part {
+                    index,
+                    stacked: stacked.to_string(),
+                },
+                _ => HfName::Unmapped,
+            };
+        }
     }
     let Some(rest) = hf.strip_prefix("model.layers.") else {
         return HfName::Unmapped;
@@ -103,7 +147,7 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
         };
     }
 
-    let gemma = arch == "gemma3";
+    let gemma = arch == "gemma3" || gemma3n;
     let g = match module {
         "input_layernorm" => "attn_norm",
         "self_attn.q_proj" => "attn_q",
@@ -120,6 +164,17 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "mlp.gate" | "block_sparse_moe.gate" => "ffn_gate_inp",
+        "per_layer_input_gate" if gemma3n => "inp_gate",
+        "per_layer_projection" if gemma3n => "proj",
+        "post_per_layer_input_norm" if gemma3n => "post_norm",
+        "altup.correction_coefs" if gemma3n => "altup_correct_coef",
+        "altup.correct_output_scale" if gemma3n => "altup_correct_scale",
+        "altup.prediction_coefs" if gemma3n => "altup_predict_coef",
+        "altup.modality_router" if gemma3n => "altup_router",
+        "altup.router_norm" if gemma3n => "altup_router_norm",
+        "laurel.linear_left" if gemma3n => "laurel_l",
+        "laurel.linear_right" if gemma3n => "laurel_r",
+        "laurel.post_laurel_norm" if gemma3n => "laurel_post_norm",
         _ => return HfName::Unmapped,
     };
     HfName::Gguf(format!("blk.{layer}.{g}.{kind}"))
@@ -170,6 +225,160 @@ mod tests {
         assert_eq!(g("llama", "model.layers.x.mlp.up_proj.weight"), None);
         assert_eq!(g("phi3", "model.embed_tokens.weight"), None);
         assert_eq!(g("llama", "model.layers.0.mlp.up_proj.scales"), None);
+    }
+
+    #[test]
+    fn gemma3n_names() {
+        let cases = [
+            ("model.embed_tokens.weight", "token_embd.weight"),
+            (
+                "model.embed_tokens_per_layer.weight",
+                "per_layer_token_embd.weight",
+            ),
+            (
+                "model.per_layer_model_projection.weight",
+                "per_layer_model_proj.weight",
+            ),
+            (
+                "model.per_layer_projection_norm.weight",
+                "per_layer_proj_norm.weight",
+            ),
+            ("model.norm.weight", "output_norm.weight"),
+            (
+                "model.layers.3.per_layer_input_gate.weight",
+                "blk.3.inp_gate.weight",
+            ),
+            (
+                "model.layers.3.per_layer_projection.weight",
+                "blk.3.proj.weight",
+            ),
+            (
+                "model.layers.3.post_per_layer_input_norm.weight",
+                "blk.3.post_norm.weight",
+            ),
+            (
+                "model.layers.0.altup.correct_output_scale",
+                "blk.0.altup_correct_scale.weight",
+            ),
+            (
+                "model.layers.0.altup.correction_coefs.weight",
+                "blk.0.altup_correct_coef.weight",
+            ),
+            (
+                "model.layers.0.altup.prediction_coefs.weight",
+                "blk.0.altup_predict_coef.weight",
+            ),
+            (
+                "model.layers.0.altup.modality_router.weight",
+                "blk.0.altup_router.weight",
+            ),
+            (
+                "model.layers.0.altup.router_norm.weight",
+                "blk.0.altup_router_norm.weight",
+            ),
+            (
+                "model.layers.1.laurel.linear_left.weight",
+                "blk.1.laurel_l.weight",
+            ),
+            (
+                "model.layers.1.laurel.linear_right.weight",
+                "blk.1.laurel_r.weight",
+            ),
+            (
+                "model.layers.1.laurel.post_laurel_norm.weight",
+                "blk.1.laurel_post_norm.weight",
+            ),
+            (
+                "model.layers.2.input_layernorm.weight",
+                "blk.2.attn_norm.weight",
+            ),
+            (
+                "model.layers.2.post_attention_layernorm.weight",
+                "blk.2.post_attention_norm.weight",
+            ),
+            (
+                "model.layers.2.pre_feedforward_layernorm.weight",
+                "blk.2.ffn_norm.weight",
+            ),
+            (
+                "model.layers.2.post_feedforward_layernorm.weight",
+                "blk.2.post_ffw_norm.weight",
+            ),
+            (
+                "model.layers.2.self_attn.q_norm.weight",
+                "blk.2.attn_q_norm.weight",
+            ),
+            (
+                "model.layers.2.self_attn.k_norm.weight",
+                "blk.2.attn_k_norm.weight",
+            ),
+            (
+                "model.layers.2.self_attn.v_proj.weight",
+                "blk.2.attn_v.weight",
+            ),
+            (
+                "model.layers.2.mlp.down_proj.weight",
+                "blk.2.ffn_down.weight",
+            ),
+            // Gemma3nForConditionalGeneration's text model.
+            (
+                "model.language_model.embed_tokens_per_layer.weight",
+                "per_layer_token_embd.weight",
+            ),
+            (
+                "model.language_model.layers.5.laurel.linear_left.weight",
+                "blk.5.laurel_l.weight",
+            ),
+        ];
+        for (hf, want) in cases {
+            assert_eq!(g("gemma3n", hf).as_deref(), Some(want), "{hf}");
+        }
+        assert_eq!(
+            map_tensor_name("gemma3n", "model.altup_projections.2.weight"),
+            HfName::Part {
+                index: 2,
+                stacked: "altup_proj.weight".into()
+            }
+        );
+        assert_eq!(
+            map_tensor_name(
+                "gemma3n",
+                "model.language_model.altup_unembed_projections.0.weight"
+            ),
+            HfName::Part {
+                index: 0,
+                stacked: "altup_unembd_proj.weight".into()
+            }
+        );
+        assert_eq!(
+            map_tensor_name("gemma3n", "model.altup_projections.01.weight"),
+            HfName::Unmapped
+        );
+        assert_eq!(
+            map_tensor_name("gemma3n", "model.altup_projections.0.bias"),
+            HfName::Unmapped
+        );
+        // Gemma 3n-only names mean nothing to Gemma 3, and vice versa no `_scale` fix-up.
+        assert_eq!(
+            g("gemma3", "model.layers.0.laurel.linear_left.weight"),
+            None
+        );
+        assert_eq!(
+            g("gemma3", "model.layers.0.altup.correct_output_scale"),
+            None
+        );
+        assert_eq!(
+            map_tensor_name("gemma3", "model.altup_projections.0.weight"),
+            HfName::Unmapped
+        );
+        // Vision/audio towers stay unmapped.
+        assert_eq!(
+            g(
+                "gemma3n",
+                "model.audio_tower.subsample_conv_projection.input_proj_linear.weight"
+            ),
+            None
+        );
     }
 
     #[test]
