@@ -15,7 +15,9 @@ pub fn tiny(arch: &str) -> PathBuf {
 }
 
 /// The architectures of the tiny fixtures.
-pub const ARCHES: [&str; 6] = ["llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gemma3"];
+pub const ARCHES: [&str; 7] = [
+    "llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gemma3", "gemma3n",
+];
 
 /// Little-endian GGUF bytes, written field by field so tests can lie.
 #[derive(Default, Clone)]

@@ -15,6 +15,7 @@ fn every_tiny_gguf_parses_with_expected_tensor_counts() {
         ("qwen3moe", 27),
         ("mixtral", 23),
         ("gemma3", 80),
+        ("gemma3n", 145),
     ];
     for (arch, n) in counts {
         for q in ["f16", "q8_0"] {
