@@ -2,8 +2,8 @@
 //!
 //! Nothing is copied at open: files are memory-mapped and tensors are described by
 //! (file, offset, size). Only tensors that need a [`Transform`] to look like their
-//! GGUF counterpart (HF llama q/k rows, Gemma norms, per-expert HF weights) are
-//! materialised, one at a time, by [`Source::tensor_bytes`].
+//! GGUF counterpart (HF llama q/k rows, Gemma norms, per-expert HF weights, Gemma
+//! 3n's padded embeddings) are materialised, one at a time, by [`Source::tensor_bytes`].
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -153,6 +153,14 @@ pub enum Transform {
         /// The source ranges, expert 0 first; all of the tensor's type.
         parts: Vec<ByteRange>,
     },
+    /// The source range `(file, offset, src_size)` followed by zero bytes up to the
+    /// tensor's `size`: extra all-zero rows at the end. llama.cpp's converter pads
+    /// Gemma 3n's `token_embd` and `per_layer_token_embd` to `vocab_size` rows (zero
+    /// embeddings for the vision/audio tokens the text checkpoint has no rows for).
+    PadZeros {
+        /// Length of the source bytes (at most `size`).
+        src_size: u64,
+    },
     /// Bytes computed at open, read from no file (`file`/`offset` are 0): the
     /// `rope_freqs.weight` the converter generates for Llama 3 RoPE scaling.
     Generated {
@@ -204,6 +212,11 @@ impl TensorInfo {
                 size: self.n_elements().saturating_mul(from.type_size()),
             }],
             Some(Transform::Stack { parts }) => parts.clone(),
+            Some(Transform::PadZeros { src_size }) => vec![ByteRange {
+                file: self.file,
+                offset: self.offset,
+                size: *src_size,
+            }],
             Some(Transform::Generated { .. }) => Vec::new(),
         }
     }
@@ -407,6 +420,27 @@ impl Source {
                         .flat_map(|v| (v + 1.0).to_le_bytes())
                         .collect(),
                 ))
+            }
+            Some(Transform::PadZeros { src_size }) => {
+                let size = usize::try_from(t.size).ok().filter(|_| *src_size <= t.size);
+                let Some(size) = size else {
+                    return Err(Error::BadTensorInfo {
+                        tensor: t.name.clone(),
+                        reason: "padding: the source is larger than the tensor",
+                    });
+                };
+                let src = self.range(
+                    t,
+                    ByteRange {
+                        file: t.file,
+                        offset: t.offset,
+                        size: *src_size,
+                    },
+                )?;
+                let mut out = Vec::with_capacity(size);
+                out.extend_from_slice(src);
+                out.resize(size, 0);
+                Ok(Cow::Owned(out))
             }
             Some(Transform::Generated { bytes }) => {
                 if bytes.len() as u64 != t.size {

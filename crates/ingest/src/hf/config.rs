@@ -330,6 +330,14 @@ fn gemma3n_keys(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The number of rows llama.cpp's converter pads Gemma 3n's `token_embd` and
+/// `per_layer_token_embd` to (`Gemma3NModel.modify_tensors`): config.json's
+/// `vocab_size`, 262 400 when absent. Smaller tensors get zero rows appended.
+pub(crate) fn gemma3n_vocab_rows(config: &Json, file: &Path) -> Result<u64, Error> {
+    let hp = Hp { config, file };
+    Ok(hp.u32("vocab_size")?.map_or(262_400, u64::from))
+}
+
 /// The standard normal quantile of `p` exactly as the converter computes it in
 /// float32 with torch: `Normal(0, 1).icdf(p)` = `erfinv(2p − 1) · √2`, where
 /// `2p − 1` is rounded to f32, `erfinv` gives the f32 nearest the true value and

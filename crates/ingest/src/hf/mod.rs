@@ -17,6 +17,8 @@
 //!   3n's `altup_projections.{0,1,2}` / `altup_unembed_projections.{0,1,2}` become one
 //!   `[n_embd, n_embd, 3]` `altup_proj.weight` / `altup_unembd_proj.weight`
 //!   ([`HfName::Part`]);
+//! - Gemma 3n `token_embd`/`per_layer_token_embd` with fewer rows than `vocab_size`:
+//!   zero rows appended up to it, as the converter does ([`Transform::PadZeros`]);
 //! - Llama 3 RoPE (`rope_type: "llama3"`): the converter's generated
 //!   `rope_freqs.weight` ([`Transform::Generated`]).
 //!
@@ -378,6 +380,30 @@ fn build(
                 from: info.ggml_type,
             });
             info.ggml_type = GgmlType::F32;
+        }
+        if mapped
+            && arch == "gemma3n"
+            && matches!(
+                info.name.as_str(),
+                "token_embd.weight" | "per_layer_token_embd.weight"
+            )
+        {
+            let rows = match &config {
+                Some(c) => config::gemma3n_vocab_rows(c, &config_path)?,
+                None => 0,
+            };
+            let have = info.dims.last().copied().unwrap_or(0);
+            if info.dims.len() == 2 && have > 0 && have < rows {
+                if info.ggml_type.block_size() != 1 || !info.size.is_multiple_of(have) {
+                    return Err(bad(&info, "cannot pad the embedding rows of this type"));
+                }
+                let src_size = info.size;
+                info.size = (info.size / have)
+                    .checked_mul(rows)
+                    .ok_or_else(|| bad(&info, "size overflows"))?;
+                info.dims[1] = rows;
+                info.transform = Some(Transform::PadZeros { src_size });
+            }
         }
         slots.push(Slot::Done(info));
     }
