@@ -281,3 +281,178 @@ fn llama3_rope_generates_rope_freqs() {
         "llama3 scaling is the tensor, not keys"
     );
 }
+
+/// Writes `tensors` (name, dtype, shape, bytes) as `dir/model.safetensors`, in order.
+fn write_safetensors(dir: &std::path::Path, tensors: &[(String, String, Vec<u64>, Vec<u8>)]) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in tensors {
+        let begin = data.len();
+        data.extend_from_slice(bytes);
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [begin, data.len()]}),
+        );
+    }
+    let h = serde_json::to_vec(&header).unwrap();
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&h);
+    file.extend_from_slice(&data);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+}
+
+/// The tiny Gemma 3n checkpoint's tensors (name, dtype, shape, bytes), in file order.
+fn gemma3n_tensors() -> Vec<(String, String, Vec<u64>, Vec<u8>)> {
+    let src = Source::open(&tiny("gemma3n").join("hf")).unwrap();
+    let bytes = src.files[0].bytes();
+    let st = gpack_ingest::safetensors::parse(bytes).unwrap();
+    st.tensors
+        .iter()
+        .map(|t| {
+            let b = bytes[t.offset as usize..(t.offset + t.size) as usize].to_vec();
+            (t.name.clone(), t.dtype.clone(), t.shape.clone(), b)
+        })
+        .collect()
+}
+
+#[test]
+fn gemma3n_altup_stacks_norms_and_shared_kv() {
+    let s = Source::open(&tiny("gemma3n").join("hf")).unwrap();
+    assert_eq!(s.architecture(), Some("gemma3n"));
+    let st = gpack_ingest::safetensors::parse(s.files[0].bytes()).unwrap();
+    let hf = |n: &str| st.tensors.iter().find(|t| t.name == n).unwrap();
+    for (gguf, first) in [
+        ("altup_proj.weight", "model.altup_projections.0.weight"),
+        (
+            "altup_unembd_proj.weight",
+            "model.altup_unembed_projections.0.weight",
+        ),
+    ] {
+        // Back to back in the file: one plain range over the three matrices.
+        let t = s.tensor(gguf).unwrap();
+        assert_eq!(
+            (
+                t.ggml_type,
+                t.dims.as_slice(),
+                t.offset,
+                t.size,
+                &t.transform
+            ),
+            (
+                GgmlType::BF16,
+                &[64u64, 64, 3][..],
+                hf(first).offset,
+                3 * 64 * 64 * 2,
+                &None
+            )
+        );
+    }
+    assert!(s
+        .tensors
+        .iter()
+        .all(|t| !t.name.contains("altup_projections")
+            && !t.name.contains("altup_unembed_projections")));
+    // Norms are used unshifted: no PlusOne, still BF16, bytes straight from the file.
+    for n in [
+        "blk.0.attn_norm.weight",
+        "blk.0.attn_q_norm.weight",
+        "blk.3.altup_router_norm.weight",
+        "blk.5.laurel_post_norm.weight",
+        "per_layer_proj_norm.weight",
+        "output_norm.weight",
+        "blk.2.altup_correct_scale.weight",
+    ] {
+        let t = s.tensor(n).unwrap();
+        assert_eq!((t.ggml_type, &t.transform), (GgmlType::BF16, &None), "{n}");
+    }
+    // The last num_kv_shared_layers layers reuse earlier KV: no k/v projections.
+    for l in 0..6 {
+        for kv in ["attn_k", "attn_v", "attn_k_norm"] {
+            let name = format!("blk.{l}.{kv}.weight");
+            assert_eq!(s.tensor(&name).is_some(), l < 4, "{name}");
+        }
+    }
+    assert_eq!(
+        s.tensor("per_layer_token_embd.weight").unwrap().dims,
+        [192, 2048]
+    );
+    assert_eq!(s.tensors.len(), 145);
+}
+
+#[test]
+fn gemma3n_multimodal_layout_reordered_altup_and_vocab_padding() {
+    // Gemma3nForConditionalGeneration: text weights under model.language_model.*, an
+    // audio tower that stays unmapped, and the AltUp projections stored out of order
+    // (so the stacked tensor must be gathered from three ranges).
+    let mut tensors: Vec<_> = gemma3n_tensors()
+        .into_iter()
+        .map(|(n, d, s, b)| (n.replacen("model.", "model.language_model.", 1), d, s, b))
+        .collect();
+    let pos = |ts: &[(String, String, Vec<u64>, Vec<u8>)], n: &str| {
+        ts.iter().position(|t| t.0 == n).unwrap()
+    };
+    let p2 = pos(&tensors, "model.language_model.altup_projections.2.weight");
+    let p0 = pos(&tensors, "model.language_model.altup_projections.0.weight");
+    tensors.swap(p0, p2);
+    tensors.push((
+        "model.audio_tower.subsample_conv_projection.input_proj_linear.weight".into(),
+        "F32".into(),
+        vec![2],
+        vec![0; 8],
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_safetensors(d, &tensors);
+    let text: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tiny("gemma3n").join("hf/config.json")).unwrap())
+            .unwrap();
+    let mut config = serde_json::json!({"architectures": ["Gemma3nForConditionalGeneration"],
+        "model_type": "gemma3n", "text_config": text});
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+
+    let s = Source::open(d).unwrap();
+    let a = s.tensor("altup_proj.weight").unwrap();
+    let Some(Transform::Stack { parts }) = &a.transform else {
+        panic!("{a:?}")
+    };
+    assert_eq!(parts.len(), 3);
+    assert_eq!(a.source_ranges(), *parts);
+    assert!(s
+        .tensor("model.audio_tower.subsample_conv_projection.input_proj_linear.weight")
+        .is_some());
+    let mut text_only = Source::open(d).unwrap();
+    text_only
+        .tensors
+        .retain(|t| !t.name.starts_with("model.audio_tower"));
+    let gguf = Source::open(&tiny("gemma3n").join("gemma3n-f16.gguf")).unwrap();
+    compare(&text_only, &gguf, "gemma3n multimodal layout");
+
+    // A vocab_size larger than the embeddings: zero rows appended, as the converter
+    // does for the vision/audio token ids.
+    config["text_config"]["vocab_size"] = serde_json::json!(2050);
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+    let s = Source::open(d).unwrap();
+    for (name, width) in [
+        ("token_embd.weight", 64u64),
+        ("per_layer_token_embd.weight", 192),
+    ] {
+        let t = s.tensor(name).unwrap();
+        let plain = text_only.tensor(name).unwrap();
+        assert_eq!(t.dims, [width, 2050], "{name}");
+        assert_eq!(t.size, width * 2050 * 2);
+        assert_eq!(
+            t.transform,
+            Some(Transform::PadZeros {
+                src_size: width * 2048 * 2
+            })
+        );
+        assert_eq!(t.source_ranges()[0].size, plain.size);
+        let b = s.tensor_bytes(t).unwrap();
+        assert_eq!(b.len() as u64, t.size);
+        assert_eq!(
+            &b[..plain.size as usize],
+            &*text_only.tensor_bytes(plain).unwrap()
+        );
+        assert!(b[plain.size as usize..].iter().all(|&x| x == 0));
+    }
+}
