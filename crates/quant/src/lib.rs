@@ -60,6 +60,7 @@ pub mod view;
 pub use aligned::AlignedBuf;
 pub use ggml::dequantize_ggml;
 pub use gpack_format::ggml::GgmlType;
+pub use kernels::packed::PackedMatrix;
 pub use kernels::{
     matmul, matmul_on, matmul_with, matvec, matvec_on, matvec_ref, matvec_with, Isa,
     QuantizedActivations,

@@ -64,6 +64,7 @@ pub mod attn;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod packed;
 mod scalar;
 
 /// An instruction-set path for the kernels.
