@@ -3,6 +3,7 @@
 mod convert_inspect;
 mod interrupt;
 mod moe;
+mod ple;
 mod run;
 mod tokenize;
 mod verify_inspect;

@@ -44,7 +44,14 @@ fn main() {
     }
     let t = Instant::now();
     let w = GpackWeights::open(path.as_ref()).expect("open");
-    let m = Model::load_with(&w, &LoadOptions { experts: mode }).expect("load");
+    let m = Model::load_with(
+        &w,
+        &LoadOptions {
+            experts: mode,
+            ..LoadOptions::default()
+        },
+    )
+    .expect("load");
     let load_s = t.elapsed().as_secs_f64();
     let prompt: Vec<u32> = (0..p as u32)
         .map(|i| (i * 7919 + 13) % m.config.n_vocab as u32)

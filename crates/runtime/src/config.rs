@@ -35,6 +35,9 @@ pub enum Arch {
     Gemma3,
     /// Qwen3-MoE (Qwen3 attention, routed experts in every layer).
     Qwen3Moe,
+    /// Gemma 3n text (AltUp streams, Laurel, per-layer embeddings from the
+    /// PLE table, KV sharing, activation sparsity; see `gemma3n.rs`).
+    Gemma3n,
 }
 
 impl Arch {
@@ -46,6 +49,7 @@ impl Arch {
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
             "qwen3moe" => Arch::Qwen3Moe,
+            "gemma3n" => Arch::Gemma3n,
             _ => return None,
         })
     }
@@ -57,6 +61,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Gemma3n => "gemma3n",
         }
     }
 }
@@ -136,12 +141,89 @@ pub struct Config {
     /// Hidden width of one expert (`expert_feed_forward_length`, else
     /// `feed_forward_length`, as llama.cpp reads it for Mixtral).
     pub n_ff_exp: usize,
+    /// Gemma 3n's extra hyperparameters.
+    pub gemma3n: Option<Gemma3nConfig>,
+}
+
+/// Gemma 3n hyperparameters (llama.cpp `LLM_ARCH_GEMMA3N`; transformers
+/// `Gemma3nTextConfig`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gemma3nConfig {
+    /// Width of one layer's per-layer input (`embedding_length_per_layer_input`).
+    pub n_embd_per_layer: usize,
+    /// AltUp streams (`altup.num_inputs`).
+    pub n_altup: usize,
+    /// The stream the layers compute on (`altup.active_idx`).
+    pub altup_active: usize,
+    /// Per layer: the layer whose K/V cache it attends over (itself, or for
+    /// the last `attention.shared_kv_layers` layers the last non-shared
+    /// layer of the same kind, sliding or global, as transformers'
+    /// `kv_sharing_modes` defines it).
+    pub kv_source: Vec<usize>,
+    /// Per layer: the gaussian top-k multiplier `icdf(sparsity)` of the FFN
+    /// gate (`activation_sparsity_scale`), `None` for dense layers.
+    pub sparsity: Vec<Option<f32>>,
 }
 
 fn get_u(m: &dyn MetadataSource, key: String) -> Result<usize> {
     m.meta_u64(&key).map(|v| v as usize).ok_or(Error::Metadata {
         key,
         what: "integer",
+    })
+}
+
+fn gemma3n_config(m: &dyn MetadataSource, n_layer: usize, swa: &[bool]) -> Result<Gemma3nConfig> {
+    let k = |s: &str| format!("gemma3n.{s}");
+    let n_embd_per_layer = get_u(m, k("embedding_length_per_layer_input"))?;
+    let n_altup = m.meta_u64(&k("altup.num_inputs")).map_or(4, |v| v as usize);
+    let altup_active = m.meta_u64(&k("altup.active_idx")).map_or(0, |v| v as usize);
+    if !(2..=16).contains(&n_altup) || altup_active != 0 {
+        return Err(Error::Hparam {
+            what: "altup.num_inputs / altup.active_idx (2..=16 streams, active 0)",
+            value: n_altup as u64,
+        });
+    }
+    let shared = m
+        .meta_u64(&k("attention.shared_kv_layers"))
+        .map_or(0, |v| v as usize);
+    if shared >= n_layer {
+        return Err(Error::Hparam {
+            what: "attention.shared_kv_layers",
+            value: shared as u64,
+        });
+    }
+    let first_shared = n_layer - shared;
+    let mut kv_source = Vec::with_capacity(n_layer);
+    for l in 0..n_layer {
+        if l < first_shared {
+            kv_source.push(l);
+        } else {
+            let src = (0..first_shared).rev().find(|&j| swa[j] == swa[l]);
+            kv_source.push(src.ok_or(Error::Hparam {
+                what: "attention.shared_kv_layers (no earlier layer of the same kind)",
+                value: shared as u64,
+            })?);
+        }
+    }
+    let sparsity = match m.meta_num_array(&k("activation_sparsity_scale")) {
+        Some(v) if v.len() == n_layer => v
+            .iter()
+            .map(|&x| (x.is_finite()).then_some(x as f32))
+            .collect(),
+        Some(v) => {
+            return Err(Error::Hparam {
+                what: "activation_sparsity_scale (one value per layer)",
+                value: v.len() as u64,
+            })
+        }
+        None => vec![None; n_layer],
+    };
+    Ok(Gemma3nConfig {
+        n_embd_per_layer,
+        n_altup,
+        altup_active,
+        kv_source,
+        sparsity,
     })
 }
 
@@ -181,7 +263,19 @@ impl Config {
         let head_dim_v = m
             .meta_u64(&k("attention.value_length"))
             .map_or(head_dim, |v| v as usize);
-        let n_ff = get_u(m, k("feed_forward_length"))?;
+        let n_ff = match m.meta_num_array(&k("feed_forward_length")) {
+            // Per-layer widths (gemma3n writes an array): one width for all.
+            Some(v) => match v.first() {
+                Some(&f) if v.iter().all(|&x| x == f) && f >= 1.0 => f as usize,
+                _ => {
+                    return Err(Error::Hparam {
+                        what: "feed_forward_length (per-layer widths must be equal)",
+                        value: v.len() as u64,
+                    })
+                }
+            },
+            None => get_u(m, k("feed_forward_length"))?,
+        };
         let n_ctx_train = m
             .meta_u64(&k("context_length"))
             .map_or(2048, |v| v as usize);
@@ -197,7 +291,7 @@ impl Config {
         }
         let rope_base = m.meta_f32(&k("rope.freq_base")).unwrap_or(10000.0);
         let rope_base_swa = m.meta_f32(&k("rope.freq_base_swa")).unwrap_or(match arch {
-            Arch::Gemma3 => 10000.0,
+            Arch::Gemma3 | Arch::Gemma3n => 10000.0,
             _ => rope_base,
         });
         let scaling_type = m.meta_str(&k("rope.scaling.type"));
@@ -217,11 +311,20 @@ impl Config {
                     .max(1);
                 (0..n_layer).map(|il| il % pattern < pattern - 1).collect()
             }
+            (Arch::Gemma3n, Some(_)) => {
+                match m.meta_num_array(&k("attention.sliding_window_pattern")) {
+                    Some(v) if v.len() == n_layer => v.iter().map(|&x| x != 0.0).collect(),
+                    // llama.cpp's default for gemma3n: 4 sliding, 1 global.
+                    _ => (0..n_layer).map(|il| il % 5 < 4).collect(),
+                }
+            }
             _ => vec![false; n_layer],
         };
         let rope_style = match arch {
             Arch::Llama => RopeStyle::Normal,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Qwen3Moe => RopeStyle::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Qwen3Moe | Arch::Gemma3n => {
+                RopeStyle::Neox
+            }
         };
         let n_expert = m.meta_u64(&k("expert_count")).map_or(0, |v| v as usize);
         let n_expert_used = m
@@ -243,10 +346,20 @@ impl Config {
             .meta_u64(&k("expert_feed_forward_length"))
             .map_or(n_ff, |v| v as usize);
         let (embed_scale, activation) = match arch {
-            Arch::Gemma3 => (Some((n_embd as f32).sqrt()), Activation::GeluTanh),
+            Arch::Gemma3 | Arch::Gemma3n => (Some((n_embd as f32).sqrt()), Activation::GeluTanh),
             _ => (None, Activation::Silu),
         };
-        let attn_scale = 1.0 / (head_dim as f32).sqrt();
+        // Gemma 3n normalizes q and k per head instead (scaling = 1.0).
+        let attn_scale = if arch == Arch::Gemma3n {
+            1.0
+        } else {
+            1.0 / (head_dim as f32).sqrt()
+        };
+        let gemma3n = if arch == Arch::Gemma3n {
+            Some(gemma3n_config(m, n_layer, &swa_layers)?)
+        } else {
+            None
+        };
         let softcap = |s: &str| m.meta_f32(&k(s)).filter(|&c| c > 0.0);
         Ok(Config {
             arch,
@@ -275,6 +388,7 @@ impl Config {
             n_expert,
             n_expert_used,
             n_ff_exp,
+            gemma3n,
         })
     }
 

@@ -219,6 +219,11 @@ impl WeightSource for GpackWeights {
         self.lookup(name)?.ok()
     }
 
+    fn ple_table(&self, io: crate::ple::PleIo) -> Option<Result<crate::ple::PleTable>> {
+        self.g.section(gpack_format::SectionKind::Ple)?;
+        Some(crate::ple::PleTable::open(self.g.path(), io))
+    }
+
     fn release(&self, bytes: &[u8]) {
         self.g.release(bytes);
         if let Some((_, maps)) = &self.experts {

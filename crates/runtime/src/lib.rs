@@ -55,6 +55,8 @@ pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{default_stop_tokens, generate, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;
 pub use gpack::GpackWeights;
-pub use model::{LoadOptions, Logits, Model, Scratch, Sequence, State};
+pub use model::{
+    LoadOptions, Logits, Model, PleMode, PleStats, Scratch, Sequence, State, DEFAULT_PLE_CACHE,
+};
 pub use sampler::{argmax, Sampler, SamplerConfig};
 pub use weights::{AlignedBuf, HasMetadata, MetadataSource, TensorRef, WeightSource};

@@ -118,6 +118,58 @@ impl<'a> Matrix<'a> {
         }
     }
 
+    /// Splits a stacked matrix into `parts` matrices of equal row counts
+    /// (gemma3n's `altup_unembd_proj`, one `n_embd × n_embd` per stream).
+    /// `None` if the rows do not divide or the matrix is already an owned
+    /// transcode (split before [`Matrix::into_native`]).
+    pub fn split_rows(self, parts: usize) -> Option<Vec<Matrix<'a>>> {
+        let total = self.rows();
+        if parts == 0 || !total.is_multiple_of(parts) {
+            return None;
+        }
+        let rows = total / parts;
+        match self {
+            Matrix::Native {
+                view, row_start, ..
+            } => Some(
+                (0..parts)
+                    .map(|i| Matrix::Native {
+                        view,
+                        row_start: row_start + i * rows,
+                        rows,
+                    })
+                    .collect(),
+            ),
+            Matrix::Dense {
+                ty,
+                cols,
+                row_bytes,
+                bytes,
+                ..
+            } => Some(
+                (0..parts)
+                    .map(|i| Matrix::Dense {
+                        ty,
+                        rows,
+                        cols,
+                        row_bytes,
+                        bytes: &bytes[i * rows * row_bytes..(i + 1) * rows * row_bytes],
+                    })
+                    .collect(),
+            ),
+            Matrix::Owned { .. } => None,
+        }
+    }
+
+    /// Bytes of one row in its storage.
+    pub fn row_bytes(&self) -> usize {
+        match self {
+            Matrix::Native { view, .. } => view.byte_len() / view.rows().max(1),
+            Matrix::Owned { buf, rows, .. } => buf.as_slice().len() / (*rows).max(1),
+            Matrix::Dense { row_bytes, .. } => *row_bytes,
+        }
+    }
+
     pub fn rows(&self) -> usize {
         match self {
             Matrix::Native { rows, .. }

@@ -23,9 +23,13 @@ use crate::error::{Error, Result};
 use crate::experts::{ExpertMode, ExpertSlice, ExpertStats, ExpertStore, SliceData};
 use crate::matrix::{Matrix, Proj};
 use crate::ops::{self, Rope};
+use crate::ple::PleIo;
 use crate::weights::{to_f32_vec, TensorRef, WeightSource};
 use gpack_quant::Pool;
 use std::sync::Mutex;
+
+mod gemma3n;
+pub use gemma3n::{PleMode, PleStats};
 
 /// The feed-forward part of a block.
 #[derive(Debug)]
@@ -71,13 +75,29 @@ struct Layer<'a> {
 pub struct LoadOptions {
     /// How routed experts are read (ignored by dense models).
     pub experts: ExpertMode,
+    /// How a `.gpack`'s per-layer embedding table is read (models with one:
+    /// Gemma 3n).
+    pub ple: PleIo,
 }
 
+/// The default PLE row cache: 1024 sets × 4 ways.
+pub const DEFAULT_PLE_CACHE: PleIo = PleIo::Direct {
+    sets: 1024,
+    ways: 4,
+};
+
 impl Default for LoadOptions {
-    /// Experts as the environment says ([`ExpertMode::from_env`]).
+    /// Experts as the environment says ([`ExpertMode::from_env`]); PLE rows
+    /// by direct I/O with [`DEFAULT_PLE_CACHE`], or mmap when
+    /// `GPACK_PLE_MMAP=1`.
     fn default() -> Self {
         LoadOptions {
             experts: ExpertMode::from_env(),
+            ple: if std::env::var("GPACK_PLE_MMAP").is_ok_and(|v| v == "1") {
+                PleIo::Mmap
+            } else {
+                DEFAULT_PLE_CACHE
+            },
         }
     }
 }
@@ -98,6 +118,8 @@ pub struct Model<'a> {
     rope_swa: Rope,
     /// Routed experts of MoE models.
     experts: Option<ExpertStore<'a>>,
+    /// Gemma 3n's own weights and PLE table.
+    g3n: Option<Box<gemma3n::Gemma3n<'a>>>,
 }
 
 /// Which logits [`Model::forward`] computes.
@@ -194,6 +216,8 @@ pub struct Scratch {
     tmp: Vec<f32>,
     /// `[m][n_vocab]` logits of the last step.
     logits: Vec<f32>,
+    /// Gemma 3n's buffers.
+    g3n: gemma3n::G3nScratch,
 }
 
 impl Scratch {
@@ -233,7 +257,7 @@ impl State {
     }
 }
 
-fn dense_vec(
+pub(crate) fn dense_vec(
     w: &dyn WeightSource,
     name: &str,
     len: usize,
@@ -344,11 +368,17 @@ impl<'a> Model<'a> {
                 let name = n(s);
                 Matrix::bind(&name, tensor(w, &name)?, cols, Some(rows))?.into_native(&name)
             };
-            let qkv = Proj::new(vec![
-                mat("attn_q.weight", d, c.q_dim())?,
-                mat("attn_k.weight", d, c.k_dim())?,
-                mat("attn_v.weight", d, c.v_dim())?,
-            ]);
+            // Gemma 3n's KV-sharing layers have queries only.
+            let kv_shared = c.gemma3n.as_ref().is_some_and(|g| g.kv_source[l] != l);
+            let qkv = if kv_shared {
+                Proj::new(vec![mat("attn_q.weight", d, c.q_dim())?])
+            } else {
+                Proj::new(vec![
+                    mat("attn_q.weight", d, c.q_dim())?,
+                    mat("attn_k.weight", d, c.k_dim())?,
+                    mat("attn_v.weight", d, c.v_dim())?,
+                ])
+            };
             let biases = [
                 dense_vec(w, &n("attn_q.bias"), c.q_dim(), "bias")?,
                 dense_vec(w, &n("attn_k.bias"), c.k_dim(), "bias")?,
@@ -410,6 +440,12 @@ impl<'a> Model<'a> {
         } else {
             None
         };
+        let g3n = match &c.gemma3n {
+            Some(g) => Some(Box::new(gemma3n::Gemma3n::load(
+                w, g, d, c.n_layer, opts.ple,
+            )?)),
+            None => None,
+        };
         // Llama 3.1-style frequency factors (llama.cpp `rope_freqs.weight`,
         // divided into the frequencies by `ggml_rope_ext`).
         let freq_factors = dense_vec(w, "rope_freqs.weight", c.n_rot / 2, "rope factors")?;
@@ -436,7 +472,13 @@ impl<'a> Model<'a> {
             rope_global,
             rope_swa,
             experts,
+            g3n,
         })
+    }
+
+    /// The PLE table's counters (`None` for a model without one).
+    pub fn ple_stats(&self) -> Option<PleStats> {
+        self.g3n.as_ref().map(|g| g.stats())
     }
 
     /// Whether every layer's q‖k‖v and gate‖up run as single kernel calls.
@@ -614,78 +656,82 @@ impl<'a> Model<'a> {
             self.rope_swa.cos_sin(p, &mut s.cs_swa[t * r..(t + 1) * r]);
         }
 
-        for (l, layer) in self.layers.iter().enumerate() {
-            // ---- attention ----
-            for t in 0..n {
-                ops::rmsnorm(
-                    &mut s.xb[t * d..(t + 1) * d],
-                    &s.x[t * d..(t + 1) * d],
-                    &layer.attn_norm,
-                    c.rms_eps,
-                );
-            }
-            layer
-                .qkv
-                .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
-            let (rope, cs) = if layer.swa {
-                (&self.rope_swa, &s.cs_swa)
-            } else {
-                (&self.rope_global, &s.cs_global)
-            };
-            for t in 0..n {
-                let q_seq = &mut *seqs[s.row_seq[t]];
-                let nc = q_seq.n_ctx;
-                let p = s.row_pos[t];
-                let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
-                if let Some(b) = &layer.qkv_bias {
-                    row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+        if let Some(g) = &self.g3n {
+            self.gemma3n_layers(g, s, seqs, tokens, n)?;
+        } else {
+            for (l, layer) in self.layers.iter().enumerate() {
+                // ---- attention ----
+                for t in 0..n {
+                    ops::rmsnorm(
+                        &mut s.xb[t * d..(t + 1) * d],
+                        &s.x[t * d..(t + 1) * d],
+                        &layer.attn_norm,
+                        c.rms_eps,
+                    );
                 }
-                let (q, rest) = row.split_at_mut(qd);
-                let (k, v) = rest.split_at_mut(kd);
-                if let Some(w) = &layer.q_norm {
-                    q.chunks_exact_mut(hd)
-                        .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
-                }
-                if let Some(w) = &layer.k_norm {
-                    k.chunks_exact_mut(hd)
-                        .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
-                }
-                let cs_t = &cs[t * r..(t + 1) * r];
-                rope.apply(q, hd, cs_t);
-                rope.apply(k, hd, cs_t);
-                let k_layer = l * nc * kd;
-                let v_layer = l * nc * vd;
-                for (i, &kv) in k.iter().enumerate() {
-                    q_seq.k_cache[k_layer + i * nc + p] = kv;
-                }
-                q_seq.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
-            }
-            self.attention(s, seqs, l, layer.swa, n);
-            layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
-            self.residual(s, n, layer.post_attn_norm.as_deref());
-
-            // ---- feed-forward ----
-            for t in 0..n {
-                ops::rmsnorm(
-                    &mut s.xb[t * d..(t + 1) * d],
-                    &s.x[t * d..(t + 1) * d],
-                    &layer.ffn_norm,
-                    c.rms_eps,
-                );
-            }
-            match &layer.ffn {
-                Ffn::Dense { gate_up, down } => {
-                    let n_ff = c.n_ff;
-                    gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp);
-                    for t in 0..n {
-                        let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
-                        glu(c.activation, g, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
+                layer
+                    .qkv
+                    .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
+                let (rope, cs) = if layer.swa {
+                    (&self.rope_swa, &s.cs_swa)
+                } else {
+                    (&self.rope_global, &s.cs_global)
+                };
+                for t in 0..n {
+                    let q_seq = &mut *seqs[s.row_seq[t]];
+                    let nc = q_seq.n_ctx;
+                    let p = s.row_pos[t];
+                    let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
+                    if let Some(b) = &layer.qkv_bias {
+                        row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
                     }
-                    down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
+                    let (q, rest) = row.split_at_mut(qd);
+                    let (k, v) = rest.split_at_mut(kd);
+                    if let Some(w) = &layer.q_norm {
+                        q.chunks_exact_mut(hd)
+                            .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
+                    }
+                    if let Some(w) = &layer.k_norm {
+                        k.chunks_exact_mut(hd)
+                            .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
+                    }
+                    let cs_t = &cs[t * r..(t + 1) * r];
+                    rope.apply(q, hd, cs_t);
+                    rope.apply(k, hd, cs_t);
+                    let k_layer = l * nc * kd;
+                    let v_layer = l * nc * vd;
+                    for (i, &kv) in k.iter().enumerate() {
+                        q_seq.k_cache[k_layer + i * nc + p] = kv;
+                    }
+                    q_seq.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
                 }
-                Ffn::Moe { router } => self.moe(s, l, router, n)?,
+                self.attention(s, seqs, l, layer.swa, n);
+                layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
+                self.residual(s, n, layer.post_attn_norm.as_deref());
+
+                // ---- feed-forward ----
+                for t in 0..n {
+                    ops::rmsnorm(
+                        &mut s.xb[t * d..(t + 1) * d],
+                        &s.x[t * d..(t + 1) * d],
+                        &layer.ffn_norm,
+                        c.rms_eps,
+                    );
+                }
+                match &layer.ffn {
+                    Ffn::Dense { gate_up, down } => {
+                        let n_ff = c.n_ff;
+                        gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp);
+                        for t in 0..n {
+                            let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
+                            glu(c.activation, g, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
+                        }
+                        down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
+                    }
+                    Ffn::Moe { router } => self.moe(s, l, router, n)?,
+                }
+                self.residual(s, n, layer.post_ffn_norm.as_deref());
             }
-            self.residual(s, n, layer.post_ffn_norm.as_deref());
         }
         for (q, t) in seqs.iter_mut().zip(tokens) {
             q.pos += t.len();

@@ -149,6 +149,7 @@ pub struct PleTable {
     rows: u64,
     ggml_type: GgmlType,
     ne0: u64,
+    io: PleIo,
     backend: Backend,
 }
 
@@ -227,6 +228,7 @@ impl PleTable {
             rows,
             ggml_type,
             ne0,
+            io,
             backend,
         })
     }
@@ -249,6 +251,11 @@ impl PleTable {
     /// Elements per row.
     pub fn ne0(&self) -> u64 {
         self.ne0
+    }
+
+    /// The I/O mode it was opened with.
+    pub fn io(&self) -> PleIo {
+        self.io
     }
 
     /// Whether reads really bypass the page cache (false: mmap, or the

@@ -33,6 +33,11 @@ pub trait MetadataSource {
     fn meta_f32_array(&self, _key: &str) -> Option<Vec<f32>> {
         None
     }
+    /// An array of numbers or booleans (true = 1) as f64, if the provider
+    /// has it (per-layer values such as gemma3n's `feed_forward_length`).
+    fn meta_num_array(&self, _key: &str) -> Option<Vec<f64>> {
+        None
+    }
 }
 
 impl MetadataSource for gpack_ingest::Metadata {
@@ -50,6 +55,26 @@ impl MetadataSource for gpack_ingest::Metadata {
     }
     fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
         self.get_f32_array(key).map(<[f32]>::to_vec)
+    }
+    fn meta_num_array(&self, key: &str) -> Option<Vec<f64>> {
+        use gpack_ingest::Array;
+        fn conv<T: Copy>(v: &[T], f: impl Fn(T) -> f64) -> Option<Vec<f64>> {
+            Some(v.iter().map(|&x| f(x)).collect())
+        }
+        match self.get_array(key)? {
+            Array::U8(v) => conv(v, f64::from),
+            Array::I8(v) => conv(v, f64::from),
+            Array::U16(v) => conv(v, f64::from),
+            Array::I16(v) => conv(v, f64::from),
+            Array::U32(v) => conv(v, f64::from),
+            Array::I32(v) => conv(v, f64::from),
+            Array::U64(v) => conv(v, |x| x as f64),
+            Array::I64(v) => conv(v, |x| x as f64),
+            Array::F32(v) => conv(v, f64::from),
+            Array::F64(v) => conv(v, |x| x),
+            Array::Bool(v) => conv(v, |x| f64::from(u8::from(x))),
+            _ => None,
+        }
     }
 }
 
@@ -75,6 +100,9 @@ impl<T: HasMetadata> MetadataSource for T {
     }
     fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
         self.metadata_table().meta_f32_array(key)
+    }
+    fn meta_num_array(&self, key: &str) -> Option<Vec<f64>> {
+        self.metadata_table().meta_num_array(key)
     }
 }
 
@@ -133,6 +161,13 @@ pub trait WeightSource: MetadataSource + Send + Sync {
         n_expert: usize,
     ) -> Option<Result<ExpertSlice<'_>>> {
         crate::experts::stacked_slice(self, layer, expert, part, n_expert)
+    }
+
+    /// The per-layer embedding table when this store keeps it apart from the
+    /// tensors (a `.gpack`'s Ple section), opened in `io` mode; `None` when
+    /// the table, if any, is an ordinary tensor (`per_layer_token_embd.weight`).
+    fn ple_table(&self, _io: crate::ple::PleIo) -> Option<Result<crate::ple::PleTable>> {
+        None
     }
 
     /// Advice: `bytes` (a slice of this store's mapped files) will not be

@@ -61,8 +61,17 @@ pub struct Run {
 
 /// Full-prompt forward (all positions) and 16 greedy tokens with a KV cache.
 pub fn run(path: &Path, prompt: &[u32], n_greedy: usize) -> Run {
-    let w = GgufWeights::open(path).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
-    let m = Model::load(&w).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+    // A .gpack through its reader; a .gguf or HF directory through the GGUF one.
+    let w: Box<dyn gpack_runtime::WeightSource> = if path.extension().is_some_and(|e| e == "gpack")
+    {
+        Box::new(
+            gpack_runtime::GpackWeights::open(path)
+                .unwrap_or_else(|e| panic!("{}: {e:?}", path.display())),
+        )
+    } else {
+        Box::new(GgufWeights::open(path).unwrap_or_else(|e| panic!("{}: {e:?}", path.display())))
+    };
+    let m = Model::load(w.as_ref()).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
     let n_vocab = m.config.n_vocab;
     let mut s = m.new_state(64);
     let all = m.forward(&mut s, prompt, Logits::All).unwrap().to_vec();

@@ -24,7 +24,14 @@ fn tiny_moe_f16_and_hf_match_transformers() {
 
 /// Prompt logits (every position) and 8 greedy steps' logits, concatenated.
 fn logits(w: &dyn WeightSource, mode: ExpertMode, prompt: &[u32]) -> Vec<f32> {
-    let m = Model::load_with(w, &LoadOptions { experts: mode }).unwrap();
+    let m = Model::load_with(
+        w,
+        &LoadOptions {
+            experts: mode,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(m.expert_mode(), Some(mode));
     let mut s = m.new_state(64);
     let mut all = m.forward(&mut s, prompt, Logits::All).unwrap().to_vec();
@@ -120,7 +127,14 @@ fn only_routed_experts_are_read_and_the_cache_evicts_within_budget() {
     for path in [&emb, &ext] {
         let w = GpackWeights::open(path).unwrap();
         for mode in MODES {
-            let m = Model::load_with(&w, &LoadOptions { experts: mode }).unwrap();
+            let m = Model::load_with(
+                &w,
+                &LoadOptions {
+                    experts: mode,
+                    ..LoadOptions::default()
+                },
+            )
+            .unwrap();
             let c = m.config.clone();
             let per_expert = m.expert_bytes() / (c.n_layer * c.n_expert) as u64;
             let mut s = m.new_state(32);
@@ -195,7 +209,14 @@ fn corrupted_or_resized_external_shard_is_refused() {
     assert!(e.contains("SHA-256"), "{e}");
     let w = GpackWeights::open(&ext).unwrap();
     for mode in MODES {
-        let m = Model::load_with(&w, &LoadOptions { experts: mode }).unwrap();
+        let m = Model::load_with(
+            &w,
+            &LoadOptions {
+                experts: mode,
+                ..LoadOptions::default()
+            },
+        )
+        .unwrap();
         let mut s = m.new_state(16);
         let e = m.forward(&mut s, &[1, 2, 3], Logits::Last).unwrap_err();
         let msg = e.to_string();

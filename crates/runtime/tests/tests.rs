@@ -1,5 +1,6 @@
 //! Integration tests of gpack-runtime (one binary, modules below).
 mod fixtures;
+mod gemma3n;
 mod generation;
 mod moe;
 mod ple;

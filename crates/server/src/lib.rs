@@ -62,6 +62,9 @@ pub struct Options {
     /// How a MoE model's routed experts are read (default: the environment,
     /// [`gpack_runtime::ExpertMode::from_env`]).
     pub experts: gpack_runtime::ExpertMode,
+    /// How a per-layer embedding table is read (default: the environment,
+    /// [`gpack_runtime::LoadOptions::default`]).
+    pub ple: gpack_runtime::ple::PleIo,
 }
 
 impl Default for Options {
@@ -77,6 +80,7 @@ impl Default for Options {
             prefill_chunk: 256,
             model_name: None,
             experts: gpack_runtime::ExpertMode::from_env(),
+            ple: gpack_runtime::LoadOptions::default().ple,
         }
     }
 }
@@ -115,6 +119,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     let tok = loaded.tokenizer()?;
     let load = gpack_runtime::LoadOptions {
         experts: opts.experts,
+        ple: opts.ple,
     };
     let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),

@@ -46,6 +46,47 @@ impl ExpertArgs {
     }
 }
 
+/// How `run` and `serve` read a per-layer embedding (PLE) table.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PleArgs {
+    /// Models with a per-layer embedding table (Gemma 3n) in a .gpack: read
+    /// its rows through a mapping (the page cache decides what stays) instead
+    /// of direct I/O with a row cache (also GPACK_PLE_MMAP=1).
+    #[arg(long, conflicts_with = "ple_cache")]
+    pub ple_mmap: bool,
+    /// The direct-I/O PLE row cache as SETSxWAYS (default 1024x4: 4096 rows,
+    /// LRU within a set).
+    #[arg(long, value_name = "SETSxWAYS", value_parser = parse_ple_cache)]
+    pub ple_cache: Option<(usize, usize)>,
+}
+
+impl PleArgs {
+    /// How PLE rows are read: the flags, then the environment.
+    pub fn io(&self) -> gpack_runtime::ple::PleIo {
+        use gpack_runtime::ple::PleIo;
+        if self.ple_mmap {
+            return PleIo::Mmap;
+        }
+        match self.ple_cache {
+            Some((sets, ways)) => PleIo::Direct { sets, ways },
+            None => gpack_runtime::LoadOptions::default().ple,
+        }
+    }
+}
+
+fn parse_ple_cache(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{s:?} is not SETSxWAYS (two positive integers, e.g. 1024x4)");
+    let (a, b) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let (sets, ways) = (
+        a.trim().parse::<usize>().map_err(|_| bad())?,
+        b.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    if sets == 0 || ways == 0 || sets.checked_mul(ways).is_none_or(|n| n > 1 << 24) {
+        return Err(bad());
+    }
+    Ok((sets, ways))
+}
+
 fn parse_size_arg(s: &str) -> Result<usize, String> {
     gpack_runtime::experts::parse_size(s).ok_or_else(|| {
         format!("{s:?} is not a size (a number with an optional K, M, G or T suffix)")

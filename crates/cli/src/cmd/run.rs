@@ -2,7 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
-use gpack_runtime::{generate, ExpertMode, GenerateConfig, LoadOptions, Model, SamplerConfig};
+use gpack_runtime::{
+    generate, ExpertMode, GenerateConfig, LoadOptions, Model, PleMode, SamplerConfig,
+};
 use gpack_server::Loaded;
 use gpack_tokenizer::ChatMessage;
 use std::io::Write;
@@ -27,12 +29,18 @@ use std::time::Instant;
   gpack run smollm2.gpack --fallback-gguf SmolLM2-135M-Instruct.Q4_1.gguf -p Hi
   gpack run qwen3moe.gpack --expert-cache-bytes 8G --verbose -p Hello
   gpack run qwen3moe.gpack --expert-mmap -p Hello
+  gpack run gemma3n.gpack --ple-cache 4096x8 --verbose -p Hello
 
 Mixture-of-experts models (qwen3moe, mixtral) read their routed experts from
 the .gpack (embedded) or from the GGUF shards next to it (--external-experts
 conversions; each slice's SHA-256 is checked the first time it is used), either
 through a resident cache (default) or in place (--expert-mmap). Both give the
-same tokens.")]
+same tokens.
+
+Gemma 3n reads one row of its per-layer embedding (PLE) table per token: from a
+.gpack by direct I/O (O_DIRECT, bypassing the page cache) behind a
+set-associative row cache (default), or through a mapping (--ple-mmap). Both
+give the same tokens.")]
 pub struct Args {
     /// The model: .gpack, .gguf or a Hugging Face directory.
     model: PathBuf,
@@ -77,6 +85,8 @@ pub struct Args {
     stream_weights: Option<String>,
     #[command(flatten)]
     experts: super::ExpertArgs,
+    #[command(flatten)]
+    ple: super::PleArgs,
     /// At the end, also print the expert cache's hit rate and expert bytes
     /// read per token (MoE models), and the PLE row cache's hit rate.
     #[arg(short, long)]
@@ -121,15 +131,47 @@ fn report_caches(model: &Model, loaded: &Loaded) {
         }
         _ => eprintln!("experts: none (a dense model)"),
     }
-    let has_ple = matches!(loaded, Loaded::Gpack { weights, .. }
-        if weights.gpack().section(SectionKind::Ple).is_some());
-    if has_ple {
-        eprintln!(
-            "PLE: the file has a per-layer embedding table, but the {} graph does not read it (no row cache used)",
-            model.config.arch.name()
-        );
-    } else {
-        eprintln!("PLE: none in this model");
+    match model.ple_stats() {
+        Some(st) => {
+            let per_token = format!(
+                "{} rows read ({} per row)",
+                st.rows_read,
+                human(st.row_bytes as f64)
+            );
+            match st.mode {
+                PleMode::Direct {
+                    sets,
+                    ways,
+                    o_direct,
+                } => eprintln!(
+                    "PLE: row cache hit rate {:.1} % ({} hits, {} misses; {sets}x{ways} rows, {}), {per_token}",
+                    st.cache.hit_rate() * 100.0,
+                    st.cache.hits,
+                    st.cache.misses,
+                    if o_direct {
+                        "direct I/O"
+                    } else {
+                        "buffered reads: no O_DIRECT here"
+                    },
+                ),
+                PleMode::Mmap => eprintln!("PLE: mmap, no row cache; {per_token}"),
+                PleMode::Tensor => eprintln!(
+                    "PLE: read in place from the model file's tensor (no row cache; a .gpack keeps the table apart); {per_token}"
+                ),
+            }
+        }
+        None => {
+            let has_ple = matches!(loaded, Loaded::Gpack { weights, .. }
+                if weights.gpack().section(SectionKind::Ple).is_some());
+            if has_ple {
+                eprintln!(
+                    "PLE: the file has a per-layer embedding table, but the {} graph does not read it (no row cache used)",
+                    model.config.arch.name()
+                );
+            } else {
+                eprintln!("PLE: none in this model");
+            }
+        }
     }
 }
 
@@ -162,6 +204,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         loaded.weights(),
         &LoadOptions {
             experts: a.experts.mode(),
+            ple: a.ple.io(),
         },
     )?;
     let tok = loaded.tokenizer()?;

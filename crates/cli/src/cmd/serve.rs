@@ -60,6 +60,8 @@ pub struct Args {
     stream_weights: Option<String>,
     #[command(flatten)]
     experts: super::ExpertArgs,
+    #[command(flatten)]
+    ple: super::PleArgs,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -92,6 +94,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         max_body_bytes: a.max_body,
         model_name: a.name,
         experts: a.experts.mode(),
+        ple: a.ple.io(),
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;
