@@ -76,9 +76,30 @@
 //! Threads split the row groups (`split_groups`); within a task, each group
 //! runs every vector tile while its weights sit in L1.
 //!
-//! Perf log (2-core EPYC Zen 4, SmolLM2-135M shapes, see
-//! `benches/packed.rs`): see the end of this comment block in
-//! [`VECS`]'s docs.
+//! Perf log (2-core AMD EPYC VM, AVX-512 VNNI, 2026-11-29; the other cores'
+//! builds kept the load average at 3–5, so single-thread runs (min / median
+//! over rounds of a whole SmolLM2-135M step's matrices: 30 × (q, k, v, o,
+//! gate‖up, down) distinct tensors plus the 49152 × 576 Q8_0 head, f16
+//! scales, ~96 MB streamed per step) are the reliable guide):
+//! * First version, 16 × 8 tiles, no prefetch: fast in cache, but the
+//!   30 MB head on 2 threads took 1.27 ms at n = 1 (matvec 1.04 ms).
+//!   Software prefetch 8 KiB ahead, linear over the contiguous group
+//!   regions: 0.72 ms; the Q4_1 step at n = 1 (2 threads) 10.2 → 4.6 ms.
+//!   4 KiB and 16 KiB: the same within noise (2.5–2.9 ms per step); none:
+//!   ~5 % slower on 2 threads, no change on 1.
+//! * Tile width (1 thread, Q4_1 step / Q8_0 step at n = 8): 16 × 4 tiles
+//!   4.78 / 6.15 ms, 16 × 8 tiles 4.30 / 5.37 ms (unpacked `matmul`
+//!   12.5–13.3 / 12.1 ms). Kept 8 (24 zmm live, no spills: the inner loop
+//!   is 64 `vpdpbusd` with `{1to16}` memory operands + 8 `vcvtdq2ps` + 8
+//!   `vmulps` + 8 (16 asym) `vfmadd` per block and 16 rows).
+//! * n = 8 is now bound by `vpdpbusd` itself: 576 × 576 Q4_1 in L2, 1
+//!   thread, 8.1 µs = 648 (group, block) steps × 12.4 ns, i.e. ~2
+//!   `vpdpbusd` zmm per cycle at the 2.6 GHz base clock; the float work
+//!   is a quarter of the ops.
+//! * Rejected: two integer chains per vector for tiles of ≤ 2 vectors
+//!   (halving the `vpdpbusd` latency chain of n = 1): no measurable change
+//!   (576 × 576 n = 1 1.70 vs 1.70 µs, steps within noise); the float chain
+//!   is not the limit either, so the formula keeps one accumulator.
 
 use super::{Isa, QuantizedActivations, SendPtr, QA};
 use crate::aligned::AlignedBuf;
@@ -548,8 +569,6 @@ mod avx512 {
     const PF_BYTES: isize = 8192;
     /// Whether the tile prefetches.
     const PF: bool = true;
-    /// Tiles of at most this many vectors use two integer chains per vector.
-    const SPLIT_MAX: usize = 2;
 
     /// Runs row groups `g0..g1` for all `n` vectors.
     ///
@@ -699,7 +718,6 @@ mod avx512 {
         let es = if H { 2 } else { 4 };
         let asym = is_asym(K);
         let i4 = K == I4SYM || K == I4ASYM;
-        let split = N <= SPLIT_MAX;
         // SAFETY: every load is inside the group region or the tile's prep
         // words (offsets below stay under nb blocks); stores per the mask.
         unsafe {
@@ -722,9 +740,6 @@ mod avx512 {
                     }
                 }
                 let mut p = [_mm512_setzero_si512(); N];
-                // Narrow tiles split each integer sum over two chains (exact,
-                // so the same P_b) to halve the `vpdpbusd` latency chain.
-                let mut p2 = [_mm512_setzero_si512(); N];
                 if !asym {
                     for (k, pk) in p.iter_mut().enumerate() {
                         *pk = bcast_i(bp, 9 * N + k);
@@ -735,28 +750,17 @@ mod avx512 {
                         let w = _mm512_load_si512(cp.add(64 * j) as *const _);
                         let lo = _mm512_and_si512(w, nib);
                         let hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
-                        for k in 0..N {
-                            p[k] = _mm512_dpbusd_epi32(p[k], lo, bcast_i(bp, 8 * k + j));
-                            let q = if split { &mut p2[k] } else { &mut p[k] };
-                            *q = _mm512_dpbusd_epi32(*q, hi, bcast_i(bp, 8 * k + 4 + j));
+                        for (k, pk) in p.iter_mut().enumerate() {
+                            *pk = _mm512_dpbusd_epi32(*pk, lo, bcast_i(bp, 8 * k + j));
+                            *pk = _mm512_dpbusd_epi32(*pk, hi, bcast_i(bp, 8 * k + 4 + j));
                         }
                     }
                 } else {
                     for j in 0..8 {
                         let w = _mm512_load_si512(cp.add(64 * j) as *const _);
-                        for k in 0..N {
-                            let q = if split && j % 2 == 1 {
-                                &mut p2[k]
-                            } else {
-                                &mut p[k]
-                            };
-                            *q = _mm512_dpbusd_epi32(*q, w, bcast_i(bp, 8 * k + j));
+                        for (k, pk) in p.iter_mut().enumerate() {
+                            *pk = _mm512_dpbusd_epi32(*pk, w, bcast_i(bp, 8 * k + j));
                         }
-                    }
-                }
-                if split {
-                    for k in 0..N {
-                        p[k] = _mm512_add_epi32(p[k], p2[k]);
                     }
                 }
                 let sc = load16::<H>(sp.add(b * ROWS * es));
