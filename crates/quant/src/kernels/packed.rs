@@ -86,7 +86,16 @@
 //!   Software prefetch 8 KiB ahead, linear over the contiguous group
 //!   regions: 0.72 ms; the Q4_1 step at n = 1 (2 threads) 10.2 → 4.6 ms.
 //!   4 KiB and 16 KiB: the same within noise (2.5–2.9 ms per step); none:
-//!   ~5 % slower on 2 threads, no change on 1.
+//!   ~5 % slower on 2 threads, no change on 1. Prefetching into L2
+//!   (`_MM_HINT_T1`) instead of L1: Q4_1 step n = 8, 2 threads, idle
+//!   machine, 3 interleaved runs: 3.46 / 3.48 / 3.49 ms median vs 3.70 /
+//!   3.65 / 3.65 (n = 1 unchanged, 2.06–2.2 ms): kept T1. 32 KiB ahead:
+//!   no change.
+//! * Task sizing (2 threads, Q4_1 step n = 8): 4 tasks per thread and
+//!   32 KiB minimum (as `split_rows`) 3.81 ms median; 2 per thread 3.52;
+//!   8 per thread with 16 KiB 3.62; 1 per thread 3.73; 64 KiB minimum
+//!   3.67: all within the run-to-run noise (±0.2 ms), kept `split_rows`'
+//!   sizing, with n = 8 counted as twice the bytes for the parallel cut-off.
 //! * Tile width (1 thread, Q4_1 step / Q8_0 step at n = 8): 16 × 4 tiles
 //!   4.78 / 6.15 ms, 16 × 8 tiles 4.30 / 5.37 ms (unpacked `matmul`
 //!   12.5–13.3 / 12.1 ms). Kept 8 (24 zmm live, no spills: the inner loop
@@ -367,8 +376,9 @@ impl PackedMatrix {
     /// Row groups per task and the number of tasks for `n` vectors.
     fn split_groups(&self, threads: usize, n: usize) -> (usize, usize) {
         let total = self.byte_len();
-        // Each extra vector adds work on the same bytes: count a vector tile
-        // as a quarter of the memory cost (n = 8 doubles the effective size).
+        // Each extra vector adds compute on the same bytes: count it as 1/7
+        // of streaming them (n = 8 doubles the effective size; a 16 × 8
+        // tile step costs about what streaming it twice from L3 does).
         let work = total + total * (n - 1) / 7;
         if threads <= 1 || work < MIN_PARALLEL_BYTES {
             return (self.groups, 1);
@@ -565,7 +575,7 @@ mod avx512 {
     };
     use std::arch::x86_64::*;
 
-    /// Software prefetch distance in bytes of the packed stream.
+    /// Software prefetch distance in bytes of the packed stream (into L2).
     const PF_BYTES: isize = 8192;
     /// Whether the tile prefetches.
     const PF: bool = true;
@@ -735,7 +745,7 @@ mod avx512 {
                     let pf = gp.wrapping_offset(PF_BYTES + b as isize * per_block);
                     let mut o = 0;
                     while o < per_block {
-                        _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_offset(o) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_offset(o) as *const i8);
                         o += 64;
                     }
                 }
