@@ -529,7 +529,7 @@ fn block_sum(ls: &[i32], b: usize) -> i32 {
 /// integer offset `-128 · S_b` (I8Sym) / `-8 · S_b` (I4Sym).
 fn build_prep(kind: u8, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
     let (n, nb) = (qa.n(), qa.cols() / QA);
-    prep.clear();
+    // Every word is written below: no need to clear what a previous call left.
     prep.resize(n * nb * PREP_WORDS, 0);
     let mut v0 = 0;
     while v0 < n {
@@ -539,11 +539,10 @@ fn build_prep(kind: u8, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
             let a = qa.get(v0 + k);
             for b in 0..nb {
                 let o = b * nv * PREP_WORDS;
-                for j in 0..8 {
-                    let q = &a.q[b * QA + 4 * j..b * QA + 4 * j + 4];
-                    tile[o + 8 * k + j] =
-                        u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
-                }
+                // The 32 codes in memory order (the kernel broadcasts dwords
+                // from memory, so byte order is all that matters).
+                bytemuck::cast_slice_mut::<u32, u8>(&mut tile[o + 8 * k..o + 8 * k + 8])
+                    .copy_from_slice(bytemuck::cast_slice::<i8, u8>(&a.q[b * QA..(b + 1) * QA]));
                 tile[o + 8 * nv + k] = a.d[b].to_bits();
                 let s = block_sum(a.ls, b);
                 tile[o + 9 * nv + k] = match kind {
