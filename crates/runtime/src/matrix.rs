@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::weights::{AlignedBuf, TensorRef};
-use gpack_quant::{GgmlType, NativeView};
+use gpack_quant::{GgmlType, NativeView, PackedMatrix};
 use std::sync::Arc;
 
 /// A `rows × cols` weight (y = W·x has `rows` outputs).
@@ -27,6 +27,12 @@ pub(crate) enum Matrix<'a> {
         buf: Arc<AlignedBuf>,
         rows: usize,
         cols: usize,
+    },
+    /// A row-interleaved copy for batched kernels ([`PackedMatrix`], made
+    /// by [`Matrix::packed`]); `orig` still serves row lookups.
+    Packed {
+        m: Arc<PackedMatrix>,
+        orig: Box<Matrix<'a>>,
     },
     /// Raw ggml rows.
     Dense {
@@ -118,6 +124,44 @@ impl<'a> Matrix<'a> {
         }
     }
 
+    /// This matrix repacked for batched kernels, when its layout has a packed
+    /// form (integer layouts with 32-element groups); `None` otherwise. The
+    /// packed form has its own canonical sum (see `gpack_quant::PackedMatrix`):
+    /// results differ in rounding from the unpacked kernels', and every call
+    /// gives each row the same bits whatever the batch.
+    pub fn packed(&self) -> Option<Matrix<'a>> {
+        let m = match self {
+            Matrix::Native { .. } | Matrix::Owned { .. } => {
+                let view = match self {
+                    Matrix::Native {
+                        view,
+                        row_start,
+                        rows,
+                    } => view.row_range(*row_start, *rows)?,
+                    Matrix::Owned { buf, .. } => Self::owned_view(buf),
+                    _ => return None,
+                };
+                PackedMatrix::pack(&view)?
+            }
+            _ => return None,
+        };
+        Some(Matrix::Packed {
+            m: Arc::new(m),
+            orig: Box::new(self.clone()),
+        })
+    }
+
+    /// Replaces this matrix by its [`Matrix::packed`] form when it has one,
+    /// adding the mapped bytes it replaced to `freed` (to release their pages).
+    pub fn pack_into(&mut self, freed: &mut Vec<&'a [u8]>) {
+        if let Some(p) = self.packed() {
+            if let Matrix::Native { view, .. } = self {
+                freed.push(view.codes());
+            }
+            *self = p;
+        }
+    }
+
     /// Splits a stacked matrix into `parts` matrices of equal row counts
     /// (gemma3n's `altup_unembd_proj`, one `n_embd × n_embd` per stream).
     /// `None` if the rows do not divide or the matrix is already an owned
@@ -157,7 +201,7 @@ impl<'a> Matrix<'a> {
                     })
                     .collect(),
             ),
-            Matrix::Owned { .. } => None,
+            Matrix::Owned { .. } | Matrix::Packed { .. } => None,
         }
     }
 
@@ -167,6 +211,7 @@ impl<'a> Matrix<'a> {
             Matrix::Native { view, .. } => view.byte_len() / view.rows().max(1),
             Matrix::Owned { buf, rows, .. } => buf.as_slice().len() / (*rows).max(1),
             Matrix::Dense { row_bytes, .. } => *row_bytes,
+            Matrix::Packed { orig, .. } => orig.row_bytes(),
         }
     }
 
@@ -175,6 +220,7 @@ impl<'a> Matrix<'a> {
             Matrix::Native { rows, .. }
             | Matrix::Owned { rows, .. }
             | Matrix::Dense { rows, .. } => *rows,
+            Matrix::Packed { m, .. } => m.rows(),
         }
     }
 
@@ -182,6 +228,7 @@ impl<'a> Matrix<'a> {
         match self {
             Matrix::Native { view, .. } => view.cols(),
             Matrix::Owned { cols, .. } | Matrix::Dense { cols, .. } => *cols,
+            Matrix::Packed { m, .. } => m.cols(),
         }
     }
 
@@ -196,6 +243,7 @@ impl<'a> Matrix<'a> {
                 view, row_start, ..
             } => view.dequantize_row(row_start + r, out),
             Matrix::Owned { buf, .. } => Self::owned_view(buf).dequantize_row(r, out),
+            Matrix::Packed { orig, .. } => orig.row(r, out),
             Matrix::Dense {
                 ty,
                 row_bytes,
@@ -219,6 +267,9 @@ impl<'a> Matrix<'a> {
         debug_assert_eq!(x.len(), n * cols);
         debug_assert_eq!(y.len(), n * rows);
         match self {
+            // One kernel for every batch size: a row's bits never depend on
+            // the batch it is in.
+            Matrix::Packed { m, .. } => m.matmul(x, n, y),
             Matrix::Owned { buf, .. } => {
                 let view = Self::owned_view(buf);
                 if n == 1 {
@@ -333,6 +384,15 @@ impl<'a> Proj<'a> {
             fused,
             parts,
             total,
+        }
+    }
+
+    /// Repacks the matrices this projection runs (the fused one, else each
+    /// member) for batched kernels; returns the mapped bytes replaced.
+    pub fn pack(&mut self, freed: &mut Vec<&'a [u8]>) {
+        match &mut self.fused {
+            Some(f) => f.pack_into(freed),
+            None => self.parts.iter_mut().for_each(|m| m.pack_into(freed)),
         }
     }
 

@@ -360,6 +360,18 @@ fn dense_provider_gives_identical_logits() {
 /// statement.
 #[test]
 fn tiny_q8_0_no_worse_than_llamacpp_over_many_prompts() {
+    q8_0_over_many_prompts(false);
+}
+
+/// The same paired comparison for the server's repacked matrices
+/// (`LoadOptions::repack`: their own canonical sum, see
+/// `gpack_quant::PackedMatrix`).
+#[test]
+fn tiny_q8_0_repacked_no_worse_than_llamacpp_over_many_prompts() {
+    q8_0_over_many_prompts(true);
+}
+
+fn q8_0_over_many_prompts(repack: bool) {
     let mut worse = Vec::new();
     for arch in Q8_ARCHES {
         let dir = testdata().join("tiny").join(arch);
@@ -372,7 +384,14 @@ fn tiny_q8_0_no_worse_than_llamacpp_over_many_prompts() {
         let reference = GgufWeights::open(&dir.join("hf")).unwrap();
         let reference = Model::load(&reference).unwrap();
         let q8 = GgufWeights::open(&dir.join(format!("{arch}-q8_0.gguf"))).unwrap();
-        let q8 = Model::load(&q8).unwrap();
+        let q8 = Model::load_with(
+            &q8,
+            &gpack_runtime::LoadOptions {
+                repack,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let nv = q8.config.n_vocab;
         let last = |m: &Model, p: &[u32]| {
             let mut s = m.new_state(64);
@@ -396,7 +415,7 @@ fn tiny_q8_0_no_worse_than_llamacpp_over_many_prompts() {
         let se = sd / n.sqrt();
         let wins = diffs.iter().filter(|&&d| d <= 0.0).count();
         eprintln!(
-            "{arch}/q8_0 over {n} prompts: mean rel_l2 ours {:.5}, llama.cpp {:.5} \
+            "{arch}/q8_0 (repack {repack}) over {n} prompts: mean rel_l2 ours {:.5}, llama.cpp {:.5} \
              (difference {mean:+.5} ± {se:.5} s.e.); ours ≤ llama.cpp on {wins}",
             ours / n,
             theirs / n

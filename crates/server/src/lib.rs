@@ -65,6 +65,10 @@ pub struct Options {
     /// How a per-layer embedding table is read (default: the environment,
     /// [`gpack_runtime::LoadOptions::default`]).
     pub ple: gpack_runtime::ple::PleIo,
+    /// Repack the dense integer matrices for batched steps
+    /// ([`gpack_runtime::LoadOptions::repack`]; on by default: the server's
+    /// steps carry several rows).
+    pub repack: bool,
 }
 
 impl Default for Options {
@@ -81,6 +85,7 @@ impl Default for Options {
             model_name: None,
             experts: gpack_runtime::ExpertMode::from_env(),
             ple: gpack_runtime::LoadOptions::default().ple,
+            repack: true,
         }
     }
 }
@@ -120,6 +125,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     let load = gpack_runtime::LoadOptions {
         experts: opts.experts,
         ple: opts.ple,
+        repack: opts.repack,
     };
     let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),

@@ -205,6 +205,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         &LoadOptions {
             experts: a.experts.mode(),
             ple: a.ple.io(),
+            repack: false,
         },
     )?;
     let tok = loaded.tokenizer()?;
