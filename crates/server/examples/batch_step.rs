@@ -2,7 +2,8 @@
 //! sequences (context 128 each), versus `Model::forward` for one token: what the
 //! server's continuous batching can gain over serial decoding.
 //!
-//! Usage: cargo run --release -p gpack-server --example batch_step -- MODEL.gguf|.gpack
+//! Usage: cargo run --release -p gpack-server --example batch_step -- MODEL.gguf|.gpack [--no-repack]
+//! (repacked matrices by default, as `gpack serve`)
 
 use gpack_runtime::Scratch;
 use gpack_runtime::{Logits, Model};
@@ -13,7 +14,15 @@ fn main() {
     let path = std::env::args().nth(1).expect("usage: batch_step MODEL");
     let loaded = Loaded::open(path.as_ref(), None).expect("loading");
     let w = loaded.weights();
-    let model = Model::load(w).unwrap();
+    let repack = std::env::args().nth(2).as_deref() != Some("--no-repack");
+    let model = Model::load_with(
+        w,
+        &gpack_runtime::LoadOptions {
+            repack,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let bm = &model;
     let prompt: Vec<u32> = (0..128).map(|i| 100 + i as u32).collect();
     let steps = 32;

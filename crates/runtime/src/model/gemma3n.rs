@@ -492,11 +492,8 @@ impl<'a> Model<'a> {
                 rope.apply(k, hd, cs_t);
                 let q_seq = &mut *seqs[s.row_seq[t]];
                 let (nc, p) = (q_seq.n_ctx, s.row_pos[t]);
-                let k_layer = l * nc * kd;
+                q_seq.put_keys(c, l, p, k);
                 let v_layer = l * nc * vd;
-                for (i, &kv) in k.iter().enumerate() {
-                    q_seq.k_cache[k_layer + i * nc + p] = kv;
-                }
                 q_seq.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
             }
             self.attention(s, seqs, kv_src, layer.swa, n);
