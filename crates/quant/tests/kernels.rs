@@ -670,6 +670,25 @@ fn softmax_and_expf_equal_their_references() {
     } else {
         eprintln!("attn::expf differs from this libm's expf on {differ} inputs");
     }
+    // exp_inplace: every element is attn::expf, whatever the lane or the
+    // special value (overflow, underflow, ±inf, NaN, ±0).
+    for n in [1usize, 15, 16, 17, 100, 1000] {
+        for scale in [0.5f32, 10.0, 60.0, 200.0] {
+            let mut a: Vec<f32> = (0..n).map(|_| rng.normal() * scale).collect();
+            if n > 20 {
+                a[1] = f32::INFINITY;
+                a[2] = f32::NEG_INFINITY;
+                a[3] = f32::NAN;
+                a[4] = -0.0;
+                a[5] = 88.8;
+                a[6] = -104.0;
+            }
+            let want: Vec<u32> = a.iter().map(|&x| attn::expf(x).to_bits()).collect();
+            attn::exp_inplace(&mut a);
+            let got: Vec<u32> = a.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "exp_inplace n={n} scale={scale}");
+        }
+    }
     for n in [1usize, 5, 16, 17, 100, 513, 1000] {
         for scale in [0.1f32, 3.0, 40.0, 200.0] {
             let mut a: Vec<f32> = (0..n).map(|_| rng.normal() * scale).collect();

@@ -1006,16 +1006,64 @@ impl<'a> Model<'a> {
     }
 }
 
-/// `h = act(g) · u` (SwiGLU or GeGLU).
+/// `h = act(g) · u` (SwiGLU or GeGLU). SiLU is `g / (1 + expf(-g))` with
+/// the exponentials of the whole row taken 16 at a time
+/// (`gpack_quant::kernels::attn::exp_inplace`: glibc's expf bit for bit, so
+/// on glibc it equals [`ops::silu`] element by element).
 fn glu(act: Activation, g: &[f32], u: &[f32], h: &mut [f32]) {
     match act {
-        Activation::Silu => h
-            .iter_mut()
-            .zip(g.iter().zip(u))
-            .for_each(|(h, (&g, &u))| *h = ops::silu(g) * u),
+        Activation::Silu => {
+            h.iter_mut().zip(g).for_each(|(h, &g)| *h = -g);
+            gpack_quant::kernels::attn::exp_inplace(h);
+            h.iter_mut()
+                .zip(g.iter().zip(u))
+                .for_each(|(h, (&g, &u))| *h = g / (1.0 + *h) * u);
+        }
         Activation::GeluTanh => h
             .iter_mut()
             .zip(g.iter().zip(u))
             .for_each(|(h, (&g, &u))| *h = ops::gelu_tanh(g) * u),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row-wise SiLU GLU equals `g / (1 + expf(-g)) * u` element by
+    /// element (and `ops::silu(g) * u` where libm's expf is glibc's).
+    #[test]
+    fn silu_glu_equals_the_scalar_formula() {
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
+        };
+        for n in [1usize, 15, 16, 17, 100, 1536] {
+            for scale in [0.5f32, 8.0, 120.0] {
+                let mut g: Vec<f32> = (0..n).map(|_| next() * scale).collect();
+                if n > 20 {
+                    g[0] = -0.0;
+                    g[1] = 100.0;
+                    g[2] = -100.0;
+                    g[3] = f32::INFINITY;
+                }
+                let u: Vec<f32> = (0..n).map(|_| next()).collect();
+                let mut h = vec![0f32; n];
+                glu(Activation::Silu, &g, &u, &mut h);
+                for i in 0..n {
+                    let want = ops::silu(g[i]) * u[i];
+                    assert_eq!(
+                        h[i].to_bits(),
+                        want.to_bits(),
+                        "n={n} g={} u={}",
+                        g[i],
+                        u[i]
+                    );
+                }
+            }
+        }
     }
 }

@@ -427,6 +427,26 @@ pub fn softmax(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
+/// `x[i] = expf(x[i])` for all `i` with [`expf`] (glibc's bits), 16 lanes at
+/// a time on AVX-512 (bit-identical: the same operations per element). For
+/// activations (SiLU's `exp(-x)`) whose libm calls were ~2 % of a batched
+/// decode step.
+pub fn exp_inplace(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx512() {
+        // SAFETY: AVX-512F (and FMA, implied by the AVX-512 VNNI path)
+        // detected. `v - 0.0 == v` for every f32 (also -0.0 and NaN), so
+        // this is expf(v).
+        unsafe { avx512::exp_sub(x, 0.0) };
+        return;
+    } else if use_fma() {
+        // SAFETY: FMA detected.
+        unsafe { exp_sub_fma(x, 0.0) };
+        return;
+    }
+    x.iter_mut().for_each(|v| *v = expf(*v));
+}
+
 /// Whether the CPU has FMA (detected once).
 #[cfg(target_arch = "x86_64")]
 fn use_fma() -> bool {
