@@ -14,56 +14,12 @@
 //! `GPACK_BENCH_QUICK=1` shortens the measurement.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use gpack_quant::{matmul, matvec, transcode_with_f16_scales, GgmlType, NativeView, PackedMatrix};
+use gpack_quant::{matmul, matvec, GgmlType, NativeView, PackedMatrix};
 use std::hint::black_box;
 use std::time::Duration;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn normal(&mut self) -> f32 {
-        (0..4)
-            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32)
-            .sum::<f32>()
-            - 2.0
-    }
-}
-
-/// A native tensor of random `t` blocks with f16 scale copies, 16-aligned.
-struct Tensor {
-    buf: Vec<u128>,
-    len: usize,
-}
-impl Tensor {
-    fn new(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Tensor {
-        let (bs, ts) = t.block();
-        let nblk = rows * cols / bs as usize;
-        let mut src: Vec<u8> = (0..nblk * ts as usize).map(|_| rng.next() as u8).collect();
-        let fields: &[usize] = if t == GgmlType::Q4_1 { &[0, 2] } else { &[0] };
-        for blk in src.chunks_exact_mut(ts as usize) {
-            for &o in fields {
-                blk[o..o + 2]
-                    .copy_from_slice(&half::f16::from_f32(rng.normal() * 0.01).to_le_bytes());
-            }
-        }
-        let mut out = Vec::new();
-        transcode_with_f16_scales(t, &src, rows as u64, cols as u64, &mut out).unwrap();
-        let mut buf = vec![0u128; out.len().div_ceil(16)];
-        bytemuck::cast_slice_mut::<u128, u8>(&mut buf)[..out.len()].copy_from_slice(&out);
-        Tensor {
-            buf,
-            len: out.len(),
-        }
-    }
-    fn view(&self) -> NativeView<'_> {
-        NativeView::parse(&bytemuck::cast_slice::<u128, u8>(&self.buf)[..self.len]).unwrap()
-    }
-}
+mod common;
+use common::{Rng, Tensor};
 
 /// The unpacked path the runtime uses: `matvec` for one vector, else `matmul`.
 fn current(v: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
@@ -88,7 +44,7 @@ fn bench_shapes(c: &mut Criterion) {
     let mut rng = Rng(0x4234_5678_9abc_def1);
     for (t, lname) in LAYOUTS {
         for (sname, rows, cols) in SHAPES {
-            let tensor = Tensor::new(t, rows, cols, &mut rng);
+            let tensor = Tensor::with_scales(t, rows, cols, &mut rng, true);
             let v = tensor.view();
             let pm = PackedMatrix::pack(&v).unwrap();
             for n in [1usize, 8] {
@@ -121,9 +77,15 @@ fn bench_step(c: &mut Criterion) {
     for (t, lname) in LAYOUTS {
         let mut tensors: Vec<Tensor> = (0..30)
             .flat_map(|_| layer_shapes.map(|(r, c)| (r, c)))
-            .map(|(r, c)| Tensor::new(t, r, c, &mut rng))
+            .map(|(r, c)| Tensor::with_scales(t, r, c, &mut rng, true))
             .collect();
-        tensors.push(Tensor::new(GgmlType::Q8_0, 49152, 576, &mut rng));
+        tensors.push(Tensor::with_scales(
+            GgmlType::Q8_0,
+            49152,
+            576,
+            &mut rng,
+            true,
+        ));
         let views: Vec<NativeView> = tensors.iter().map(Tensor::view).collect();
         let packed: Vec<PackedMatrix> = views
             .iter()

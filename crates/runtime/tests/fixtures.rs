@@ -92,6 +92,53 @@ pub fn run(path: &Path, prompt: &[u32], n_greedy: usize) -> Run {
     }
 }
 
+/// One batched step of `prompts` (one sequence each), then one batched
+/// decode step of each sequence's argmax: both must equal the sequences run
+/// alone, bit for bit (the server's contract). Returns the solo logits
+/// (`[prompt last, step]` per sequence) for further checks.
+pub fn assert_batched_equals_solo(m: &Model, prompts: &[&[u32]], what: &str) -> Vec<Vec<f32>> {
+    let ctx = prompts.iter().map(|p| p.len()).max().unwrap_or(0) + 8;
+    let solo: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|pr| {
+            let mut s = m.new_state(ctx);
+            let l = m.forward(&mut s, pr, Logits::Last).unwrap().to_vec();
+            let mut out = l.clone();
+            out.extend_from_slice(m.forward(&mut s, &[argmax(&l)], Logits::Last).unwrap());
+            out
+        })
+        .collect();
+    let nv = m.config.n_vocab;
+    let k = prompts.len();
+    let mut seqs: Vec<_> = (0..k).map(|_| m.new_sequence(ctx)).collect();
+    let mut sc = gpack_runtime::Scratch::default();
+    let mut refs: Vec<_> = seqs.iter_mut().collect();
+    let want = vec![true; k];
+    let first = m
+        .forward_batch(&mut sc, &mut refs, prompts, &want)
+        .unwrap()
+        .to_vec();
+    let next: Vec<[u32; 1]> = first.chunks_exact(nv).map(|l| [argmax(l)]).collect();
+    let toks: Vec<&[u32]> = next.iter().map(|t| &t[..]).collect();
+    let second = m
+        .forward_batch(&mut sc, &mut refs, &toks, &want)
+        .unwrap()
+        .to_vec();
+    for i in 0..k {
+        assert_eq!(
+            &first[i * nv..(i + 1) * nv],
+            &solo[i][..nv],
+            "{what} seq {i} prompt"
+        );
+        assert_eq!(
+            &second[i * nv..(i + 1) * nv],
+            &solo[i][nv..],
+            "{what} seq {i} step"
+        );
+    }
+    solo
+}
+
 const ARCHES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 /// The q8_0 comparison with llama.cpp covers the MoE fixtures too.
 const Q8_ARCHES: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral"];

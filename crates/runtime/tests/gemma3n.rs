@@ -166,36 +166,14 @@ fn tiny_gemma3n_q8_0_matches_the_weight_only_q8_0_reference() {
 #[test]
 fn batched_gemma3n_steps_equal_solo_runs() {
     let g = GgufWeights::open(&dir().join("gemma3n-q8_0.gguf")).unwrap();
-    let m = Model::load(&g).unwrap();
     let prompts: [&[u32]; 3] = [&[2, 10, 99, 1500, 7], &[2, 44], &[2, 600, 601, 602]];
-    let solo: Vec<Vec<f32>> = prompts
-        .iter()
-        .map(|p| {
-            let mut s = m.new_state(32);
-            let mut out = m.forward(&mut s, p, Logits::Last).unwrap().to_vec();
-            let t = argmax(&out);
-            out.extend_from_slice(m.forward(&mut s, &[t], Logits::Last).unwrap());
-            out
-        })
-        .collect();
-    let mut seqs: Vec<_> = (0..3).map(|_| m.new_sequence(32)).collect();
-    let mut sc = gpack_runtime::Scratch::default();
-    let mut refs: Vec<_> = seqs.iter_mut().collect();
-    let first = m
-        .forward_batch(&mut sc, &mut refs, &prompts, &[true; 3])
-        .unwrap()
-        .to_vec();
-    let nv = m.config.n_vocab;
-    let toks: Vec<[u32; 1]> = first.chunks_exact(nv).map(|l| [argmax(l)]).collect();
-    let tok_refs: Vec<&[u32]> = toks.iter().map(|t| &t[..]).collect();
-    let second = m
-        .forward_batch(&mut sc, &mut refs, &tok_refs, &[true; 3])
-        .unwrap()
-        .to_vec();
-    for i in 0..3 {
-        let want = &solo[i];
-        assert_eq!(&first[i * nv..(i + 1) * nv], &want[..nv], "prompt {i}");
-        assert_eq!(&second[i * nv..(i + 1) * nv], &want[nv..], "step {i}");
+    for repack in [false, true] {
+        let opts = LoadOptions {
+            repack,
+            ..LoadOptions::default()
+        };
+        let m = Model::load_with(&g, &opts).unwrap();
+        assert_batched_equals_solo(&m, &prompts, &format!("gemma3n repack {repack}"));
     }
 }
 

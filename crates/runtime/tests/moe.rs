@@ -280,42 +280,7 @@ fn batched_moe_steps_equal_solo_runs() {
         let w = GgufWeights::open(&p).unwrap();
         let m = Model::load(&w).unwrap();
         let prompts: [&[u32]; 3] = [&[5, 17, 300], &[2047, 9, 1000, 42, 7], &[1]];
-        let solo: Vec<Vec<f32>> = prompts
-            .iter()
-            .map(|pr| {
-                let mut s = m.new_state(16);
-                let l = m.forward(&mut s, pr, Logits::Last).unwrap().to_vec();
-                let mut out = l.clone();
-                out.extend_from_slice(m.forward(&mut s, &[argmax(&l)], Logits::Last).unwrap());
-                out
-            })
-            .collect();
-        let nv = m.config.n_vocab;
-        let mut seqs: Vec<_> = (0..3).map(|_| m.new_sequence(16)).collect();
-        let mut sc = gpack_runtime::Scratch::default();
-        let mut refs: Vec<_> = seqs.iter_mut().collect();
-        let first = m
-            .forward_batch(&mut sc, &mut refs, &prompts, &[true; 3])
-            .unwrap()
-            .to_vec();
-        let next: Vec<[u32; 1]> = first.chunks_exact(nv).map(|l| [argmax(l)]).collect();
-        let toks: Vec<&[u32]> = next.iter().map(|t| &t[..]).collect();
-        let second = m
-            .forward_batch(&mut sc, &mut refs, &toks, &[true; 3])
-            .unwrap()
-            .to_vec();
-        for i in 0..3 {
-            assert_eq!(
-                &first[i * nv..(i + 1) * nv],
-                &solo[i][..nv],
-                "{arch} seq {i} prompt"
-            );
-            assert_eq!(
-                &second[i * nv..(i + 1) * nv],
-                &solo[i][nv..],
-                "{arch} seq {i} step"
-            );
-        }
+        super::fixtures::assert_batched_equals_solo(&m, &prompts, arch);
     }
 }
 

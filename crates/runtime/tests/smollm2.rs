@@ -114,37 +114,10 @@ fn smollm2_repacked_batches_exactly_and_stays_close_to_unpacked() {
         })
         .collect();
     let last = gpack_runtime::Logits::Last;
-    let solo: Vec<Vec<f32>> = prompts
-        .iter()
-        .map(|p| {
-            let mut s = packed.new_state(64);
-            let mut v = packed.forward(&mut s, p, last).unwrap().to_vec();
-            let t = gpack_runtime::argmax(&v);
-            v.extend_from_slice(packed.forward(&mut s, &[t], last).unwrap());
-            v
-        })
-        .collect();
+    let refs: Vec<&[u32]> = prompts.iter().map(|p| &p[..]).collect();
+    let solo = super::fixtures::assert_batched_equals_solo(&packed, &refs, "smollm2 repacked");
     let nv = packed.config.n_vocab;
-    let mut seqs: Vec<_> = prompts.iter().map(|_| packed.new_sequence(64)).collect();
-    let mut sc = gpack_runtime::Scratch::default();
-    let mut refs: Vec<_> = seqs.iter_mut().collect();
-    let toks: Vec<&[u32]> = prompts.iter().map(|p| &p[..]).collect();
-    let first = packed
-        .forward_batch(&mut sc, &mut refs, &toks, &vec![true; prompts.len()])
-        .unwrap()
-        .to_vec();
-    let next: Vec<[u32; 1]> = first
-        .chunks_exact(nv)
-        .map(|l| [gpack_runtime::argmax(l)])
-        .collect();
-    let next_refs: Vec<&[u32]> = next.iter().map(|t| &t[..]).collect();
-    let second = packed
-        .forward_batch(&mut sc, &mut refs, &next_refs, &vec![true; prompts.len()])
-        .unwrap()
-        .to_vec();
     for (i, p) in prompts.iter().enumerate() {
-        assert_eq!(&first[i * nv..(i + 1) * nv], &solo[i][..nv], "prompt {i}");
-        assert_eq!(&second[i * nv..(i + 1) * nv], &solo[i][nv..], "step {i}");
         let mut s = plain.new_state(64);
         let want = plain.forward(&mut s, p, last).unwrap();
         let num: f64 = want
