@@ -387,12 +387,11 @@ impl<'a> Proj<'a> {
         }
     }
 
-    /// Repacks the matrices this projection runs (the fused one, else each
-    /// member) for batched kernels; returns the mapped bytes replaced.
-    pub fn pack(&mut self, freed: &mut Vec<&'a [u8]>) {
+    /// The matrices [`Proj::matmul`] runs: the fused one, else each member.
+    pub fn kernel_matrices(&mut self) -> Vec<&mut Matrix<'a>> {
         match &mut self.fused {
-            Some(f) => f.pack_into(freed),
-            None => self.parts.iter_mut().for_each(|m| m.pack_into(freed)),
+            Some(f) => vec![f],
+            None => self.parts.iter_mut().collect(),
         }
     }
 

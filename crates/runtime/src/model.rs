@@ -472,16 +472,42 @@ impl<'a> Model<'a> {
         }
         let mut output = output;
         if opts.repack && gpack_quant::Isa::best() == gpack_quant::Isa::Avx512Vnni {
-            let mut freed = Vec::new();
+            // Every matrix the kernels run, packed on all cores (largest
+            // first, each thread taking the next one).
+            let mut mats: Vec<&mut Matrix<'a>> = vec![&mut output];
             for layer in &mut layers {
-                layer.qkv.pack(&mut freed);
-                layer.wo.pack_into(&mut freed);
+                mats.extend(layer.qkv.kernel_matrices());
+                mats.push(&mut layer.wo);
                 if let Ffn::Dense { gate_up, down } = &mut layer.ffn {
-                    gate_up.pack(&mut freed);
-                    down.pack_into(&mut freed);
+                    mats.extend(gate_up.kernel_matrices());
+                    mats.push(down);
                 }
             }
-            output.pack_into(&mut freed);
+            mats.sort_by_key(|m| std::cmp::Reverse(m.rows() * m.row_bytes()));
+            let work: Vec<Mutex<&mut Matrix<'a>>> = mats.into_iter().map(Mutex::new).collect();
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let threads = Pool::global().threads().clamp(1, work.len().max(1));
+            let freed: Vec<&'a [u8]> = std::thread::scope(|sc| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|_| {
+                        sc.spawn(|| {
+                            let mut freed = Vec::new();
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some(m) = work.get(i) else { break };
+                                m.lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .pack_into(&mut freed);
+                            }
+                            freed
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
+            });
             for bytes in freed {
                 w.release(bytes);
             }

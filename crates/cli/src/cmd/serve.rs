@@ -67,8 +67,9 @@ pub struct Args {
     /// row-interleaved layout of the batched kernels. Repacking (the default,
     /// on CPUs with AVX-512 VNNI) costs a heap copy of those matrices (their
     /// mapped pages are released) and makes steps of several rows about 3×
-    /// faster; its results round differently from `gpack run`'s (the same
-    /// accuracy; a request's tokens do not depend on the other requests).
+    /// faster; its results round differently from `gpack run`'s without
+    /// --repack (the same accuracy; a request's tokens do not depend on the
+    /// other requests).
     #[arg(long)]
     no_repack: bool,
 }
