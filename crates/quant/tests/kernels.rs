@@ -550,7 +550,43 @@ fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
                 o2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 "weighted rows {rows} x {w}"
             );
+            // f16 values: the f32 kernel on the widened values, bit for bit.
+            let v16: Vec<u16> = v
+                .iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect();
+            let vw: Vec<f32> = v16
+                .iter()
+                .map(|&b| half::f16::from_bits(b).to_f32())
+                .collect();
+            let (mut h1, mut h2, mut h3) = (vec![0f32; w], vec![3f32; w], vec![4f32; w]);
+            attn::weighted_rows_f16(&a[..rows], &v16, stride, &mut h1);
+            attn::weighted_rows_f16_ref(&a[..rows], &v16, stride, &mut h2);
+            attn::weighted_rows(&a[..rows], &vw, stride, &mut h3);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&h1), bits(&h2), "f16 weighted rows {rows} x {w}");
+            assert_eq!(bits(&h1), bits(&h3), "f16 vs widened {rows} x {w}");
         }
+        // f16 keys (incl. the tail lanes the masked loads must not read).
+        let kt16: Vec<u16> = kt
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect();
+        let ktw: Vec<f32> = kt16
+            .iter()
+            .map(|&b| half::f16::from_bits(b).to_f32())
+            .collect();
+        let (mut c1, mut c2, mut c3) = (vec![0f32; len], vec![5f32; len], vec![6f32; len]);
+        attn::scores_transposed_f16(&q, 0.125, &kt16, stride, start, &mut c1);
+        attn::scores_transposed_f16_ref(&q, 0.125, &kt16, stride, start, &mut c2);
+        attn::scores_transposed(&q, 0.125, &ktw, stride, start, &mut c3);
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&c1), bits(&c2), "f16 scores hd {hd} len {len}");
+        assert_eq!(
+            bits(&c1),
+            bits(&c3),
+            "f16 scores vs widened hd {hd} len {len}"
+        );
     }
 }
 

@@ -86,6 +86,11 @@ pub struct LoadOptions {
     /// model loaded this way gives slightly different (equally exact) logits.
     /// Ignored where the CPU lacks AVX-512 VNNI.
     pub repack: bool,
+    /// Keep sequences' keys and values as IEEE half floats (as llama.cpp
+    /// does by default) instead of f32: half the KV memory and half the bytes
+    /// attention streams per step (with several long sequences in a step,
+    /// attention is memory-bound). K/V are rounded to f16 once when written.
+    pub kv_f16: bool,
 }
 
 /// The default PLE row cache: 1024 sets × 4 ways.
@@ -107,6 +112,7 @@ impl Default for LoadOptions {
                 DEFAULT_PLE_CACHE
             },
             repack: false,
+            kv_f16: false,
         }
     }
 }
@@ -129,6 +135,8 @@ pub struct Model<'a> {
     experts: Option<ExpertStore<'a>>,
     /// Gemma 3n's own weights and PLE table.
     g3n: Option<Box<gemma3n::Gemma3n<'a>>>,
+    /// Sequences keep K/V as f16 ([`LoadOptions::kv_f16`]).
+    kv_f16: bool,
 }
 
 /// Which logits [`Model::forward`] computes.
@@ -140,6 +148,46 @@ pub enum Logits {
     Last,
     /// Every position's (`[n][n_vocab]`).
     All,
+}
+
+/// Key or value storage of a sequence: f32, or IEEE half floats (as
+/// llama.cpp keeps its cache; half the bytes for attention to stream).
+#[derive(Debug)]
+enum Kv {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+impl Kv {
+    fn new(len: usize, f16: bool) -> Kv {
+        if f16 {
+            Kv::F16(vec![0; len])
+        } else {
+            Kv::F32(vec![0.0; len])
+        }
+    }
+    fn bytes(&self) -> usize {
+        match self {
+            Kv::F32(v) => v.len() * 4,
+            Kv::F16(v) => v.len() * 2,
+        }
+    }
+    #[inline]
+    fn set(&mut self, i: usize, x: f32) {
+        match self {
+            Kv::F32(v) => v[i] = x,
+            Kv::F16(v) => v[i] = half::f16::from_f32(x).to_bits(),
+        }
+    }
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            Kv::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+            Kv::F16(v) => v[at..at + src.len()]
+                .iter_mut()
+                .zip(src)
+                .for_each(|(d, &x)| *d = half::f16::from_f32(x).to_bits()),
+        }
+    }
 }
 
 /// One sequence's KV cache.
@@ -155,9 +203,9 @@ pub struct Sequence {
     /// see `ops::scores_transposed`), and blocked so that one position's
     /// write and a short context's read touch a few pages, not `head_dim`
     /// pages `n_ctx · 4` bytes apart (perf log in [`Sequence::k_at`]).
-    k_cache: Vec<f32>,
+    k_cache: Kv,
     /// `[n_layer][n_ctx][v_dim]` values.
-    v_cache: Vec<f32>,
+    v_cache: Kv,
 }
 
 /// Positions per block of the transposed key cache.
@@ -177,6 +225,13 @@ impl Sequence {
         ((l * c.n_head_kv + kvh) * nb + p / KB) * c.head_dim * KB + d * KB + p % KB
     }
 
+    /// Writes the values `v` (`[v_dim]`) of position `p` in layer `l`.
+    #[inline]
+    fn put_values(&mut self, c: &Config, l: usize, p: usize, v: &[f32]) {
+        let vd = c.v_dim();
+        self.v_cache.write((l * self.n_ctx + p) * vd, v);
+    }
+
     /// Writes the rotated keys `k` (`[n_head_kv][head_dim]`) of position `p`
     /// in layer `l`.
     #[inline]
@@ -184,7 +239,7 @@ impl Sequence {
         for (kvh, kh) in k.chunks_exact(c.head_dim).enumerate() {
             let base = self.k_at(c, l, kvh, 0, p);
             for (d, &v) in kh.iter().enumerate() {
-                self.k_cache[base + d * KB] = v;
+                self.k_cache.set(base + d * KB, v);
             }
         }
     }
@@ -207,7 +262,7 @@ impl Sequence {
     }
     /// Bytes of the KV cache.
     pub fn kv_bytes(&self) -> usize {
-        (self.k_cache.len() + self.v_cache.len()) * 4
+        self.k_cache.bytes() + self.v_cache.bytes()
     }
 }
 
@@ -555,6 +610,7 @@ impl<'a> Model<'a> {
             rope_swa,
             experts,
             g3n,
+            kv_f16: opts.kv_f16,
         })
     }
 
@@ -595,8 +651,8 @@ impl<'a> Model<'a> {
         Sequence {
             n_ctx,
             pos: 0,
-            k_cache: vec![0.0; c.n_layer * n_ctx.div_ceil(KB) * KB * c.k_dim()],
-            v_cache: vec![0.0; c.n_layer * n_ctx * c.v_dim()],
+            k_cache: Kv::new(c.n_layer * n_ctx.div_ceil(KB) * KB * c.k_dim(), self.kv_f16),
+            v_cache: Kv::new(c.n_layer * n_ctx * c.v_dim(), self.kv_f16),
         }
     }
 
@@ -761,7 +817,6 @@ impl<'a> Model<'a> {
                 };
                 for t in 0..n {
                     let q_seq = &mut *seqs[s.row_seq[t]];
-                    let nc = q_seq.n_ctx;
                     let p = s.row_pos[t];
                     let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
                     if let Some(b) = &layer.qkv_bias {
@@ -781,8 +836,7 @@ impl<'a> Model<'a> {
                     rope.apply(q, hd, cs_t);
                     rope.apply(k, hd, cs_t);
                     q_seq.put_keys(c, l, p, k);
-                    let v_layer = l * nc * vd;
-                    q_seq.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
+                    q_seq.put_values(c, l, p, v);
                 }
                 self.attention(s, seqs, l, layer.swa, n);
                 layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
@@ -995,7 +1049,6 @@ impl<'a> Model<'a> {
                 let kvh = h / group;
                 let q = &qkv[t * qkv_w + h * hd..t * qkv_w + (h + 1) * hd];
                 let sc = &mut slot[..p + 1 - start];
-                let v_cache = &q_seq.v_cache[l * nc * vd..(l + 1) * nc * vd];
                 // scores = (q · K[start..=p]) * scale over the transposed
                 // cache, block by block (each position's sum is the same
                 // whatever the blocks).
@@ -1003,22 +1056,39 @@ impl<'a> Model<'a> {
                 while b0 <= p {
                     let b1 = ((b0 / KB + 1) * KB).min(p + 1);
                     let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
-                    let kt = &q_seq.k_cache[base..base + hd * KB];
-                    ops::scores_transposed(
-                        q,
-                        c.attn_scale,
-                        kt,
-                        KB,
-                        b0 % KB,
-                        &mut sc[b0 - start..b1 - start],
-                    );
+                    let out = &mut sc[b0 - start..b1 - start];
+                    match &q_seq.k_cache {
+                        Kv::F32(k) => ops::scores_transposed(
+                            q,
+                            c.attn_scale,
+                            &k[base..base + hd * KB],
+                            KB,
+                            b0 % KB,
+                            out,
+                        ),
+                        Kv::F16(k) => gpack_quant::kernels::attn::scores_transposed_f16(
+                            q,
+                            c.attn_scale,
+                            &k[base..base + hd * KB],
+                            KB,
+                            b0 % KB,
+                            out,
+                        ),
+                    }
                     b0 = b1;
                 }
                 if let Some(cap) = c.attn_softcap {
                     sc.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
                 }
                 ops::softmax(sc);
-                ops::weighted_rows(sc, &v_cache[start * vd + kvh * hdv..], vd, o);
+                let v0 = (l * nc + start) * vd + kvh * hdv;
+                let v1 = (l + 1) * nc * vd;
+                match &q_seq.v_cache {
+                    Kv::F32(v) => ops::weighted_rows(sc, &v[v0..v1], vd, o),
+                    Kv::F16(v) => {
+                        gpack_quant::kernels::attn::weighted_rows_f16(sc, &v[v0..v1], vd, o)
+                    }
+                }
             }
         };
         // Small jobs (decode at short context) run on the caller: waking the

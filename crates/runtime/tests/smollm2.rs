@@ -97,10 +97,12 @@ fn smollm2_batched_prefill_equals_token_by_token() {
 fn smollm2_repacked_batches_exactly_and_stays_close_to_unpacked() {
     let model = gpack_testkit::smollm2();
     let w = GgufWeights::open(&model).unwrap();
+    // The server's configuration: repacked matrices and an f16 K/V cache.
     let packed = Model::load_with(
         &w,
         &LoadOptions {
             repack: true,
+            kv_f16: true,
             ..LoadOptions::default()
         },
     )

@@ -3,7 +3,8 @@
 //! server's continuous batching can gain over serial decoding.
 //!
 //! Usage: cargo run --release -p gpack-server --example batch_step -- MODEL.gguf|.gpack [--no-repack]
-//! (repacked matrices by default, as `gpack serve`)
+//! (repacked matrices and an f16 KV cache by default, as `gpack serve`;
+//! `--no-repack`: neither)
 
 use gpack_runtime::Scratch;
 use gpack_runtime::{Logits, Model};
@@ -19,6 +20,7 @@ fn main() {
         w,
         &gpack_runtime::LoadOptions {
             repack,
+            kv_f16: repack && std::env::var("GPACK_KV_F32").is_err(),
             ..Default::default()
         },
     )

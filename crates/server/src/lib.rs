@@ -69,6 +69,9 @@ pub struct Options {
     /// ([`gpack_runtime::LoadOptions::repack`]; on by default: the server's
     /// steps carry several rows).
     pub repack: bool,
+    /// Keep the slots' keys and values as f16
+    /// ([`gpack_runtime::LoadOptions::kv_f16`]; on by default, as llama-server).
+    pub kv_f16: bool,
 }
 
 impl Default for Options {
@@ -86,6 +89,7 @@ impl Default for Options {
             experts: gpack_runtime::ExpertMode::from_env(),
             ple: gpack_runtime::LoadOptions::default().ple,
             repack: true,
+            kv_f16: true,
         }
     }
 }
@@ -126,6 +130,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         experts: opts.experts,
         ple: opts.ple,
         repack: opts.repack,
+        kv_f16: opts.kv_f16,
     };
     let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),

@@ -94,6 +94,11 @@ pub struct Args {
     /// (the same accuracy).
     #[arg(long)]
     repack: bool,
+    /// Keep the keys and values of the context as f16 (as `gpack serve` and
+    /// llama.cpp do): half the KV memory, faster attention over long
+    /// contexts; K/V are rounded to f16 once when written.
+    #[arg(long)]
+    kv_f16: bool,
     /// At the end, also print the expert cache's hit rate and expert bytes
     /// read per token (MoE models), and the PLE row cache's hit rate.
     #[arg(short, long)]
@@ -213,6 +218,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             experts: a.experts.mode(),
             ple: a.ple.io(),
             repack: a.repack,
+            kv_f16: a.kv_f16,
         },
     )?;
     let tok = loaded.tokenizer()?;

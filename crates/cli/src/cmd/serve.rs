@@ -72,6 +72,11 @@ pub struct Args {
     /// other requests).
     #[arg(long)]
     no_repack: bool,
+    /// Keep the slots' keys and values in f32 instead of f16 (f16 is the
+    /// default, as in llama-server: half the KV memory, and half the bytes
+    /// attention streams per step).
+    #[arg(long)]
+    kv_f32: bool,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -106,6 +111,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         experts: a.experts.mode(),
         ple: a.ple.io(),
         repack: !a.no_repack,
+        kv_f16: !a.kv_f32,
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;

@@ -28,14 +28,14 @@ fn use_avx512() -> bool {
     })
 }
 
-fn check_scores(q: &[f32], kt: &[f32], stride: usize, start: usize, n: usize) {
+fn check_scores<T>(q: &[f32], kt: &[T], stride: usize, start: usize, n: usize) {
     if n > 0 && !q.is_empty() {
         let need = (q.len() - 1) * stride + start + n;
         assert!(need <= kt.len(), "scores_transposed: key cache too short");
     }
 }
 
-fn check_rows(a: &[f32], v: &[f32], stride: usize, w: usize) {
+fn check_rows<T>(a: &[f32], v: &[T], stride: usize, w: usize) {
     if w > 0 && !a.is_empty() {
         let need = (a.len() - 1) * stride + w;
         assert!(need <= v.len(), "weighted_rows: value rows too short");
@@ -160,6 +160,81 @@ pub fn weighted_rows_ref(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
     }
 }
 
+/// [`scores_transposed`] over keys stored as IEEE half floats (`kt` holds
+/// f16 bits; an f16 K cache). Each key is widened to f32 exactly, then the
+/// same operations in the same order: the result equals
+/// [`scores_transposed`] on the widened keys bit for bit (tested).
+///
+/// # Panics
+/// As [`scores_transposed`].
+pub fn scores_transposed_f16(
+    q: &[f32],
+    scale: f32,
+    kt: &[u16],
+    stride: usize,
+    start: usize,
+    sc: &mut [f32],
+) {
+    check_scores(q, kt, stride, start, sc.len());
+    #[cfg(target_arch = "x86_64")]
+    if use_avx512() {
+        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected; bounds checked above.
+        unsafe { avx512::scores_transposed_f16(q, scale, kt, stride, start, sc) };
+        return;
+    }
+    scores_transposed_f16_ref(q, scale, kt, stride, start, sc)
+}
+
+/// The scalar reference of [`scores_transposed_f16`]: the keys it reads
+/// widened, then [`scores_transposed_ref`].
+///
+/// # Panics
+/// As [`scores_transposed`].
+pub fn scores_transposed_f16_ref(
+    q: &[f32],
+    scale: f32,
+    kt: &[u16],
+    stride: usize,
+    start: usize,
+    sc: &mut [f32],
+) {
+    check_scores(q, kt, stride, start, sc.len());
+    let wide: Vec<f32> = kt
+        .iter()
+        .map(|&b| half::f16::from_bits(b).to_f32())
+        .collect();
+    scores_transposed_ref(q, scale, &wide, stride, start, sc)
+}
+
+/// [`weighted_rows`] over value rows stored as IEEE half floats (an f16 V
+/// cache): equal to [`weighted_rows`] on the widened values bit for bit.
+///
+/// # Panics
+/// As [`weighted_rows`].
+pub fn weighted_rows_f16(a: &[f32], v: &[u16], stride: usize, out: &mut [f32]) {
+    check_rows(a, v, stride, out.len());
+    #[cfg(target_arch = "x86_64")]
+    if use_avx512() {
+        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected; bounds checked above.
+        unsafe { avx512::weighted_rows_f16(a, v, stride, out) };
+        return;
+    }
+    weighted_rows_f16_ref(a, v, stride, out)
+}
+
+/// The scalar reference of [`weighted_rows_f16`].
+///
+/// # Panics
+/// As [`weighted_rows`].
+pub fn weighted_rows_f16_ref(a: &[f32], v: &[u16], stride: usize, out: &mut [f32]) {
+    check_rows(a, v, stride, out.len());
+    let wide: Vec<f32> = v
+        .iter()
+        .map(|&b| half::f16::from_bits(b).to_f32())
+        .collect();
+    weighted_rows_ref(a, &wide, stride, out)
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
@@ -168,6 +243,46 @@ mod avx512 {
     #[inline(always)]
     fn mask(k: usize) -> __mmask16 {
         ((1u32 << k) - 1) as __mmask16
+    }
+
+    /// An element type the rows of [`sum_rows_k`] can hold: 16 lanes widen
+    /// to f32 exactly.
+    pub(super) trait Elem: Copy {
+        /// 16 lanes from `p` (lanes outside `msk` zero, not read).
+        ///
+        /// # Safety
+        /// AVX-512F/BW/VL; the lanes in `msk` are readable.
+        unsafe fn load(p: *const Self, msk: __mmask16) -> __m512;
+    }
+
+    impl Elem for f32 {
+        #[inline(always)]
+        unsafe fn load(p: *const f32, msk: __mmask16) -> __m512 {
+            // SAFETY: the caller's bounds; a full mask is a plain load.
+            unsafe {
+                if msk == 0xFFFF {
+                    _mm512_loadu_ps(p)
+                } else {
+                    _mm512_maskz_loadu_ps(msk, p)
+                }
+            }
+        }
+    }
+
+    impl Elem for u16 {
+        #[inline(always)]
+        unsafe fn load(p: *const u16, msk: __mmask16) -> __m512 {
+            // SAFETY: the caller's bounds; only the lanes in `msk` are read
+            // (masked 16-bit load), f16 → f32 is exact.
+            unsafe {
+                let h = if msk == 0xFFFF {
+                    _mm256_loadu_si256(p as *const __m256i)
+                } else {
+                    _mm256_maskz_loadu_epi16(msk, p as *const i16)
+                };
+                _mm512_cvtph_ps(h)
+            }
+        }
     }
 
     /// `out[o + t] = f(Σ_r c[r] · m[r · stride + o + t])` for the `K` vectors
@@ -181,9 +296,9 @@ mod avx512 {
     /// AVX-512F; every `m[r · stride + o + t]` read (`t` < 16(K-1) +
     /// popcount(msk)) and `out[o + t]` written is in bounds.
     #[inline(always)]
-    unsafe fn sum_rows_k<const K: usize>(
+    unsafe fn sum_rows_k<const K: usize, E: Elem>(
         c: &[f32],
-        m: *const f32,
+        m: *const E,
         stride: usize,
         o: usize,
         out: *mut f32,
@@ -197,11 +312,7 @@ mod avx512 {
                 let cv = _mm512_set1_ps(cr);
                 let p = m.add(r * stride + o);
                 for (k, a) in acc.iter_mut().enumerate() {
-                    let row = if k + 1 == K {
-                        _mm512_maskz_loadu_ps(msk, p.add(16 * k))
-                    } else {
-                        _mm512_loadu_ps(p.add(16 * k))
-                    };
+                    let row = E::load(p.add(16 * k), if k + 1 == K { msk } else { 0xFFFF });
                     *a = _mm512_add_ps(*a, _mm512_mul_ps(cv, row));
                 }
             }
@@ -223,9 +334,9 @@ mod avx512 {
     /// AVX-512F; `m[r · stride + t]` for `r < c.len()`, `t < n` and
     /// `out[..n]` are in bounds.
     #[inline(always)]
-    unsafe fn sum_rows(
+    unsafe fn sum_rows<E: Elem>(
         c: &[f32],
-        m: *const f32,
+        m: *const E,
         stride: usize,
         out: *mut f32,
         n: usize,
@@ -236,20 +347,20 @@ mod avx512 {
         unsafe {
             let mut o = 0;
             while wide && o + 128 <= n {
-                sum_rows_k::<8>(c, m, stride, o, out, 0xFFFF, scale);
+                sum_rows_k::<8, E>(c, m, stride, o, out, 0xFFFF, scale);
                 o += 128;
             }
             while o + 64 <= n {
-                sum_rows_k::<4>(c, m, stride, o, out, 0xFFFF, scale);
+                sum_rows_k::<4, E>(c, m, stride, o, out, 0xFFFF, scale);
                 o += 64;
             }
             let r = n - o;
             match r.div_ceil(16) {
                 0 => {}
-                1 => sum_rows_k::<1>(c, m, stride, o, out, mask(r), scale),
-                2 => sum_rows_k::<2>(c, m, stride, o, out, mask(r - 16), scale),
-                3 => sum_rows_k::<3>(c, m, stride, o, out, mask(r - 32), scale),
-                _ => sum_rows_k::<4>(c, m, stride, o, out, mask(r - 48), scale),
+                1 => sum_rows_k::<1, E>(c, m, stride, o, out, mask(r), scale),
+                2 => sum_rows_k::<2, E>(c, m, stride, o, out, mask(r - 16), scale),
+                3 => sum_rows_k::<3, E>(c, m, stride, o, out, mask(r - 32), scale),
+                _ => sum_rows_k::<4, E>(c, m, stride, o, out, mask(r - 48), scale),
             }
         }
     }
@@ -319,6 +430,37 @@ mod avx512 {
     /// AVX-512F; the bounds of `super::check_rows` hold.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn weighted_rows(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
+        let w = out.len();
+        // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
+        // caller), as is out[..w].
+        unsafe { sum_rows(a, v.as_ptr(), stride, out.as_mut_ptr(), w, None, false) }
+    }
+
+    /// # Safety
+    /// AVX-512F/BW/VL; the bounds of `super::check_scores` hold.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn scores_transposed_f16(
+        q: &[f32],
+        scale: f32,
+        kt: &[u16],
+        stride: usize,
+        start: usize,
+        sc: &mut [f32],
+    ) {
+        let n = sc.len();
+        // SAFETY: kt[d·stride + start + j] for j < n is in bounds (checked by
+        // the caller), as is sc[..n].
+        unsafe {
+            let kt = kt.as_ptr().add(start);
+            let s = Some(_mm512_set1_ps(scale));
+            sum_rows(q, kt, stride, sc.as_mut_ptr(), n, s, true);
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F/BW/VL; the bounds of `super::check_rows` hold.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn weighted_rows_f16(a: &[f32], v: &[u16], stride: usize, out: &mut [f32]) {
         let w = out.len();
         // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
         // caller), as is out[..w].

@@ -491,10 +491,9 @@ impl<'a> Model<'a> {
                 }
                 rope.apply(k, hd, cs_t);
                 let q_seq = &mut *seqs[s.row_seq[t]];
-                let (nc, p) = (q_seq.n_ctx, s.row_pos[t]);
+                let p = s.row_pos[t];
                 q_seq.put_keys(c, l, p, k);
-                let v_layer = l * nc * vd;
-                q_seq.v_cache[v_layer + p * vd..v_layer + (p + 1) * vd].copy_from_slice(v);
+                q_seq.put_values(c, l, p, v);
             }
             self.attention(s, seqs, kv_src, layer.swa, n);
             let att_w = c.n_head * c.head_dim_v;
