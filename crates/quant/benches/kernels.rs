@@ -12,7 +12,6 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use gpack_quant::kernels::{matvec_on, matvec_rayon};
 use gpack_quant::{matmul_with, GgmlType, Isa, NativeView, Pool};
 use std::hint::black_box;
-use std::time::Duration;
 
 mod common;
 use common::{Rng, Tensor};
@@ -143,17 +142,9 @@ fn bench_membw(c: &mut Criterion) {
     g.finish();
 }
 
-fn criterion() -> Criterion {
-    let quick = std::env::var_os("GPACK_BENCH_QUICK").is_some();
-    Criterion::default()
-        .sample_size(if quick { 10 } else { 20 })
-        .warm_up_time(Duration::from_millis(if quick { 100 } else { 300 }))
-        .measurement_time(Duration::from_millis(if quick { 300 } else { 1200 }))
-}
-
 criterion_group! {
     name = benches;
-    config = criterion();
+    config = common::criterion(1200);
     targets = bench_membw, bench_1t, bench_mt, bench_matmul
 }
 criterion_main!(benches);

@@ -16,7 +16,6 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gpack_quant::{matmul, matvec, GgmlType, NativeView, PackedMatrix};
 use std::hint::black_box;
-use std::time::Duration;
 
 mod common;
 use common::{Rng, Tensor};
@@ -116,17 +115,9 @@ fn bench_step(c: &mut Criterion) {
     }
 }
 
-fn criterion() -> Criterion {
-    let quick = std::env::var_os("GPACK_BENCH_QUICK").is_some();
-    Criterion::default()
-        .sample_size(if quick { 10 } else { 20 })
-        .warm_up_time(Duration::from_millis(if quick { 100 } else { 300 }))
-        .measurement_time(Duration::from_millis(if quick { 300 } else { 1500 }))
-}
-
 criterion_group! {
     name = benches;
-    config = criterion();
+    config = common::criterion(1500);
     targets = bench_shapes, bench_step
 }
 criterion_main!(benches);

@@ -10,40 +10,11 @@ use gpack_quant::{
     PackedMatrix, Pool, QuantizedActivations,
 };
 
-/// A small deterministic PRNG (xorshift64*).
-struct Rng(u64);
+use crate::common::{Aligned as Tensor, Rng};
 
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn normal(&mut self) -> f32 {
-        (0..12).map(|_| self.f32()).sum::<f32>() - 6.0
-    }
-}
-
-/// A serialized native tensor in a 16-aligned allocation.
-struct Tensor {
-    buf: Vec<u128>,
-    len: usize,
-}
-
-impl Tensor {
-    fn view(&self) -> NativeView<'_> {
-        NativeView::parse(&bytemuck::cast_slice::<u128, u8>(&self.buf)[..self.len]).unwrap()
-    }
+/// A native tensor's view.
+fn view(t: &Tensor) -> NativeView<'_> {
+    NativeView::parse(t.bytes()).unwrap()
 }
 
 /// The four group-32 integer layouts, from the ggml types that map to them.
@@ -120,12 +91,7 @@ fn tensor(rng: &mut Rng, t: GgmlType, rows: usize, cols: usize, f16: bool, fill:
     } else {
         transcode(t, &src, rows as u64, cols as u64, &mut out).unwrap();
     }
-    let mut buf = vec![0u128; out.len().div_ceil(16)];
-    bytemuck::cast_slice_mut::<u128, u8>(&mut buf)[..out.len()].copy_from_slice(&out);
-    Tensor {
-        buf,
-        len: out.len(),
-    }
+    Tensor::new(&out)
 }
 
 /// Activations: normal values with an all-zero block, one block of a
@@ -211,7 +177,7 @@ fn simd_equals_reference_random_shapes() {
                 for c in [k, k + 2 + (t as usize)] {
                     let cols = cols_set[c % cols_set.len()];
                     let w = tensor(&mut rng, t, rows, cols, f16, Fill::Random);
-                    let v = w.view();
+                    let v = view(&w);
                     assert_eq!(v.layout(), layout);
                     assert_eq!(v.has_f16_scales(), f16);
                     let pm = PackedMatrix::pack(&v).expect("packable");
@@ -232,7 +198,7 @@ fn simd_equals_reference_every_n() {
     for (t, _) in TYPES {
         let (rows, cols) = (33, 96);
         let w = tensor(&mut rng, t, rows, cols, true, Fill::Random);
-        let pm = PackedMatrix::pack(&w.view()).unwrap();
+        let pm = PackedMatrix::pack(&view(&w)).unwrap();
         for n in (1..=9).chain([16, 17]) {
             let x = acts(&mut rng, n, cols, Fill::Random);
             check_all_paths(&pm, &x, n, &format!("{t:?} n={n}"));
@@ -247,7 +213,7 @@ fn simd_equals_reference_extremes() {
         for f16 in [false, true] {
             for (rows, cols, n) in [(17, 64, 9), (48, 288, 8), (5, 1536, 3)] {
                 let w = tensor(&mut rng, t, rows, cols, f16, Fill::Extreme);
-                let pm = PackedMatrix::pack(&w.view()).unwrap();
+                let pm = PackedMatrix::pack(&view(&w)).unwrap();
                 let x = acts(&mut rng, n, cols, Fill::Extreme);
                 check_all_paths(
                     &pm,
@@ -269,21 +235,14 @@ fn all_zero_weights_and_activations_give_zero() {
         let src = vec![0u8; rows * cols / 32 * ts as usize];
         let mut out = Vec::new();
         transcode(t, &src, rows as u64, cols as u64, &mut out).unwrap();
-        let w = Tensor {
-            buf: {
-                let mut b = vec![0u128; out.len().div_ceil(16)];
-                bytemuck::cast_slice_mut::<u128, u8>(&mut b)[..out.len()].copy_from_slice(&out);
-                b
-            },
-            len: out.len(),
-        };
-        let pm = PackedMatrix::pack(&w.view()).unwrap();
+        let w = Tensor::new(&out);
+        let pm = PackedMatrix::pack(&view(&w)).unwrap();
         let x = acts(&mut rng, 3, cols, Fill::Random);
         let y = check_all_paths(&pm, &x, 3, &format!("zero {t:?}"));
         assert!(y.iter().all(|&v| v == 0.0));
         // And zero activations against random weights.
         let w = tensor(&mut rng, t, rows, cols, false, Fill::Random);
-        let pm = PackedMatrix::pack(&w.view()).unwrap();
+        let pm = PackedMatrix::pack(&view(&w)).unwrap();
         let y = check_all_paths(&pm, &vec![0.0; 2 * cols], 2, &format!("zero x {t:?}"));
         assert!(y.iter().all(|&v| v == 0.0));
     }
@@ -298,7 +257,7 @@ fn batched_equals_solo() {
     for (t, _) in TYPES {
         let (rows, cols) = (577, 576);
         let w = tensor(&mut rng, t, rows, cols, true, Fill::Random);
-        let pm = PackedMatrix::pack(&w.view()).unwrap();
+        let pm = PackedMatrix::pack(&view(&w)).unwrap();
         for n in [9usize, 17] {
             let x = acts(&mut rng, n, cols, Fill::Random);
             for isa in Isa::available() {
@@ -339,7 +298,7 @@ fn reference_close_to_f64() {
     for (t, _) in TYPES {
         for (rows, cols) in [(17, 32), (40, 576), (9, 1536)] {
             let w = tensor(&mut rng, t, rows, cols, false, Fill::Random);
-            let v = w.view();
+            let v = view(&w);
             let pm = PackedMatrix::pack(&v).unwrap();
             let n = 3;
             let x = acts(&mut rng, n, cols, Fill::Random);
@@ -404,18 +363,13 @@ fn pack_refuses_other_layouts() {
         };
         let mut out = Vec::new();
         transcode(t, &src, rows as u64, cols as u64, &mut out).unwrap();
-        let mut buf = vec![0u128; out.len().div_ceil(16)];
-        bytemuck::cast_slice_mut::<u128, u8>(&mut buf)[..out.len()].copy_from_slice(&out);
-        let w = Tensor {
-            buf,
-            len: out.len(),
-        };
-        let v = w.view();
+        let w = Tensor::new(&out);
+        let v = view(&w);
         assert!(PackedMatrix::pack(&v).is_none(), "{t:?} ({})", v.layout());
     }
     // Q4_K maps to I4Asym/G32 with f32 scales: packable.
     let w = tensor_q4k(&mut rng);
-    assert!(PackedMatrix::pack(&w.view()).is_some());
+    assert!(PackedMatrix::pack(&view(&w)).is_some());
 }
 
 fn tensor_q4k(rng: &mut Rng) -> Tensor {
@@ -427,12 +381,7 @@ fn tensor_q4k(rng: &mut Rng) -> Tensor {
     }
     let mut out = Vec::new();
     transcode(GgmlType::Q4_K, &src, rows as u64, cols as u64, &mut out).unwrap();
-    let mut buf = vec![0u128; out.len().div_ceil(16)];
-    bytemuck::cast_slice_mut::<u128, u8>(&mut buf)[..out.len()].copy_from_slice(&out);
-    Tensor {
-        buf,
-        len: out.len(),
-    }
+    Tensor::new(&out)
 }
 
 /// The packed form is as large as the bytes the unpacked kernels stream
@@ -445,7 +394,7 @@ fn byte_len_matches_native_form() {
         for f16 in [false, true] {
             let (rows, cols) = (64, 576);
             let w = tensor(&mut rng, t, rows, cols, f16, Fill::Random);
-            let v = w.view();
+            let v = view(&w);
             let pm = PackedMatrix::pack(&v).unwrap();
             let es = if f16 { 2 } else { 4 };
             let streamed = v.codes().len() + es * (v.scales().len() + v.mins().len());

@@ -3,6 +3,7 @@
 mod common;
 mod exact;
 mod kernels;
+mod packed;
 mod parse;
 mod pool;
 mod quantizers;

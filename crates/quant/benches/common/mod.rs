@@ -3,7 +3,19 @@
 
 #![allow(dead_code)]
 
+use criterion::Criterion;
 use gpack_quant::{transcode, transcode_with_f16_scales, GgmlType, NativeView};
+use std::time::Duration;
+
+/// The benches' criterion settings: `measure_ms` per benchmark, shorter
+/// with `GPACK_BENCH_QUICK=1`.
+pub fn criterion(measure_ms: u64) -> Criterion {
+    let quick = std::env::var_os("GPACK_BENCH_QUICK").is_some();
+    Criterion::default()
+        .sample_size(if quick { 10 } else { 20 })
+        .warm_up_time(Duration::from_millis(if quick { 100 } else { 300 }))
+        .measurement_time(Duration::from_millis(if quick { 300 } else { measure_ms }))
+}
 
 /// xorshift64* with a crude normal.
 pub struct Rng(pub u64);
