@@ -560,8 +560,8 @@ fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
                 .map(|&b| half::f16::from_bits(b).to_f32())
                 .collect();
             let (mut h1, mut h2, mut h3) = (vec![0f32; w], vec![3f32; w], vec![4f32; w]);
-            attn::weighted_rows_f16(&a[..rows], &v16, stride, &mut h1);
-            attn::weighted_rows_f16_ref(&a[..rows], &v16, stride, &mut h2);
+            attn::weighted_rows(&a[..rows], &v16, stride, &mut h1);
+            attn::weighted_rows_ref(&a[..rows], &v16, stride, &mut h2);
             attn::weighted_rows(&a[..rows], &vw, stride, &mut h3);
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&h1), bits(&h2), "f16 weighted rows {rows} x {w}");
@@ -577,8 +577,8 @@ fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
             .map(|&b| half::f16::from_bits(b).to_f32())
             .collect();
         let (mut c1, mut c2, mut c3) = (vec![0f32; len], vec![5f32; len], vec![6f32; len]);
-        attn::scores_transposed_f16(&q, 0.125, &kt16, stride, start, &mut c1);
-        attn::scores_transposed_f16_ref(&q, 0.125, &kt16, stride, start, &mut c2);
+        attn::scores_transposed(&q, 0.125, &kt16, stride, start, &mut c1);
+        attn::scores_transposed_ref(&q, 0.125, &kt16, stride, start, &mut c2);
         attn::scores_transposed(&q, 0.125, &ktw, stride, start, &mut c3);
         let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&c1), bits(&c2), "f16 scores hd {hd} len {len}");

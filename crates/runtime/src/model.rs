@@ -179,6 +179,29 @@ impl Kv {
             Kv::F16(v) => v[i] = half::f16::from_f32(x).to_bits(),
         }
     }
+    /// [`ops::scores_transposed`] over one block of keys `kt` (a range of
+    /// this cache: `[head_dim][KB]`), positions from `start` in the block.
+    fn scores(
+        &self,
+        q: &[f32],
+        scale: f32,
+        kt: std::ops::Range<usize>,
+        start: usize,
+        sc: &mut [f32],
+    ) {
+        match self {
+            Kv::F32(k) => ops::scores_transposed(q, scale, &k[kt], KB, start, sc),
+            Kv::F16(k) => ops::scores_transposed(q, scale, &k[kt], KB, start, sc),
+        }
+    }
+    /// [`ops::weighted_rows`] over the value rows in `v` (a range of this
+    /// cache, rows `stride` apart).
+    fn weighted_rows(&self, a: &[f32], v: std::ops::Range<usize>, stride: usize, out: &mut [f32]) {
+        match self {
+            Kv::F32(x) => ops::weighted_rows(a, &x[v], stride, out),
+            Kv::F16(x) => ops::weighted_rows(a, &x[v], stride, out),
+        }
+    }
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             Kv::F32(v) => v[at..at + src.len()].copy_from_slice(src),
@@ -1057,24 +1080,8 @@ impl<'a> Model<'a> {
                     let b1 = ((b0 / KB + 1) * KB).min(p + 1);
                     let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
                     let out = &mut sc[b0 - start..b1 - start];
-                    match &q_seq.k_cache {
-                        Kv::F32(k) => ops::scores_transposed(
-                            q,
-                            c.attn_scale,
-                            &k[base..base + hd * KB],
-                            KB,
-                            b0 % KB,
-                            out,
-                        ),
-                        Kv::F16(k) => gpack_quant::kernels::attn::scores_transposed_f16(
-                            q,
-                            c.attn_scale,
-                            &k[base..base + hd * KB],
-                            KB,
-                            b0 % KB,
-                            out,
-                        ),
-                    }
+                    let kt = base..base + hd * KB;
+                    q_seq.k_cache.scores(q, c.attn_scale, kt, b0 % KB, out);
                     b0 = b1;
                 }
                 if let Some(cap) = c.attn_softcap {
@@ -1083,12 +1090,7 @@ impl<'a> Model<'a> {
                 ops::softmax(sc);
                 let v0 = (l * nc + start) * vd + kvh * hdv;
                 let v1 = (l + 1) * nc * vd;
-                match &q_seq.v_cache {
-                    Kv::F32(v) => ops::weighted_rows(sc, &v[v0..v1], vd, o),
-                    Kv::F16(v) => {
-                        gpack_quant::kernels::attn::weighted_rows_f16(sc, &v[v0..v1], vd, o)
-                    }
-                }
+                q_seq.v_cache.weighted_rows(sc, v0..v1, vd, o);
             }
         };
         // Small jobs (decode at short context) run on the caller: waking the

@@ -6,6 +6,7 @@
 //! accumulator forces a serial add chain (floats are not reassociated).
 
 use crate::config::RopeStyle;
+use gpack_quant::kernels::attn::KvElem;
 
 /// `Σ a[i] * b[i]` with eight partial sums (vectorizes to one 256-bit lane set).
 #[inline]
@@ -35,7 +36,8 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 }
 
 /// `sc[j] = scale · Σ_d q[d] · kt[d · stride + start + j]` for `j < sc.len()`:
-/// query-key scores against a transposed key cache (`kt` is `[hd][stride]`).
+/// query-key scores against a transposed key cache (`kt` is `[hd][stride]`,
+/// f32 or f16 bits: [`KvElem`]).
 ///
 /// Runs `gpack_quant::kernels::attn::scores_transposed` (AVX-512 when
 /// available, bit-identical to its scalar reference: same products and adds
@@ -47,10 +49,10 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 /// stored hd times); blocks of 16 positions accumulated in registers over
 /// all of hd (safe Rust, SSE2): 10 %; the same on AVX-512 in the quant crate
 /// (64–128 positions per pass): see docs/PERFORMANCE.md.
-pub fn scores_transposed(
+pub fn scores_transposed<E: KvElem>(
     q: &[f32],
     scale: f32,
-    kt: &[f32],
+    kt: &[E],
     stride: usize,
     start: usize,
     sc: &mut [f32],
@@ -59,10 +61,10 @@ pub fn scores_transposed(
 }
 
 /// `out = Σ_j a[j] · v[j · stride .. j · stride + out.len()]`: the attention-
-/// weighted sum of value rows (output dims in registers over all rows;
+/// weighted sum of value rows (f32 or f16 bits; output dims in registers over all rows;
 /// `gpack_quant::kernels::attn::weighted_rows`, AVX-512 when available,
 /// bit-identical to its scalar reference).
-pub fn weighted_rows(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
+pub fn weighted_rows<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut [f32]) {
     gpack_quant::kernels::attn::weighted_rows(a, v, stride, out)
 }
 

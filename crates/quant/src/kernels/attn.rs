@@ -42,6 +42,45 @@ fn check_rows<T>(a: &[f32], v: &[T], stride: usize, w: usize) {
     }
 }
 
+/// An element of a K/V cache: `f32`, or the bits of an IEEE half float
+/// (`u16`, an f16 cache). Every kernel widens it to f32 exactly and then
+/// runs the same operations in the same order, so an f16 cache's results
+/// equal the f32 kernels' on the widened values bit for bit.
+pub trait KvElem: sealed::Sealed {
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl KvElem for u16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        half::f16::from_bits(self).to_f32()
+    }
+}
+
+mod sealed {
+    #[cfg(target_arch = "x86_64")]
+    use std::arch::x86_64::{__m512, __mmask16};
+
+    /// What the SIMD paths need of a [`super::KvElem`]; not implementable
+    /// outside this module.
+    pub trait Sealed: Copy {
+        /// 16 lanes from `p` widened to f32 (lanes outside `msk` zero, not read).
+        ///
+        /// # Safety
+        /// AVX-512F/BW/VL; the lanes in `msk` are readable.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn load16(p: *const Self, msk: __mmask16) -> __m512;
+    }
+}
+
 /// `sc[j] = (Σ_d q[d] · kt[d · stride + start + j]) · scale` for
 /// `j < sc.len()`, the sum taken in `d` order from 0 (each term a rounded
 /// product, then a rounded add): query-key scores against a transposed key
@@ -49,10 +88,10 @@ fn check_rows<T>(a: &[f32], v: &[T], stride: usize, w: usize) {
 ///
 /// # Panics
 /// If `kt` is too short (`(q.len() - 1) · stride + start + sc.len()`).
-pub fn scores_transposed(
+pub fn scores_transposed<E: KvElem>(
     q: &[f32],
     scale: f32,
-    kt: &[f32],
+    kt: &[E],
     stride: usize,
     start: usize,
     sc: &mut [f32],
@@ -60,7 +99,8 @@ pub fn scores_transposed(
     check_scores(q, kt, stride, start, sc.len());
     #[cfg(target_arch = "x86_64")]
     if use_avx512() {
-        // SAFETY: AVX-512F detected (`use_avx512`); bounds checked above.
+        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected (`use_avx512`);
+        // bounds checked above.
         unsafe { avx512::scores_transposed(q, scale, kt, stride, start, sc) };
         return;
     }
@@ -71,10 +111,10 @@ pub fn scores_transposed(
 ///
 /// # Panics
 /// As [`scores_transposed`].
-pub fn scores_transposed_ref(
+pub fn scores_transposed_ref<E: KvElem>(
     q: &[f32],
     scale: f32,
-    kt: &[f32],
+    kt: &[E],
     stride: usize,
     start: usize,
     sc: &mut [f32],
@@ -88,9 +128,9 @@ pub fn scores_transposed_ref(
         let mut acc = [0f32; B];
         for (dd, &qv) in q.iter().enumerate() {
             let o = dd * stride + j0;
-            let row: &[f32; B] = kt[o..o + B].try_into().expect("block");
+            let row: &[E; B] = kt[o..o + B].try_into().expect("block");
             for i in 0..B {
-                acc[i] += qv * row[i];
+                acc[i] += qv * row[i].widen();
             }
         }
         for (b, a) in blk.iter_mut().zip(acc) {
@@ -103,7 +143,7 @@ pub fn scores_transposed_ref(
         for (dd, &qv) in q.iter().enumerate() {
             let o = dd * stride + start + full;
             for (t, &k) in tail.iter_mut().zip(&kt[o..o + n - full]) {
-                *t += qv * k;
+                *t += qv * k.widen();
             }
         }
         tail.iter_mut().for_each(|v| *v *= scale);
@@ -116,11 +156,11 @@ pub fn scores_transposed_ref(
 ///
 /// # Panics
 /// If `v` is too short (`(a.len() - 1) · stride + out.len()`).
-pub fn weighted_rows(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
+pub fn weighted_rows<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut [f32]) {
     check_rows(a, v, stride, out.len());
     #[cfg(target_arch = "x86_64")]
     if use_avx512() {
-        // SAFETY: AVX-512F detected; bounds checked above.
+        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected; bounds checked above.
         unsafe { avx512::weighted_rows(a, v, stride, out) };
         return;
     }
@@ -131,7 +171,7 @@ pub fn weighted_rows(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
 ///
 /// # Panics
 /// As [`weighted_rows`].
-pub fn weighted_rows_ref(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
+pub fn weighted_rows_ref<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut [f32]) {
     check_rows(a, v, stride, out.len());
     const B: usize = 16;
     let w = out.len();
@@ -141,9 +181,9 @@ pub fn weighted_rows_ref(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
         let mut acc = [0f32; B];
         for (j, &aj) in a.iter().enumerate() {
             let o = j * stride + d0;
-            let row: &[f32; B] = v[o..o + B].try_into().expect("block");
+            let row: &[E; B] = v[o..o + B].try_into().expect("block");
             for i in 0..B {
-                acc[i] += aj * row[i];
+                acc[i] += aj * row[i].widen();
             }
         }
         blk.copy_from_slice(&acc);
@@ -154,89 +194,15 @@ pub fn weighted_rows_ref(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
         for (j, &aj) in a.iter().enumerate() {
             let o = j * stride + full;
             for (t, &x) in tail.iter_mut().zip(&v[o..o + w - full]) {
-                *t += aj * x;
+                *t += aj * x.widen();
             }
         }
     }
 }
 
-/// [`scores_transposed`] over keys stored as IEEE half floats (`kt` holds
-/// f16 bits; an f16 K cache). Each key is widened to f32 exactly, then the
-/// same operations in the same order: the result equals
-/// [`scores_transposed`] on the widened keys bit for bit (tested).
-///
-/// # Panics
-/// As [`scores_transposed`].
-pub fn scores_transposed_f16(
-    q: &[f32],
-    scale: f32,
-    kt: &[u16],
-    stride: usize,
-    start: usize,
-    sc: &mut [f32],
-) {
-    check_scores(q, kt, stride, start, sc.len());
-    #[cfg(target_arch = "x86_64")]
-    if use_avx512() {
-        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected; bounds checked above.
-        unsafe { avx512::scores_transposed_f16(q, scale, kt, stride, start, sc) };
-        return;
-    }
-    scores_transposed_f16_ref(q, scale, kt, stride, start, sc)
-}
-
-/// The scalar reference of [`scores_transposed_f16`]: the keys it reads
-/// widened, then [`scores_transposed_ref`].
-///
-/// # Panics
-/// As [`scores_transposed`].
-pub fn scores_transposed_f16_ref(
-    q: &[f32],
-    scale: f32,
-    kt: &[u16],
-    stride: usize,
-    start: usize,
-    sc: &mut [f32],
-) {
-    check_scores(q, kt, stride, start, sc.len());
-    let wide: Vec<f32> = kt
-        .iter()
-        .map(|&b| half::f16::from_bits(b).to_f32())
-        .collect();
-    scores_transposed_ref(q, scale, &wide, stride, start, sc)
-}
-
-/// [`weighted_rows`] over value rows stored as IEEE half floats (an f16 V
-/// cache): equal to [`weighted_rows`] on the widened values bit for bit.
-///
-/// # Panics
-/// As [`weighted_rows`].
-pub fn weighted_rows_f16(a: &[f32], v: &[u16], stride: usize, out: &mut [f32]) {
-    check_rows(a, v, stride, out.len());
-    #[cfg(target_arch = "x86_64")]
-    if use_avx512() {
-        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected; bounds checked above.
-        unsafe { avx512::weighted_rows_f16(a, v, stride, out) };
-        return;
-    }
-    weighted_rows_f16_ref(a, v, stride, out)
-}
-
-/// The scalar reference of [`weighted_rows_f16`].
-///
-/// # Panics
-/// As [`weighted_rows`].
-pub fn weighted_rows_f16_ref(a: &[f32], v: &[u16], stride: usize, out: &mut [f32]) {
-    check_rows(a, v, stride, out.len());
-    let wide: Vec<f32> = v
-        .iter()
-        .map(|&b| half::f16::from_bits(b).to_f32())
-        .collect();
-    weighted_rows_ref(a, &wide, stride, out)
-}
-
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
+    use super::KvElem;
     use std::arch::x86_64::*;
 
     /// Lanes `0..k` set (k ≤ 16).
@@ -245,19 +211,9 @@ mod avx512 {
         ((1u32 << k) - 1) as __mmask16
     }
 
-    /// An element type the rows of [`sum_rows_k`] can hold: 16 lanes widen
-    /// to f32 exactly.
-    pub(super) trait Elem: Copy {
-        /// 16 lanes from `p` (lanes outside `msk` zero, not read).
-        ///
-        /// # Safety
-        /// AVX-512F/BW/VL; the lanes in `msk` are readable.
-        unsafe fn load(p: *const Self, msk: __mmask16) -> __m512;
-    }
-
-    impl Elem for f32 {
+    impl super::sealed::Sealed for f32 {
         #[inline(always)]
-        unsafe fn load(p: *const f32, msk: __mmask16) -> __m512 {
+        unsafe fn load16(p: *const f32, msk: __mmask16) -> __m512 {
             // SAFETY: the caller's bounds; a full mask is a plain load.
             unsafe {
                 if msk == 0xFFFF {
@@ -269,9 +225,9 @@ mod avx512 {
         }
     }
 
-    impl Elem for u16 {
+    impl super::sealed::Sealed for u16 {
         #[inline(always)]
-        unsafe fn load(p: *const u16, msk: __mmask16) -> __m512 {
+        unsafe fn load16(p: *const u16, msk: __mmask16) -> __m512 {
             // SAFETY: the caller's bounds; only the lanes in `msk` are read
             // (masked 16-bit load), f16 → f32 is exact.
             unsafe {
@@ -296,7 +252,7 @@ mod avx512 {
     /// AVX-512F; every `m[r · stride + o + t]` read (`t` < 16(K-1) +
     /// popcount(msk)) and `out[o + t]` written is in bounds.
     #[inline(always)]
-    unsafe fn sum_rows_k<const K: usize, E: Elem>(
+    unsafe fn sum_rows_k<const K: usize, E: KvElem>(
         c: &[f32],
         m: *const E,
         stride: usize,
@@ -312,7 +268,7 @@ mod avx512 {
                 let cv = _mm512_set1_ps(cr);
                 let p = m.add(r * stride + o);
                 for (k, a) in acc.iter_mut().enumerate() {
-                    let row = E::load(p.add(16 * k), if k + 1 == K { msk } else { 0xFFFF });
+                    let row = E::load16(p.add(16 * k), if k + 1 == K { msk } else { 0xFFFF });
                     *a = _mm512_add_ps(*a, _mm512_mul_ps(cv, row));
                 }
             }
@@ -334,7 +290,7 @@ mod avx512 {
     /// AVX-512F; `m[r · stride + t]` for `r < c.len()`, `t < n` and
     /// `out[..n]` are in bounds.
     #[inline(always)]
-    unsafe fn sum_rows<E: Elem>(
+    unsafe fn sum_rows<E: KvElem>(
         c: &[f32],
         m: *const E,
         stride: usize,
@@ -366,12 +322,12 @@ mod avx512 {
     }
 
     /// # Safety
-    /// AVX-512F; the bounds of `super::check_scores` hold.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn scores_transposed(
+    /// AVX-512F/BW/VL; the bounds of `super::check_scores` hold.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn scores_transposed<E: KvElem>(
         q: &[f32],
         scale: f32,
-        kt: &[f32],
+        kt: &[E],
         stride: usize,
         start: usize,
         sc: &mut [f32],
@@ -427,40 +383,14 @@ mod avx512 {
     }
 
     /// # Safety
-    /// AVX-512F; the bounds of `super::check_rows` hold.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn weighted_rows(a: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
-        let w = out.len();
-        // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
-        // caller), as is out[..w].
-        unsafe { sum_rows(a, v.as_ptr(), stride, out.as_mut_ptr(), w, None, false) }
-    }
-
-    /// # Safety
-    /// AVX-512F/BW/VL; the bounds of `super::check_scores` hold.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn scores_transposed_f16(
-        q: &[f32],
-        scale: f32,
-        kt: &[u16],
-        stride: usize,
-        start: usize,
-        sc: &mut [f32],
-    ) {
-        let n = sc.len();
-        // SAFETY: kt[d·stride + start + j] for j < n is in bounds (checked by
-        // the caller), as is sc[..n].
-        unsafe {
-            let kt = kt.as_ptr().add(start);
-            let s = Some(_mm512_set1_ps(scale));
-            sum_rows(q, kt, stride, sc.as_mut_ptr(), n, s, true);
-        }
-    }
-
-    /// # Safety
     /// AVX-512F/BW/VL; the bounds of `super::check_rows` hold.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn weighted_rows_f16(a: &[f32], v: &[u16], stride: usize, out: &mut [f32]) {
+    pub(super) unsafe fn weighted_rows<E: KvElem>(
+        a: &[f32],
+        v: &[E],
+        stride: usize,
+        out: &mut [f32],
+    ) {
         let w = out.len();
         // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
         // caller), as is out[..w].
