@@ -59,19 +59,11 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Name reported by `/v1/models` and in responses (default: the file stem).
     pub model_name: Option<String>,
-    /// How a MoE model's routed experts are read (default: the environment,
-    /// [`gpack_runtime::ExpertMode::from_env`]).
-    pub experts: gpack_runtime::ExpertMode,
-    /// How a per-layer embedding table is read (default: the environment,
-    /// [`gpack_runtime::LoadOptions::default`]).
-    pub ple: gpack_runtime::ple::PleIo,
-    /// Repack the dense integer matrices for batched steps
-    /// ([`gpack_runtime::LoadOptions::repack`]; on by default: the server's
-    /// steps carry several rows).
-    pub repack: bool,
-    /// Keep the slots' keys and values as f16
-    /// ([`gpack_runtime::LoadOptions::kv_f16`]; on by default, as llama-server).
-    pub kv_f16: bool,
+    /// How the model is bound ([`gpack_runtime::LoadOptions`]): experts and
+    /// the PLE table as the environment says, and, unlike `gpack run`'s
+    /// default, matrices repacked for batched steps and an f16 K/V cache (as
+    /// llama-server keeps it) — the server's steps carry several rows.
+    pub load: gpack_runtime::LoadOptions,
 }
 
 impl Default for Options {
@@ -86,10 +78,11 @@ impl Default for Options {
             max_body_bytes: 1 << 20,
             prefill_chunk: 256,
             model_name: None,
-            experts: gpack_runtime::ExpertMode::from_env(),
-            ple: gpack_runtime::LoadOptions::default().ple,
-            repack: true,
-            kv_f16: true,
+            load: gpack_runtime::LoadOptions {
+                repack: true,
+                kv_f16: true,
+                ..gpack_runtime::LoadOptions::default()
+            },
         }
     }
 }
@@ -126,13 +119,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     });
     let loaded: &'static Loaded = Box::leak(Box::new(model));
     let tok = loaded.tokenizer()?;
-    let load = gpack_runtime::LoadOptions {
-        experts: opts.experts,
-        ple: opts.ple,
-        repack: opts.repack,
-        kv_f16: opts.kv_f16,
-    };
-    let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
+    let bm = Model::load_with(loaded.weights(), &opts.load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
         source: Box::new(source),
     })?;

@@ -108,10 +108,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }),
         max_body_bytes: a.max_body,
         model_name: a.name,
-        experts: a.experts.mode(),
-        ple: a.ple.io(),
-        repack: !a.no_repack,
-        kv_f16: !a.kv_f32,
+        load: gpack_runtime::LoadOptions {
+            experts: a.experts.mode(),
+            ple: a.ple.io(),
+            repack: !a.no_repack,
+            kv_f16: !a.kv_f32,
+        },
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;
