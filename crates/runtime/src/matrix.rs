@@ -130,23 +130,17 @@ impl<'a> Matrix<'a> {
     /// results differ in rounding from the unpacked kernels', and every call
     /// gives each row the same bits whatever the batch.
     pub fn packed(&self) -> Option<Matrix<'a>> {
-        let m = match self {
-            Matrix::Native { .. } | Matrix::Owned { .. } => {
-                let view = match self {
-                    Matrix::Native {
-                        view,
-                        row_start,
-                        rows,
-                    } => view.row_range(*row_start, *rows)?,
-                    Matrix::Owned { buf, .. } => Self::owned_view(buf),
-                    _ => return None,
-                };
-                PackedMatrix::pack(&view)?
-            }
-            _ => return None,
+        let view = match self {
+            Matrix::Native {
+                view,
+                row_start,
+                rows,
+            } => view.row_range(*row_start, *rows)?,
+            Matrix::Owned { buf, .. } => Self::owned_view(buf),
+            Matrix::Packed { .. } | Matrix::Dense { .. } => return None,
         };
         Some(Matrix::Packed {
-            m: Arc::new(m),
+            m: Arc::new(PackedMatrix::pack(&view)?),
             orig: Box::new(self.clone()),
         })
     }

@@ -375,7 +375,7 @@ impl State {
     }
 }
 
-pub(crate) fn dense_vec(
+fn dense_vec(
     w: &dyn WeightSource,
     name: &str,
     len: usize,
@@ -401,6 +401,21 @@ fn need<T>(v: Option<T>, name: &str) -> Result<T> {
 
 fn tensor<'a>(w: &'a dyn WeightSource, name: &str) -> Result<TensorRef<'a>> {
     need(w.tensor(name), name)
+}
+
+/// The required `rows × cols` matrix `name`, in a native layout.
+fn matrix<'a>(w: &'a dyn WeightSource, name: &str, cols: usize, rows: usize) -> Result<Matrix<'a>> {
+    Matrix::bind(name, tensor(w, name)?, cols, Some(rows))?.into_native(name)
+}
+
+/// The required vector `name` of `len` values (as [`dense_vec`]).
+fn required_vec(
+    w: &dyn WeightSource,
+    name: &str,
+    len: usize,
+    what: &'static str,
+) -> Result<Vec<f32>> {
+    need(dense_vec(w, name, len, what)?, name)
 }
 
 /// Every expert slice of the model, shape-checked, in ExpertLayout order.
@@ -475,17 +490,11 @@ impl<'a> Model<'a> {
             None => embd.clone(),
         }
         .into_native("output.weight")?;
-        let output_norm = need(
-            dense_vec(w, "output_norm.weight", d, "norm")?,
-            "output_norm.weight",
-        )?;
+        let output_norm = required_vec(w, "output_norm.weight", d, "norm")?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for l in 0..c.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}");
-            let mat = |s: &str, cols: usize, rows: usize| -> Result<Matrix<'a>> {
-                let name = n(s);
-                Matrix::bind(&name, tensor(w, &name)?, cols, Some(rows))?.into_native(&name)
-            };
+            let mat = |s: &str, cols: usize, rows: usize| matrix(w, &n(s), cols, rows);
             // Gemma 3n's KV-sharing layers have queries only.
             let kv_shared = c.gemma3n.as_ref().is_some_and(|g| g.kv_source[l] != l);
             let qkv = if kv_shared {
@@ -517,7 +526,7 @@ impl<'a> Model<'a> {
             let ffn = if c.n_expert > 0 {
                 let name = n("ffn_gate_inp.weight");
                 Ffn::Moe {
-                    router: need(dense_vec(w, &name, c.n_expert * d, "router")?, &name)?,
+                    router: required_vec(w, &name, c.n_expert * d, "router")?,
                 }
             } else {
                 Ffn::Dense {
@@ -529,20 +538,14 @@ impl<'a> Model<'a> {
                 }
             };
             layers.push(Layer {
-                attn_norm: need(
-                    dense_vec(w, &n("attn_norm.weight"), d, "norm")?,
-                    &n("attn_norm.weight"),
-                )?,
+                attn_norm: required_vec(w, &n("attn_norm.weight"), d, "norm")?,
                 qkv,
                 qkv_bias,
                 q_norm: dense_vec(w, &n("attn_q_norm.weight"), c.head_dim, "norm")?,
                 k_norm: dense_vec(w, &n("attn_k_norm.weight"), c.head_dim, "norm")?,
                 wo: mat("attn_output.weight", c.n_head * c.head_dim_v, d)?,
                 post_attn_norm: dense_vec(w, &n("post_attention_norm.weight"), d, "norm")?,
-                ffn_norm: need(
-                    dense_vec(w, &n("ffn_norm.weight"), d, "norm")?,
-                    &n("ffn_norm.weight"),
-                )?,
+                ffn_norm: required_vec(w, &n("ffn_norm.weight"), d, "norm")?,
                 ffn,
                 post_ffn_norm: dense_vec(w, &n("post_ffw_norm.weight"), d, "norm")?,
                 swa: c.swa_layers[l],

@@ -29,10 +29,6 @@ pub trait MetadataSource {
     fn meta_str(&self, key: &str) -> Option<&str>;
     /// A boolean value.
     fn meta_bool(&self, key: &str) -> Option<bool>;
-    /// An array of f32 values (e.g. per-layer values), if the provider has it.
-    fn meta_f32_array(&self, _key: &str) -> Option<Vec<f32>> {
-        None
-    }
     /// An array of numbers or booleans (true = 1) as f64, if the provider
     /// has it (per-layer values such as gemma3n's `feed_forward_length`).
     fn meta_num_array(&self, _key: &str) -> Option<Vec<f64>> {
@@ -52,9 +48,6 @@ impl MetadataSource for gpack_ingest::Metadata {
     }
     fn meta_bool(&self, key: &str) -> Option<bool> {
         self.get_bool(key)
-    }
-    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        self.get_f32_array(key).map(<[f32]>::to_vec)
     }
     fn meta_num_array(&self, key: &str) -> Option<Vec<f64>> {
         use gpack_ingest::Array;
@@ -97,9 +90,6 @@ impl<T: HasMetadata> MetadataSource for T {
     }
     fn meta_bool(&self, key: &str) -> Option<bool> {
         self.metadata_table().meta_bool(key)
-    }
-    fn meta_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        self.metadata_table().meta_f32_array(key)
     }
     fn meta_num_array(&self, key: &str) -> Option<Vec<f64>> {
         self.metadata_table().meta_num_array(key)

@@ -31,7 +31,7 @@
 //! mmap), or from the tensor of a GGUF/HF source. [`PleStats`] counts rows
 //! and cache hits; `gpack run --verbose` prints them.
 
-use super::{dense_vec, need, tensor, Ffn, Model, Scratch, Sequence};
+use super::{matrix, required_vec, tensor, Ffn, Model, Scratch, Sequence};
 use crate::config::Gemma3nConfig;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
@@ -181,12 +181,8 @@ impl<'a> Gemma3n<'a> {
     ) -> Result<Gemma3n<'a>> {
         let d = n_embd;
         let (hpl, na) = (cfg.n_embd_per_layer, cfg.n_altup);
-        let mat = |name: &str, cols: usize, rows: usize| -> Result<Matrix<'a>> {
-            Matrix::bind(name, tensor(w, name)?, cols, Some(rows))?.into_native(name)
-        };
-        let vec = |name: &str, len: usize, what: &'static str| -> Result<Vec<f32>> {
-            need(dense_vec(w, name, len, what)?, name)
-        };
+        let mat = |name: &str, cols: usize, rows: usize| matrix(w, name, cols, rows);
+        let vec = |name: &str, len: usize, what: &'static str| required_vec(w, name, len, what);
         let ple_name = "per_layer_token_embd.weight";
         let (ple, ple_rows, ple_row_bytes) = match w.ple_table(ple_io) {
             Some(t) => {
