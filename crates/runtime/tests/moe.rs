@@ -22,16 +22,18 @@ fn tiny_moe_f16_and_hf_match_transformers() {
     }
 }
 
+/// `w` bound with its experts read as `mode`.
+fn load(w: &dyn WeightSource, mode: ExpertMode) -> Model<'_> {
+    let opts = LoadOptions {
+        experts: mode,
+        ..LoadOptions::default()
+    };
+    Model::load_with(w, &opts).unwrap()
+}
+
 /// Prompt logits (every position) and 8 greedy steps' logits, concatenated.
 fn logits(w: &dyn WeightSource, mode: ExpertMode, prompt: &[u32]) -> Vec<f32> {
-    let m = Model::load_with(
-        w,
-        &LoadOptions {
-            experts: mode,
-            ..LoadOptions::default()
-        },
-    )
-    .unwrap();
+    let m = load(w, mode);
     assert_eq!(m.expert_mode(), Some(mode));
     let mut s = m.new_state(64);
     let mut all = m.forward(&mut s, prompt, Logits::All).unwrap().to_vec();
@@ -127,14 +129,7 @@ fn only_routed_experts_are_read_and_the_cache_evicts_within_budget() {
     for path in [&emb, &ext] {
         let w = GpackWeights::open(path).unwrap();
         for mode in MODES {
-            let m = Model::load_with(
-                &w,
-                &LoadOptions {
-                    experts: mode,
-                    ..LoadOptions::default()
-                },
-            )
-            .unwrap();
+            let m = load(&w, mode);
             let c = m.config.clone();
             let per_expert = m.expert_bytes() / (c.n_layer * c.n_expert) as u64;
             let mut s = m.new_state(32);
@@ -209,14 +204,7 @@ fn corrupted_or_resized_external_shard_is_refused() {
     assert!(e.contains("SHA-256"), "{e}");
     let w = GpackWeights::open(&ext).unwrap();
     for mode in MODES {
-        let m = Model::load_with(
-            &w,
-            &LoadOptions {
-                experts: mode,
-                ..LoadOptions::default()
-            },
-        )
-        .unwrap();
+        let m = load(&w, mode);
         let mut s = m.new_state(16);
         let e = m.forward(&mut s, &[1, 2, 3], Logits::Last).unwrap_err();
         let msg = e.to_string();
