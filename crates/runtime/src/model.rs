@@ -802,7 +802,7 @@ impl<'a> Model<'a> {
         let (d, qd, kd, vd) = (c.n_embd, c.q_dim(), c.k_dim(), c.v_dim());
         let qkv_w = qd + kd + vd;
         let att_w = c.n_head * c.head_dim_v;
-        let (hd, r) = (c.head_dim, c.n_rot);
+        let r = c.n_rot;
 
         // Embedding lookup (and gemma's sqrt(n_embd) scale).
         for (t, &tok) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
@@ -836,34 +836,7 @@ impl<'a> Model<'a> {
                 layer
                     .qkv
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
-                let (rope, cs) = if layer.swa {
-                    (&self.rope_swa, &s.cs_swa)
-                } else {
-                    (&self.rope_global, &s.cs_global)
-                };
-                for t in 0..n {
-                    let q_seq = &mut *seqs[s.row_seq[t]];
-                    let p = s.row_pos[t];
-                    let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
-                    if let Some(b) = &layer.qkv_bias {
-                        row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
-                    }
-                    let (q, rest) = row.split_at_mut(qd);
-                    let (k, v) = rest.split_at_mut(kd);
-                    if let Some(w) = &layer.q_norm {
-                        q.chunks_exact_mut(hd)
-                            .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
-                    }
-                    if let Some(w) = &layer.k_norm {
-                        k.chunks_exact_mut(hd)
-                            .for_each(|h| ops::rmsnorm_inplace(h, w, c.rms_eps));
-                    }
-                    let cs_t = &cs[t * r..(t + 1) * r];
-                    rope.apply(q, hd, cs_t);
-                    rope.apply(k, hd, cs_t);
-                    q_seq.put_keys(c, l, p, k);
-                    q_seq.put_values(c, l, p, v);
-                }
+                self.prepare_qkv(layer, s, seqs, l, n, false, true);
                 self.attention(s, seqs, l, layer.swa, n);
                 layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
                 self.residual(s, n, layer.post_attn_norm.as_deref());
@@ -917,6 +890,64 @@ impl<'a> Model<'a> {
                 .for_each(|v| *v = cap * (*v / cap).tanh());
         }
         Ok(&s.logits)
+    }
+
+    /// The `n` rows' q‖k‖v in `s.qkv` made ready for attention: biases,
+    /// per-head q and k RMS norms, gemma3n's weightless v norm (`v_norm`),
+    /// rotary embeddings; then each row's k and v stored at its position in
+    /// layer `l`'s cache — unless `store` is false (gemma3n's KV-sharing
+    /// layers: queries only).
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_qkv(
+        &self,
+        layer: &Layer,
+        s: &mut Scratch,
+        seqs: &mut [&mut Sequence],
+        l: usize,
+        n: usize,
+        v_norm: bool,
+        store: bool,
+    ) {
+        let c = &self.config;
+        let (qd, kd, hd, r, eps) = (c.q_dim(), c.k_dim(), c.head_dim, c.n_rot, c.rms_eps);
+        let qkv_w = qd + kd + c.v_dim();
+        let (rope, cs) = if layer.swa {
+            (&self.rope_swa, &s.cs_swa)
+        } else {
+            (&self.rope_global, &s.cs_global)
+        };
+        for t in 0..n {
+            let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
+            if let Some(b) = &layer.qkv_bias {
+                row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+            }
+            let (q, rest) = row.split_at_mut(qd);
+            let (k, v) = rest.split_at_mut(kd);
+            if let Some(w) = &layer.q_norm {
+                q.chunks_exact_mut(hd)
+                    .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
+            }
+            let cs_t = &cs[t * r..(t + 1) * r];
+            rope.apply(q, hd, cs_t);
+            if !store {
+                continue;
+            }
+            if let Some(w) = &layer.k_norm {
+                k.chunks_exact_mut(hd)
+                    .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
+            }
+            if v_norm {
+                for h in v.chunks_exact_mut(c.head_dim_v) {
+                    let inv = ops::rms_inv(h, eps);
+                    h.iter_mut().for_each(|x| *x *= inv);
+                }
+            }
+            rope.apply(k, hd, cs_t);
+            let q_seq = &mut *seqs[s.row_seq[t]];
+            let p = s.row_pos[t];
+            q_seq.put_keys(c, l, p, k);
+            q_seq.put_values(c, l, p, v);
+        }
     }
 
     /// `x += norm(out)` for the `n` rows (the norm only where the block has

@@ -73,18 +73,23 @@ pub fn weighted_rows<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut [f3
 /// with eight partial sums.
 #[inline]
 pub fn rmsnorm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
-    let ss = dot(x, x) / x.len() as f32;
-    let inv = 1.0 / (ss + eps).sqrt();
+    let inv = rms_inv(x, eps);
     for ((o, &xv), &wv) in out.iter_mut().zip(x).zip(w) {
         *o = xv * inv * wv;
     }
 }
 
+/// `1 / sqrt(mean(x²) + eps)`: the factor of an RMS norm (alone, gemma3n's
+/// weightless v norm).
+#[inline]
+pub fn rms_inv(x: &[f32], eps: f32) -> f32 {
+    1.0 / (dot(x, x) / x.len() as f32 + eps).sqrt()
+}
+
 /// In-place [`rmsnorm`].
 #[inline]
 pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let ss = dot(x, x) / x.len() as f32;
-    let inv = 1.0 / (ss + eps).sqrt();
+    let inv = rms_inv(x, eps);
     for (xv, &wv) in x.iter_mut().zip(w) {
         *xv = *xv * inv * wv;
     }

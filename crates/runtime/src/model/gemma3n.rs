@@ -159,12 +159,6 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
-/// `x · (mean(x²) + eps)^-1/2` (an RMS norm without weight: gemma3n's v norm
-/// and the magnitude helpers).
-fn rms_inv(x: &[f32], eps: f32) -> f32 {
-    1.0 / (ops::dot(x, x) / x.len() as f32 + eps).sqrt()
-}
-
 /// `sqrt(mean(x²))` as transformers computes the AltUp target magnitude.
 fn rms(x: &[f32]) -> f32 {
     (ops::dot(x, x) / x.len() as f32).sqrt()
@@ -329,7 +323,6 @@ impl<'a> Model<'a> {
         let (hpl, na) = (g.cfg.n_embd_per_layer, g.cfg.n_altup);
         let (qd, kd, vd) = (c.q_dim(), c.k_dim(), c.v_dim());
         let qkv_w = qd + kd + vd;
-        let (hd, r) = (c.head_dim, c.n_rot);
         let pl = nl * hpl;
         let big_w = pl.max((na - 1) * d);
         {
@@ -390,7 +383,6 @@ impl<'a> Model<'a> {
             }
         }
 
-        let (rope_g, rope_s) = (&self.rope_global, &self.rope_swa);
         for (l, (layer, gl)) in self.layers.iter().zip(&g.layers).enumerate() {
             let kv_src = g.cfg.kv_source[l];
             let shared = kv_src != l;
@@ -459,38 +451,7 @@ impl<'a> Model<'a> {
                     .qkv
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
             }
-            let (rope, cs) = if layer.swa {
-                (rope_s, &s.cs_swa)
-            } else {
-                (rope_g, &s.cs_global)
-            };
-            for t in 0..n {
-                let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
-                let (q, rest) = row.split_at_mut(qd);
-                let (k, v) = rest.split_at_mut(kd);
-                if let Some(w) = &layer.q_norm {
-                    q.chunks_exact_mut(hd)
-                        .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
-                }
-                let cs_t = &cs[t * r..(t + 1) * r];
-                rope.apply(q, hd, cs_t);
-                if shared {
-                    continue;
-                }
-                if let Some(w) = &layer.k_norm {
-                    k.chunks_exact_mut(hd)
-                        .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
-                }
-                for h in v.chunks_exact_mut(c.head_dim_v) {
-                    let inv = rms_inv(h, eps);
-                    h.iter_mut().for_each(|x| *x *= inv);
-                }
-                rope.apply(k, hd, cs_t);
-                let q_seq = &mut *seqs[s.row_seq[t]];
-                let p = s.row_pos[t];
-                q_seq.put_keys(c, l, p, k);
-                q_seq.put_values(c, l, p, v);
-            }
+            self.prepare_qkv(layer, s, seqs, l, n, true, !shared);
             self.attention(s, seqs, kv_src, layer.swa, n);
             let att_w = c.n_head * c.head_dim_v;
             layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
