@@ -31,7 +31,7 @@
 //! mmap), or from the tensor of a GGUF/HF source. [`PleStats`] counts rows
 //! and cache hits; `gpack run --verbose` prints them.
 
-use super::{matrix, required_vec, tensor, Ffn, Model, Scratch, Sequence};
+use super::{glu, matrix, required_vec, tensor, Ffn, Model, Scratch, Sequence};
 use crate::config::Gemma3nConfig;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
@@ -497,12 +497,7 @@ impl<'a> Model<'a> {
                     let cutoff = mean as f32 + var.sqrt() as f32 * mult;
                     gt.iter_mut().for_each(|v| *v = (*v - cutoff).max(0.0));
                 }
-                for (h, (&gv, &uv)) in s.hb[t * n_ff..(t + 1) * n_ff]
-                    .iter_mut()
-                    .zip(gt.iter().zip(u.iter()))
-                {
-                    *h = ops::gelu_tanh(gv) * uv;
-                }
+                glu(c.activation, gt, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
             }
             down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
             for t in 0..n {
