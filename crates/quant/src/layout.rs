@@ -80,10 +80,16 @@ pub enum Layout {
     /// Raw ggml blocks kept byte for byte, for types without an exact native
     /// layout (IQ*, TQ*, MXFP4, …). Kernels dequantize them row by row.
     Ggml(GgmlType),
+    /// ggml's blocks, byte for byte, with 16 rows interleaved so that a SIMD
+    /// lane is a row ([`crate::interleave`]): the canonical `.gpack` layout of
+    /// every quantized ggml type, no larger than the GGUF.
+    Rows16(GgmlType),
 }
 
 /// Layout codes: 1..=7 for the native layouts; `0x1000 + ggml id` for raw ggml.
 const CODE_GGML_BASE: u32 = 0x1000;
+/// `0x2000 + ggml id` for the row-interleaved ggml layouts.
+const CODE_ROWS16_BASE: u32 = 0x2000;
 
 impl Layout {
     /// The stable numeric code stored in [`NativeTensorHeader::layout`].
@@ -97,6 +103,7 @@ impl Layout {
             Layout::I4Sym { .. } => 6,
             Layout::I4Asym { .. } => 7,
             Layout::Ggml(t) => CODE_GGML_BASE + t.id(),
+            Layout::Rows16(t) => CODE_ROWS16_BASE + t.id(),
         }
     }
 
@@ -111,6 +118,15 @@ impl Layout {
             5 => Layout::I8Asym { group },
             6 => Layout::I4Sym { group },
             7 => Layout::I4Asym { group },
+            c if c >= CODE_ROWS16_BASE => {
+                let t = GgmlType::from_id(c - CODE_ROWS16_BASE)
+                    .filter(|&t| crate::interleave::supports(t))
+                    .ok_or(Error::Invalid {
+                        what: "layout code",
+                        value: u64::from(code),
+                    })?;
+                Layout::Rows16(t)
+            }
             c if c >= CODE_GGML_BASE => {
                 let t = GgmlType::from_id(c - CODE_GGML_BASE).ok_or(Error::Invalid {
                     what: "layout code",
@@ -185,7 +201,49 @@ impl Layout {
             Layout::I4Sym { .. } => "I4Sym/G32",
             Layout::I4Asym { .. } => "I4Asym/G32",
             Layout::Ggml(t) => t.name(),
+            Layout::Rows16(t) => rows16_name(t),
         }
+    }
+
+    /// Whether this is a row-interleaved layout ([`Layout::Rows16`]).
+    pub fn is_rows16(self) -> bool {
+        matches!(self, Layout::Rows16(_))
+    }
+}
+
+/// `"Q4_Kx16"` and so on: a static name per interleaved type.
+fn rows16_name(t: GgmlType) -> &'static str {
+    use GgmlType as T;
+    match t {
+        T::Q4_0 => "Q4_0x16",
+        T::Q4_1 => "Q4_1x16",
+        T::Q5_0 => "Q5_0x16",
+        T::Q5_1 => "Q5_1x16",
+        T::Q8_0 => "Q8_0x16",
+        T::Q2_K => "Q2_Kx16",
+        T::Q3_K => "Q3_Kx16",
+        T::Q4_K => "Q4_Kx16",
+        T::Q5_K => "Q5_Kx16",
+        T::Q6_K => "Q6_Kx16",
+        T::IQ4_NL => "IQ4_NLx16",
+        T::IQ4_XS => "IQ4_XSx16",
+        T::MXFP4 => "MXFP4x16",
+        _ => "x16",
+    }
+}
+
+/// The canonical layout of a ggml type in a `.gpack` and in the runtime's
+/// transcodes of GGUF/HF sources (the one layout policy): quantized types
+/// row-interleaved by 16 ([`Layout::Rows16`], ggml's bytes, so never larger
+/// than the GGUF), F32/F16/BF16 as themselves, anything else as raw ggml
+/// blocks ([`Layout::Ggml`]; refused by the kernels unless it decodes).
+/// Embeddings are interleaved too (a lookup gathers one row's blocks from 16
+/// rows' bytes; a tied embedding is also the head, a matmul).
+pub fn canonical_layout_for(t: GgmlType, cols: u64) -> Layout {
+    if crate::interleave::supports(t) && cols.is_multiple_of(t.block().0) {
+        Layout::Rows16(t)
+    } else {
+        native_layout_for(t)
     }
 }
 
@@ -250,6 +308,7 @@ impl ArrayLens {
                 }
                 mul(mul(rows, cols / bs, "block count")?, ts, "codes length")?
             }
+            Layout::Rows16(t) => crate::interleave::codes_len(t, rows, cols)?,
         };
         let g = u64::from(layout.group());
         let (scales, mins, f16_scales) = if g == 0 {

@@ -51,6 +51,7 @@
 
 mod aligned;
 pub mod ggml;
+pub mod interleave;
 pub mod kernels;
 pub mod layout;
 pub mod pool;
@@ -62,14 +63,16 @@ pub use ggml::dequantize_ggml;
 pub use gpack_format::ggml::GgmlType;
 pub use kernels::packed::PackedMatrix;
 pub use kernels::{
-    matmul, matmul_on, matmul_with, matvec, matvec_on, matvec_ref, matvec_with, Isa,
+    matmul, matmul_on, matmul_ref, matmul_with, matvec, matvec_on, matvec_ref, matvec_with, Isa,
     QuantizedActivations,
 };
-pub use layout::{encoded_len, native_layout_for, Layout, NativeTensorHeader};
+pub use layout::{
+    canonical_layout_for, encoded_len, native_layout_for, Layout, NativeTensorHeader,
+};
 pub use pool::Pool;
 pub use transcode::{
     f16_scales_exact_for, f16_scales_if_exact, quantize, quantize_with_f16_scales, transcode,
-    transcode_with_f16_scales, write_native, write_with_f16_scales,
+    transcode_canonical, transcode_with_f16_scales, write_native, write_with_f16_scales,
 };
 pub use view::NativeView;
 

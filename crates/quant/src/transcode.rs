@@ -68,6 +68,28 @@ pub fn transcode(
     transcode_impl(src_type, src, rows, cols, false, w)
 }
 
+/// Writes a native tensor of `rows × cols` elements of ggml type `src_type`
+/// in its canonical layout ([`crate::canonical_layout_for`]: row-interleaved
+/// ggml blocks for the quantized types, else as [`transcode`]). Bounded
+/// memory: 16 rows at a time. Returns the bytes written.
+pub fn transcode_canonical(
+    src_type: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
+    match crate::canonical_layout_for(src_type, cols) {
+        Layout::Rows16(t) => {
+            let (h, total) = NativeTensorHeader::new(Layout::Rows16(t), rows, cols, false)?;
+            w.write_all(&h.to_bytes())?;
+            crate::interleave::write_interleaved(t, src, rows, cols, w)?;
+            Ok(total)
+        }
+        _ => transcode(src_type, src, rows, cols, w),
+    }
+}
+
 /// Whether every scale and min [`transcode`] produces from `t` is exactly
 /// representable in f16 (they are the blocks' own f16 fields): Q4_0, Q4_1,
 /// Q5_0, Q5_1, Q8_0.

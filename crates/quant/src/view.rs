@@ -175,7 +175,19 @@ impl<'a> NativeView<'a> {
     pub fn codes(&self) -> &'a [u8] {
         self.codes
     }
-    /// Bytes of codes per row.
+    /// Bytes of one group-block of a [`Layout::Rows16`] tensor times the
+    /// blocks per row: the bytes of one group of 16 rows (0 for other layouts).
+    pub fn rows16_group_bytes(&self) -> usize {
+        match self.layout {
+            Layout::Rows16(t) => {
+                let (bs, ts) = t.block();
+                self.cols / bs as usize * crate::interleave::R * ts as usize
+            }
+            _ => 0,
+        }
+    }
+    /// Bytes of codes per row (for [`Layout::Rows16`]: the average, its
+    /// rows are interleaved).
     pub fn row_code_bytes(&self) -> usize {
         self.codes.len() / self.rows
     }
@@ -245,8 +257,25 @@ impl<'a> NativeView<'a> {
     /// is row-major, so a row range is a sub-slice of each). Kernels run on
     /// it exactly as on a whole tensor, and each row's result is the same.
     /// `None` when the range is empty or outside the tensor.
+    ///
+    /// A [`Layout::Rows16`] view splits only at row groups: `start` must be a
+    /// multiple of 16, and so must `n` unless the range ends the tensor.
     pub fn row_range(&self, start: usize, n: usize) -> Option<NativeView<'a>> {
         let end = start.checked_add(n).filter(|&e| e <= self.rows && n > 0)?;
+        if let Layout::Rows16(_) = self.layout {
+            const R: usize = crate::interleave::R;
+            if !start.is_multiple_of(R) || !(n.is_multiple_of(R) || end == self.rows) {
+                return None;
+            }
+            let gs = self.rows16_group_bytes();
+            let codes = &self.codes[start / R * gs..end.div_ceil(R) * gs];
+            return Some(NativeView {
+                rows: n,
+                codes,
+                byte_len: codes.len(),
+                ..*self
+            });
+        }
         let cb = self.row_code_bytes();
         let g = self.groups_per_row();
         let sub = |a: &'a [f32]| {
@@ -293,6 +322,26 @@ impl<'a> NativeView<'a> {
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows, "row {r} out of range ({} rows)", self.rows);
         assert_eq!(out.len(), self.cols, "output length must equal cols");
+        if let Layout::Rows16(t) = self.layout {
+            let (bs, ts) = t.block();
+            let (bs, ts) = (bs as usize, ts as usize);
+            const R: usize = crate::interleave::R;
+            let gs = self.rows16_group_bytes();
+            let group = &self.codes[r / R * gs..(r / R + 1) * gs];
+            let mut blk = vec![0u8; ts];
+            for (b, o) in out.chunks_exact_mut(bs).enumerate() {
+                crate::interleave::gather_block(
+                    t,
+                    &group[b * R * ts..(b + 1) * R * ts],
+                    r % R,
+                    &mut blk,
+                );
+                if let Err(e) = crate::dequantize_ggml(t, &blk, o) {
+                    panic!("dequantize_row: {e}");
+                }
+            }
+            return;
+        }
         let c = self.row_codes(r);
         match self.layout {
             Layout::F32 => {

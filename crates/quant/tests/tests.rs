@@ -7,3 +7,4 @@ mod packed;
 mod parse;
 mod pool;
 mod quantizers;
+mod rows16;

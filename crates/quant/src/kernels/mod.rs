@@ -65,6 +65,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod packed;
+pub mod rows16;
 mod scalar;
 
 /// An instruction-set path for the kernels.
@@ -504,6 +505,9 @@ pub fn matvec_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], y: &mut [f32]
     );
     assert_eq!(x.len(), w.cols(), "x length must equal cols");
     assert_eq!(y.len(), w.rows(), "y length must equal rows");
+    if rows16::handles(w) {
+        return rows16::matmul(isa, pool, w, x, 1, y);
+    }
     if uses_int(w) {
         ACT.with(|a| {
             let mut a = a.borrow_mut();
@@ -564,12 +568,30 @@ pub fn matvec_rayon(isa: Isa, w: &NativeView, x: &[f32], y: &mut [f32]) {
 pub fn matvec_ref(w: &NativeView, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), w.cols(), "x length must equal cols");
     assert_eq!(y.len(), w.rows(), "y length must equal rows");
+    if rows16::handles(w) {
+        return rows16::matmul_ref(w, x, 1, y);
+    }
     if uses_int(w) {
         let mut a = QuantizedActivations::new();
         a.quantize(x, 1, w.cols());
         scalar::rows_dot(w, 0, Act::Int(a.get(0)), y);
     } else {
         scalar::rows_dot(w, 0, Act::Float(x), y);
+    }
+}
+
+/// The scalar reference of [`matmul`]: every vector through [`matvec_ref`],
+/// or for [`Layout::Rows16`] views the interleaved kernels' canonical
+/// formula written out (see [`rows16`]). Every SIMD path and thread split
+/// equals it bit for bit on integer layouts.
+pub fn matmul_ref(w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
+    assert_eq!(x.len(), n * w.cols(), "x length must equal n * cols");
+    assert_eq!(y.len(), n * w.rows(), "y length must equal n * rows");
+    if rows16::handles(w) {
+        return rows16::matmul_ref(w, x, n, y);
+    }
+    for (xi, yi) in x.chunks_exact(w.cols()).zip(y.chunks_exact_mut(w.rows())) {
+        matvec_ref(w, xi, yi);
     }
 }
 
@@ -627,6 +649,9 @@ pub fn matmul_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: 
     assert_eq!(y.len(), n * w.rows(), "y length must equal n * rows");
     if n == 0 {
         return;
+    }
+    if rows16::handles(w) {
+        return rows16::matmul(isa, pool, w, x, n, y);
     }
     let int = uses_int(w);
     // The AVX-512 path has rows × vectors tile kernels (weights loaded and

@@ -1,0 +1,475 @@
+//! Kernels over the row-interleaved ggml layouts ([`Layout::Rows16`]): the
+//! mapped file is already in kernel order, so nothing is repacked at load.
+//!
+//! # Canonical formula (normative for every ISA)
+//!
+//! Activations are quantized as for every integer kernel
+//! ([`QuantizedActivations`]: int8 codes `xq`, per 32-element block `b` an
+//! f16-rounded scale `d_b`). Each ggml type splits a 32-element activation
+//! block into sub-blocks `h` of `SUB` = 16 or 32 weights, each with an f32
+//! scale `s_h` and, for the asymmetric types, an f32 min `m_h`: exactly the
+//! values ggml forms before its last multiply (the same split as the
+//! row-major transcode, `ggml::decode_block`: `d * sc`, `-(dmin * m)`, …).
+//! With `w` the signed weight value (symmetric types) or the unsigned code
+//! (asymmetric types), per row:
+//!
+//! ```text
+//! acc = 0f32
+//! for b in 0..cols/32, for h in the sub-blocks of b (in order):
+//!     P_h = Σ_{e in h} w[e] * xq[e]                 exact i32
+//!     acc = fma(s_h * d_b, P_h as f32, acc)
+//!     asym: acc = fma(m_h, d_b * (S_h as f32), acc)   S_h = Σ_{e in h} xq[e]
+//! y = acc
+//! ```
+//!
+//! For `SUB = 32` this is [`crate::PackedMatrix`]'s formula, so a Q4_K
+//! matrix gives the same bits as its widened, repacked I4Asym form did.
+//! `|P_h| < 2^24`, so `P_h as f32` is exact. The result does not depend on
+//! the ISA, the number of vectors in a call, the tile a vector lands in or
+//! the thread split (tests hold every path to the scalar reference bit for
+//! bit).
+//!
+//! # How the kernels get `P_h`
+//!
+//! A group-block (16 rows × one ggml block) is decoded into a [`Stage`]: per
+//! 32-element block, 8 words × 16 rows of unsigned codes `u = w + OFF` (OFF a
+//! per-type constant: 0 for the asymmetric types, 8 for Q4_0, 16 for Q5_0, 32
+//! for Q6_K, 4 for Q3_K, 128 for Q8_0 and the lookup types), and the 16 rows'
+//! `s_h` and `m_h`. AVX-512 VNNI runs `vpdpbusd(u, xq)` with the activation
+//! words broadcast and starts each sum at `-OFF · S_h` (exact); AVX2 takes
+//! `w = u - OFF` as i8 and uses `vpmaddubsw(|w|, sign(xq, w))` (|w| ≤ 128,
+//! no saturation). The stage is decoded once per group-block and shared by
+//! every vector of the call, which is the on-the-fly conversion to an int8
+//! interleaved form that makes prefill compute-bound rather than
+//! unpack-bound.
+
+use super::{Isa, QuantizedActivations, SendPtr, QA};
+use crate::interleave::R;
+use crate::layout::Layout;
+use crate::pool::Pool;
+use crate::view::NativeView;
+use crate::GgmlType;
+use std::cell::RefCell;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+/// How a type's blocks map onto the canonical formula.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Kind {
+    /// The ggml type.
+    pub t: GgmlType,
+    /// Elements per ggml block (32 or 256).
+    pub qk: usize,
+    /// Bytes per ggml block.
+    pub ts: usize,
+    /// Weights per sub-block (16 or 32).
+    pub sub: usize,
+    /// Whether sub-blocks have mins.
+    pub asym: bool,
+    /// `u = w + off` for the staged unsigned codes.
+    pub off: i32,
+}
+
+impl Kind {
+    /// The kind of `t`, or `None` when `t` has no interleaved kernel.
+    pub fn of(t: GgmlType) -> Option<Kind> {
+        use GgmlType as T;
+        let (sub, asym, off) = match t {
+            T::Q4_0 => (32, false, 8),
+            T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => (32, true, 0),
+            T::Q5_0 => (32, false, 16),
+            T::Q8_0 | T::IQ4_NL | T::IQ4_XS | T::MXFP4 => (32, false, 128),
+            T::Q2_K => (16, true, 0),
+            T::Q3_K => (16, false, 4),
+            T::Q6_K => (16, false, 32),
+            _ => return None,
+        };
+        if !crate::interleave::supports(t) || !crate::ggml::can_dequantize(t) {
+            return None;
+        }
+        let (qk, ts) = t.block();
+        Some(Kind {
+            t,
+            qk: qk as usize,
+            ts: ts as usize,
+            sub,
+            asym,
+            off,
+        })
+    }
+
+    /// 32-element blocks per ggml block.
+    pub fn blocks(&self) -> usize {
+        self.qk / QA
+    }
+
+    /// Sub-blocks per ggml block.
+    pub fn subs(&self) -> usize {
+        self.qk / self.sub
+    }
+
+    /// Bytes of one group-block.
+    pub fn group_block(&self) -> usize {
+        R * self.ts
+    }
+}
+
+/// One group-block decoded for the dot loops (see the module docs).
+#[repr(C, align(64))]
+pub(crate) struct Stage {
+    /// Per 32-element block `k`: `[word j][row i][4 bytes]` unsigned codes
+    /// (word `j` = elements `4j .. 4j + 4`).
+    pub codes: [[u8; 8 * R * 4]; 8],
+    /// Per sub-block: the 16 rows' scales.
+    pub scales: [[f32; R]; 16],
+    /// Per sub-block: the 16 rows' mins (asymmetric kinds).
+    pub mins: [[f32; R]; 16],
+}
+
+impl Stage {
+    pub fn new() -> Box<Stage> {
+        Box::new(Stage {
+            codes: [[0; 8 * R * 4]; 8],
+            scales: [[0.0; R]; 16],
+            mins: [[0.0; R]; 16],
+        })
+    }
+}
+
+/// The scalar decoder: each row's block gathered and split by
+/// `ggml::decode_block` (the transcoder the exactness tests cover), its
+/// values offset into unsigned codes.
+pub(crate) fn decode_scalar(k: &Kind, gb: &[u8], st: &mut Stage) {
+    let native = crate::layout::native_layout_for(k.t);
+    let i4 = matches!(native, Layout::I4Sym { .. } | Layout::I4Asym { .. });
+    let mut blk = [0u8; 256];
+    let mut codes = [0u8; 256];
+    let mut scales = [0f32; 16];
+    let mut mins = [0f32; 16];
+    for i in 0..R {
+        crate::interleave::gather_block(k.t, gb, i, &mut blk[..k.ts]);
+        crate::ggml::decode_block(k.t, &blk[..k.ts], &mut codes, &mut scales, &mut mins);
+        for e in 0..k.qk {
+            let w: i32 = if i4 {
+                let byte = codes[(e / 32) * 16 + (e % 16)];
+                let q = if e % 32 < 16 { byte & 0xF } else { byte >> 4 };
+                i32::from(q) - if k.asym { 0 } else { 8 }
+            } else if k.asym {
+                i32::from(codes[e])
+            } else {
+                i32::from(codes[e] as i8)
+            };
+            let u = w + k.off;
+            debug_assert!((0..=255).contains(&u), "{}: code {u}", k.t);
+            let (kb, o) = (e / QA, e % QA);
+            st.codes[kb][(o / 4) * R * 4 + i * 4 + o % 4] = u as u8;
+        }
+        for h in 0..k.subs() {
+            st.scales[h][i] = scales[h];
+            st.mins[h][i] = if k.asym { mins[h] } else { 0.0 };
+        }
+    }
+}
+
+/// The canonical formula for one group-block's stage and one vector's
+/// activation blocks `a0 ..` (scalar, written out).
+fn dot_stage_scalar(k: &Kind, st: &Stage, xq: &[i8], d: &[f32], acc: &mut [f32; R]) {
+    let per = QA / k.sub; // sub-blocks per 32-block
+    for kb in 0..k.blocks() {
+        let db = d[kb];
+        for hh in 0..per {
+            let h = kb * per + hh;
+            for (i, a) in acc.iter_mut().enumerate() {
+                let (mut p, mut s) = (0i32, 0i32);
+                for o in hh * k.sub..(hh + 1) * k.sub {
+                    let u = i32::from(st.codes[kb][(o / 4) * R * 4 + i * 4 + o % 4]);
+                    let x = i32::from(xq[kb * QA + o]);
+                    p += (u - k.off) * x;
+                    s += x;
+                }
+                *a = (st.scales[h][i] * db).mul_add(p as f32, *a);
+                if k.asym {
+                    *a = st.mins[h][i].mul_add(db * s as f32, *a);
+                }
+            }
+        }
+    }
+}
+
+/// Vectors per block of the outer loop: their accumulators and prep words
+/// stay in L1/L2 while a task's row groups stream past.
+const VB: usize = 64;
+
+/// Prep words per (vector, 32-block): 8 code words, `d_b`, the integer
+/// starts `-OFF·S` of the two halves (or the whole block at index 9 when
+/// `SUB = 32`), `d_b·S` likewise, padding.
+pub(crate) const PREP: usize = 16;
+
+/// Builds the prep words of every vector: `[v][b][PREP]`.
+fn build_prep(k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
+    let (n, nb) = (qa.n(), qa.cols() / QA);
+    prep.resize(n * nb * PREP, 0);
+    for v in 0..n {
+        let a = qa.get(v);
+        for b in 0..nb {
+            let p = &mut prep[(v * nb + b) * PREP..][..PREP];
+            bytemuck::cast_slice_mut::<u32, u8>(&mut p[..8])
+                .copy_from_slice(bytemuck::cast_slice::<i8, u8>(&a.q[b * QA..(b + 1) * QA]));
+            let d = a.d[b];
+            p[8] = d.to_bits();
+            let ls = &a.ls[8 * b..8 * b + 8];
+            let (s0, s1): (i32, i32) = if k.sub == 16 {
+                (ls[..4].iter().sum(), ls[4..].iter().sum())
+            } else {
+                (ls.iter().sum(), 0)
+            };
+            p[9] = (-k.off * s0) as u32;
+            p[10] = (-k.off * s1) as u32;
+            p[11] = (d * s0 as f32).to_bits();
+            p[12] = (d * s1 as f32).to_bits();
+        }
+    }
+}
+
+/// Per-call buffers reused on one thread.
+#[derive(Default)]
+struct Bufs {
+    qa: QuantizedActivations,
+    prep: Vec<u32>,
+}
+
+thread_local! {
+    static BUFS: RefCell<Bufs> = RefCell::new(Bufs::default());
+}
+
+/// Below this many weight bytes (times the vectors' work) a call runs on
+/// the caller alone.
+const MIN_PARALLEL_BYTES: usize = 96 * 1024;
+/// At least this many weight bytes per task.
+const MIN_TASK_BYTES: usize = 32 * 1024;
+
+/// `y[v] = W · x[v]` for `n` vectors on `isa` (the dispatcher's entry for
+/// [`Layout::Rows16`] views). `w` must be a Rows16 view with a [`Kind`].
+pub(crate) fn matmul(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
+    let k = kind_of(w);
+    let mut bufs = BUFS.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    bufs.qa.quantize(x, n, w.cols());
+    build_prep(&k, &bufs.qa, &mut bufs.prep);
+    run(isa, pool, &k, w, n, &bufs.prep, y);
+    BUFS.with(|b| *b.borrow_mut() = bufs);
+}
+
+/// The scalar reference, single-threaded, from the reference quantizer.
+pub(crate) fn matmul_ref(w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
+    let k = kind_of(w);
+    let mut qa = QuantizedActivations::new();
+    qa.quantize_ref(x, n, w.cols());
+    let groups = w.rows().div_ceil(R);
+    let nbg = w.cols() / k.qk;
+    let gs = w.rows16_group_bytes();
+    let mut st = Stage::new();
+    for g in 0..groups {
+        let mut acc = vec![[0f32; R]; n];
+        for b in 0..nbg {
+            let gb = &w.codes()[g * gs + b * k.group_block()..][..k.group_block()];
+            decode_scalar(&k, gb, &mut st);
+            for (v, acc) in acc.iter_mut().enumerate() {
+                let a = qa.get(v);
+                let b0 = b * k.blocks();
+                dot_stage_scalar(&k, &st, &a.q[b0 * QA..], &a.d[b0..], acc);
+            }
+        }
+        for (v, acc) in acc.iter().enumerate() {
+            for (i, &val) in acc.iter().enumerate().take(R.min(w.rows() - g * R)) {
+                y[v * w.rows() + g * R + i] = val;
+            }
+        }
+    }
+}
+
+fn kind_of(w: &NativeView) -> Kind {
+    match w.layout() {
+        Layout::Rows16(t) => Kind::of(t).expect("Rows16 view of a type with a kernel"),
+        l => panic!("rows16 kernel on a {l} view"),
+    }
+}
+
+/// Whether `w` runs on these kernels.
+pub(crate) fn handles(w: &NativeView) -> bool {
+    matches!(w.layout(), Layout::Rows16(t) if Kind::of(t).is_some())
+}
+
+fn run(isa: Isa, pool: &Pool, k: &Kind, w: &NativeView, n: usize, prep: &[u32], y: &mut [f32]) {
+    let groups = w.rows().div_ceil(R);
+    let gs = w.rows16_group_bytes();
+    let total = w.byte_len();
+    let work = total + total * (n - 1) / 4;
+    let (chunk, tasks) = if pool.threads() <= 1 || work < MIN_PARALLEL_BYTES {
+        (groups, 1)
+    } else {
+        let min_groups = MIN_TASK_BYTES.div_ceil(gs.max(1)).max(1);
+        let c = groups
+            .div_ceil(pool.threads() * 4)
+            .max(min_groups)
+            .min(groups);
+        (c, groups.div_ceil(c))
+    };
+    let out = SendPtr(y.as_mut_ptr());
+    let task = |t: usize| {
+        let g0 = t * chunk;
+        let g1 = (g0 + chunk).min(groups);
+        // SAFETY: tasks write the rows of their own groups for every vector,
+        // disjoint and inside y ([n][rows]), which outlives the pool run.
+        let o = unsafe { out.at(0) };
+        run_groups(isa, k, w, g0, g1, n, prep, o);
+    };
+    if tasks == 1 {
+        task(0);
+    } else {
+        pool.run(tasks, &task);
+    }
+}
+
+thread_local! {
+    static STAGE: RefCell<Option<Box<Stage>>> = const { RefCell::new(None) };
+}
+
+/// Row groups `g0..g1` for all `n` vectors, writing `out[v * rows + r]`.
+#[allow(clippy::too_many_arguments)]
+fn run_groups(
+    isa: Isa,
+    k: &Kind,
+    w: &NativeView,
+    g0: usize,
+    g1: usize,
+    n: usize,
+    prep: &[u32],
+    out: *mut f32,
+) {
+    let mut st = STAGE
+        .with(|s| s.borrow_mut().take())
+        .unwrap_or_else(Stage::new);
+    let rows = w.rows();
+    let nbg = w.cols() / k.qk;
+    let nba = w.cols() / QA;
+    let gs = w.rows16_group_bytes();
+    let codes = w.codes();
+    let mut acc = vec![[0f32; R]; VB.min(n)];
+    let mut v0 = 0;
+    while v0 < n {
+        let nv = VB.min(n - v0);
+        for g in g0..g1 {
+            acc[..nv].iter_mut().for_each(|a| *a = [0.0; R]);
+            for b in 0..nbg {
+                let gb = &codes[g * gs + b * k.group_block()..][..k.group_block()];
+                let pp = &prep[(v0 * nba + b * k.blocks()) * PREP..];
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512Vnni => {
+                        // SAFETY: the dispatcher checked the ISA; `gb` is one
+                        // group-block; `pp` holds the nv vectors' prep words
+                        // from block b on (stride nba * PREP per vector).
+                        unsafe {
+                            let next = codes.as_ptr().wrapping_add(
+                                g * gs + (b + 1) * k.group_block() + avx512::PF_BYTES,
+                            );
+                            avx512::decode(k, gb, &mut st, next);
+                            avx512::dot(k, &st, pp, nba * PREP, &mut acc[..nv]);
+                        }
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 | Isa::AvxVnni => {
+                        decode_scalar(k, gb, &mut st);
+                        // SAFETY: as above (AVX2 + FMA checked).
+                        unsafe { avx2::dot(k, &st, pp, nba * PREP, &mut acc[..nv]) };
+                    }
+                    _ => {
+                        decode_scalar(k, gb, &mut st);
+                        for (v, a) in acc[..nv].iter_mut().enumerate() {
+                            let p = &prep[((v0 + v) * nba + b * k.blocks()) * PREP..];
+                            dot_prep_scalar(k, &st, p, a);
+                        }
+                    }
+                }
+            }
+            let valid = R.min(rows - g * R);
+            for (v, a) in acc[..nv].iter().enumerate() {
+                for (i, &val) in a.iter().enumerate().take(valid) {
+                    // SAFETY: v0 + v < n and g * 16 + i < rows: inside the
+                    // caller's [n][rows] output; this task owns group g.
+                    unsafe { *out.add((v0 + v) * rows + g * R + i) = val };
+                }
+            }
+        }
+        v0 += nv;
+    }
+    STAGE.with(|s| *s.borrow_mut() = Some(st));
+}
+
+/// The canonical formula from prep words (the scalar path of [`run`]: the
+/// same operations as [`dot_stage_scalar`], reading the prepared sums).
+fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], acc: &mut [f32; R]) {
+    let per = QA / k.sub;
+    for kb in 0..k.blocks() {
+        let pw = &p[kb * PREP..][..PREP];
+        let xq: &[u8] = bytemuck::cast_slice(&pw[..8]);
+        let db = f32::from_bits(pw[8]);
+        for hh in 0..per {
+            let h = kb * per + hh;
+            let start = pw[9 + hh] as i32;
+            let ds = f32::from_bits(pw[11 + hh]);
+            for (i, a) in acc.iter_mut().enumerate() {
+                let mut pv = start;
+                for o in hh * k.sub..(hh + 1) * k.sub {
+                    let u = i32::from(st.codes[kb][(o / 4) * R * 4 + i * 4 + o % 4]);
+                    pv += u * i32::from(xq[o] as i8);
+                }
+                *a = (st.scales[h][i] * db).mul_add(pv as f32, *a);
+                if k.asym {
+                    *a = st.mins[h][i].mul_add(ds, *a);
+                }
+            }
+        }
+    }
+}
+
+/// Test hook: decodes group-block `(g, b)` of `w` with the scalar decoder
+/// and with the SIMD decoder of `isa`, returning whether the stages agree
+/// bit for bit (codes, scales, mins).
+#[doc(hidden)]
+pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
+    let k = kind_of(w);
+    let gs = w.rows16_group_bytes();
+    let gb = &w.codes()[g * gs + b * k.group_block()..][..k.group_block()];
+    let mut a = Stage::new();
+    let mut s = Stage::new();
+    decode_scalar(&k, gb, &mut a);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => {
+            assert!(isa.is_available());
+            // SAFETY: checked above; `gb` is one group-block.
+            unsafe { avx512::decode(&k, gb, &mut s, gb.as_ptr()) };
+        }
+        _ => decode_scalar(&k, gb, &mut s),
+    }
+    let bits = |st: &Stage| -> Vec<u32> {
+        let mut v: Vec<u32> = st.scales[..k.subs()]
+            .iter()
+            .chain(&st.mins[..if k.asym { k.subs() } else { 0 }])
+            .flatten()
+            .map(|f| f.to_bits())
+            .collect();
+        v.extend(
+            st.codes[..k.blocks()]
+                .iter()
+                .flatten()
+                .map(|&c| u32::from(c)),
+        );
+        v
+    };
+    bits(&a) == bits(&s)
+}

@@ -1,0 +1,227 @@
+//! The row-interleaved layouts (`Layout::Rows16`): dequantization equals
+//! ggml's bit for bit, every ISA path and batch size equals the scalar
+//! reference bit for bit, the SIMD decoders write the scalar decoder's
+//! stage, G32 types equal the widened repacked form (`PackedMatrix`), and
+//! row ranges split at row groups.
+
+use crate::common::{Aligned, Rng};
+use crate::kernels::{random_blocks, random_x};
+use gpack_quant::kernels::rows16::stage_matches;
+use gpack_quant::{
+    dequantize_ggml, matmul_ref, matmul_with, matvec_with, transcode, transcode_canonical,
+    GgmlType, Isa, Layout, NativeView, PackedMatrix,
+};
+
+const TYPES: [GgmlType; 10] = [
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q6_K,
+    GgmlType::Q3_K,
+    GgmlType::Q2_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+];
+
+fn rows16(t: GgmlType, src: &[u8], rows: usize, cols: usize) -> Aligned {
+    let mut out = Vec::new();
+    let n = transcode_canonical(t, src, rows as u64, cols as u64, &mut out).unwrap();
+    assert_eq!(n as usize, out.len());
+    Aligned::new(&out)
+}
+
+fn cols_for(t: GgmlType) -> &'static [usize] {
+    if t.block_size() == 256 {
+        &[256, 768, 2048]
+    } else {
+        &[32, 96, 576, 2048]
+    }
+}
+
+#[test]
+fn canonical_layout_is_rows16_and_no_larger_than_ggml() {
+    let mut rng = Rng::new(1);
+    for t in TYPES {
+        let (rows, cols) = (48, cols_for(t)[1]);
+        let src = random_blocks(&mut rng, t, rows, cols);
+        let a = rows16(t, &src, rows, cols);
+        let v = NativeView::parse(a.bytes()).unwrap();
+        assert_eq!(v.layout(), Layout::Rows16(t));
+        // 64-byte header, then exactly the ggml bytes (rows % 16 == 0).
+        assert_eq!(a.bytes().len(), 64 + src.len(), "{t}");
+    }
+}
+
+#[test]
+fn dequantization_is_ggml_bit_for_bit() {
+    let mut rng = Rng::new(2);
+    for t in TYPES {
+        for &cols in cols_for(t) {
+            for rows in [1usize, 3, 16, 17, 33] {
+                let src = random_blocks(&mut rng, t, rows, cols);
+                let a = rows16(t, &src, rows, cols);
+                let v = NativeView::parse(a.bytes()).unwrap();
+                let row_bytes = src.len() / rows;
+                let (mut got, mut want) = (vec![0f32; cols], vec![0f32; cols]);
+                for r in 0..rows {
+                    v.dequantize_row(r, &mut got);
+                    dequantize_ggml(t, &src[r * row_bytes..(r + 1) * row_bytes], &mut want)
+                        .unwrap();
+                    let gb: Vec<u32> = got.iter().map(|f| f.to_bits()).collect();
+                    let wb: Vec<u32> = want.iter().map(|f| f.to_bits()).collect();
+                    assert_eq!(gb, wb, "{t} {rows}x{cols} row {r}");
+                }
+            }
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+#[test]
+fn every_isa_and_batch_size_equals_the_reference() {
+    let mut rng = Rng::new(3);
+    for t in TYPES {
+        for &cols in cols_for(t) {
+            for rows in [5usize, 16, 40, 300] {
+                let src = random_blocks(&mut rng, t, rows, cols);
+                let a = rows16(t, &src, rows, cols);
+                let v = NativeView::parse(a.bytes()).unwrap();
+                for n in [1usize, 2, 7, 8, 9, 17, 70] {
+                    if rows * cols * n > 40_000_000 {
+                        continue;
+                    }
+                    let mut x = random_x(&mut rng, n * cols);
+                    // A block of subnormal activations in the first vector.
+                    if cols >= 64 {
+                        x[..32].fill(f32::from_bits(3));
+                    }
+                    let mut want = vec![0f32; n * rows];
+                    matmul_ref(&v, &x, n, &mut want);
+                    for isa in Isa::available() {
+                        let mut got = vec![f32::NAN; n * rows];
+                        if n == 1 {
+                            matvec_with(isa, &v, &x, &mut got);
+                        } else {
+                            matmul_with(isa, &v, &x, n, &mut got);
+                        }
+                        assert_eq!(bits(&got), bits(&want), "{t} {rows}x{cols} n {n} {isa:?}");
+                    }
+                    // Batched = solo: vector 1 alone gives its batched bits.
+                    if n > 1 {
+                        let mut solo = vec![0f32; rows];
+                        matvec_with(Isa::best(), &v, &x[cols..2 * cols], &mut solo);
+                        assert_eq!(bits(&solo), bits(&want[rows..2 * rows]), "{t} solo");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_decoders_write_the_scalar_stage() {
+    if !Isa::Avx512Vnni.is_available() {
+        eprintln!("no AVX-512 VNNI on this CPU: only the scalar decoder exists here");
+        return;
+    }
+    let mut rng = Rng::new(4);
+    for t in TYPES {
+        let cols = cols_for(t)[1];
+        let rows = 37;
+        let src = random_blocks(&mut rng, t, rows, cols);
+        let a = rows16(t, &src, rows, cols);
+        let v = NativeView::parse(a.bytes()).unwrap();
+        for g in 0..3 {
+            for b in 0..cols / t.block_size() as usize {
+                assert!(
+                    stage_matches(Isa::Avx512Vnni, &v, g, b),
+                    "{t} group {g} block {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn g32_types_equal_their_widened_repacked_form() {
+    let mut rng = Rng::new(5);
+    for t in TYPES {
+        if matches!(t, GgmlType::Q6_K | GgmlType::Q3_K | GgmlType::Q2_K) {
+            continue; // 16-element sub-blocks: PackedMatrix has no G16 form
+        }
+        let (rows, cols) = (35, cols_for(t)[1]);
+        let src = random_blocks(&mut rng, t, rows, cols);
+        let a = rows16(t, &src, rows, cols);
+        let v = NativeView::parse(a.bytes()).unwrap();
+        let mut wide = Vec::new();
+        transcode(t, &src, rows as u64, cols as u64, &mut wide).unwrap();
+        let wide = Aligned::new(&wide);
+        let pm = PackedMatrix::pack(&NativeView::parse(wide.bytes()).unwrap()).unwrap();
+        let n = 3;
+        let x = random_x(&mut rng, n * cols);
+        let (mut got, mut want) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+        matmul_ref(&v, &x, n, &mut got);
+        pm.matmul_ref(&x, n, &mut want);
+        assert_eq!(bits(&got), bits(&want), "{t}");
+    }
+}
+
+#[test]
+fn results_are_close_to_the_f64_dot_of_dequantized_values() {
+    let mut rng = Rng::new(6);
+    for t in TYPES {
+        let (rows, cols) = (20, 2048);
+        let src = random_blocks(&mut rng, t, rows, cols);
+        let a = rows16(t, &src, rows, cols);
+        let v = NativeView::parse(a.bytes()).unwrap();
+        let x = random_x(&mut rng, cols);
+        let mut y = vec![0f32; rows];
+        matvec_with(Isa::best(), &v, &x, &mut y);
+        let mut w = vec![0f32; cols];
+        for r in 0..rows {
+            v.dequantize_row(r, &mut w);
+            let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let mag: f64 = w
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum();
+            // int8 activations: ~1/127 relative error per block, far below Σ|w·x|.
+            assert!(
+                (y[r] as f64 - exact).abs() <= 0.02 * mag + 1e-6,
+                "{t} row {r}: {} vs {exact} (Σ|wx| {mag})",
+                y[r]
+            );
+        }
+    }
+}
+
+#[test]
+fn row_ranges_split_at_row_groups() {
+    let mut rng = Rng::new(7);
+    let t = GgmlType::Q4_K;
+    let (rows, cols) = (16 * 5 + 3, 512);
+    let src = random_blocks(&mut rng, t, rows, cols);
+    let a = rows16(t, &src, rows, cols);
+    let v = NativeView::parse(a.bytes()).unwrap();
+    assert!(v.row_range(8, 16).is_none(), "not at a group boundary");
+    assert!(v.row_range(16, 20).is_none(), "ends inside a group");
+    let x = random_x(&mut rng, cols);
+    let mut whole = vec![0f32; rows];
+    matvec_with(Isa::best(), &v, &x, &mut whole);
+    for (s, n) in [(0, 16), (16, 48), (64, rows - 64), (32, rows - 32)] {
+        let sub = v.row_range(s, n).unwrap();
+        let mut y = vec![0f32; n];
+        matvec_with(Isa::best(), &sub, &x, &mut y);
+        assert_eq!(bits(&y), bits(&whole[s..s + n]), "rows {s}..{}", s + n);
+        let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+        sub.dequantize_row(n - 1, &mut a);
+        v.dequantize_row(s + n - 1, &mut b);
+        assert_eq!(bits(&a), bits(&b));
+    }
+}
