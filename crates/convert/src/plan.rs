@@ -217,7 +217,7 @@ fn target_layout(t: &TensorInfo, placement: Placement, quant: Quant) -> Layout {
     match quant {
         Quant::Int8 if quantizable => Layout::I8Sym { group: 32 },
         Quant::Int4 if quantizable => Layout::I4Asym { group: 32 },
-        _ => exact,
+        _ => gpack_quant::canonical_layout_for(t.ggml_type, t.dims[0]),
     }
 }
 
@@ -363,10 +363,11 @@ fn fuse_groups(source: &Source, p: &mut Plan) -> Result<(), Error> {
                 && pt.cols == first.cols
                 && pt.fuse == Fuse::None
         });
-        if !ok {
+        let layout = first.layout.unwrap_or(Layout::F32);
+        let rows: Vec<u64> = members.iter().map(|&i| p.tensors[i].rows).collect();
+        if !ok || !gpack_quant::can_fuse(layout, &rows) {
             continue;
         }
-        let layout = first.layout.unwrap_or(Layout::F32);
         let total_rows: u64 = members.iter().map(|&i| p.tensors[i].rows).sum();
         let cols = first.cols;
         let size = native_len(ty, layout, total_rows, cols).map_err(|e| Error::Quant {

@@ -131,6 +131,9 @@ fn write_layout(
         return gpack_quant::transcode::transcode_with_f16_scales(src_type, bytes, rows, cols, w)
             .map_err(q);
     }
+    if layout == gpack_quant::canonical_layout_for(src_type, cols) {
+        return gpack_quant::transcode_canonical(src_type, bytes, rows, cols, w).map_err(q);
+    }
     if layout == native_layout_for(src_type) {
         return gpack_quant::transcode(src_type, bytes, rows, cols, w).map_err(q);
     }

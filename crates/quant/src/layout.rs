@@ -270,6 +270,15 @@ pub fn native_layout_for(t: GgmlType) -> Layout {
     }
 }
 
+/// Whether matrices of `rows` rows each (applied to one input) may be stored
+/// as one tensor in `layout`, rows back to back (q‖k‖v, gate‖up): always,
+/// except that a [`Layout::Rows16`] member must start on a row group, so
+/// every member's rows must be a multiple of 16. Convert and the runtime's
+/// transcoding providers both ask this.
+pub fn can_fuse(layout: Layout, rows: &[u64]) -> bool {
+    !layout.is_rows16() || rows.iter().all(|r| r.is_multiple_of(crate::interleave::R as u64))
+}
+
 /// The implied byte lengths of a native tensor's arrays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArrayLens {

@@ -67,7 +67,7 @@ pub use kernels::{
     QuantizedActivations,
 };
 pub use layout::{
-    canonical_layout_for, encoded_len, native_layout_for, Layout, NativeTensorHeader,
+    can_fuse, canonical_layout_for, encoded_len, native_layout_for, Layout, NativeTensorHeader,
 };
 pub use pool::Pool;
 pub use transcode::{

@@ -75,7 +75,16 @@ pub(crate) fn transcode_to_buf(
     rows: u64,
     cols: u64,
 ) -> Result<AlignedBuf> {
-    let layout = gpack_quant::native_layout_for(ty);
+    let layout = gpack_quant::canonical_layout_for(ty, cols);
+    if layout.is_rows16() {
+        let len = gpack_quant::NativeTensorHeader::new(layout, rows, cols, false)
+            .map_err(quant_err(name))?
+            .1;
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        gpack_quant::transcode_canonical(ty, src, rows, cols, &mut buf).map_err(quant_err(name))?;
+        NativeView::parse(buf.as_slice()).map_err(quant_err(name))?;
+        return Ok(buf);
+    }
     // Types whose scales are f16 in the blocks also get the exact f16 copy,
     // which the kernels then read (as many bytes per weight as the GGUF).
     let f16 = gpack_quant::transcode::f16_scales_exact_for(ty);
@@ -120,9 +129,11 @@ impl GgufWeights {
             let members: Vec<&TensorInfo> = group.iter().map(|&i| &source.tensors[i]).collect();
             let ty = members[0].ggml_type;
             let cols = members[0].dims[0];
+            let member_rows: Vec<u64> = members.iter().map(|t| rows_cols(t).0).collect();
             if !members.iter().all(|t| {
                 is_matrix(t) && t.ggml_type == ty && t.dims[0] == cols && t.dims.len() == 2
-            }) {
+            }) || !gpack_quant::can_fuse(gpack_quant::canonical_layout_for(ty, cols), &member_rows)
+            {
                 continue;
             }
             let mut row = 0usize;

@@ -58,7 +58,11 @@ impl<'a> Matrix<'a> {
                 row_start,
                 rows: r,
             } => {
-                if view.cols() != cols || row_start.checked_add(r).is_none_or(|e| e > view.rows()) {
+                if view.cols() != cols
+                    || row_start.checked_add(r).is_none_or(|e| e > view.rows())
+                    || view.row_range(row_start, r).is_none()
+                {
+                    // (A row-interleaved tensor splits only at row groups.)
                     return Err(shape_err(vec![view.cols() as u64, r as u64]));
                 }
                 Matrix::Native {
