@@ -4,6 +4,7 @@ mod convert_inspect;
 mod interrupt;
 mod moe;
 mod ple;
+mod quant_types;
 mod run;
 mod tokenize;
 mod verify_inspect;
