@@ -32,18 +32,7 @@ const TYPES: &[&str] = &[
 /// Types whose weights are still stored in more than 1.02× the GGUF's bytes
 /// (`convert --quant keep` widens them: measured ratios in the comments).
 /// Remove an entry when its compact native layout lands.
-const SIZE_NOT_YET_COMPACT: &[&str] = &[
-    "Q4_0", // 1.223× (stored as I4Sym/G32)
-    "Q4_1", // 1.400× (I4Asym/G32)
-    "Q5_0", // 1.726× (I8Sym/G32)
-    "Q5_1", // 1.831× (I8Asym/G32)
-    "Q8_0", // 1.118× (I8Sym/G32)
-    "Q2_K", // 4.544× (I8Asym/G16)
-    "Q3_K", // 2.899× (I8Sym/G16)
-    "Q4_K", // 1.333× (I4Asym/G32)
-    "Q5_K", // 1.816× (I8Asym/G32)
-    "Q6_K", // 1.523× (I8Sym/G16)
-];
+const SIZE_NOT_YET_COMPACT: &[&str] = &[];
 
 /// Types gpack cannot decode yet (no dequantization/kernel: the conversion
 /// or the run fails). Remove an entry when its layout lands.
