@@ -240,7 +240,10 @@ fn rows16_name(t: GgmlType) -> &'static str {
 /// Embeddings are interleaved too (a lookup gathers one row's blocks from 16
 /// rows' bytes; a tied embedding is also the head, a matmul).
 pub fn canonical_layout_for(t: GgmlType, cols: u64) -> Layout {
-    if crate::interleave::supports(t) && cols.is_multiple_of(t.block().0) {
+    if crate::interleave::supports(t)
+        && crate::ggml::can_dequantize(t)
+        && cols.is_multiple_of(t.block().0)
+    {
         Layout::Rows16(t)
     } else {
         native_layout_for(t)
