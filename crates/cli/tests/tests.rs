@@ -6,6 +6,7 @@ mod moe;
 mod ple;
 mod run;
 mod tokenize;
+mod unsupported;
 mod verify_inspect;
 
 pub use gpack_testkit::smollm2;

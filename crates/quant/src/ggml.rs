@@ -361,6 +361,17 @@ pub fn can_dequantize(t: GgmlType) -> bool {
     )
 }
 
+/// The types [`can_dequantize`] accepts, by name, comma-separated in id
+/// order: for the error a loader gives when it refuses any other type.
+pub fn decodable_type_names() -> String {
+    GgmlType::ALL
+        .iter()
+        .filter(|&&t| can_dequantize(t))
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Dequantizes ggml data of type `t` into `out` (one f32 per element), bit for
 /// bit as ggml's `dequantize_row_*` and `gguf.quants.dequantize` do.
 ///
