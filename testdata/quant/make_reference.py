@@ -7,9 +7,10 @@ Run with the project venv (gguf==0.19.0, numpy):
 
 Writes, next to this script:
 
-* ``ref_<TYPE>.bin`` for every ggml type gpack-quant transcodes: random valid
+* ``ref_<TYPE>.bin`` for every ggml type gpack-quant decodes: random valid
   blocks (fixed seed) with edge cases in the first blocks (all-zero block,
-  +-0 scales, f16 max/min normal, smallest/largest subnormal scales), and
+  +-0 scales, f16 max/min normal, smallest/largest subnormal scales; for
+  IQ4_XS the 6-bit sub-scale edges, for MXFP4 the E8M0 exponent edges), and
   ``gguf.quants.dequantize`` of them. Layout (little-endian):
   ``b"GQRF" · u32 ggml_type · u32 rows · u32 cols · u64 n_block_bytes ·
   blocks · f32[rows*cols] dequantized``.
@@ -76,10 +77,11 @@ def random_finite_f16(rng, n):
     return np.where(pick, wild, v).astype(np.uint16)
 
 
-def make_blocks(rng, qtype, n_blocks):
+def make_blocks(rng, qtype, n_blocks, fields=None):
     bs, ts = gguf.GGML_QUANT_SIZES[qtype]
     blocks = rng.integers(0, 256, (n_blocks, ts), dtype=np.uint16).astype(np.uint8)
-    fields = F16_FIELDS[qtype]
+    if fields is None:
+        fields = F16_FIELDS[qtype]
     for off in fields:
         bits = random_finite_f16(rng, n_blocks)
         for i, e in enumerate(EDGE_F16_BITS):
@@ -133,6 +135,70 @@ def make_block_refs(rng):
     write_ref("F32", T.F32, rows, cols, raw, raw)
 
 
+# The non-linear 4-bit types, generated with their own seed after the types
+# above so that adding them left every earlier reference file byte-identical.
+NONLINEAR_SEED = 20261201
+
+# E8M0 exponents at the edges of ggml's e8m0_to_fp32_half: 0 and 1 give f32
+# subnormals, 2 the smallest normal, 127/128 around 1, 254/255 the largest
+# (255 is not NaN in ggml).
+EDGE_E8M0 = [0, 1, 2, 127, 128, 254, 255]
+
+
+def make_nonlinear_refs():
+    rng = np.random.default_rng(NONLINEAR_SEED)
+    n_edge = len(EDGE_F16_BITS)
+
+    # IQ4_NL: {f16 d; u8 qs[16]}: the f16 edge scales, an all-zero block,
+    # saturated nibbles (level 113) with d = 1, random nibbles elsewhere.
+    rows, cols = 8, 256
+    blocks = make_blocks(rng, T.IQ4_NL, rows * cols // 32, fields=[0])
+    write_block_ref(T.IQ4_NL, rows, cols, blocks)
+
+    # IQ4_XS: {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: the f16 edge
+    # scales, an all-zero super-block, saturated codes and 6-bit scales
+    # (ls = 63), then the sub-scale edges with d = 1 and d = -1: every ls = 0
+    # (dl = -32 d), every ls = 32 (dl = +-0), and a negative subnormal d with
+    # random sub-scales.
+    rows, cols = 4, 2048
+    blocks = make_blocks(rng, T.IQ4_XS, rows * cols // 256, fields=[0])
+    i = n_edge + 2
+    for d_bits in (0x3C00, 0xBC00):
+        for sh, sl in ((0x0000, 0x00), (0xAAAA, 0x00)):
+            blocks[i, 0:2] = np.array([d_bits], dtype="<u2").view(np.uint8)
+            blocks[i, 2:4] = np.array([sh], dtype="<u2").view(np.uint8)
+            blocks[i, 4:8] = sl
+            i += 1
+    blocks[i, 0:2] = np.array([0x8001], dtype="<u2").view(np.uint8)
+    write_block_ref(T.IQ4_XS, rows, cols, blocks)
+
+    # MXFP4: {u8 e; u8 qs[16]}: the E8M0 edges (with random nibbles; 254/255
+    # overflow to +-inf for the larger levels, as in ggml), an all-zero block,
+    # all levels at e = 127, then mostly ordinary exponents and some anywhere.
+    rows, cols = 8, 256
+    n = rows * cols // 32
+    bs, ts = gguf.GGML_QUANT_SIZES[T.MXFP4]
+    blocks = rng.integers(0, 256, (n, ts), dtype=np.uint16).astype(np.uint8)
+    e = rng.integers(115, 135, n, dtype=np.uint16).astype(np.uint8)
+    wild = rng.random(n) < 0.2
+    e = np.where(wild, rng.integers(0, 256, n, dtype=np.uint16).astype(np.uint8), e)
+    e[: len(EDGE_E8M0)] = EDGE_E8M0
+    blocks[:, 0] = e
+    blocks[len(EDGE_E8M0)] = 0
+    blocks[len(EDGE_E8M0) + 1, 0] = 127
+    blocks[len(EDGE_E8M0) + 1, 1:] = np.array([(k | ((15 - k) << 4)) for k in range(16)], dtype=np.uint8)
+    write_block_ref(T.MXFP4, rows, cols, blocks)
+
+
+def write_block_ref(qtype, rows, cols, blocks):
+    bs, ts = gguf.GGML_QUANT_SIZES[qtype]
+    raw = blocks.reshape(rows, cols // bs * ts)
+    with np.errstate(over="ignore"):
+        deq = dequantize(raw, qtype)
+    assert deq.shape == (rows, cols), deq.shape
+    write_ref(qtype.name, qtype, rows, cols, raw, deq)
+
+
 def sha_f32(a):
     return hashlib.sha256(np.ascontiguousarray(a, dtype="<f4").tobytes()).hexdigest()
 
@@ -177,6 +243,7 @@ def rmse(x, qtype):
 def main():
     rng = np.random.default_rng(20261129)
     make_block_refs(rng)
+    make_nonlinear_refs()
 
     entries = []
     tiny = os.path.join(ROOT, "testdata", "tiny")

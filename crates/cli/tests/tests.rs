@@ -7,6 +7,7 @@ mod ple;
 mod quant_types;
 mod run;
 mod tokenize;
+mod unsupported;
 mod verify_inspect;
 
 pub use gpack_testkit::smollm2;

@@ -21,6 +21,19 @@ pub enum Error {
         #[source]
         source: gpack_quant::Error,
     },
+    /// A tensor is stored in a ggml type gpack cannot decode (IQ1_S, IQ2_*,
+    /// IQ3_*, TQ1_0, TQ2_0, …): refused when planning, before anything is
+    /// written.
+    #[error(
+        "tensor {tensor} has ggml type {ty}, which gpack cannot decode (it decodes {})",
+        gpack_quant::ggml::decodable_type_names()
+    )]
+    UnsupportedType {
+        /// Tensor name.
+        tensor: String,
+        /// The ggml type name.
+        ty: &'static str,
+    },
     /// The tokenizer could not be built.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

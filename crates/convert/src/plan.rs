@@ -221,6 +221,19 @@ fn target_layout(t: &TensorInfo, placement: Placement, quant: Quant) -> Layout {
     }
 }
 
+/// Whether `t` must be refused because gpack cannot decode its ggml type:
+/// [`plan`] and `prequant` refuse it by name before anything is written
+/// (instead of storing it raw and failing when the model runs), as every
+/// block-quantized tensor of a model is read by something that decodes it
+/// (kernels, embedding lookup, norms, re-quantization). Plain integer/F64
+/// tensors (no blocks) stay allowed as `dense` side tensors, which the
+/// runtime reads only if a graph asks for them (and then refuses with the
+/// tensor named).
+pub(crate) fn undecodable(t: &TensorInfo, dense: bool) -> bool {
+    let (block, _) = t.ggml_type.block();
+    !(gpack_quant::ggml::can_dequantize(t.ggml_type) || (block == 1 && dense))
+}
+
 /// Plans `source`.
 pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Plan, Error> {
     let mut p = Plan::default();
@@ -231,6 +244,12 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
     let mut expert_tensors: Vec<(u32, usize, usize)> = Vec::new();
     for (i, t) in source.tensors.iter().enumerate() {
         let placement = classify(t);
+        if undecodable(t, placement == Placement::Dense) {
+            return Err(Error::UnsupportedType {
+                tensor: t.name.clone(),
+                ty: t.ggml_type.name(),
+            });
+        }
         let cols = t.dims.first().copied().unwrap_or(1);
         let all_rows = t.dims.iter().skip(1).product::<u64>();
         let (layout, rows, size) = match placement {

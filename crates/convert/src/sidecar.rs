@@ -64,6 +64,18 @@ pub enum Error {
         #[source]
         source: gpack_quant::Error,
     },
+    /// A tensor is stored in a ggml type gpack cannot decode (refused before
+    /// the bundle is created).
+    #[error(
+        "tensor {tensor} has ggml type {ty}, which gpack cannot decode (it decodes {})",
+        gpack_quant::ggml::decodable_type_names()
+    )]
+    UnsupportedType {
+        /// Tensor name.
+        tensor: String,
+        /// The ggml type name.
+        ty: &'static str,
+    },
     /// An option does not apply.
     #[error("{0}")]
     Option(String),
@@ -490,6 +502,14 @@ pub fn prequant_source(
     }
     let fuse = opts.target == Target::Metal && wv >= gpack_format::giw::FUSED_SINCE;
     let f16 = opts.target == Target::Metal && wv >= gpack_format::giw::F16_SCALES_SINCE;
+    for t in &source.tensors {
+        if crate::plan::undecodable(t, !is_matrix(t)) {
+            return Err(Error::UnsupportedType {
+                tensor: t.name.clone(),
+                ty: t.ggml_type.name(),
+            });
+        }
+    }
     let meta = metadata_gguf(source)?;
     let mut w = GiwWriter::create(out, opts.force, opts.quant.label(), opts.target, wv, &meta)?;
     drop(meta);

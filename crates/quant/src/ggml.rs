@@ -45,16 +45,14 @@ fn pack_nibbles32(q: &[u8; 32], out: &mut [u8]) {
     }
 }
 
-/// Decodes one ggml block of a type with an exact native layout into the
-/// native arrays: `codes` receives the block's codes in the native encoding
-/// (`block_size` bytes for I8 layouts, `block_size / 2` for I4), `scales` and
-/// `mins` one value per native group of the block (`mins` untouched for
-/// symmetric layouts).
+/// Decodes one ggml block into the arrays of its [`block_layout`]: `codes`
+/// receives the block's codes in that layout's encoding (`block_size` bytes
+/// for I8 layouts, `block_size / 2` for I4), `scales` and `mins` one value per
+/// group of the block (`mins` untouched for symmetric layouts).
 ///
 /// # Panics
-/// If `blk` or the outputs are shorter than one block needs, or `t` is F32,
-/// F16, BF16 or has no exact native layout (callers check with
-/// [`native_layout_for`]).
+/// If `blk` or the outputs are shorter than one block needs, or `t` has no
+/// [`block_layout`] (F32, F16, BF16 and the types gpack cannot decode).
 pub(crate) fn decode_block(
     t: GgmlType,
     blk: &[u8],
@@ -208,7 +206,93 @@ pub(crate) fn decode_block(
                 *c = ((lo | (hi << 4)) as i8 - 32) as u8;
             }
         }
+        // block_iq4_nl { f16 d; u8 qs[16]; } 4.5 bpw. x = d * kvalues_iq4nl[q];
+        // low nibble of qs[i] = element i, high = element i + 16 (as Q4_0)
+        // → I8Sym G32, code = the non-linear value itself, s = d.
+        T::IQ4_NL => {
+            scales[0] = f16_at(blk, 0);
+            unpack_kvalues32(&KVALUES_IQ4NL, &blk[2..18], &mut codes[..32]);
+        }
+        // block_iq4_xs { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; } 4.25 bpw.
+        // Sub-block j of 32: ls = (scales_l[j/2] >> 4*(j%2)) & 0xF
+        // | ((scales_h >> 2j) & 3) << 4, dl = d * (ls - 32) (in f32, as ggml),
+        // x = dl * kvalues_iq4nl[q]; qs[16j..16j+16] in IQ4_NL's nibble order
+        // → I8Sym G32, code = the value, s = dl.
+        T::IQ4_XS => {
+            let d = f16_at(blk, 0);
+            let scales_h = u16::from_le_bytes([blk[2], blk[3]]);
+            let scales_l = &blk[4..8];
+            let qs = &blk[8..136];
+            for j in 0..8 {
+                let lo = (scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
+                let hi = ((scales_h >> (2 * j)) & 3) as u8;
+                let ls = i32::from(lo | (hi << 4)) - 32;
+                scales[j] = d * ls as f32;
+                unpack_kvalues32(
+                    &KVALUES_IQ4NL,
+                    &qs[16 * j..16 * j + 16],
+                    &mut codes[32 * j..32 * j + 32],
+                );
+            }
+        }
+        // block_mxfp4 { u8 e; u8 qs[16]; } 4.25 bpw. e is an E8M0 exponent;
+        // x = kvalues_mxfp4[q] * 2^(e - 128) (ggml's `e8m0_to_fp32_half`: the
+        // e2m1 values are stored doubled, so the scale is halved); nibble
+        // order as IQ4_NL → I8Sym G32, code = the doubled e2m1 value.
+        T::MXFP4 => {
+            scales[0] = e8m0_to_fp32_half(blk[0]);
+            unpack_kvalues32(&KVALUES_MXFP4, &blk[1..17], &mut codes[..32]);
+        }
         other => panic!("decode_block: {other} has no native block decoding"),
+    }
+}
+
+/// ggml `kvalues_iq4nl`: the 16 non-linear levels of IQ4_NL and IQ4_XS.
+const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// ggml `kvalues_mxfp4`: the e2m1 (FP4) values, doubled so they are integers.
+const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// ggml `ggml_e8m0_to_fp32_half` (ggml-impl.h): `2^(e - 128)`, i.e. half the
+/// E8M0 scale `2^(e - 127)`. `e` 0 and 1 give the f32 subnormals `2^-128` and
+/// `2^-127`; 255 gives `2^127` (ggml does not treat 255 as NaN, nor do we).
+#[inline]
+fn e8m0_to_fp32_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        u32::from(e - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+/// Looks up the 32 nibbles of `qs` (byte i: element i low, element i + 16
+/// high) in `table` and stores the values as `i8` bits.
+#[inline]
+fn unpack_kvalues32(table: &[i8; 16], qs: &[u8], out: &mut [u8]) {
+    for i in 0..16 {
+        out[i] = table[usize::from(qs[i] & 0xF)] as u8;
+        out[i + 16] = table[usize::from(qs[i] >> 4)] as u8;
+    }
+}
+
+/// The layout [`decode_block`] splits `t` into, `None` for types it cannot
+/// decode. This is [`native_layout_for`] for the types with an exact native
+/// layout, and I8Sym G32 for the non-linear 4-bit types (IQ4_NL, IQ4_XS,
+/// MXFP4), whose table values are small integers and whose per-32 scale is
+/// the f32 ggml multiplies them by, so `q * s` is ggml's value bit for bit
+/// whatever layout the transcoder stores them in.
+pub(crate) fn block_layout(t: GgmlType) -> Option<Layout> {
+    use GgmlType as T;
+    match t {
+        T::IQ4_NL | T::IQ4_XS | T::MXFP4 => Some(Layout::I8Sym { group: 32 }),
+        T::F32 | T::F16 | T::BF16 => None,
+        _ => match native_layout_for(t) {
+            Layout::Ggml(_) => None,
+            l => Some(l),
+        },
     }
 }
 
@@ -271,14 +355,30 @@ pub fn can_dequantize(t: GgmlType) -> bool {
             | T::Q4_K
             | T::Q5_K
             | T::Q6_K
+            | T::IQ4_NL
+            | T::IQ4_XS
+            | T::MXFP4
     )
+}
+
+/// The types [`can_dequantize`] accepts, by name, comma-separated in id
+/// order: for the error a loader gives when it refuses any other type.
+pub fn decodable_type_names() -> String {
+    GgmlType::ALL
+        .iter()
+        .filter(|&&t| can_dequantize(t))
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Dequantizes ggml data of type `t` into `out` (one f32 per element), bit for
 /// bit as ggml's `dequantize_row_*` and `gguf.quants.dequantize` do.
 ///
 /// `src` must hold exactly `out.len()` elements' worth of blocks. Supported:
-/// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+/// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+/// IQ4_NL, IQ4_XS, MXFP4 ([`can_dequantize`]); any other type is
+/// [`Error::Unsupported`].
 pub fn dequantize_ggml(t: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Error> {
     if !can_dequantize(t) {
         return Err(Error::Unsupported {
@@ -316,7 +416,12 @@ pub fn dequantize_ggml(t: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), E
             }
         }
         _ => {
-            let layout = native_layout_for(t);
+            let Some(layout) = block_layout(t) else {
+                return Err(Error::Unsupported {
+                    what: "dequantize_ggml",
+                    name: t.name(),
+                });
+            };
             let (bs, ts) = t.block();
             let (bs, ts) = (bs as usize, ts as usize);
             let ng = bs / layout.group() as usize;
@@ -330,4 +435,45 @@ pub fn dequantize_ggml(t: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), E
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e8m0_half_matches_ggml_at_the_edges() {
+        // ggml-impl.h: 0x00200000 << e for e < 2, (e - 1) << 23 otherwise.
+        assert_eq!(e8m0_to_fp32_half(0), 2f32.powi(-128));
+        assert_eq!(e8m0_to_fp32_half(1), 2f32.powi(-127));
+        assert_eq!(e8m0_to_fp32_half(2), f32::MIN_POSITIVE);
+        assert_eq!(e8m0_to_fp32_half(128), 1.0);
+        assert_eq!(e8m0_to_fp32_half(254), 2f32.powi(126));
+        assert_eq!(e8m0_to_fp32_half(255), 2f32.powi(127));
+        for e in 1..=255u8 {
+            assert_eq!(e8m0_to_fp32_half(e), 2.0 * e8m0_to_fp32_half(e - 1));
+        }
+    }
+
+    #[test]
+    fn nonlinear_types_split_into_i8sym_g32() {
+        // The decoded codes are the table values and value = code * scale.
+        let mut blk = [0u8; 18];
+        blk[..2].copy_from_slice(&half::f16::from_f32(0.5).to_bits().to_le_bytes());
+        for (i, b) in blk[2..].iter_mut().enumerate() {
+            *b = (i as u8) | ((15 - i as u8) << 4);
+        }
+        let (mut codes, mut s, mut m) = ([0u8; 32], [0f32; 1], [0f32; 1]);
+        decode_block(GgmlType::IQ4_NL, &blk, &mut codes, &mut s, &mut m);
+        assert_eq!(s[0], 0.5);
+        for i in 0..16 {
+            assert_eq!(codes[i] as i8, KVALUES_IQ4NL[i]);
+            assert_eq!(codes[i + 16] as i8, KVALUES_IQ4NL[15 - i]);
+        }
+        for t in [GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4] {
+            assert_eq!(block_layout(t), Some(Layout::I8Sym { group: 32 }));
+        }
+        assert_eq!(block_layout(GgmlType::IQ2_XXS), None);
+        assert_eq!(block_layout(GgmlType::F16), None);
+    }
 }

@@ -8,9 +8,9 @@ use gpack_quant::{
 use sha2::{Digest, Sha256};
 use std::io::{Read, Seek, SeekFrom};
 
-const TYPES: [&str; 13] = [
-    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16",
-    "F32",
+const TYPES: [&str; 16] = [
+    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+    "IQ4_XS", "MXFP4", "F16", "BF16", "F32",
 ];
 
 fn transcode_to_vec(t: GgmlType, src: &[u8], rows: u64, cols: u64) -> Aligned {
@@ -79,6 +79,41 @@ fn every_type_is_bit_exact_against_gguf_py() {
         assert_eq!(v.layout(), native_layout_for(r.t));
         assert_eq!((v.rows() as u64, v.cols() as u64), (r.rows, r.cols));
         assert_bits_eq(&format!("native {name}"), &dequant_all(&v), &r.deq);
+    }
+}
+
+/// Every type `can_dequantize` refuses is an error from `dequantize_ggml`
+/// (never a panic), naming the type; every type it accepts decodes a block.
+#[test]
+fn undecodable_types_are_refused_by_name() {
+    use gpack_quant::ggml::can_dequantize;
+    let mut refused = Vec::new();
+    for t in GgmlType::ALL {
+        let (bs, ts) = t.block();
+        let src = vec![0u8; ts as usize];
+        let mut out = vec![0f32; bs as usize];
+        let r = dequantize_ggml(t, &src, &mut out);
+        if can_dequantize(t) {
+            r.unwrap_or_else(|e| panic!("{t}: {e}"));
+        } else {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains(t.name()), "{t}: {e}");
+            refused.push(t);
+        }
+    }
+    use GgmlType as T;
+    for t in [
+        T::IQ1_S,
+        T::IQ1_M,
+        T::IQ2_XXS,
+        T::IQ2_XS,
+        T::IQ2_S,
+        T::IQ3_XXS,
+        T::IQ3_S,
+        T::TQ1_0,
+        T::TQ2_0,
+    ] {
+        assert!(refused.contains(&t), "{t} should be refused");
     }
 }
 

@@ -47,3 +47,74 @@ fn after_parking_and_nested_and_concurrent() {
     });
     assert_eq!(c.load(Ordering::Relaxed), 4 * 200 * 5);
 }
+
+/// A task that panics, on a worker or on the caller, is re-raised to the
+/// caller of `run` after the other tasks finished (the process does not
+/// abort), and the pool keeps running jobs on all its threads afterwards.
+// See: issue 15 (a pool task's panic aborted `gpack serve`).
+#[test]
+fn a_panicking_task_reaches_the_caller_and_the_pool_stays_usable() {
+    let pool = Pool::new(3);
+    assert_eq!(pool.threads(), 3);
+    for bad in [0usize, 5, 63] {
+        let ran = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(64, &|i| {
+                if i == bad {
+                    panic!("task {i} failed");
+                }
+                // Slow enough that the workers take some of the tasks.
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                ran.fetch_add(1, Ordering::Relaxed);
+            });
+        }));
+        let payload = r.expect_err("the task's panic reaches the caller");
+        let msg = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(msg, format!("task {bad} failed"));
+        assert_eq!(ran.load(Ordering::Relaxed), 63, "the other tasks all ran");
+    }
+    // A panic on a worker thread (not the caller's): the first task a worker
+    // runs panics. Retried in case a loaded machine left a job to the caller.
+    let caller = std::thread::current().id();
+    let mut from_worker = false;
+    for _ in 0..100 {
+        let fired = std::sync::atomic::AtomicBool::new(false);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(64, &|_| {
+                if std::thread::current().id() != caller && !fired.swap(true, Ordering::Relaxed) {
+                    panic!("worker task failed");
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            });
+        }));
+        if let Err(p) = r {
+            assert_eq!(p.downcast_ref::<&str>(), Some(&"worker task failed"));
+            from_worker = true;
+            break;
+        }
+    }
+    assert!(from_worker, "no worker ever ran a task");
+    // Several tasks panicking: one panic reaches the caller.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.run(16, &|i| assert!(i % 2 == 0, "odd {i}"))
+    }));
+    assert!(r.is_err());
+    // Still usable, with its workers: tasks run on more than one thread.
+    let threads = std::sync::Mutex::new(std::collections::HashSet::new());
+    let hits: Vec<AtomicUsize> = (0..256).map(|_| AtomicUsize::new(0)).collect();
+    for _ in 0..20 {
+        pool.run(256, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+            threads.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        });
+    }
+    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 20));
+    assert!(
+        threads.lock().unwrap().len() > 1,
+        "the pool ran later jobs on the caller alone"
+    );
+}

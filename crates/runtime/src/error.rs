@@ -44,6 +44,19 @@ pub enum Error {
         /// The ggml type name.
         ty: &'static str,
     },
+    /// A tensor is stored in a ggml type gpack cannot decode (IQ1_S, IQ2_*,
+    /// IQ3_*, TQ1_0, TQ2_0, …): refused when the model is bound, before any
+    /// kernel would meet it.
+    #[error(
+        "tensor {name} has ggml type {ty}, which gpack cannot decode (it decodes {})",
+        gpack_quant::ggml::decodable_type_names()
+    )]
+    UnsupportedType {
+        /// Tensor name (or, for an expert slice, where it lives).
+        name: String,
+        /// The ggml type name.
+        ty: &'static str,
+    },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
     Token {

@@ -366,6 +366,13 @@ impl<'a> ExpertStore<'a> {
         slices: Vec<ExpertSlice<'a>>,
         mode: ExpertMode,
     ) -> Result<Self> {
+        for (i, s) in slices.iter().enumerate() {
+            let name = || format!("{} expert slice at {}", PARTS[i % 3], s.origin);
+            match s.data {
+                SliceData::Native(v) => crate::matrix::check_view_decodable(&name(), &v)?,
+                SliceData::Raw { ty, .. } => crate::matrix::check_decodable(&name(), ty)?,
+            }
+        }
         let mapped = slices
             .chunks_exact(3)
             .map(|c| {

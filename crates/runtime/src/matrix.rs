@@ -11,6 +11,30 @@ use crate::weights::{AlignedBuf, TensorRef};
 use gpack_quant::{GgmlType, NativeView, PackedMatrix};
 use std::sync::Arc;
 
+/// Refuses a tensor of a ggml type gpack cannot decode (IQ2_XXS, TQ2_0, …):
+/// every reader of a weight (kernels, row lookups, norms) decodes it, so
+/// binding is where a model with such a tensor fails, with the tensor named,
+/// instead of a kernel panicking on the first token.
+pub(crate) fn check_decodable(name: &str, ty: GgmlType) -> Result<()> {
+    if gpack_quant::ggml::can_dequantize(ty) {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedType {
+            name: name.to_string(),
+            ty: ty.name(),
+        })
+    }
+}
+
+/// [`check_decodable`] for a native tensor: only a raw ggml layout can hold
+/// such a type.
+pub(crate) fn check_view_decodable(name: &str, view: &NativeView<'_>) -> Result<()> {
+    match view.layout() {
+        gpack_quant::Layout::Ggml(t) => check_decodable(name, t),
+        _ => Ok(()),
+    }
+}
+
 /// A `rows × cols` weight (y = W·x has `rows` outputs).
 #[derive(Clone, Debug)]
 pub(crate) enum Matrix<'a> {
@@ -58,6 +82,7 @@ impl<'a> Matrix<'a> {
                 row_start,
                 rows: r,
             } => {
+                check_view_decodable(name, &view)?;
                 if view.cols() != cols
                     || row_start.checked_add(r).is_none_or(|e| e > view.rows())
                     || view.row_range(row_start, r).is_none()
@@ -76,10 +101,9 @@ impl<'a> Matrix<'a> {
                 dims,
                 bytes,
             } => {
+                check_decodable(name, ggml_type)?;
                 let r: u64 = dims.iter().skip(1).product();
-                if dims.first().copied() != Some(cols as u64)
-                    || !gpack_quant::ggml::can_dequantize(ggml_type)
-                {
+                if dims.first().copied() != Some(cols as u64) {
                     return Err(shape_err(dims));
                 }
                 let row_bytes = ggml_type

@@ -174,6 +174,7 @@ impl PleTable {
         }
         let ggml_type = GgmlType::from_id(h.ggml_type.get())
             .ok_or_else(|| bad(format!("unknown ggml type {}", h.ggml_type.get())))?;
+        crate::matrix::check_decodable("per_layer_token_embd.weight", ggml_type)?;
         let (ne0, rows) = (h.ne0.get(), h.ne1.get());
         let row_bytes = ggml_type
             .bytes_for(ne0)

@@ -176,6 +176,7 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             dims,
             bytes,
         } => {
+            crate::matrix::check_decodable(name, *ggml_type)?;
             let n = dims.iter().product::<u64>() as usize;
             let mut out = vec![0f32; n];
             gpack_quant::dequantize_ggml(*ggml_type, bytes, &mut out).map_err(|e| {
@@ -191,6 +192,7 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             row_start,
             rows,
         } => {
+            crate::matrix::check_view_decodable(name, view)?;
             let cols = view.cols();
             let mut out = vec![0f32; cols * rows];
             for (i, o) in out.chunks_exact_mut(cols).enumerate() {
