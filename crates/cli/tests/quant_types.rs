@@ -36,12 +36,7 @@ const SIZE_NOT_YET_COMPACT: &[&str] = &[];
 
 /// Types gpack cannot decode yet (no dequantization/kernel: the conversion
 /// or the run fails). Remove an entry when its layout lands.
-const NOT_YET_DECODABLE: &[&str] = &[
-    // `convert` stores them as their ggml blocks (weights 1.002× the GGUF's),
-    // but both runs panic (exit 101):
-    // "dequantize_row: dequantize_ggml does not support IQ4_NL" (IQ4_XS, MXFP4).
-    "IQ4_NL", "IQ4_XS", "MXFP4",
-];
+const NOT_YET_DECODABLE: &[&str] = &[];
 
 const MAX_RATIO: f64 = 1.02;
 

@@ -330,10 +330,10 @@ fn mtp_dir_packs_a_draft_module() {
     }
 }
 
-/// Types without an exact native layout (IQ*, TQ*, MXFP4 …) are kept as their
-/// ggml blocks, byte for byte, and listed in the report; never dropped.
+/// Lookup-table types (IQ4_NL, MXFP4) are stored row-interleaved like every
+/// quantized type: their blocks byte for byte once gathered back per row.
 #[test]
-fn types_without_a_native_layout_are_kept_as_ggml_blocks() {
+fn lookup_types_are_stored_row_interleaved_byte_for_byte() {
     use gpack_ingest::{gguf, GgmlType, Metadata, Value};
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("iq.gguf");
@@ -362,10 +362,7 @@ fn types_without_a_native_layout_are_kept_as_ggml_blocks() {
     gguf::write(&src, &meta, tensors.iter().copied()).unwrap();
     let out = dir.path().join("iq.gpack");
     let r = convert_to(&src, &out, Quant::Keep, false);
-    assert_eq!(
-        r.stored_as_ggml_blocks,
-        ["blk.0.attn_q.weight", "blk.0.attn_k.weight"]
-    );
+    assert!(r.stored_as_ggml_blocks.is_empty());
     let g = Gpack::open(&out).unwrap();
     let arena = g.section(SectionKind::NativeDense).unwrap().bytes;
     for (name, ty, _, bytes) in tensors {
@@ -373,10 +370,25 @@ fn types_without_a_native_layout_are_kept_as_ggml_blocks() {
             .into_iter()
             .find(|e| e.name == name)
             .unwrap();
-        assert_eq!(e.layout, 0x1000 + ty.id(), "{name}");
+        assert_eq!(e.layout, 0x2000 + ty.id(), "{name}");
         let v =
             gpack_quant::NativeView::parse(&arena[e.offset as usize..(e.offset + e.size) as usize])
                 .unwrap();
-        assert_eq!(v.codes(), bytes, "{name}: blocks not kept byte for byte");
+        assert_eq!(v.layout(), gpack_quant::Layout::Rows16(ty));
+        let ts = ty.block().1 as usize;
+        let gs = v.rows16_group_bytes();
+        let mut blk = vec![0u8; ts];
+        for r in 0..4 {
+            for b in 0..2 {
+                let gb = &v.codes()[b * 16 * ts..(b + 1) * 16 * ts];
+                gpack_quant::interleave::gather_block(ty, gb, r, &mut blk);
+                assert_eq!(
+                    blk,
+                    bytes[(r * 2 + b) * ts..][..ts],
+                    "{name} row {r} block {b}"
+                );
+            }
+        }
+        assert_eq!(v.codes().len(), gs, "one row group");
     }
 }

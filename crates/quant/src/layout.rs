@@ -279,7 +279,10 @@ pub fn native_layout_for(t: GgmlType) -> Layout {
 /// every member's rows must be a multiple of 16. Convert and the runtime's
 /// transcoding providers both ask this.
 pub fn can_fuse(layout: Layout, rows: &[u64]) -> bool {
-    !layout.is_rows16() || rows.iter().all(|r| r.is_multiple_of(crate::interleave::R as u64))
+    !layout.is_rows16()
+        || rows
+            .iter()
+            .all(|r| r.is_multiple_of(crate::interleave::R as u64))
 }
 
 /// The implied byte lengths of a native tensor's arrays.

@@ -15,7 +15,7 @@ use gpack_quant::{
 fn f16_fields(t: GgmlType) -> &'static [usize] {
     use GgmlType as T;
     match t {
-        T::Q4_0 | T::Q5_0 | T::Q8_0 => &[0],
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => &[0],
         T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => &[0, 2],
         T::Q2_K => &[80, 82],
         T::Q3_K => &[108],
@@ -51,6 +51,15 @@ pub fn random_blocks(rng: &mut Rng, t: GgmlType, rows: usize, cols: usize) -> Ve
         for &o in f16_fields(t) {
             let v = half::f16::from_f32(rng.normal() * 0.02);
             blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        }
+        if t == GgmlType::MXFP4 {
+            // E8M0 exponents around 1 (2^-16 .. 2^3): finite products. Block
+            // 5 gets e = 0 and 1 (subnormal scales).
+            blk[0] = if i == 5 {
+                0
+            } else {
+                112 + (rng.next_u64() % 20) as u8
+            };
         }
     }
     b

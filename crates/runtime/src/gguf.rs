@@ -132,8 +132,10 @@ impl GgufWeights {
             let member_rows: Vec<u64> = members.iter().map(|t| rows_cols(t).0).collect();
             if !members.iter().all(|t| {
                 is_matrix(t) && t.ggml_type == ty && t.dims[0] == cols && t.dims.len() == 2
-            }) || !gpack_quant::can_fuse(gpack_quant::canonical_layout_for(ty, cols), &member_rows)
-            {
+            }) || !gpack_quant::can_fuse(
+                gpack_quant::canonical_layout_for(ty, cols),
+                &member_rows,
+            ) {
                 continue;
             }
             let mut row = 0usize;

@@ -38,6 +38,9 @@ pub(super) unsafe fn decode(k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8
             GgmlType::Q4_K => q4_k(p, st, false),
             GgmlType::Q5_K => q4_k(p, st, true),
             GgmlType::Q6_K => q6_k(p, st),
+            GgmlType::IQ4_NL => iq4_nl(p, st),
+            GgmlType::IQ4_XS => iq4_xs(p, st),
+            GgmlType::MXFP4 => mxfp4(p, st),
             _ => decode_scalar(k, gb, st),
         }
     }
@@ -346,5 +349,86 @@ unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool>(
         for (i, x) in acc.iter().enumerate() {
             _mm512_storeu_ps((*a.add(i)).as_mut_ptr(), *x);
         }
+    }
+}
+
+/// ggml `kvalues_iq4nl` + 128, as the unsigned codes (OFF 128), replicated
+/// per 128-bit lane for `vpshufb`.
+const LUT_IQ4NL: [u8; 16] = [
+    1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
+];
+/// ggml `kvalues_mxfp4` (doubled e2m1 values) + 128.
+const LUT_MXFP4: [u8; 16] = [
+    128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116,
+];
+
+#[inline(always)]
+unsafe fn lut(t: &[u8; 16]) -> __m512i {
+    // SAFETY: 16 readable bytes.
+    unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(t.as_ptr() as *const __m128i)) }
+}
+
+/// 32 elements from 4 nibble words at `qs` (IQ4_NL/MXFP4/IQ4_XS order: byte
+/// i low nibble = element i, high nibble = element i + 16) through `table`,
+/// into block `kb` of the stage.
+#[inline(always)]
+unsafe fn lut_block(qs: *const u8, table: __m512i, st: &mut Stage, kb: usize) {
+    // SAFETY: 4 words at `qs` inside the group-block; block kb in the stage.
+    unsafe {
+        let nib = _mm512_set1_epi8(0x0F);
+        for j in 0..4 {
+            let w = ld(qs.add(64 * j));
+            let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(w, nib));
+            let hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(w), nib));
+            st_codes(st, kb, j, lo);
+            st_codes(st, kb, j + 4, hi);
+        }
+    }
+}
+
+/// IQ4_NL: d @0, qs @32.
+#[inline(always)]
+unsafe fn iq4_nl(p: *const u8, st: &mut Stage) {
+    // SAFETY: inside the 288-byte group-block.
+    unsafe {
+        st_f32(&mut st.scales[0], f16x16(p));
+        lut_block(p.add(32), lut(&LUT_IQ4NL), st, 0);
+    }
+}
+
+/// IQ4_XS: d @0, scales_h @32 (16 × u16), scales_l @64 (one word), qs @128.
+#[inline(always)]
+unsafe fn iq4_xs(p: *const u8, st: &mut Stage) {
+    // SAFETY: inside the 2176-byte group-block.
+    unsafe {
+        let d = f16x16(p);
+        let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.add(32) as *const __m256i));
+        let sl = ld(p.add(64));
+        let m4 = _mm512_set1_epi32(15);
+        let m2 = _mm512_set1_epi32(3);
+        let c32 = _mm512_set1_epi32(32);
+        let table = lut(&LUT_IQ4NL);
+        for j in 0..8 {
+            let lo = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j as i32)), m4);
+            let hi = _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m2);
+            let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), c32);
+            st_f32(&mut st.scales[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(ls)));
+            lut_block(p.add(128 + 64 * 4 * j), table, st, j);
+        }
+    }
+}
+
+/// MXFP4: e @0 (16 bytes), qs @16; scale = ggml's `e8m0_to_fp32_half`.
+#[inline(always)]
+unsafe fn mxfp4(p: *const u8, st: &mut Stage) {
+    // SAFETY: inside the 272-byte group-block.
+    unsafe {
+        let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
+        let big = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+        let small = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+        let lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        let bits = _mm512_mask_blend_epi32(lt2, big, small);
+        st_f32(&mut st.scales[0], _mm512_castsi512_ps(bits));
+        lut_block(p.add(16), lut(&LUT_MXFP4), st, 0);
     }
 }
