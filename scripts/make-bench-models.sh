@@ -7,7 +7,7 @@
 # Usage: scripts/make-bench-models.sh [1b|8b|all]   (default all)
 # Output: ${GPACK_CACHE:-~/.cache/gpack}/bench/synthetic-llama-{1b,8b}.{f16,TYPE}.gguf
 # Idempotent: a file that exists is kept (every file is written to a temp name and
-# renamed, so an existing one is complete). The 8B f16 (16 GB) is deleted once both of
+# renamed, so an existing one is complete). The 8B f16 (14.8 GB) is deleted once both of
 # its quants exist, leaving SIZE.f16.gguf.deleted as a marker; it is remade only when
 # a quant is missing. The 1B f16 (2.4 GB) is kept.
 # Needs python3 with numpy and gguf (installed with pip when missing), ~30 GB free
@@ -54,7 +54,7 @@ for s in "${SIZES[@]}"; do
       if [ "$s" = 8b ]; then
         free_gb=$(df -BG --output=avail "$OUT" | tail -1 | tr -dc 0-9)
         if [ "$free_gb" -lt "$MIN_FREE_GB_8B" ]; then
-          echo "8b: only ${free_gb} GB free in $OUT, need ${MIN_FREE_GB_8B} (f16 16 GB + quants)" >&2
+          echo "8b: only ${free_gb} GB free in $OUT, need ${MIN_FREE_GB_8B} (f16 14.8 GB + quants)" >&2
           exit 1
         fi
       fi
@@ -76,7 +76,7 @@ for s in "${SIZES[@]}"; do
     done
   fi
   if [ "$s" = 8b ] && [ -f "$f16" ]; then
-    echo "8b: quants done, deleting the f16 (16 GB); rerunning remakes it if a quant is missing" >&2
+    echo "8b: quants done, deleting the f16 (14.8 GB); rerunning remakes it if a quant is missing" >&2
     echo "deleted after quantizing to $(quants 8b) on $(date -u +%FT%TZ)" >"$f16.deleted"
     rm -f "$f16"
   fi
