@@ -90,6 +90,8 @@ impl Kind {
         if !crate::interleave::supports(t) || !crate::ggml::can_dequantize(t) {
             return None;
         }
+        // The SIMD tiles start asymmetric sums at zero.
+        debug_assert!(!asym || off == 0);
         let (qk, ts) = t.block();
         Some(Kind {
             t,
@@ -208,14 +210,18 @@ const VB: usize = 64;
 /// `SUB = 32`), `d_b·S` likewise, padding.
 pub(crate) const PREP: usize = 16;
 
-/// Builds the prep words of every vector: `[v][b][PREP]`.
+/// Builds the prep words of every vector, in tiles of [`VT`] vectors (the
+/// last narrower) interleaved per block: `[tile][b][vector of the tile][PREP]`,
+/// so the broadcasts of one block's tile come from a few adjacent lines.
 fn build_prep(k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
     let (n, nb) = (qa.n(), qa.cols() / QA);
     prep.resize(n * nb * PREP, 0);
     for v in 0..n {
         let a = qa.get(v);
+        let t0 = v - v % VT;
+        let nt = VT.min(n - t0);
         for b in 0..nb {
-            let p = &mut prep[(v * nb + b) * PREP..][..PREP];
+            let p = &mut prep[(t0 * nb + b * nt + (v - t0)) * PREP..][..PREP];
             bytemuck::cast_slice_mut::<u32, u8>(&mut p[..8])
                 .copy_from_slice(bytemuck::cast_slice::<i8, u8>(&a.q[b * QA..(b + 1) * QA]));
             let d = a.d[b];
@@ -365,34 +371,44 @@ fn run_groups(
             acc[..nv].iter_mut().for_each(|a| *a = [0.0; R]);
             for b in 0..nbg {
                 let gb = &codes[g * gs + b * k.group_block()..][..k.group_block()];
-                let pp = &prep[(v0 * nba + b * k.blocks()) * PREP..];
-                match isa {
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512Vnni => {
+                let next = codes
+                    .as_ptr()
+                    .wrapping_add(g * gs + (b + 1) * k.group_block() + PF_BYTES);
+                let direct = cfg!(target_arch = "x86_64") && isa == Isa::Avx512Vnni && nv <= VT;
+                if !direct {
+                    stage(isa, k, gb, &mut st, next);
+                }
+                // Tiles of VT vectors, each with its prep words interleaved
+                // per block (see `build_prep`).
+                let mut t0 = 0;
+                while t0 < nv {
+                    let nt = VT.min(nv - t0);
+                    let (pp, bs) = prep_tile(prep, nba, v0 + t0, nt, b * k.blocks());
+                    let acc = &mut acc[t0..t0 + nt];
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
                         // SAFETY: the dispatcher checked the ISA; `gb` is one
-                        // group-block; `pp` holds the nv vectors' prep words
-                        // from block b on (stride nba * PREP per vector).
-                        unsafe {
-                            let next = codes.as_ptr().wrapping_add(
-                                g * gs + (b + 1) * k.group_block() + avx512::PF_BYTES,
-                            );
-                            avx512::decode(k, gb, &mut st, next);
-                            avx512::dot(k, &st, pp, nba * PREP, &mut acc[..nv]);
-                        }
-                    }
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2 | Isa::AvxVnni => {
-                        decode_scalar(k, gb, &mut st);
+                        // group-block; `pp` holds the tile's prep words from
+                        // block b on (block stride `bs`).
+                        Isa::Avx512Vnni => unsafe {
+                            if direct {
+                                // Decode: codes decoded in registers.
+                                avx512::dot_direct(k, gb, &mut st, next, pp, bs, acc);
+                            } else {
+                                // Prefill: the stage decoded once for nv vectors.
+                                avx512::dot(k, &st, pp, bs, acc);
+                            }
+                        },
+                        #[cfg(target_arch = "x86_64")]
                         // SAFETY: as above (AVX2 + FMA checked).
-                        unsafe { avx2::dot(k, &st, pp, nba * PREP, &mut acc[..nv]) };
-                    }
-                    _ => {
-                        decode_scalar(k, gb, &mut st);
-                        for (v, a) in acc[..nv].iter_mut().enumerate() {
-                            let p = &prep[((v0 + v) * nba + b * k.blocks()) * PREP..];
-                            dot_prep_scalar(k, &st, p, a);
+                        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot(k, &st, pp, bs, acc) },
+                        _ => {
+                            for (v, a) in acc.iter_mut().enumerate() {
+                                dot_prep_scalar(k, &st, &pp[v * PREP..], bs, a);
+                            }
                         }
                     }
+                    t0 += nt;
                 }
             }
             let valid = R.min(rows - g * R);
@@ -409,12 +425,38 @@ fn run_groups(
     STAGE.with(|s| *s.borrow_mut() = Some(st));
 }
 
+/// Vectors per dot tile (the widest register tile of the SIMD paths).
+const VT: usize = 8;
+
+/// Prefetch distance of the weight stream, in bytes.
+const PF_BYTES: usize = 8192;
+
+/// Decodes a group-block into the stage on `isa`.
+fn stage(isa: Isa, k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the dispatcher checked the ISA; `gb` is one group-block.
+        Isa::Avx512Vnni => unsafe { avx512::decode(k, gb, st, next) },
+        _ => {
+            let _ = next;
+            decode_scalar(k, gb, st)
+        }
+    }
+}
+
+/// The prep words of the tile of `nt` vectors starting at vector `v` (a
+/// multiple of [`VT`]) from 32-element block `blk` on, and their block
+/// stride in words (vector `i` of the tile is `i * PREP` words in).
+fn prep_tile(prep: &[u32], nba: usize, v: usize, nt: usize, blk: usize) -> (&[u32], usize) {
+    (&prep[(v * nba + blk * nt) * PREP..], nt * PREP)
+}
+
 /// The canonical formula from prep words (the scalar path of [`run`]: the
 /// same operations as [`dot_stage_scalar`], reading the prepared sums).
-fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], acc: &mut [f32; R]) {
+fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], bs: usize, acc: &mut [f32; R]) {
     let per = QA / k.sub;
     for kb in 0..k.blocks() {
-        let pw = &p[kb * PREP..][..PREP];
+        let pw = &p[kb * bs..][..PREP];
         let xq: &[u8] = bytemuck::cast_slice(&pw[..8]);
         let db = f32::from_bits(pw[8]);
         for hh in 0..per {

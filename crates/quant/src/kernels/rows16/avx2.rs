@@ -6,16 +6,16 @@
 use super::{Kind, Stage, PREP, R};
 use std::arch::x86_64::*;
 
-/// Adds the stage's contribution to the accumulators of `acc.len()` vectors
-/// (prep words of vector `v` at `pp[v * stride]`).
+/// Adds the stage's contribution to the accumulators of one tile of
+/// `acc.len()` vectors (prep words of vector `v`, block `kb` at
+/// `pp[v * PREP + kb * bs]`).
 ///
 /// # Safety
-/// AVX2 and FMA available; `pp` holds `acc.len()` vectors' words at that
-/// stride for `k.blocks()` blocks.
+/// AVX2 and FMA available.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], stride: usize, acc: &mut [[f32; R]]) {
+pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
     let n = acc.len();
-    assert!(n == 0 || pp.len() >= (n - 1) * stride + k.blocks() * PREP);
+    assert!(n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP);
     let per = 32 / k.sub;
     let words = k.sub / 4;
     // SAFETY: all loads are inside the stage (codes of blocks < k.blocks(),
@@ -42,7 +42,7 @@ pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], stride: usize, acc: &
                     let s = _mm256_loadu_ps(st.scales[h].as_ptr().add(8 * half));
                     let m = _mm256_loadu_ps(st.mins[h].as_ptr().add(8 * half));
                     for (v, a) in acc.iter_mut().enumerate() {
-                        let q = pp.as_ptr().add(v * stride + kb * PREP);
+                        let q = pp.as_ptr().add(v * PREP + kb * bs);
                         let mut p = _mm256_setzero_si256();
                         for j in hh * words..(hh + 1) * words {
                             let x = _mm256_set1_epi32(q.add(j).read() as i32);
