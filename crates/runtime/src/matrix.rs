@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::weights::{AlignedBuf, TensorRef};
-use gpack_quant::{GgmlType, NativeView, PackedMatrix};
+use gpack_quant::{GgmlType, NativeView};
 use std::sync::Arc;
 
 /// Refuses a tensor of a ggml type gpack cannot decode (IQ2_XXS, TQ2_0, …):
@@ -51,12 +51,6 @@ pub(crate) enum Matrix<'a> {
         buf: Arc<AlignedBuf>,
         rows: usize,
         cols: usize,
-    },
-    /// A row-interleaved copy for batched kernels ([`PackedMatrix`], made
-    /// by [`Matrix::packed`]); `orig` still serves row lookups.
-    Packed {
-        m: Arc<PackedMatrix>,
-        orig: Box<Matrix<'a>>,
     },
     /// Raw ggml rows.
     Dense {
@@ -152,38 +146,6 @@ impl<'a> Matrix<'a> {
         }
     }
 
-    /// This matrix repacked for batched kernels, when its layout has a packed
-    /// form (integer layouts with 32-element groups); `None` otherwise. The
-    /// packed form has its own canonical sum (see `gpack_quant::PackedMatrix`):
-    /// results differ in rounding from the unpacked kernels', and every call
-    /// gives each row the same bits whatever the batch.
-    pub fn packed(&self) -> Option<Matrix<'a>> {
-        let view = match self {
-            Matrix::Native {
-                view,
-                row_start,
-                rows,
-            } => view.row_range(*row_start, *rows)?,
-            Matrix::Owned { buf, .. } => Self::owned_view(buf),
-            Matrix::Packed { .. } | Matrix::Dense { .. } => return None,
-        };
-        Some(Matrix::Packed {
-            m: Arc::new(PackedMatrix::pack(&view)?),
-            orig: Box::new(self.clone()),
-        })
-    }
-
-    /// Replaces this matrix by its [`Matrix::packed`] form when it has one,
-    /// adding the mapped bytes it replaced to `freed` (to release their pages).
-    pub fn pack_into(&mut self, freed: &mut Vec<&'a [u8]>) {
-        if let Some(p) = self.packed() {
-            if let Matrix::Native { view, .. } = self {
-                freed.push(view.codes());
-            }
-            *self = p;
-        }
-    }
-
     /// Splits a stacked matrix into `parts` matrices of equal row counts
     /// (gemma3n's `altup_unembd_proj`, one `n_embd × n_embd` per stream).
     /// `None` if the rows do not divide or the matrix is already an owned
@@ -223,7 +185,7 @@ impl<'a> Matrix<'a> {
                     })
                     .collect(),
             ),
-            Matrix::Owned { .. } | Matrix::Packed { .. } => None,
+            Matrix::Owned { .. } => None,
         }
     }
 
@@ -233,7 +195,6 @@ impl<'a> Matrix<'a> {
             Matrix::Native { view, .. } => view.byte_len() / view.rows().max(1),
             Matrix::Owned { buf, rows, .. } => buf.as_slice().len() / (*rows).max(1),
             Matrix::Dense { row_bytes, .. } => *row_bytes,
-            Matrix::Packed { orig, .. } => orig.row_bytes(),
         }
     }
 
@@ -242,7 +203,6 @@ impl<'a> Matrix<'a> {
             Matrix::Native { rows, .. }
             | Matrix::Owned { rows, .. }
             | Matrix::Dense { rows, .. } => *rows,
-            Matrix::Packed { m, .. } => m.rows(),
         }
     }
 
@@ -250,7 +210,6 @@ impl<'a> Matrix<'a> {
         match self {
             Matrix::Native { view, .. } => view.cols(),
             Matrix::Owned { cols, .. } | Matrix::Dense { cols, .. } => *cols,
-            Matrix::Packed { m, .. } => m.cols(),
         }
     }
 
@@ -265,7 +224,6 @@ impl<'a> Matrix<'a> {
                 view, row_start, ..
             } => view.dequantize_row(row_start + r, out),
             Matrix::Owned { buf, .. } => Self::owned_view(buf).dequantize_row(r, out),
-            Matrix::Packed { orig, .. } => orig.row(r, out),
             Matrix::Dense {
                 ty,
                 row_bytes,
@@ -289,9 +247,6 @@ impl<'a> Matrix<'a> {
         debug_assert_eq!(x.len(), n * cols);
         debug_assert_eq!(y.len(), n * rows);
         match self {
-            // One kernel for every batch size: a row's bits never depend on
-            // the batch it is in.
-            Matrix::Packed { m, .. } => m.matmul(x, n, y),
             Matrix::Owned { buf, .. } => {
                 let view = Self::owned_view(buf);
                 if n == 1 {
@@ -406,14 +361,6 @@ impl<'a> Proj<'a> {
             fused,
             parts,
             total,
-        }
-    }
-
-    /// The matrices [`Proj::matmul`] runs: the fused one, else each member.
-    pub fn kernel_matrices(&mut self) -> Vec<&mut Matrix<'a>> {
-        match &mut self.fused {
-            Some(f) => vec![f],
-            None => self.parts.iter_mut().collect(),
         }
     }
 

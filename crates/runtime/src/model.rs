@@ -78,14 +78,6 @@ pub struct LoadOptions {
     /// How a `.gpack`'s per-layer embedding table is read (models with one:
     /// Gemma 3n).
     pub ple: PleIo,
-    /// Repack the dense integer matrices (attention, FFN, head) into the
-    /// row-interleaved layout of `gpack_quant::PackedMatrix` (a heap copy;
-    /// the mapped pages it replaces are released): several rows per step
-    /// (a server's batches, prefill) run ~3× faster on AVX-512 VNNI. Its
-    /// canonical sum differs in rounding from the unpacked kernels', so a
-    /// model loaded this way gives slightly different (equally exact) logits.
-    /// Ignored where the CPU lacks AVX-512 VNNI.
-    pub repack: bool,
     /// Keep sequences' keys and values as IEEE half floats (as llama.cpp
     /// does by default) instead of f32: half the KV memory and half the bytes
     /// attention streams per step (with several long sequences in a step,
@@ -111,7 +103,6 @@ impl Default for LoadOptions {
             } else {
                 DEFAULT_PLE_CACHE
             },
-            repack: false,
             kv_f16: false,
         }
     }
@@ -550,48 +541,6 @@ impl<'a> Model<'a> {
                 post_ffn_norm: dense_vec(w, &n("post_ffw_norm.weight"), d, "norm")?,
                 swa: c.swa_layers[l],
             });
-        }
-        let mut output = output;
-        if opts.repack && gpack_quant::Isa::best() == gpack_quant::Isa::Avx512Vnni {
-            // Every matrix the kernels run, packed on all cores (largest
-            // first, each thread taking the next one).
-            let mut mats: Vec<&mut Matrix<'a>> = vec![&mut output];
-            for layer in &mut layers {
-                mats.extend(layer.qkv.kernel_matrices());
-                mats.push(&mut layer.wo);
-                if let Ffn::Dense { gate_up, down } = &mut layer.ffn {
-                    mats.extend(gate_up.kernel_matrices());
-                    mats.push(down);
-                }
-            }
-            mats.sort_by_key(|m| std::cmp::Reverse(m.rows() * m.row_bytes()));
-            let work: Vec<Mutex<&mut Matrix<'a>>> = mats.into_iter().map(Mutex::new).collect();
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let threads = Pool::global().threads().clamp(1, work.len().max(1));
-            let freed: Vec<&'a [u8]> = std::thread::scope(|sc| {
-                let handles: Vec<_> = (0..threads)
-                    .map(|_| {
-                        sc.spawn(|| {
-                            let mut freed = Vec::new();
-                            loop {
-                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let Some(m) = work.get(i) else { break };
-                                m.lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .pack_into(&mut freed);
-                            }
-                            freed
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| h.join().unwrap_or_default())
-                    .collect()
-            });
-            for bytes in freed {
-                w.release(bytes);
-            }
         }
         let experts = if c.n_expert > 0 {
             Some(ExpertStore::new(

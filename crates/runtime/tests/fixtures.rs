@@ -407,24 +407,16 @@ fn dense_provider_gives_identical_logits() {
 /// statement.
 #[test]
 fn tiny_q8_0_no_worse_than_llamacpp_over_many_prompts() {
-    q8_0_over_many_prompts(false, false);
+    q8_0_over_many_prompts(false);
 }
 
-/// The same paired comparison for the server's repacked matrices
-/// (`LoadOptions::repack`: their own canonical sum, see
-/// `gpack_quant::PackedMatrix`).
-#[test]
-fn tiny_q8_0_repacked_no_worse_than_llamacpp_over_many_prompts() {
-    q8_0_over_many_prompts(true, false);
-}
-
-/// And with the server's f16 K/V cache as well (llama.cpp's cache is f16 too).
+/// The same with the server's f16 K/V cache (llama.cpp's cache is f16 too).
 #[test]
 fn tiny_q8_0_server_config_no_worse_than_llamacpp_over_many_prompts() {
-    q8_0_over_many_prompts(true, true);
+    q8_0_over_many_prompts(true);
 }
 
-fn q8_0_over_many_prompts(repack: bool, kv_f16: bool) {
+fn q8_0_over_many_prompts(kv_f16: bool) {
     let mut worse = Vec::new();
     for arch in Q8_ARCHES {
         let dir = testdata().join("tiny").join(arch);
@@ -440,7 +432,6 @@ fn q8_0_over_many_prompts(repack: bool, kv_f16: bool) {
         let q8 = Model::load_with(
             &q8,
             &gpack_runtime::LoadOptions {
-                repack,
                 kv_f16,
                 ..Default::default()
             },
@@ -469,7 +460,7 @@ fn q8_0_over_many_prompts(repack: bool, kv_f16: bool) {
         let se = sd / n.sqrt();
         let wins = diffs.iter().filter(|&&d| d <= 0.0).count();
         eprintln!(
-            "{arch}/q8_0 (repack {repack}, kv f16 {kv_f16}) over {n} prompts: mean rel_l2 ours {:.5}, llama.cpp {:.5} \
+            "{arch}/q8_0 (kv f16 {kv_f16}) over {n} prompts: mean rel_l2 ours {:.5}, llama.cpp {:.5} \
              (difference {mean:+.5} ± {se:.5} s.e.); ours ≤ llama.cpp on {wins}",
             ours / n,
             theirs / n

@@ -2,9 +2,8 @@
 //! sequences (context 128 each), versus `Model::forward` for one token: what the
 //! server's continuous batching can gain over serial decoding.
 //!
-//! Usage: cargo run --release -p gpack-server --example batch_step -- MODEL.gguf|.gpack [--no-repack]
-//! (repacked matrices and an f16 KV cache by default, as `gpack serve`;
-//! `--no-repack`: neither)
+//! Usage: cargo run --release -p gpack-server --example batch_step -- MODEL.gguf|.gpack
+//! (an f16 KV cache, as `gpack serve`; GPACK_KV_F32=1 for f32)
 
 use gpack_runtime::Scratch;
 use gpack_runtime::{Logits, Model};
@@ -15,12 +14,10 @@ fn main() {
     let path = std::env::args().nth(1).expect("usage: batch_step MODEL");
     let loaded = Loaded::open(path.as_ref(), None).expect("loading");
     let w = loaded.weights();
-    let repack = std::env::args().nth(2).as_deref() != Some("--no-repack");
     let model = Model::load_with(
         w,
         &gpack_runtime::LoadOptions {
-            repack,
-            kv_f16: repack && std::env::var("GPACK_KV_F32").is_err(),
+            kv_f16: std::env::var("GPACK_KV_F32").is_err(),
             ..Default::default()
         },
     )

@@ -61,8 +61,9 @@ pub struct Options {
     pub model_name: Option<String>,
     /// How the model is bound ([`gpack_runtime::LoadOptions`]): experts and
     /// the PLE table as the environment says, and, unlike `gpack run`'s
-    /// default, matrices repacked for batched steps and an f16 K/V cache (as
-    /// llama-server keeps it) — the server's steps carry several rows.
+    /// default, an f16 K/V cache (as llama-server keeps it). The matrices
+    /// are in the batched kernels' order already (row-interleaved in the
+    /// file or at the transcode of a GGUF/HF source): nothing is repacked.
     pub load: gpack_runtime::LoadOptions,
 }
 
@@ -79,7 +80,6 @@ impl Default for Options {
             prefill_chunk: 256,
             model_name: None,
             load: gpack_runtime::LoadOptions {
-                repack: true,
                 kv_f16: true,
                 ..gpack_runtime::LoadOptions::default()
             },

@@ -87,13 +87,6 @@ pub struct Args {
     experts: super::ExpertArgs,
     #[command(flatten)]
     ple: super::PleArgs,
-    /// Repack the dense integer matrices into the row-interleaved layout of
-    /// the batched kernels (as `gpack serve` does by default): long prompts
-    /// prefill faster (~2–3× on AVX-512 VNNI), at the cost of a heap copy of
-    /// those matrices and a few ms at load; the logits round differently
-    /// (the same accuracy).
-    #[arg(long)]
-    repack: bool,
     /// Keep the keys and values of the context as f16 (as `gpack serve` and
     /// llama.cpp do): half the KV memory, faster attention over long
     /// contexts; K/V are rounded to f16 once when written.
@@ -217,7 +210,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         &LoadOptions {
             experts: a.experts.mode(),
             ple: a.ple.io(),
-            repack: a.repack,
             kv_f16: a.kv_f16,
         },
     )?;

@@ -62,16 +62,6 @@ pub struct Args {
     experts: super::ExpertArgs,
     #[command(flatten)]
     ple: super::PleArgs,
-    /// Keep the model's own matrix layout instead of repacking the dense
-    /// integer matrices (8-bit and 4-bit, 32-element blocks) into the
-    /// row-interleaved layout of the batched kernels. Repacking (the default,
-    /// on CPUs with AVX-512 VNNI) costs a heap copy of those matrices (their
-    /// mapped pages are released) and makes steps of several rows about 3×
-    /// faster; its results round differently from `gpack run`'s without
-    /// --repack (the same accuracy; a request's tokens do not depend on the
-    /// other requests).
-    #[arg(long)]
-    no_repack: bool,
     /// Keep the slots' keys and values in f32 instead of f16 (f16 is the
     /// default, as in llama-server: half the KV memory, and half the bytes
     /// attention streams per step).
@@ -111,7 +101,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         load: gpack_runtime::LoadOptions {
             experts: a.experts.mode(),
             ple: a.ple.io(),
-            repack: !a.no_repack,
             kv_f16: !a.kv_f32,
         },
         ..gpack_server::Options::default()

@@ -465,9 +465,9 @@ fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], bs: usize, acc: &mut [f32; R
             let ds = f32::from_bits(pw[11 + hh]);
             for (i, a) in acc.iter_mut().enumerate() {
                 let mut pv = start;
-                for o in hh * k.sub..(hh + 1) * k.sub {
+                for (o, &x) in xq.iter().enumerate().skip(hh * k.sub).take(k.sub) {
                     let u = i32::from(st.codes[kb][(o / 4) * R * 4 + i * 4 + o % 4]);
-                    pv += u * i32::from(xq[o] as i8);
+                    pv += u * i32::from(x as i8);
                 }
                 *a = (st.scales[h][i] * db).mul_add(pv as f32, *a);
                 if k.asym {
