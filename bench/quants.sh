@@ -49,16 +49,19 @@ GDIR=$CACHE/bench
 LOGS=$GDIR/logs/quants-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$GDIR" "$LOGS"
 
-# Decode bytes per token on the llama.cpp side: the GGUF's bytes of the same matrices
-# (q k v o gate up down of every block, plus output.weight or, when tied, token_embd).
-gguf_bytes_per_token() {
+# From the GGUF: decode bytes per token on the llama.cpp side (its bytes of the matrices
+# one token reads: q k v o gate up down of every block, plus output.weight or, when tied,
+# token_embd), and the multiply-adds of the body matrices and of the head (shapes only,
+# the same for both sides).
+gguf_cost() {
   python3 - "$1" <<'PY'
 import re, sys, gguf
 r = gguf.GGUFReader(sys.argv[1])
-names = {t.name: int(t.n_bytes) for t in r.tensors}
-body = sum(b for n, b in names.items()
-           if re.fullmatch(r"blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight", n))
-print(body + names.get("output.weight", names.get("token_embd.weight", 0)))
+t = {x.name: (int(x.n_bytes), int(x.n_elements)) for x in r.tensors}
+body = [v for n, v in t.items()
+        if re.fullmatch(r"blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight", n)]
+head = t.get("output.weight", t.get("token_embd.weight", (0, 0)))
+print(sum(b for b, _ in body) + head[0], sum(e for _, e in body), head[1])
 PY
 }
 kv() { sed -n 's/^bench: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
@@ -77,8 +80,11 @@ else:
     print("nan nan nan")
 PY
 }
-f1() { awk -v x="$1" -v re='^[0-9.eE+-]+$' 'BEGIN { if (x ~ re) printf "%.1f", x; else printf "%s", x }'; }
+f1() { awk -v x="$1" -v re='^[0-9.eE+-]+$' 'BEGIN { if (x ~ re) printf "%.1f", x; else if (x == "") printf "n/a"; else printf "%s", x }'; }
 num='^[0-9.eE+-]+$'
+# a × b × scale, "n/a" when a or b is not a number.
+mul() { awk -v a="$1" -v b="$2" -v k="$3" -v re="$num" 'BEGIN { if (a !~ re || b !~ re) print "n/a"; else printf "%.1f", a * b * k }'; }
+pct() { awk -v a="$1" -v b="$2" -v re="$num" 'BEGIN { if (a !~ re || b !~ re || b + 0 == 0) print "n/a"; else printf "%.0f %%", 100 * a / b }'; }
 div() { awk -v a="$1" -v b="$2" -v re="$num" 'BEGIN { if (a !~ re || b !~ re || b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load: $(cut -d' ' -f1-3 /proc/loadavg); REPS=$REPS; code $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -88,6 +94,7 @@ PEAK=$(sed -n 's/.*vnni_gmacs=\([^ ]*\).*/\1/p' "$LOGS/membw.txt")
 
 SIZE_ROWS=()
 SPEED_ROWS=()
+LLAMA_ONLY=()
 for M in "${MODELS[@]}"; do
   name=$(basename "$M" .gguf)
   GP=$GDIR/$name.gpack
@@ -104,35 +111,42 @@ for M in "${MODELS[@]}"; do
   fi
   cat "$GP" >/dev/null # warm page cache, as llama-bench's mapping will be after its warm-up
   echo "## $name: gpack"
-  if ! GPACK_THREADS=2 "$GB" "$GP" -p 512 -n 64 -r "$REPS" >"$LOGS/$name.gpack.txt" 2>&1; then
-    tail -5 "$LOGS/$name.gpack.txt"
-    SPEED_ROWS+=("| $name | gpack bench failed: $(tail -1 "$LOGS/$name.gpack.txt" | cut -c1-120) |")
-    continue
-  fi
-  cat "$LOGS/$name.gpack.txt"
-  echo "## $name: llama.cpp"
-  "$BIN/llama-bench" -m "$M" -t 2 -p 512 -n 64 -r "$REPS" -o json >"$LOGS/$name.llama.json" 2>"$LOGS/$name.llama.err" || {
-    tail -5 "$LOGS/$name.llama.err"
-    SPEED_ROWS+=("| $name | llama-bench failed |")
-    continue
-  }
-  read -r lpp lppmin lppmax <<<"$(lb_stats "$LOGS/$name.llama.json" pp)"
-  read -r ltg ltgmin ltgmax <<<"$(lb_stats "$LOGS/$name.llama.json" tg)"
-  echo "llama.cpp pp512 $lpp ($lppmin–$lppmax), tg64 $ltg ($ltgmin–$ltgmax) tok/s"
   F=$LOGS/$name.gpack.txt
+  gfail=
+  if GPACK_THREADS=2 RUST_BACKTRACE=0 "$GB" "$GP" -p 512 -n 64 -r "$REPS" >"$F" 2>&1; then
+    cat "$F"
+  else
+    # Keep going: llama.cpp's figures for this model are still wanted.
+    gfail=$(grep -m1 -A1 'panicked at' "$F" | tail -1 | cut -c1-100)
+    [ -n "$gfail" ] || gfail=$(tail -1 "$F" | cut -c1-100)
+    echo "gpack failed: $gfail"
+  fi
+  echo "## $name: llama.cpp"
+  if "$BIN/llama-bench" -m "$M" -t 2 -p 512 -n 64 -r "$REPS" -o json >"$LOGS/$name.llama.json" 2>"$LOGS/$name.llama.err"; then
+    read -r lpp lppmin lppmax <<<"$(lb_stats "$LOGS/$name.llama.json" pp)"
+    read -r ltg ltgmin ltgmax <<<"$(lb_stats "$LOGS/$name.llama.json" tg)"
+    echo "llama.cpp pp512 $lpp ($lppmin–$lppmax), tg64 $ltg ($ltgmin–$ltgmax) tok/s"
+  else
+    tail -3 "$LOGS/$name.llama.err"
+    lpp=n/a lppmin=n/a lppmax=n/a ltg=n/a ltgmin=n/a ltgmax=n/a
+  fi
   gpp=$(kv "$F" pp_med) gppmin=$(kv "$F" pp_min) gppmax=$(kv "$F" pp_max)
   gtg=$(kv "$F" tg_med) gtgmin=$(kv "$F" tg_min) gtgmax=$(kv "$F" tg_max)
-  bpt=$(kv "$F" bytes_per_token) ppmacs=$(kv "$F" pp_macs_per_token)
-  load=$(kv "$F" load_ms) anon=$(kv "$F" rss_anon_kib)
-  lbpt=$(gguf_bytes_per_token "$M")
+  bpt=$(kv "$F" bytes_per_token) load=$(kv "$F" load_ms) anon=$(kv "$F" rss_anon_kib)
+  read -r lbpt body_macs head_macs <<<"$(gguf_cost "$M")"
+  # MACs per prompt token: the body matrices, plus the head once per 512-token prompt.
+  ppmacs=$(awk -v b="$body_macs" -v h="$head_macs" 'BEGIN { printf "%.0f", b + h / 512 }')
   sg=$(stat -c %s "$M") sp=$(stat -c %s "$GP")
   SIZE_ROWS+=("| $name | $(f1 "$(div "$sg" 1e6)") | $(f1 "$(div "$sp" 1e6)") | $(div "$sp" "$sg") | $(f1 "$load") | $(f1 "$(div "$anon" 1024)") | $(f1 "$(div "$lbpt" 1e6)") | $(f1 "$(div "$bpt" 1e6)") | $(div "$bpt" "$lbpt") |")
-  ggbs=$(awk -v b="$bpt" -v t="$gtg" 'BEGIN { printf "%.1f", b * t / 1e9 }')
-  lgbs=$(awk -v b="$lbpt" -v t="$ltg" 'BEGIN { printf "%.1f", b * t / 1e9 }')
-  gmac=$(awk -v m="$ppmacs" -v t="$gpp" 'BEGIN { printf "%.0f", m * t / 1e9 }')
-  lmac=$(awk -v m="$ppmacs" -v t="$lpp" 'BEGIN { printf "%.0f", m * t / 1e9 }')
-  pct() { if [ "$2" = n/a ] || [ -z "$2" ]; then echo n/a; else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f %%", 100 * a / b }'; fi; }
-  SPEED_ROWS+=("| $name | $(f1 "$gpp") ($(f1 "$gppmin")–$(f1 "$gppmax")) | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $(div "$gpp" "$lpp")× | $gmac / $lmac ($(pct "$gmac" "$PEAK") / $(pct "$lmac" "$PEAK")) | $(f1 "$gtg") ($(f1 "$gtgmin")–$(f1 "$gtgmax")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $(div "$gtg" "$ltg")× | $ggbs / $lgbs ($(pct "$ggbs" "$BW") / $(pct "$lgbs" "$BW")) |")
+  ggbs=$(mul "$bpt" "$gtg" 1e-9) lgbs=$(mul "$lbpt" "$ltg" 1e-9)
+  gmac=$(mul "$ppmacs" "$gpp" 1e-9) lmac=$(mul "$ppmacs" "$lpp" 1e-9)
+  if [ -n "$gfail" ]; then
+    gcols="gpack failed: $gfail | | | | | | |"
+  else
+    gcols="$(f1 "$gpp") ($(f1 "$gppmin")–$(f1 "$gppmax")) | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $(div "$gpp" "$lpp")× | $gmac / $lmac ($(pct "$gmac" "$PEAK") / $(pct "$lmac" "$PEAK")) | $(f1 "$gtg") ($(f1 "$gtgmin")–$(f1 "$gtgmax")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $(div "$gtg" "$ltg")× | $ggbs / $lgbs ($(pct "$ggbs" "$BW") / $(pct "$lgbs" "$BW"))"
+  fi
+  SPEED_ROWS+=("| $name | $gcols |")
+  [ -z "$gfail" ] || LLAMA_ONLY+=("| $name | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $lmac ($(pct "$lmac" "$PEAK")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $lgbs ($(pct "$lgbs" "$BW")) |")
 done
 
 echo
@@ -145,3 +159,11 @@ echo
 echo "| model | pp512 gpack tok/s | llama.cpp | gpack/llama.cpp | pp GMAC/s gpack / llama.cpp (% of VNNI peak) | tg64 gpack tok/s | llama.cpp | gpack/llama.cpp | decode GB/s gpack / llama.cpp (% of read BW) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for r in "${SPEED_ROWS[@]}"; do echo "$r"; done
+if [ ${#LLAMA_ONLY[@]} -gt 0 ]; then
+  echo
+  echo "llama.cpp alone, where gpack failed:"
+  echo
+  echo "| model | pp512 tok/s | pp GMAC/s (% of VNNI peak) | tg64 tok/s | decode GB/s (% of read BW) |"
+  echo "|---|---|---|---|---|"
+  for r in "${LLAMA_ONLY[@]}"; do echo "$r"; done
+fi
