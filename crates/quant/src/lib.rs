@@ -11,10 +11,22 @@
 //! native layout ([`native_layout_for`]); the rest are kept byte for byte
 //! ([`Layout::Ggml`]) and only get a slow dequantizing path.
 //!
+//! # The canonical layout: ggml's blocks, row-interleaved
+//!
+//! What a `.gpack` stores for every quantized ggml type (and what the
+//! runtime transcodes GGUF/HF sources into) is [`Layout::Rows16`]: ggml's own
+//! block bytes, 16 rows interleaved field by field ([`interleave`]), so the
+//! file is no larger than the GGUF and a 64-byte load is one lane per row,
+//! the operand of the kernels ([`kernels::rows16`]). [`canonical_layout_for`]
+//! is the one place that decides it. The row-major split layouts below
+//! remain for GIW bundles and `--quant int8|int4`.
+//!
 //! # Modules
 //!
 //! * [`layout`]: [`Layout`], its stable codes, and the 64-byte
 //!   [`NativeTensorHeader`] that starts every serialized native tensor.
+//! * [`interleave`]: the normative Rows16 byte order (field tables per type,
+//!   interleave and gather).
 //! * [`ggml`]: ggml block decoding ([`dequantize_ggml`], the reference side of
 //!   every exactness test) and the per-block split into codes/scales/mins.
 //! * [`mod@transcode`]: [`fn@transcode`] (ggml → native, exact), [`quantize`]

@@ -369,46 +369,48 @@ fn run_groups(
         let nv = VB.min(n - v0);
         for g in g0..g1 {
             acc[..nv].iter_mut().for_each(|a| *a = [0.0; R]);
-            for b in 0..nbg {
-                let gb = &codes[g * gs + b * k.group_block()..][..k.group_block()];
-                let next = codes
-                    .as_ptr()
-                    .wrapping_add(g * gs + (b + 1) * k.group_block() + PF_BYTES);
-                let direct = cfg!(target_arch = "x86_64") && isa == Isa::Avx512Vnni && nv <= VT;
-                if !direct {
-                    stage(isa, k, gb, &mut st, next);
+            let direct = cfg!(target_arch = "x86_64") && isa == Isa::Avx512Vnni && nv <= VT;
+            if direct {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    // Decode: the whole row group in one call, codes decoded
+                    // in registers, accumulators kept in registers.
+                    let (pp, bs) = prep_tile(prep, nba, v0, nv, 0);
+                    let grp = &codes[g * gs..(g + 1) * gs];
+                    // SAFETY: the dispatcher checked the ISA; `grp` is the
+                    // group's group-blocks; `pp` holds the tile's prep words.
+                    unsafe { avx512::dot_direct(k, grp, &mut st, pp, bs, &mut acc[..nv]) };
                 }
-                // Tiles of VT vectors, each with its prep words interleaved
-                // per block (see `build_prep`).
-                let mut t0 = 0;
-                while t0 < nv {
-                    let nt = VT.min(nv - t0);
-                    let (pp, bs) = prep_tile(prep, nba, v0 + t0, nt, b * k.blocks());
-                    let acc = &mut acc[t0..t0 + nt];
-                    match isa {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: the dispatcher checked the ISA; `gb` is one
-                        // group-block; `pp` holds the tile's prep words from
-                        // block b on (block stride `bs`).
-                        Isa::Avx512Vnni => unsafe {
-                            if direct {
-                                // Decode: codes decoded in registers.
-                                avx512::dot_direct(k, gb, &mut st, next, pp, bs, acc);
-                            } else {
-                                // Prefill: the stage decoded once for nv vectors.
-                                avx512::dot(k, &st, pp, bs, acc);
-                            }
-                        },
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: as above (AVX2 + FMA checked).
-                        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot(k, &st, pp, bs, acc) },
-                        _ => {
-                            for (v, a) in acc.iter_mut().enumerate() {
-                                dot_prep_scalar(k, &st, &pp[v * PREP..], bs, a);
+            } else {
+                for b in 0..nbg {
+                    let gb = &codes[g * gs + b * k.group_block()..][..k.group_block()];
+                    let next = codes
+                        .as_ptr()
+                        .wrapping_add(g * gs + (b + 1) * k.group_block() + PF_BYTES);
+                    stage(isa, k, gb, &mut st, next);
+                    // Tiles of VT vectors, each with its prep words
+                    // interleaved per block (see `build_prep`).
+                    let mut t0 = 0;
+                    while t0 < nv {
+                        let nt = VT.min(nv - t0);
+                        let (pp, bs) = prep_tile(prep, nba, v0 + t0, nt, b * k.blocks());
+                        let acc = &mut acc[t0..t0 + nt];
+                        match isa {
+                            #[cfg(target_arch = "x86_64")]
+                            // SAFETY: the dispatcher checked the ISA; `pp` holds
+                            // the tile's prep words from block b on.
+                            Isa::Avx512Vnni => unsafe { avx512::dot(k, &mut st, pp, bs, acc) },
+                            #[cfg(target_arch = "x86_64")]
+                            // SAFETY: as above (AVX2 + FMA checked).
+                            Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot(k, &st, pp, bs, acc) },
+                            _ => {
+                                for (v, a) in acc.iter_mut().enumerate() {
+                                    dot_prep_scalar(k, &st, &pp[v * PREP..], bs, a);
+                                }
                             }
                         }
+                        t0 += nt;
                     }
-                    t0 += nt;
                 }
             }
             let valid = R.min(rows - g * R);
@@ -429,7 +431,7 @@ fn run_groups(
 const VT: usize = 8;
 
 /// Prefetch distance of the weight stream, in bytes.
-const PF_BYTES: usize = 8192;
+pub(crate) const PF_BYTES: usize = 8192;
 
 /// Decodes a group-block into the stage on `isa`.
 fn stage(isa: Isa, k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8) {

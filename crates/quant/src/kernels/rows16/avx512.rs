@@ -3,19 +3,24 @@
 //! decoder writes, bit for bit (tested per type), and the dot loops compute
 //! the canonical formula of the parent module.
 
-use super::{decode_scalar, Kind, Stage, PREP, R, VT};
+use super::{decode_scalar, Kind, Stage, PF_BYTES, PREP, R, VT};
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
 /// A type's decoder over one group-block: the 16 rows' scales (and mins)
 /// into the stage, and the unsigned codes of one 32-element block as 8
 /// registers (word `j` = elements `4j .. 4j + 4`, one lane per row).
-trait Dec {
+trait Dec: Sized {
+    /// The decoder of the group-block `off` bytes further on.
+    fn at(&self, off: usize) -> Self;
+    /// The group-block's first byte (null for the stage).
+    fn ptr(&self) -> *const u8;
     /// Writes the stage's scales and mins.
     ///
     /// # Safety
-    /// AVX-512 F/BW available; the group-block is readable.
-    unsafe fn scales(&self, st: &mut Stage);
+    /// AVX-512 F/BW available; the group-block is readable; `st` valid for
+    /// writes of its scales and mins (and not otherwise borrowed).
+    unsafe fn scales(&self, st: *mut Stage);
     /// The codes of 32-element block `kb`.
     ///
     /// # Safety
@@ -30,9 +35,9 @@ unsafe fn ld(p: *const u8) -> __m512i {
 }
 
 #[inline(always)]
-unsafe fn st_f32(dst: &mut [f32; R], v: __m512) {
+unsafe fn st_f32(dst: *mut [f32; R], v: __m512) {
     // SAFETY: 16 f32 in the stage array.
-    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), v) }
+    unsafe { _mm512_storeu_ps(dst as *mut f32, v) }
 }
 
 /// 16 f16 values (32 bytes at `p`) as f32.
@@ -69,10 +74,16 @@ unsafe fn nibbles(qs: *const u8, table: Option<__m512i>) -> [__m512i; 8] {
 /// Q8_0: d @0 (16 × 2), qs @32 (8 words). u = q ^ 0x80.
 struct Q8_0(*const u8);
 impl Dec for Q8_0 {
+    fn at(&self, off: usize) -> Self {
+        Q8_0(self.0.wrapping_add(off))
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
-    unsafe fn scales(&self, st: &mut Stage) {
+    unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 544-byte group-block.
-        unsafe { st_f32(&mut st.scales[0], f16x16(self.0)) }
+        unsafe { st_f32(&raw mut (*st).scales[0], f16x16(self.0)) }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
@@ -91,13 +102,19 @@ impl Dec for Q8_0 {
 /// Q4_0 (d @0, qs @32) and Q4_1 (d @0, m @32, qs @64): the nibbles.
 struct Q4_0(*const u8, bool);
 impl Dec for Q4_0 {
+    fn at(&self, off: usize) -> Self {
+        Q4_0(self.0.wrapping_add(off), self.1)
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
-    unsafe fn scales(&self, st: &mut Stage) {
+    unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 288- or 320-byte group-block.
         unsafe {
-            st_f32(&mut st.scales[0], f16x16(self.0));
+            st_f32(&raw mut (*st).scales[0], f16x16(self.0));
             if self.1 {
-                st_f32(&mut st.mins[0], f16x16(self.0.add(32)));
+                st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(32)));
             }
         }
     }
@@ -112,8 +129,14 @@ impl Dec for Q4_0 {
 /// Q5_K: the same, qh @256 (8 words), qs @768.
 struct Q4K(*const u8, bool);
 impl Dec for Q4K {
+    fn at(&self, off: usize) -> Self {
+        Q4K(self.0.wrapping_add(off), self.1)
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
-    unsafe fn scales(&self, st: &mut Stage) {
+    unsafe fn scales(&self, st: *mut Stage) {
         let p = self.0;
         // SAFETY: inside the 2304- or 2816-byte group-block.
         unsafe {
@@ -148,11 +171,14 @@ impl Dec for Q4K {
                         ),
                     )
                 };
-                st_f32(&mut st.scales[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+                st_f32(
+                    &raw mut (*st).scales[j],
+                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)),
+                );
                 let mm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn));
                 // Negation as a sign flip (AVX512F has no float xor).
                 st_f32(
-                    &mut st.mins[j],
+                    &raw mut (*st).mins[j],
                     _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(mm), sign)),
                 );
             }
@@ -191,8 +217,14 @@ impl Dec for Q4K {
 /// d @3328. u = ql nibble | qh 2 bits << 4 (= q, OFF 32).
 struct Q6K(*const u8);
 impl Dec for Q6K {
+    fn at(&self, off: usize) -> Self {
+        Q6K(self.0.wrapping_add(off))
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
-    unsafe fn scales(&self, st: &mut Stage) {
+    unsafe fn scales(&self, st: *mut Stage) {
         let p = self.0;
         // SAFETY: inside the 3360-byte group-block.
         unsafe {
@@ -206,7 +238,7 @@ impl Dec for Q6K {
                         _mm512_set1_epi32(24 - 8 * t as i32),
                     ));
                     st_f32(
-                        &mut st.scales[4 * w + t],
+                        &raw mut (*st).scales[4 * w + t],
                         _mm512_mul_ps(d, _mm512_cvtepi32_ps(s)),
                     );
                 }
@@ -255,10 +287,16 @@ unsafe fn lut(t: &[u8; 16]) -> __m512i {
 /// IQ4_NL: d @0, qs @32.
 struct Iq4Nl(*const u8);
 impl Dec for Iq4Nl {
+    fn at(&self, off: usize) -> Self {
+        Iq4Nl(self.0.wrapping_add(off))
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
-    unsafe fn scales(&self, st: &mut Stage) {
+    unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 288-byte group-block.
-        unsafe { st_f32(&mut st.scales[0], f16x16(self.0)) }
+        unsafe { st_f32(&raw mut (*st).scales[0], f16x16(self.0)) }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
@@ -270,8 +308,14 @@ impl Dec for Iq4Nl {
 /// IQ4_XS: d @0, scales_h @32 (16 × u16), scales_l @64 (one word), qs @128.
 struct Iq4Xs(*const u8);
 impl Dec for Iq4Xs {
+    fn at(&self, off: usize) -> Self {
+        Iq4Xs(self.0.wrapping_add(off))
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
-    unsafe fn scales(&self, st: &mut Stage) {
+    unsafe fn scales(&self, st: *mut Stage) {
         let p = self.0;
         // SAFETY: inside the 2176-byte group-block.
         unsafe {
@@ -287,7 +331,10 @@ impl Dec for Iq4Xs {
                 let hi =
                     _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m2);
                 let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), c32);
-                st_f32(&mut st.scales[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(ls)));
+                st_f32(
+                    &raw mut (*st).scales[j],
+                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(ls)),
+                );
             }
         }
     }
@@ -301,8 +348,14 @@ impl Dec for Iq4Xs {
 /// MXFP4: e @0 (16 bytes), qs @16; scale = ggml's `e8m0_to_fp32_half`.
 struct Mxfp4(*const u8);
 impl Dec for Mxfp4 {
+    fn at(&self, off: usize) -> Self {
+        Mxfp4(self.0.wrapping_add(off))
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
-    unsafe fn scales(&self, st: &mut Stage) {
+    unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 272-byte group-block.
         unsafe {
             let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(self.0 as *const __m128i));
@@ -310,7 +363,7 @@ impl Dec for Mxfp4 {
             let small = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
             let lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
             let bits = _mm512_mask_blend_epi32(lt2, big, small);
-            st_f32(&mut st.scales[0], _mm512_castsi512_ps(bits));
+            st_f32(&raw mut (*st).scales[0], _mm512_castsi512_ps(bits));
         }
     }
     #[inline(always)]
@@ -321,16 +374,23 @@ impl Dec for Mxfp4 {
 }
 
 /// The stage as a decoder (types without a SIMD decoder, and prefill,
-/// which decodes once per group-block for many vectors).
-struct Staged<'s>(&'s Stage);
-impl Dec for Staged<'_> {
+/// which decodes once per group-block for many vectors): one group-block,
+/// its scales already in the stage.
+struct Staged(*const Stage);
+impl Dec for Staged {
+    fn at(&self, _off: usize) -> Self {
+        Staged(self.0)
+    }
+    fn ptr(&self) -> *const u8 {
+        std::ptr::null()
+    }
     #[inline(always)]
-    unsafe fn scales(&self, _st: &mut Stage) {}
+    unsafe fn scales(&self, _st: *mut Stage) {}
     #[inline(always)]
     unsafe fn block(&self, kb: usize) -> [__m512i; 8] {
         // SAFETY: block kb of the stage (kb < 8).
         unsafe {
-            let cp = self.0.codes[kb].as_ptr();
+            let cp = (*self.0).codes[kb].as_ptr();
             let mut c = [_mm512_setzero_si512(); 8];
             for (j, cj) in c.iter_mut().enumerate() {
                 *cj = _mm512_load_si512(cp.add(64 * j) as *const __m512i);
@@ -430,37 +490,45 @@ pub(super) unsafe fn decode(k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8
     }
 }
 
-/// One group-block for at most [`VT`] vectors, its codes decoded in
-/// registers (no stage round trip): the decode path. `st` receives the
-/// scales (and the codes, for types without a SIMD decoder).
+/// A whole row group (`grp`: its group-blocks back to back) for at most
+/// [`VT`] vectors, the codes decoded in registers (no stage round trip) and
+/// the accumulators kept in registers across the row: the decode path.
+/// `st` receives the scales (and the codes, for types without a SIMD
+/// decoder). The tile's prep words for 32-element block `kb` of the row are
+/// at `pp[v * PREP + kb * bs]`.
 ///
 /// # Safety
-/// As [`decode`] and [`dot`] (`acc.len() <= VT`).
+/// AVX-512 F/BW/VL/VNNI available; `grp.len()` a multiple of
+/// `k.group_block()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn dot_direct(
     k: &Kind,
-    gb: &[u8],
+    grp: &[u8],
     st: &mut Stage,
-    next: *const u8,
     pp: &[u32],
     bs: usize,
     acc: &mut [[f32; R]],
 ) {
     let n = acc.len();
-    assert!(n <= VT && (n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP));
-    // SAFETY: as `decode` for the group-block; `tile` reads the asserted
-    // prep words and writes `acc`.
+    let gbs = k.group_block();
+    let ngb = grp.len() / gbs;
+    let nblk = ngb * k.blocks();
+    assert!(grp.len() == ngb * gbs);
+    assert!(n <= VT && (n == 0 || nblk == 0 || pp.len() >= (nblk - 1) * bs + n * PREP));
+    let stp: *mut Stage = st;
+    // SAFETY: as `decode` for each group-block of `grp`; `tile` reads the
+    // asserted prep words and writes `acc`; the stage is only reached
+    // through `stp` while it runs.
     unsafe {
-        prefetch(next, gb.len());
         let p = pp.as_ptr();
         let a = acc.as_mut_ptr();
-        let done = with_dec!(k, gb.as_ptr(), |d| {
-            d.scales(st);
-            tiles(k, &d, st, p, bs, a, n)
-        });
+        let done = with_dec!(k, grp.as_ptr(), |d| tiles(k, &d, stp, ngb, p, bs, a, n));
         if done.is_none() {
-            decode_scalar(k, gb, st);
-            tiles(k, &Staged(st), st, p, bs, a, n);
+            for g in 0..ngb {
+                decode_scalar(k, &grp[g * gbs..(g + 1) * gbs], &mut *stp);
+                let pg = p.add(g * k.blocks() * bs);
+                tiles(k, &Staged(stp), stp, 1, pg, bs, a, n);
+            }
         }
     }
 }
@@ -470,10 +538,12 @@ pub(super) unsafe fn dot_direct(
 /// # Safety
 /// As [`tile`].
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tiles<D: Dec>(
     k: &Kind,
     d: &D,
-    st: &Stage,
+    st: *mut Stage,
+    ngb: usize,
     p: *const u32,
     bs: usize,
     a: *mut [f32; R],
@@ -482,10 +552,10 @@ unsafe fn tiles<D: Dec>(
     macro_rules! go {
         ($n:expr) => {
             match (k.sub, k.asym) {
-                (16, false) => tile::<{ $n }, true, false, D>(k, d, st, p, bs, a),
-                (16, true) => tile::<{ $n }, true, true, D>(k, d, st, p, bs, a),
-                (_, false) => tile::<{ $n }, false, false, D>(k, d, st, p, bs, a),
-                (_, true) => tile::<{ $n }, false, true, D>(k, d, st, p, bs, a),
+                (16, false) => tile::<{ $n }, true, false, D>(k, d, st, ngb, p, bs, a),
+                (16, true) => tile::<{ $n }, true, true, D>(k, d, st, ngb, p, bs, a),
+                (_, false) => tile::<{ $n }, false, false, D>(k, d, st, ngb, p, bs, a),
+                (_, true) => tile::<{ $n }, false, true, D>(k, d, st, ngb, p, bs, a),
             }
         };
     }
@@ -512,11 +582,23 @@ unsafe fn tiles<D: Dec>(
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI available.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
+pub(super) unsafe fn dot(k: &Kind, st: &mut Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
     let n = acc.len();
     assert!(n <= VT && (n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP));
-    // SAFETY: the asserted prep words and `acc`.
-    unsafe { tiles(k, &Staged(st), st, pp.as_ptr(), bs, acc.as_mut_ptr(), n) }
+    let stp: *mut Stage = st;
+    // SAFETY: the asserted prep words and `acc`; the stage is only read.
+    unsafe {
+        tiles(
+            k,
+            &Staged(stp),
+            stp,
+            1,
+            pp.as_ptr(),
+            bs,
+            acc.as_mut_ptr(),
+            n,
+        )
+    }
 }
 
 #[inline(always)]
@@ -538,9 +620,10 @@ unsafe fn bf(p: *const u32, i: usize) -> __m512 {
 #[inline(always)]
 unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
     k: &Kind,
-    d: &D,
-    st: &Stage,
-    p: *const u32,
+    d0: &D,
+    st: *mut Stage,
+    ngb: usize,
+    p0: *const u32,
     bs: usize,
     a: *mut [f32; R],
 ) {
@@ -551,67 +634,77 @@ unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
         for (i, x) in acc.iter_mut().enumerate() {
             *x = _mm512_loadu_ps((*a.add(i)).as_ptr());
         }
-        for kb in 0..k.blocks() {
-            let c = d.block(kb);
-            if SUB16 {
-                let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
-                let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
-                let (m0, m1) = if ASYM {
-                    (
-                        _mm512_loadu_ps(st.mins[2 * kb].as_ptr()),
-                        _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr()),
-                    )
+        for g in 0..ngb {
+            let d = d0.at(g * k.group_block());
+            if !d.ptr().is_null() {
+                prefetch(d.ptr().wrapping_add(PF_BYTES), k.group_block());
+            }
+            d.scales(st);
+            let st: &Stage = &*st;
+            let p = p0.add(g * k.blocks() * bs);
+            for kb in 0..k.blocks() {
+                let c = d.block(kb);
+                if SUB16 {
+                    let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
+                    let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
+                    let (m0, m1) = if ASYM {
+                        (
+                            _mm512_loadu_ps(st.mins[2 * kb].as_ptr()),
+                            _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr()),
+                        )
+                    } else {
+                        (_mm512_setzero_ps(), _mm512_setzero_ps())
+                    };
+                    for (v, x) in acc.iter_mut().enumerate() {
+                        let q = p.add(v * PREP + kb * bs);
+                        // Asymmetric kinds have OFF 0: their sums start at zero.
+                        let mut i0 = if ASYM {
+                            _mm512_setzero_si512()
+                        } else {
+                            bi(q, 9)
+                        };
+                        let mut i1 = if ASYM {
+                            _mm512_setzero_si512()
+                        } else {
+                            bi(q, 10)
+                        };
+                        for j in 0..4 {
+                            i0 = _mm512_dpbusd_epi32(i0, c[j], bi(q, j));
+                            i1 = _mm512_dpbusd_epi32(i1, c[j + 4], bi(q, j + 4));
+                        }
+                        let d = bf(q, 8);
+                        *x = _mm512_fmadd_ps(_mm512_mul_ps(s0, d), _mm512_cvtepi32_ps(i0), *x);
+                        if ASYM {
+                            *x = _mm512_fmadd_ps(m0, bf(q, 11), *x);
+                        }
+                        *x = _mm512_fmadd_ps(_mm512_mul_ps(s1, d), _mm512_cvtepi32_ps(i1), *x);
+                        if ASYM {
+                            *x = _mm512_fmadd_ps(m1, bf(q, 12), *x);
+                        }
+                    }
                 } else {
-                    (_mm512_setzero_ps(), _mm512_setzero_ps())
-                };
-                for (v, x) in acc.iter_mut().enumerate() {
-                    let q = p.add(v * PREP + kb * bs);
-                    // Asymmetric kinds have OFF 0: their sums start at zero.
-                    let mut i0 = if ASYM {
-                        _mm512_setzero_si512()
+                    let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
+                    let m = if ASYM {
+                        _mm512_loadu_ps(st.mins[kb].as_ptr())
                     } else {
-                        bi(q, 9)
+                        _mm512_setzero_ps()
                     };
-                    let mut i1 = if ASYM {
-                        _mm512_setzero_si512()
-                    } else {
-                        bi(q, 10)
-                    };
-                    for j in 0..4 {
-                        i0 = _mm512_dpbusd_epi32(i0, c[j], bi(q, j));
-                        i1 = _mm512_dpbusd_epi32(i1, c[j + 4], bi(q, j + 4));
-                    }
-                    let d = bf(q, 8);
-                    *x = _mm512_fmadd_ps(_mm512_mul_ps(s0, d), _mm512_cvtepi32_ps(i0), *x);
-                    if ASYM {
-                        *x = _mm512_fmadd_ps(m0, bf(q, 11), *x);
-                    }
-                    *x = _mm512_fmadd_ps(_mm512_mul_ps(s1, d), _mm512_cvtepi32_ps(i1), *x);
-                    if ASYM {
-                        *x = _mm512_fmadd_ps(m1, bf(q, 12), *x);
-                    }
-                }
-            } else {
-                let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
-                let m = if ASYM {
-                    _mm512_loadu_ps(st.mins[kb].as_ptr())
-                } else {
-                    _mm512_setzero_ps()
-                };
-                for (v, x) in acc.iter_mut().enumerate() {
-                    let q = p.add(v * PREP + kb * bs);
-                    // Asymmetric kinds have OFF 0: their sums start at zero.
-                    let mut i0 = if ASYM {
-                        _mm512_setzero_si512()
-                    } else {
-                        bi(q, 9)
-                    };
-                    for (j, cj) in c.iter().enumerate() {
-                        i0 = _mm512_dpbusd_epi32(i0, *cj, bi(q, j));
-                    }
-                    *x = _mm512_fmadd_ps(_mm512_mul_ps(s, bf(q, 8)), _mm512_cvtepi32_ps(i0), *x);
-                    if ASYM {
-                        *x = _mm512_fmadd_ps(m, bf(q, 11), *x);
+                    for (v, x) in acc.iter_mut().enumerate() {
+                        let q = p.add(v * PREP + kb * bs);
+                        // Asymmetric kinds have OFF 0: their sums start at zero.
+                        let mut i0 = if ASYM {
+                            _mm512_setzero_si512()
+                        } else {
+                            bi(q, 9)
+                        };
+                        for (j, cj) in c.iter().enumerate() {
+                            i0 = _mm512_dpbusd_epi32(i0, *cj, bi(q, j));
+                        }
+                        *x =
+                            _mm512_fmadd_ps(_mm512_mul_ps(s, bf(q, 8)), _mm512_cvtepi32_ps(i0), *x);
+                        if ASYM {
+                            *x = _mm512_fmadd_ps(m, bf(q, 11), *x);
+                        }
                     }
                 }
             }
