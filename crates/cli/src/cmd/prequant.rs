@@ -99,6 +99,24 @@ mod tests {
             .to_vec()
     }
 
+    /// Relative L2 distance of `a` from `b`.
+    fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+        let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+        let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+        (num / den).sqrt()
+    }
+
+    /// A GIW "keep" bundle holds the row-major split layouts (GIW v12–v14),
+    /// the .gguf and .gpack the row-interleaved ggml blocks (the same
+    /// values; their kernels round each block's sum once, the row-major
+    /// kernels per 8 lanes): near, not equal. Float tensors (f16) run the
+    /// same float kernels in both and stay equal.
+    fn assert_giw_close(got: &[f32], want: &[f32], what: &str) {
+        let d = rel_l2(got, want);
+        eprintln!("{what}: rel L2 {d:.2e} from the .gguf");
+        assert!(d < 0.02, "{what}: rel L2 {d}");
+    }
+
     fn giw(src: &Path, dir: &Path, quant: GiwQuant, target: Target, tag: &str) -> PathBuf {
         let out = dir.join(format!("{tag}.giw"));
         let opts = PrequantOptions {
@@ -128,8 +146,10 @@ mod tests {
         out
     }
 
-    /// Same model, same layout: .gguf (GgufWeights), .gpack (GpackWeights)
-    /// and .giw (GiwWeights, cpu and metal) give identical logits.
+    /// Same model: .gguf (GgufWeights) and .gpack (GpackWeights) give
+    /// identical logits (the same canonical layout), .giw (GiwWeights, cpu
+    /// and metal) the same for f16 and near for quantized types (see
+    /// `assert_giw_close`).
     #[test]
     fn giw_gguf_gpack_same_logits_keep() {
         let dir = tempfile::tempdir().unwrap();
@@ -150,7 +170,11 @@ mod tests {
                 let p = giw(&src, dir.path(), GiwQuant::Keep, t, &format!("{file}{t:?}"));
                 let w = GiwWeights::open(&p, Some("keep")).unwrap();
                 assert_eq!(w.copied_payloads(), 0);
-                assert!(logits(&w) == want, "{file} giw {t:?}");
+                if file.contains("f16") {
+                    assert!(logits(&w) == want, "{file} giw {t:?}");
+                } else {
+                    assert_giw_close(&logits(&w), &want, &format!("{file} giw {t:?}"));
+                }
             }
         }
     }
@@ -282,7 +306,7 @@ mod tests {
                     gpack_format::giw::Fused::Contiguous { .. }
                 ));
             }
-            assert!(logits(&w) == want, "{t:?}");
+            assert_giw_close(&logits(&w), &want, &format!("SmolLM2 keep {t:?}"));
         }
     }
 

@@ -268,6 +268,166 @@ impl Dec for Q6K {
     }
 }
 
+/// Q5_0 (d @0, qh @32, qs @96) and Q5_1 (d @0, m @32, qh @64, qs @128):
+/// u = nibble | (bit e of qh) << 4.
+struct Q5(*const u8, bool);
+impl Dec for Q5 {
+    fn at(&self, off: usize) -> Self {
+        Q5(self.0.wrapping_add(off), self.1)
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, st: *mut Stage) {
+        // SAFETY: inside the 352- or 384-byte group-block.
+        unsafe {
+            st_f32(&raw mut (*st).scales[0], f16x16(self.0));
+            if self.1 {
+                st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(32)));
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
+        let (qh, qs) = if self.1 { (64, 128) } else { (32, 96) };
+        // SAFETY: as above.
+        unsafe {
+            let mut c = nibbles(self.0.add(qs), None);
+            let h = ld(self.0.add(qh));
+            let m4 = _mm512_set1_epi32(15);
+            let spread = _mm512_set1_epi32(0x0020_4081);
+            let ones = _mm512_set1_epi32(0x0101_0101);
+            for (j, cj) in c.iter_mut().enumerate() {
+                // Bits 4j .. 4j + 4 of qh, one per byte (a carry-free multiply
+                // puts bit t at bit 8t), then to bit 4 of each byte.
+                let y = _mm512_and_si512(_mm512_srlv_epi32(h, _mm512_set1_epi32(4 * j as i32)), m4);
+                let b = _mm512_and_si512(_mm512_mullo_epi32(y, spread), ones);
+                *cj = _mm512_or_si512(*cj, _mm512_slli_epi32::<4>(b));
+            }
+            c
+        }
+    }
+}
+
+/// Q3_K: hmask @0 (8 words), qs @512 (16 words), scales @1536 (3 words),
+/// d @1728. u = ql + 4 · hbit (= q + 4, OFF 4).
+struct Q3K(*const u8);
+impl Dec for Q3K {
+    fn at(&self, off: usize) -> Self {
+        Q3K(self.0.wrapping_add(off))
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, st: *mut Stage) {
+        let p = self.0;
+        // SAFETY: inside the 1760-byte group-block.
+        unsafe {
+            let d = f16x16(p.add(1728));
+            let w = [ld(p.add(1536)), ld(p.add(1600)), ld(p.add(1664))];
+            let m4 = _mm512_set1_epi32(15);
+            let m2 = _mm512_set1_epi32(3);
+            let c32 = _mm512_set1_epi32(32);
+            for i in 0..16 {
+                let lo_sh = 8 * ((i % 8) % 4) + 4 * (i / 8);
+                let lo = _mm512_and_si512(
+                    _mm512_srlv_epi32(w[(i % 8) / 4], _mm512_set1_epi32(lo_sh as i32)),
+                    m4,
+                );
+                let hi_sh = 8 * (i % 4) + 2 * (i / 4);
+                let hi =
+                    _mm512_and_si512(_mm512_srlv_epi32(w[2], _mm512_set1_epi32(hi_sh as i32)), m2);
+                let v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), c32);
+                st_f32(
+                    &raw mut (*st).scales[i],
+                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(v)),
+                );
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn block(&self, kb: usize) -> [__m512i; 8] {
+        let p = self.0;
+        // SAFETY: as above.
+        unsafe {
+            let (h, k2) = (kb / 4, kb % 4);
+            let three = _mm512_set1_epi8(3);
+            let one = _mm512_set1_epi8(1);
+            let sq = _mm512_set1_epi16(2 * k2 as i16);
+            let sh = _mm512_set1_epi16(kb as i16);
+            let mut c = [_mm512_setzero_si512(); 8];
+            for (j, cj) in c.iter_mut().enumerate() {
+                let l = _mm512_and_si512(
+                    _mm512_srlv_epi16(ld(p.add(512 + 64 * (8 * h + j))), sq),
+                    three,
+                );
+                let hb = _mm512_and_si512(_mm512_srlv_epi16(ld(p.add(64 * j)), sh), one);
+                *cj = _mm512_or_si512(l, _mm512_slli_epi16::<2>(hb));
+            }
+            c
+        }
+    }
+}
+
+/// Q2_K: scales @0 (4 words), qs @256 (16 words), d @1280, dmin @1312.
+struct Q2K(*const u8);
+impl Dec for Q2K {
+    fn at(&self, off: usize) -> Self {
+        Q2K(self.0.wrapping_add(off))
+    }
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
+    #[inline(always)]
+    unsafe fn scales(&self, st: *mut Stage) {
+        let p = self.0;
+        // SAFETY: inside the 1344-byte group-block.
+        unsafe {
+            let d = f16x16(p.add(1280));
+            let dmin = f16x16(p.add(1312));
+            let m4 = _mm512_set1_epi32(15);
+            let sign = _mm512_set1_epi32(i32::MIN);
+            for w in 0..4 {
+                let sw = ld(p.add(64 * w));
+                for t in 0..4 {
+                    let b = _mm512_srlv_epi32(sw, _mm512_set1_epi32(8 * t as i32));
+                    let sc = _mm512_and_si512(b, m4);
+                    let mn = _mm512_and_si512(_mm512_srli_epi32::<4>(b), m4);
+                    st_f32(
+                        &raw mut (*st).scales[4 * w + t],
+                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)),
+                    );
+                    let mm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn));
+                    st_f32(
+                        &raw mut (*st).mins[4 * w + t],
+                        _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(mm), sign)),
+                    );
+                }
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn block(&self, kb: usize) -> [__m512i; 8] {
+        let p = self.0;
+        // SAFETY: as above.
+        unsafe {
+            let (h, k2) = (kb / 4, kb % 4);
+            let three = _mm512_set1_epi8(3);
+            let sq = _mm512_set1_epi16(2 * k2 as i16);
+            let mut c = [_mm512_setzero_si512(); 8];
+            for (j, cj) in c.iter_mut().enumerate() {
+                *cj = _mm512_and_si512(
+                    _mm512_srlv_epi16(ld(p.add(256 + 64 * (8 * h + j))), sq),
+                    three,
+                );
+            }
+            c
+        }
+    }
+}
+
 /// ggml `kvalues_iq4nl` + 128, as the unsigned codes (OFF 128), replicated
 /// per 128-bit lane for `vpshufb`.
 const LUT_IQ4NL: [u8; 16] = [
