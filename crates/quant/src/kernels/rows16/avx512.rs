@@ -577,6 +577,22 @@ macro_rules! with_dec {
                 let $d = Q4_0($p, true);
                 Some($body)
             }
+            GgmlType::Q5_0 => {
+                let $d = Q5($p, false);
+                Some($body)
+            }
+            GgmlType::Q5_1 => {
+                let $d = Q5($p, true);
+                Some($body)
+            }
+            GgmlType::Q3_K => {
+                let $d = Q3K($p);
+                Some($body)
+            }
+            GgmlType::Q2_K => {
+                let $d = Q2K($p);
+                Some($body)
+            }
             GgmlType::Q4_K => {
                 let $d = Q4K($p, false);
                 Some($body)
