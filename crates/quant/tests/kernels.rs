@@ -80,7 +80,7 @@ pub fn random_x(rng: &mut Rng, n: usize) -> Vec<f32> {
     x
 }
 
-const INT_TYPES: [GgmlType; 10] = [
+pub const INT_TYPES: [GgmlType; 10] = [
     GgmlType::Q8_0,
     GgmlType::Q5_0,
     GgmlType::Q5_1,

@@ -5,28 +5,27 @@
 //! row ranges split at row groups.
 
 use crate::common::{Aligned, Rng};
-use crate::kernels::{random_blocks, random_x};
+use crate::kernels::{random_blocks, random_x, INT_TYPES};
 use gpack_quant::kernels::rows16::stage_matches;
 use gpack_quant::{
     dequantize_ggml, matmul_ref, matmul_with, matvec_with, transcode, transcode_canonical,
     GgmlType, Isa, Layout, NativeView, PackedMatrix,
 };
 
-const TYPES: [GgmlType; 13] = [
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-    GgmlType::MXFP4,
-    GgmlType::Q8_0,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q6_K,
-    GgmlType::Q3_K,
-    GgmlType::Q2_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-];
+/// Every type with a row-interleaved layout: the integer types of the
+/// row-major kernels' tests plus the lookup types.
+const TYPES: [GgmlType; 13] = {
+    let mut t = [GgmlType::IQ4_NL; 13];
+    let mut i = 0;
+    while i < INT_TYPES.len() {
+        t[i] = INT_TYPES[i];
+        i += 1;
+    }
+    t[10] = GgmlType::IQ4_NL;
+    t[11] = GgmlType::IQ4_XS;
+    t[12] = GgmlType::MXFP4;
+    t
+};
 
 fn rows16(t: GgmlType, src: &[u8], rows: usize, cols: usize) -> Aligned {
     let mut out = Vec::new();

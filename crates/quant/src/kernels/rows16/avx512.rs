@@ -11,6 +11,10 @@ use std::arch::x86_64::*;
 /// into the stage, and the unsigned codes of one 32-element block as 8
 /// registers (word `j` = elements `4j .. 4j + 4`, one lane per row).
 trait Dec: Sized {
+    /// Whether the kind has 16-element sub-blocks (else 32).
+    const SUB16: bool;
+    /// Whether the kind has mins (asymmetric).
+    const ASYM: bool;
     /// The decoder of the group-block `off` bytes further on.
     fn at(&self, off: usize) -> Self;
     /// The group-block's first byte (null for the stage).
@@ -74,6 +78,8 @@ unsafe fn nibbles(qs: *const u8, table: Option<__m512i>) -> [__m512i; 8] {
 /// Q8_0: d @0 (16 × 2), qs @32 (8 words). u = q ^ 0x80.
 struct Q8_0(*const u8);
 impl Dec for Q8_0 {
+    const SUB16: bool = false;
+    const ASYM: bool = false;
     fn at(&self, off: usize) -> Self {
         Q8_0(self.0.wrapping_add(off))
     }
@@ -100,10 +106,12 @@ impl Dec for Q8_0 {
 }
 
 /// Q4_0 (d @0, qs @32) and Q4_1 (d @0, m @32, qs @64): the nibbles.
-struct Q4_0(*const u8, bool);
-impl Dec for Q4_0 {
+struct Q4_0<const MIN: bool>(*const u8);
+impl<const MIN: bool> Dec for Q4_0<MIN> {
+    const SUB16: bool = false;
+    const ASYM: bool = MIN;
     fn at(&self, off: usize) -> Self {
-        Q4_0(self.0.wrapping_add(off), self.1)
+        Q4_0(self.0.wrapping_add(off))
     }
     fn ptr(&self) -> *const u8 {
         self.0
@@ -113,7 +121,7 @@ impl Dec for Q4_0 {
         // SAFETY: inside the 288- or 320-byte group-block.
         unsafe {
             st_f32(&raw mut (*st).scales[0], f16x16(self.0));
-            if self.1 {
+            if MIN {
                 st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(32)));
             }
         }
@@ -121,7 +129,7 @@ impl Dec for Q4_0 {
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
         // SAFETY: as above.
-        unsafe { nibbles(self.0.add(if self.1 { 64 } else { 32 }), None) }
+        unsafe { nibbles(self.0.add(if MIN { 64 } else { 32 }), None) }
     }
 }
 
@@ -129,6 +137,8 @@ impl Dec for Q4_0 {
 /// Q5_K: the same, qh @256 (8 words), qs @768.
 struct Q4K(*const u8, bool);
 impl Dec for Q4K {
+    const SUB16: bool = false;
+    const ASYM: bool = true;
     fn at(&self, off: usize) -> Self {
         Q4K(self.0.wrapping_add(off), self.1)
     }
@@ -217,6 +227,8 @@ impl Dec for Q4K {
 /// d @3328. u = ql nibble | qh 2 bits << 4 (= q, OFF 32).
 struct Q6K(*const u8);
 impl Dec for Q6K {
+    const SUB16: bool = true;
+    const ASYM: bool = false;
     fn at(&self, off: usize) -> Self {
         Q6K(self.0.wrapping_add(off))
     }
@@ -270,10 +282,12 @@ impl Dec for Q6K {
 
 /// Q5_0 (d @0, qh @32, qs @96) and Q5_1 (d @0, m @32, qh @64, qs @128):
 /// u = nibble | (bit e of qh) << 4.
-struct Q5(*const u8, bool);
-impl Dec for Q5 {
+struct Q5<const MIN: bool>(*const u8);
+impl<const MIN: bool> Dec for Q5<MIN> {
+    const SUB16: bool = false;
+    const ASYM: bool = MIN;
     fn at(&self, off: usize) -> Self {
-        Q5(self.0.wrapping_add(off), self.1)
+        Q5(self.0.wrapping_add(off))
     }
     fn ptr(&self) -> *const u8 {
         self.0
@@ -283,14 +297,14 @@ impl Dec for Q5 {
         // SAFETY: inside the 352- or 384-byte group-block.
         unsafe {
             st_f32(&raw mut (*st).scales[0], f16x16(self.0));
-            if self.1 {
+            if MIN {
                 st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(32)));
             }
         }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
-        let (qh, qs) = if self.1 { (64, 128) } else { (32, 96) };
+        let (qh, qs) = if MIN { (64, 128) } else { (32, 96) };
         // SAFETY: as above.
         unsafe {
             let mut c = nibbles(self.0.add(qs), None);
@@ -314,6 +328,8 @@ impl Dec for Q5 {
 /// d @1728. u = ql + 4 · hbit (= q + 4, OFF 4).
 struct Q3K(*const u8);
 impl Dec for Q3K {
+    const SUB16: bool = true;
+    const ASYM: bool = false;
     fn at(&self, off: usize) -> Self {
         Q3K(self.0.wrapping_add(off))
     }
@@ -374,6 +390,8 @@ impl Dec for Q3K {
 /// Q2_K: scales @0 (4 words), qs @256 (16 words), d @1280, dmin @1312.
 struct Q2K(*const u8);
 impl Dec for Q2K {
+    const SUB16: bool = true;
+    const ASYM: bool = true;
     fn at(&self, off: usize) -> Self {
         Q2K(self.0.wrapping_add(off))
     }
@@ -447,6 +465,8 @@ unsafe fn lut(t: &[u8; 16]) -> __m512i {
 /// IQ4_NL: d @0, qs @32.
 struct Iq4Nl(*const u8);
 impl Dec for Iq4Nl {
+    const SUB16: bool = false;
+    const ASYM: bool = false;
     fn at(&self, off: usize) -> Self {
         Iq4Nl(self.0.wrapping_add(off))
     }
@@ -468,6 +488,8 @@ impl Dec for Iq4Nl {
 /// IQ4_XS: d @0, scales_h @32 (16 × u16), scales_l @64 (one word), qs @128.
 struct Iq4Xs(*const u8);
 impl Dec for Iq4Xs {
+    const SUB16: bool = false;
+    const ASYM: bool = false;
     fn at(&self, off: usize) -> Self {
         Iq4Xs(self.0.wrapping_add(off))
     }
@@ -508,6 +530,8 @@ impl Dec for Iq4Xs {
 /// MXFP4: e @0 (16 bytes), qs @16; scale = ggml's `e8m0_to_fp32_half`.
 struct Mxfp4(*const u8);
 impl Dec for Mxfp4 {
+    const SUB16: bool = false;
+    const ASYM: bool = false;
     fn at(&self, off: usize) -> Self {
         Mxfp4(self.0.wrapping_add(off))
     }
@@ -536,8 +560,10 @@ impl Dec for Mxfp4 {
 /// The stage as a decoder (types without a SIMD decoder, and prefill,
 /// which decodes once per group-block for many vectors): one group-block,
 /// its scales already in the stage.
-struct Staged(*const Stage);
-impl Dec for Staged {
+struct Staged<const S16: bool, const A: bool>(*const Stage);
+impl<const S16: bool, const A: bool> Dec for Staged<S16, A> {
+    const SUB16: bool = S16;
+    const ASYM: bool = A;
     fn at(&self, _off: usize) -> Self {
         Staged(self.0)
     }
@@ -570,19 +596,19 @@ macro_rules! with_dec {
                 Some($body)
             }
             GgmlType::Q4_0 => {
-                let $d = Q4_0($p, false);
+                let $d = Q4_0::<false>($p);
                 Some($body)
             }
             GgmlType::Q4_1 => {
-                let $d = Q4_0($p, true);
+                let $d = Q4_0::<true>($p);
                 Some($body)
             }
             GgmlType::Q5_0 => {
-                let $d = Q5($p, false);
+                let $d = Q5::<false>($p);
                 Some($body)
             }
             GgmlType::Q5_1 => {
-                let $d = Q5($p, true);
+                let $d = Q5::<true>($p);
                 Some($body)
             }
             GgmlType::Q3_K => {
@@ -703,13 +729,37 @@ pub(super) unsafe fn dot_direct(
             for g in 0..ngb {
                 decode_scalar(k, &grp[g * gbs..(g + 1) * gbs], &mut *stp);
                 let pg = p.add(g * k.blocks() * bs);
-                tiles(k, &Staged(stp), stp, 1, pg, bs, a, n);
+                staged_tiles(k, stp, pg, bs, a, n);
             }
         }
     }
 }
 
-/// [`tile`] for `n ≤ VT` vectors, dispatched on the width and the kind.
+/// [`tiles`] over one staged group-block, the stage's kind picked at run time.
+///
+/// # Safety
+/// As [`tile`].
+#[inline(always)]
+unsafe fn staged_tiles(
+    k: &Kind,
+    st: *mut Stage,
+    p: *const u32,
+    bs: usize,
+    a: *mut [f32; R],
+    n: usize,
+) {
+    // SAFETY: per this fn's contract.
+    unsafe {
+        match (k.sub, k.asym) {
+            (16, false) => tiles(k, &Staged::<true, false>(st), st, 1, p, bs, a, n),
+            (16, true) => tiles(k, &Staged::<true, true>(st), st, 1, p, bs, a, n),
+            (_, false) => tiles(k, &Staged::<false, false>(st), st, 1, p, bs, a, n),
+            (_, true) => tiles(k, &Staged::<false, true>(st), st, 1, p, bs, a, n),
+        }
+    }
+}
+
+/// [`tile`] for `n ≤ VT` vectors, dispatched on the width (the kind is `D`'s).
 ///
 /// # Safety
 /// As [`tile`].
@@ -727,12 +777,7 @@ unsafe fn tiles<D: Dec>(
 ) {
     macro_rules! go {
         ($n:expr) => {
-            match (k.sub, k.asym) {
-                (16, false) => tile::<{ $n }, true, false, D>(k, d, st, ngb, p, bs, a),
-                (16, true) => tile::<{ $n }, true, true, D>(k, d, st, ngb, p, bs, a),
-                (_, false) => tile::<{ $n }, false, false, D>(k, d, st, ngb, p, bs, a),
-                (_, true) => tile::<{ $n }, false, true, D>(k, d, st, ngb, p, bs, a),
-            }
+            tile::<{ $n }, D>(k, d, st, ngb, p, bs, a)
         };
     }
     // SAFETY: per this fn's contract.
@@ -763,18 +808,7 @@ pub(super) unsafe fn dot(k: &Kind, st: &mut Stage, pp: &[u32], bs: usize, acc: &
     assert!(n <= VT && (n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP));
     let stp: *mut Stage = st;
     // SAFETY: the asserted prep words and `acc`; the stage is only read.
-    unsafe {
-        tiles(
-            k,
-            &Staged(stp),
-            stp,
-            1,
-            pp.as_ptr(),
-            bs,
-            acc.as_mut_ptr(),
-            n,
-        )
-    }
+    unsafe { staged_tiles(k, stp, pp.as_ptr(), bs, acc.as_mut_ptr(), n) }
 }
 
 #[inline(always)]
@@ -794,7 +828,7 @@ unsafe fn bf(p: *const u32, i: usize) -> __m512 {
 /// # Safety
 /// As [`dot`], for `N` vectors at `p` (block stride `bs`) and accumulators at `a`.
 #[inline(always)]
-unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
+unsafe fn tile<const N: usize, D: Dec>(
     k: &Kind,
     d0: &D,
     st: *mut Stage,
@@ -820,10 +854,10 @@ unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
             let p = p0.add(g * k.blocks() * bs);
             for kb in 0..k.blocks() {
                 let c = d.block(kb);
-                if SUB16 {
+                if D::SUB16 {
                     let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
                     let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
-                    let (m0, m1) = if ASYM {
+                    let (m0, m1) = if D::ASYM {
                         (
                             _mm512_loadu_ps(st.mins[2 * kb].as_ptr()),
                             _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr()),
@@ -834,12 +868,12 @@ unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
                     for (v, x) in acc.iter_mut().enumerate() {
                         let q = p.add(v * PREP + kb * bs);
                         // Asymmetric kinds have OFF 0: their sums start at zero.
-                        let mut i0 = if ASYM {
+                        let mut i0 = if D::ASYM {
                             _mm512_setzero_si512()
                         } else {
                             bi(q, 9)
                         };
-                        let mut i1 = if ASYM {
+                        let mut i1 = if D::ASYM {
                             _mm512_setzero_si512()
                         } else {
                             bi(q, 10)
@@ -850,17 +884,17 @@ unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
                         }
                         let d = bf(q, 8);
                         *x = _mm512_fmadd_ps(_mm512_mul_ps(s0, d), _mm512_cvtepi32_ps(i0), *x);
-                        if ASYM {
+                        if D::ASYM {
                             *x = _mm512_fmadd_ps(m0, bf(q, 11), *x);
                         }
                         *x = _mm512_fmadd_ps(_mm512_mul_ps(s1, d), _mm512_cvtepi32_ps(i1), *x);
-                        if ASYM {
+                        if D::ASYM {
                             *x = _mm512_fmadd_ps(m1, bf(q, 12), *x);
                         }
                     }
                 } else {
                     let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
-                    let m = if ASYM {
+                    let m = if D::ASYM {
                         _mm512_loadu_ps(st.mins[kb].as_ptr())
                     } else {
                         _mm512_setzero_ps()
@@ -868,7 +902,7 @@ unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
                     for (v, x) in acc.iter_mut().enumerate() {
                         let q = p.add(v * PREP + kb * bs);
                         // Asymmetric kinds have OFF 0: their sums start at zero.
-                        let mut i0 = if ASYM {
+                        let mut i0 = if D::ASYM {
                             _mm512_setzero_si512()
                         } else {
                             bi(q, 9)
@@ -878,7 +912,7 @@ unsafe fn tile<const N: usize, const SUB16: bool, const ASYM: bool, D: Dec>(
                         }
                         *x =
                             _mm512_fmadd_ps(_mm512_mul_ps(s, bf(q, 8)), _mm512_cvtepi32_ps(i0), *x);
-                        if ASYM {
+                        if D::ASYM {
                             *x = _mm512_fmadd_ps(m, bf(q, 11), *x);
                         }
                     }
