@@ -179,10 +179,9 @@ pub fn write_interleaved(
         let r0 = g * R;
         let n = R.min(rows - r0);
         for b in 0..nb {
-            let blocks: Vec<&[u8]> = (0..n)
-                .map(|i| &src[(r0 + i) * row_bytes + b * ts..][..ts])
-                .collect();
-            interleave_block(t, &blocks, &mut group[b * R * ts..(b + 1) * R * ts]);
+            let blocks: [&[u8]; R] =
+                std::array::from_fn(|i| &src[(r0 + i.min(n - 1)) * row_bytes + b * ts..][..ts]);
+            interleave_block(t, &blocks[..n], &mut group[b * R * ts..(b + 1) * R * ts]);
         }
         w.write_all(&group)?;
     }

@@ -328,15 +328,17 @@ impl<'a> NativeView<'a> {
             const R: usize = crate::interleave::R;
             let gs = self.rows16_group_bytes();
             let group = &self.codes[r / R * gs..(r / R + 1) * gs];
-            let mut blk = vec![0u8; ts];
+            // One block on the stack (Q6_K's 210 bytes is the largest).
+            let mut buf = [0u8; 256];
+            let blk = &mut buf[..ts];
             for (b, o) in out.chunks_exact_mut(bs).enumerate() {
                 crate::interleave::gather_block(
                     t,
                     &group[b * R * ts..(b + 1) * R * ts],
                     r % R,
-                    &mut blk,
+                    blk,
                 );
-                if let Err(e) = crate::dequantize_ggml(t, &blk, o) {
+                if let Err(e) = crate::dequantize_ggml(t, blk, o) {
                     panic!("dequantize_row: {e}");
                 }
             }
