@@ -75,8 +75,8 @@ pub use ggml::dequantize_ggml;
 pub use gpack_format::ggml::GgmlType;
 pub use kernels::packed::PackedMatrix;
 pub use kernels::{
-    matmul, matmul_on, matmul_ref, matmul_with, matvec, matvec_on, matvec_ref, matvec_with, Isa,
-    QuantizedActivations,
+    matmul, matmul_concat, matmul_concat_on, matmul_on, matmul_ref, matmul_with, matvec, matvec_on,
+    matvec_ref, matvec_with, Isa, QuantizedActivations,
 };
 pub use layout::{
     can_fuse, canonical_layout_for, encoded_len, native_layout_for, Layout, NativeTensorHeader,

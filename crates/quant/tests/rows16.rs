@@ -2,14 +2,15 @@
 //! ggml's bit for bit, every ISA path and batch size equals the scalar
 //! reference bit for bit, the SIMD decoders write the scalar decoder's
 //! stage, G32 types equal the widened repacked form (`PackedMatrix`), and
-//! row ranges split at row groups.
+//! row ranges split at row groups, and members of mixed types run as one
+//! call give each member's own bits.
 
 use crate::common::{Aligned, Rng};
 use crate::kernels::{random_blocks, random_x, INT_TYPES};
 use gpack_quant::kernels::rows16::stage_matches;
 use gpack_quant::{
-    dequantize_ggml, matmul_ref, matmul_with, matvec_with, transcode, transcode_canonical,
-    GgmlType, Isa, Layout, NativeView, PackedMatrix,
+    dequantize_ggml, matmul_concat_on, matmul_ref, matmul_with, matvec_with, transcode,
+    transcode_canonical, GgmlType, Isa, Layout, NativeView, PackedMatrix, Pool,
 };
 
 /// Every type with a row-interleaved layout: the integer types of the
@@ -229,5 +230,68 @@ fn row_ranges_split_at_row_groups() {
         sub.dequantize_row(n - 1, &mut a);
         v.dequantize_row(s + n - 1, &mut b);
         assert_eq!(bits(&a), bits(&b));
+    }
+}
+
+#[test]
+fn mixed_type_members_in_one_call_give_each_members_bits() {
+    // q‖k‖v of Q4_K_M: Q4_K, Q4_K, Q6_K (and a ragged Q8_0 member, and an
+    // F16 one that makes the call fall back to one member at a time).
+    let mut rng = Rng::new(11);
+    let cols = 512;
+    let members = [
+        (GgmlType::Q4_K, 48),
+        (GgmlType::Q4_K, 16),
+        (GgmlType::Q6_K, 21),
+        (GgmlType::Q8_0, 40),
+    ];
+    let bufs: Vec<Aligned> = members
+        .iter()
+        .map(|&(t, rows)| rows16(t, &random_blocks(&mut rng, t, rows, cols), rows, cols))
+        .collect();
+    let f16 = {
+        let src: Vec<u8> = (0..8 * cols)
+            .flat_map(|i| half::f16::from_f32((i % 13) as f32 * 0.01 - 0.05).to_le_bytes())
+            .collect();
+        let mut out = Vec::new();
+        transcode(GgmlType::F16, &src, 8, cols as u64, &mut out).unwrap();
+        Aligned::new(&out)
+    };
+    let mut views: Vec<NativeView> = bufs
+        .iter()
+        .map(|b| NativeView::parse(b.bytes()).unwrap())
+        .collect();
+    let pool = Pool::new(2);
+    for with_f16 in [false, true] {
+        if with_f16 {
+            views.push(NativeView::parse(f16.bytes()).unwrap());
+        }
+        let total: usize = views.iter().map(NativeView::rows).sum();
+        for n in [1usize, 3, 9, 70] {
+            let x = random_x(&mut rng, n * cols);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; n * total];
+                matmul_concat_on(isa, &pool, &views, &x, n, &mut got);
+                let mut off = 0;
+                for w in &views {
+                    let r = w.rows();
+                    let mut want = vec![0f32; n * r];
+                    if n == 1 {
+                        matvec_with(isa, w, &x, &mut want);
+                    } else {
+                        matmul_with(isa, w, &x, n, &mut want);
+                    }
+                    for v in 0..n {
+                        assert_eq!(
+                            bits(&got[v * total + off..v * total + off + r]),
+                            bits(&want[v * r..(v + 1) * r]),
+                            "{} member at {off}, n {n}, {isa:?}, f16 {with_f16}",
+                            w.layout()
+                        );
+                    }
+                    off += r;
+                }
+            }
+        }
     }
 }

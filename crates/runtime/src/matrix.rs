@@ -319,6 +319,9 @@ const RAW_CHUNK_BYTES: usize = 256 << 10;
 pub(crate) struct Proj<'a> {
     /// One matrix covering all members, when they are adjacent rows of one view.
     fused: Option<Matrix<'a>>,
+    /// Every member's view, when all are mapped native tensors (or row
+    /// ranges of one): run as one call however their types differ.
+    views: Option<Vec<NativeView<'a>>>,
     parts: Vec<Matrix<'a>>,
     total: usize,
 }
@@ -355,8 +358,29 @@ impl<'a> Proj<'a> {
                 });
             }
         }
+        let views = if fused.is_none() && parts.len() > 1 {
+            parts
+                .iter()
+                .map(|p| match p {
+                    Matrix::Native {
+                        view,
+                        row_start,
+                        rows,
+                    } if *row_start == 0 && *rows == view.rows() => Some(*view),
+                    Matrix::Native {
+                        view,
+                        row_start,
+                        rows,
+                    } => view.row_range(*row_start, *rows),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            None
+        };
         Proj {
             fused,
+            views,
             parts,
             total,
         }
@@ -364,7 +388,7 @@ impl<'a> Proj<'a> {
 
     /// Whether the members run as one kernel call.
     pub fn is_fused(&self) -> bool {
-        self.fused.is_some() || self.parts.len() == 1
+        self.fused.is_some() || self.views.is_some() || self.parts.len() == 1
     }
 
     /// `out` is `[n][rows()]`.
@@ -374,6 +398,9 @@ impl<'a> Proj<'a> {
         }
         if self.parts.len() == 1 {
             return self.parts[0].matmul(x, n, out);
+        }
+        if let Some(v) = &self.views {
+            return gpack_quant::matmul_concat(v, x, n, out);
         }
         let mut off = 0;
         for p in &self.parts {

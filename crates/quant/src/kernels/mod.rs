@@ -709,6 +709,61 @@ pub fn matmul_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: 
     }
 }
 
+/// `y[i] = [W0 · x[i], W1 · x[i], …]` for matrices of one width (`y` is
+/// `n × Σ rows`): q‖k‖v or gate‖up kept as separate tensors because their
+/// types differ (Q4_K_M mixes Q4_K and Q6_K). When every member is
+/// row-interleaved, the activations are quantized once and all members run
+/// in one pool call; otherwise each member runs alone. Either way each
+/// member's rows are bit-identical to [`matmul`] on it alone.
+///
+/// # Panics
+/// On shape mismatches.
+pub fn matmul_concat(ws: &[NativeView], x: &[f32], n: usize, y: &mut [f32]) {
+    matmul_concat_on(Isa::best(), Pool::global(), ws, x, n, y)
+}
+
+/// [`matmul_concat`] on a given ISA and pool.
+///
+/// # Panics
+/// As [`matmul_concat`], and if `isa` is not available.
+pub fn matmul_concat_on(
+    isa: Isa,
+    pool: &Pool,
+    ws: &[NativeView],
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) {
+    assert!(
+        isa.is_available(),
+        "ISA {} is not available on this CPU",
+        isa.name()
+    );
+    let total: usize = ws.iter().map(NativeView::rows).sum();
+    assert_eq!(y.len(), n * total, "y length must equal n * total rows");
+    if n == 0 || ws.is_empty() {
+        return;
+    }
+    if ws.iter().all(rows16::handles) {
+        return rows16::matmul_concat(isa, pool, ws, x, n, y);
+    }
+    let mut off = 0;
+    let mut tmp = Vec::new();
+    for w in ws {
+        let r = w.rows();
+        tmp.resize(n * r, 0.0);
+        if n == 1 {
+            matvec_on(isa, pool, w, x, &mut tmp);
+        } else {
+            matmul_on(isa, pool, w, x, n, &mut tmp);
+        }
+        for (o, t) in y.chunks_exact_mut(total).zip(tmp.chunks_exact(r)) {
+            o[off..off + r].copy_from_slice(t);
+        }
+        off += r;
+    }
+}
+
 /// The AVX-512 integer matmul: activations quantized and prepared
 /// ([`avx512::prepare`]) in parallel over vectors, then row chunks in
 /// parallel, each running its rows for blocks of [`MM_VECS`] vectors.

@@ -244,7 +244,11 @@ fn build_prep(k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
 #[derive(Default)]
 struct Bufs {
     qa: QuantizedActivations,
-    prep: Vec<u32>,
+    /// Prep words per distinct `(SUB, OFF)` of the call's kinds (what
+    /// [`build_prep`] depends on).
+    preps: Vec<((usize, i32), Vec<u32>)>,
+    /// The call's tasks: `(part, first group, end group)`.
+    tasks: Vec<(usize, usize, usize)>,
 }
 
 thread_local! {
@@ -260,11 +264,113 @@ const MIN_TASK_BYTES: usize = 32 * 1024;
 /// `y[v] = W · x[v]` for `n` vectors on `isa` (the dispatcher's entry for
 /// [`Layout::Rows16`] views). `w` must be a Rows16 view with a [`Kind`].
 pub(crate) fn matmul(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
-    let k = kind_of(w);
+    matmul_concat(isa, pool, std::slice::from_ref(w), x, n, y)
+}
+
+/// `y[v] = [W0 · x[v], W1 · x[v], …]` (`y` is `[n][Σ rows]`) for Rows16
+/// views of one width, of any mix of types: the activations are quantized
+/// once and every member's row groups run in one pool call, so a q‖k‖v of
+/// Q4_K and Q6_K members costs what one fused matrix does. Each member's
+/// rows get exactly the bits [`matmul`] gives it alone.
+pub(crate) fn matmul_concat(
+    isa: Isa,
+    pool: &Pool,
+    ws: &[NativeView],
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) {
+    let Some(first) = ws.first() else { return };
+    let cols = first.cols();
+    let total: usize = ws.iter().map(NativeView::rows).sum();
+    assert!(
+        ws.iter().all(|w| w.cols() == cols),
+        "members must share cols"
+    );
+    assert_eq!(x.len(), n * cols, "x length must equal n * cols");
+    assert_eq!(y.len(), n * total, "y length must equal n * total rows");
     let mut bufs = BUFS.with(|b| std::mem::take(&mut *b.borrow_mut()));
-    bufs.qa.quantize(x, n, w.cols());
-    build_prep(&k, &bufs.qa, &mut bufs.prep);
-    run(isa, pool, &k, w, n, &bufs.prep, y);
+    bufs.qa.quantize(x, n, cols);
+    let kinds: Vec<Kind> = ws.iter().map(kind_of).collect();
+    let mut used = 0;
+    for k in &kinds {
+        let key = (k.sub, k.off);
+        if bufs.preps[..used].iter().any(|(q, _)| *q == key) {
+            continue;
+        }
+        if used == bufs.preps.len() {
+            bufs.preps.push((key, Vec::new()));
+        }
+        bufs.preps[used].0 = key;
+        build_prep(k, &bufs.qa, &mut bufs.preps[used].1);
+        used += 1;
+    }
+    let preps = &bufs.preps[..used];
+    let prep_of = |k: &Kind| {
+        let key = (k.sub, k.off);
+        &preps
+            .iter()
+            .find(|(q, _)| *q == key)
+            .expect("built above")
+            .1[..]
+    };
+    // Tasks: each member's row groups in chunks sized as for one matrix.
+    let bytes: usize = ws.iter().map(NativeView::byte_len).sum();
+    let work = bytes + bytes * (n - 1) / 4;
+    let split = pool.threads() > 1 && work >= MIN_PARALLEL_BYTES;
+    bufs.tasks.clear();
+    for (p, w) in ws.iter().enumerate() {
+        let groups = w.rows().div_ceil(R);
+        let chunk = if split {
+            let min_groups = MIN_TASK_BYTES
+                .div_ceil(w.rows16_group_bytes().max(1))
+                .max(1);
+            groups
+                .div_ceil(pool.threads() * 4)
+                .max(min_groups)
+                .min(groups)
+        } else {
+            groups
+        };
+        let mut g0 = 0;
+        while g0 < groups {
+            bufs.tasks.push((p, g0, (g0 + chunk).min(groups)));
+            g0 += chunk;
+        }
+    }
+    let offs: Vec<usize> = ws
+        .iter()
+        .scan(0, |o, w| {
+            let at = *o;
+            *o += w.rows();
+            Some(at)
+        })
+        .collect();
+    let out = SendPtr(y.as_mut_ptr());
+    let tasks = &bufs.tasks;
+    let task = |t: usize| {
+        let (p, g0, g1) = tasks[t];
+        // SAFETY: tasks write the rows of their own groups of their own
+        // member for every vector: disjoint and inside y ([n][total]),
+        // which outlives the pool run; offs[p] + rows of p <= total.
+        let o = unsafe { out.at(offs[p]) };
+        run_groups(
+            isa,
+            &kinds[p],
+            &ws[p],
+            g0,
+            g1,
+            n,
+            prep_of(&kinds[p]),
+            o,
+            total,
+        );
+    };
+    if !split || tasks.len() == 1 {
+        (0..tasks.len()).for_each(task);
+    } else {
+        pool.run(tasks.len(), &task);
+    }
     BUFS.with(|b| *b.borrow_mut() = bufs);
 }
 
@@ -308,42 +414,11 @@ pub(crate) fn handles(w: &NativeView) -> bool {
     matches!(w.layout(), Layout::Rows16(t) if Kind::of(t).is_some())
 }
 
-fn run(isa: Isa, pool: &Pool, k: &Kind, w: &NativeView, n: usize, prep: &[u32], y: &mut [f32]) {
-    let groups = w.rows().div_ceil(R);
-    let gs = w.rows16_group_bytes();
-    let total = w.byte_len();
-    let work = total + total * (n - 1) / 4;
-    let (chunk, tasks) = if pool.threads() <= 1 || work < MIN_PARALLEL_BYTES {
-        (groups, 1)
-    } else {
-        let min_groups = MIN_TASK_BYTES.div_ceil(gs.max(1)).max(1);
-        let c = groups
-            .div_ceil(pool.threads() * 4)
-            .max(min_groups)
-            .min(groups);
-        (c, groups.div_ceil(c))
-    };
-    let out = SendPtr(y.as_mut_ptr());
-    let task = |t: usize| {
-        let g0 = t * chunk;
-        let g1 = (g0 + chunk).min(groups);
-        // SAFETY: tasks write the rows of their own groups for every vector,
-        // disjoint and inside y ([n][rows]), which outlives the pool run.
-        let o = unsafe { out.at(0) };
-        run_groups(isa, k, w, g0, g1, n, prep, o);
-    };
-    if tasks == 1 {
-        task(0);
-    } else {
-        pool.run(tasks, &task);
-    }
-}
-
 thread_local! {
     static STAGE: RefCell<Option<Box<Stage>>> = const { RefCell::new(None) };
 }
 
-/// Row groups `g0..g1` for all `n` vectors, writing `out[v * rows + r]`.
+/// Row groups `g0..g1` for all `n` vectors, writing `out[v * stride + r]`.
 #[allow(clippy::too_many_arguments)]
 fn run_groups(
     isa: Isa,
@@ -354,6 +429,7 @@ fn run_groups(
     n: usize,
     prep: &[u32],
     out: *mut f32,
+    stride: usize,
 ) {
     let mut st = STAGE
         .with(|s| s.borrow_mut().take())
@@ -416,9 +492,10 @@ fn run_groups(
             let valid = R.min(rows - g * R);
             for (v, a) in acc[..nv].iter().enumerate() {
                 for (i, &val) in a.iter().enumerate().take(valid) {
-                    // SAFETY: v0 + v < n and g * 16 + i < rows: inside the
-                    // caller's [n][rows] output; this task owns group g.
-                    unsafe { *out.add((v0 + v) * rows + g * R + i) = val };
+                    // SAFETY: v0 + v < n and g * 16 + i < rows <= stride:
+                    // inside the caller's [n][stride] output; this task owns
+                    // group g.
+                    unsafe { *out.add((v0 + v) * stride + g * R + i) = val };
                 }
             }
         }
