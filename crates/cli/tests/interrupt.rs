@@ -1,5 +1,7 @@
 //! Ctrl-C (SIGINT) and SIGTERM during `gpack convert` unlink the temporary
-//! file and leave the destination untouched.
+//! file and leave the destination untouched; after SIGKILL during `gpack
+//! prequant` (which no handler sees), the next run of any writer in the
+//! directory removes the dead writer's temporary file.
 
 use crate::{gpack, smollm2};
 use std::time::{Duration, Instant};
@@ -26,9 +28,9 @@ fn signals_during_convert_leave_no_partial_file() {
             .spawn()
             .unwrap();
         // Wait until the temporary file exists (the write is under way).
-        let tmp = dir.path().join(format!("m.gpack.tmp.{}", child.id()));
+        let tmp = || gpack_format::temp_files_of(&out);
         let start = Instant::now();
-        while !tmp.exists() && start.elapsed() < Duration::from_secs(20) {
+        while tmp().is_empty() && start.elapsed() < Duration::from_secs(20) {
             if child.try_wait().unwrap().is_some() {
                 break;
             }
@@ -40,7 +42,7 @@ fn signals_during_convert_leave_no_partial_file() {
             .arg(child.id().to_string())
             .status();
         let status = child.wait().unwrap();
-        assert!(!tmp.exists(), "temporary file left after SIG{signal}");
+        assert_eq!(tmp(), Vec::<std::path::PathBuf>::new(), "after SIG{signal}");
         if status.code() == Some(130) {
             interrupted += 1;
             assert_eq!(std::fs::read(&out).unwrap(), b"the user's file");
@@ -55,4 +57,67 @@ fn signals_during_convert_leave_no_partial_file() {
         interrupted >= 3,
         "only {interrupted} of 6 signals landed mid-write"
     );
+}
+
+#[test]
+fn sigkill_during_prequant_leaves_nothing_after_the_next_run() {
+    let model = smollm2();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.giw");
+    std::fs::write(&out, b"the user's file").unwrap();
+    let temps = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp."))
+            .collect()
+    };
+    let mut killed = 0;
+    for _ in 0..10 {
+        let before = temps().len();
+        let mut child = gpack()
+            .arg("prequant")
+            .arg(&model)
+            .args(["--quant", "int8", "--force", "-o"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        // Until this writer's temporary file exists.
+        while temps().len() == before && start.elapsed() < Duration::from_secs(20) {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = child.kill(); // SIGKILL: no handler runs
+        child.wait().unwrap();
+        // The user's file, or (the kill landed after the atomic rename) a
+        // complete bundle that replaced it whole.
+        if std::fs::read(&out).unwrap() != b"the user's file" {
+            gpack_format::giw::Giw::open(&out).expect("a complete bundle");
+            std::fs::write(&out, b"the user's file").unwrap();
+        }
+        if temps().len() > before {
+            killed += 1;
+        }
+    }
+    assert!(
+        killed >= 3,
+        "only {killed} of 10 kills left a temporary file"
+    );
+    // The next writer in the directory (another destination) cleans up.
+    let other = dir.path().join("other.gpack");
+    let o = gpack()
+        .arg("convert")
+        .arg(&model)
+        .arg("-o")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(temps(), Vec::<String>::new());
+    assert!(std::fs::read(&out).unwrap() == b"the user's file");
 }

@@ -27,12 +27,12 @@ pub mod mmap;
 pub mod payload;
 pub mod raw;
 mod read;
+pub mod temp;
 mod write;
 
 pub use error::{DigestFailure, Error, Result, SectionProblem};
 pub use kind::{HeaderFlags, SectionKind};
 pub use manifest::{Manifest, ManifestInput, ManifestSection};
 pub use read::{parse_layout, single_tensor, verify_payloads, Gpack, Layout, Section, SectionInfo};
-pub use write::{
-    remove_live_temp_files, temp_path_for, GpackWriter, SectionWriter, WriteOptions, Written,
-};
+pub use temp::{remove_live_temp_files, remove_stale_temps, temp_files_of};
+pub use write::{GpackWriter, SectionWriter, WriteOptions, Written};

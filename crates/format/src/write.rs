@@ -2,70 +2,26 @@
 //!
 //! Sections are streamed: a section's bytes pass through a buffer and a
 //! SHA-256 state on their way to the file, and are never required to be in
-//! memory at once. The file is built as `<out>.tmp.<pid>` next to the
-//! destination; `finish` writes the manifest, section table, footer and header,
+//! memory at once. The file is built as a locked `<out>.tmp.<pid>.<seq>` next
+//! to the destination (see [`crate::temp`]); `finish` writes the manifest, section table, footer and header,
 //! fsyncs, re-opens the file and quick-verifies it, then moves it into place
 //! atomically and fsyncs the directory. Until that moment the destination is
 //! untouched. Any error, panic or drop before then unlinks the temporary file;
-//! [`remove_live_temp_files`] lets a signal handler do the same on Ctrl-C.
+//! [`crate::remove_live_temp_files`] lets a signal handler do the same on
+//! Ctrl-C, and the next writer in the directory removes a killed one's.
 
 use crate::error::{add, align_up, io, Error, Result};
 use crate::kind::{HeaderFlags, SectionKind};
 use crate::manifest::{Manifest, ManifestInput, ManifestSection};
 use crate::raw::*;
+use crate::temp::TempFile;
 use sha2::{Digest, Sha256};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use zerocopy::{FromZeros, IntoBytes};
 
 const WRITE_BUFFER: usize = 1 << 20;
-
-static LIVE_TEMPS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-/// Unlinks every temporary file a writer in this process is still building.
-/// Meant for a Ctrl-C / SIGTERM handler that exits right after.
-pub fn remove_live_temp_files() {
-    let list = LIVE_TEMPS.lock().unwrap_or_else(|e| e.into_inner());
-    for p in list.iter() {
-        let _ = std::fs::remove_file(p);
-    }
-}
-
-/// A temporary file that is unlinked on drop (and by
-/// [`remove_live_temp_files`] on a signal) unless it was persisted.
-pub(crate) struct TempFile {
-    pub(crate) path: PathBuf,
-    armed: bool,
-}
-
-impl TempFile {
-    pub(crate) fn new(path: PathBuf) -> TempFile {
-        LIVE_TEMPS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(path.clone());
-        TempFile { path, armed: true }
-    }
-
-    pub(crate) fn disarm(&mut self) {
-        self.armed = false;
-        LIVE_TEMPS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|p| p != &self.path);
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = std::fs::remove_file(&self.path);
-            self.disarm();
-        }
-    }
-}
 
 /// Options for [`GpackWriter::create`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -118,15 +74,7 @@ impl GpackWriter {
                 path: out.to_path_buf(),
             });
         }
-        remove_stale_temps(out);
-        let temp_path = temp_path_for(out);
-        let _ = std::fs::remove_file(&temp_path); // a leftover of a recycled pid
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp_path)
-            .map_err(io("create", &temp_path))?;
-        let temp = TempFile::new(temp_path);
+        let (temp, file) = TempFile::create(out)?;
         let mut w = GpackWriter {
             out: out.to_path_buf(),
             temp,
@@ -402,45 +350,6 @@ impl Write for SectionWriter<'_> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
-    }
-}
-
-/// `<out>.tmp.<pid>` in the destination's directory.
-pub fn temp_path_for(out: &Path) -> PathBuf {
-    let mut name = out
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(format!(".tmp.{}", std::process::id()));
-    out.with_file_name(name)
-}
-
-/// Removes `<out>.tmp.<pid>` files whose process no longer exists.
-fn remove_stale_temps(out: &Path) {
-    let (Some(dir), Some(name)) = (out.parent(), out.file_name()) else {
-        return;
-    };
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    let prefix = format!("{}.tmp.", name.to_string_lossy());
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let fname = e.file_name();
-        let fname = fname.to_string_lossy();
-        let Some(pid) = fname.strip_prefix(&prefix) else {
-            continue;
-        };
-        let Ok(pid) = pid.parse::<u32>() else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_file(e.path());
-        }
     }
 }
 

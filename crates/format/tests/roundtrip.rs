@@ -142,7 +142,7 @@ fn panic_while_writing_unlinks_the_temporary_file() {
 }
 
 fn w_temp_exists(out: &std::path::Path) -> bool {
-    gpack_format::temp_path_for(out).exists()
+    !gpack_format::temp_files_of(out).is_empty()
 }
 
 #[test]

@@ -5,13 +5,7 @@ use std::time::Instant;
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let t = match a[1].as_str() {
-        "Q4_K" => GgmlType::Q4_K,
-        "Q6_K" => GgmlType::Q6_K,
-        "Q8_0" => GgmlType::Q8_0,
-        "Q4_0" => GgmlType::Q4_0,
-        _ => panic!(),
-    };
+    let t = GgmlType::from_name(&a[1]).expect("a ggml type name");
     let (rows, cols, n): (usize, usize, usize) = (
         a[2].parse().unwrap(),
         a[3].parse().unwrap(),
@@ -33,7 +27,7 @@ fn main() {
             GgmlType::Q6_K => blk[208..210].copy_from_slice(&d),
             _ => {
                 blk[0..2].copy_from_slice(&d);
-                if t == GgmlType::Q4_K {
+                if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
                     blk[2..4].copy_from_slice(&d)
                 }
             }

@@ -5,7 +5,8 @@
 //! computed on the fly over everything after the header; the header, only
 //! known at the end, is hashed separately and combined
 //! (`crc32fast::Hasher::combine`), so the file is never read back to hash it.
-//! As with GPACK (`write.rs`), the bytes go to `<out>.tmp.<pid>`, which is
+//! As with GPACK (`write.rs`), the bytes go to a locked temporary file
+//! (`<out>.tmp.<pid>.<seq>`, see [`crate::temp`]), which is
 //! fsynced, re-read and checked, then moved over the destination atomically;
 //! any error or drop before that unlinks it.
 
@@ -14,7 +15,7 @@ use super::{
     MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN, MIN_WEIGHTS_VERSION, RECORD_HEADER_LEN,
     WEIGHTS_VERSION,
 };
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -47,11 +48,11 @@ pub struct WriteSummary {
     pub weights_version: u16,
 }
 
-/// Streams a GIW bundle to `<out>.tmp.<pid>`, then renames it into place.
+/// Streams a GIW bundle to a locked temporary file, then renames it into place.
 pub struct GiwWriter {
     out: PathBuf,
     replace: bool,
-    tmp: crate::write::TempFile,
+    tmp: crate::temp::TempFile,
     file: BufWriter<File>,
     crc: crc32fast::Hasher,
     pos: u64,
@@ -87,14 +88,7 @@ impl GiwWriter {
                 path: out.to_path_buf(),
             });
         }
-        let tmp_path = crate::temp_path_for(out);
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp_path)
-            .map_err(io("create", &tmp_path))?;
-        let tmp = crate::write::TempFile::new(tmp_path);
+        let (tmp, f) = crate::temp::TempFile::create(out)?;
         let mut w = GiwWriter {
             out: out.to_path_buf(),
             replace,
@@ -383,9 +377,8 @@ impl Write for PayloadWriter<'_> {
 /// Writes `bytes` to `out` atomically (temporary file, fsync, rename, fsync
 /// of the directory), replacing an existing file. For small files (fixtures).
 pub fn write_atomic(out: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = crate::temp_path_for(out);
-    let mut guard = crate::write::TempFile::new(tmp.clone());
-    let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+    let (mut guard, mut f) = crate::temp::TempFile::create(out)?;
+    let tmp = guard.path.clone();
     f.write_all(bytes).map_err(io("write", &tmp))?;
     f.sync_all().map_err(io("fsync", &tmp))?;
     crate::write::persist(&tmp, out, true)?;
