@@ -108,3 +108,66 @@ fn giw_runs_directly_like_its_gguf() {
     let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
     assert!(common >= 12, "{a:?} vs {b:?}");
 }
+
+/// A flipped byte inside the weights (the structure intact, so the quick
+/// open succeeds) is found by the integrity check: `run` stops with exit 1
+/// naming the section, in the background (default) and before loading;
+/// `--verify off` trusts the file. The intact file passes both checks.
+#[test]
+fn a_flipped_weight_byte_is_reported_by_run() {
+    let model = smollm2();
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.gpack");
+    assert!(gpack()
+        .arg("convert")
+        .arg(&model)
+        .arg("-o")
+        .arg(&good)
+        .status()
+        .unwrap()
+        .success());
+    let bad = dir.path().join("bad.gpack");
+    let mut bytes = std::fs::read(&good).unwrap();
+    let (off, size) = {
+        let g = gpack_format::Gpack::open(&good).unwrap();
+        let s = g.section(gpack_format::SectionKind::NativeDense).unwrap();
+        (s.info.offset as usize, s.info.size as usize)
+    };
+    bytes[off + size / 2] ^= 0x10;
+    std::fs::write(&bad, &bytes).unwrap();
+    let run = |m: &Path, verify: &str| {
+        gpack()
+            .arg("run")
+            .arg(m)
+            .args([
+                "-p",
+                "The capital of France is",
+                "-n",
+                "8",
+                "--verify",
+                verify,
+            ])
+            .output()
+            .unwrap()
+    };
+    for verify in ["background", "before"] {
+        let o = run(&good, verify);
+        assert!(
+            o.status.success(),
+            "{verify}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let o = run(&bad, verify);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{verify}: {err}");
+        assert!(
+            err.contains("native_dense") && err.contains(&format!("offset {off}")),
+            "{verify}: {err}"
+        );
+        if verify == "before" {
+            assert!(o.stdout.is_empty(), "generated before the check");
+        }
+    }
+    let o = run(&bad, "off");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -61,6 +61,9 @@ pub enum Error {
     /// The decoding thread panicked.
     #[error("the decoding thread panicked")]
     EnginePanic,
+    /// `--verify before`: a section does not match its digest.
+    #[error("{0}")]
+    Integrity(String),
 }
 
 /// `Result` with this crate's [`Error`].

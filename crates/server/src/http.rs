@@ -32,6 +32,15 @@ pub(crate) struct AppState {
     pub stop_tokens: Vec<u32>,
     pub created: u64,
     pub next_id: AtomicU64,
+    /// The background check of the weights, once started.
+    pub integrity: Arc<std::sync::OnceLock<crate::Integrity>>,
+}
+
+impl AppState {
+    /// The integrity failure, if the weights failed their check.
+    fn integrity_failure(&self) -> Option<String> {
+        self.integrity.get().and_then(crate::Integrity::failure)
+    }
 }
 
 type St = State<Arc<AppState>>;
@@ -64,8 +73,26 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+async fn health(State(s): St) -> Response {
+    match s.integrity_failure() {
+        None => Json(json!({"status": "ok"})).into_response(),
+        Some(m) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "error", "error": m})),
+        )
+            .into_response(),
+    }
+}
+
+/// Refuses generation once the weights failed their integrity check.
+fn check_integrity(s: &AppState) -> Result<(), ApiError> {
+    match s.integrity_failure() {
+        None => Ok(()),
+        Some(m) => Err(
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", m)
+                .with_code("integrity_check_failed"),
+        ),
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -192,6 +219,7 @@ async fn completions(State(s): St, req: Request) -> Response {
 
 async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     check_auth(s, req.headers())?;
+    check_integrity(s)?;
     let (_, body) = read_body(s, req).await?;
     let r: ChatRequest = api::parse(&body)?;
     let params = r.common.params()?;
@@ -224,6 +252,7 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
 
 async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     check_auth(s, req.headers())?;
+    check_integrity(s)?;
     let (_, body) = read_body(s, req).await?;
     let r: CompletionRequest = api::parse(&body)?;
     let params = r.common.params()?;

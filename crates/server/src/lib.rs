@@ -26,10 +26,12 @@ pub mod api;
 pub mod engine;
 mod error;
 mod http;
+pub mod integrity;
 pub mod load;
 pub mod metrics;
 
 pub use error::{Error, Result};
+pub use integrity::{Integrity, VerifyMode};
 pub use load::Loaded;
 
 use gpack_runtime::Model;
@@ -65,6 +67,10 @@ pub struct Options {
     /// are in the batched kernels' order already (row-interleaved in the
     /// file or at the transcode of a GGUF/HF source): nothing is repacked.
     pub load: gpack_runtime::LoadOptions,
+    /// When the .gpack's sections are hashed ([`VerifyMode`]): by default in
+    /// the background once the server listens; on a mismatch `/health`
+    /// reports the failure (503) and generation requests are refused.
+    pub verify: VerifyMode,
 }
 
 impl Default for Options {
@@ -83,6 +89,7 @@ impl Default for Options {
                 kv_f16: true,
                 ..gpack_runtime::LoadOptions::default()
             },
+            verify: VerifyMode::Background,
         }
     }
 }
@@ -117,7 +124,11 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into())
     });
+    if opts.verify == VerifyMode::Before {
+        integrity::verify_now(&model).map_err(Error::Integrity)?;
+    }
     let loaded: &'static Loaded = Box::leak(Box::new(model));
+    let integrity = std::sync::OnceLock::new();
     let tok = loaded.tokenizer()?;
     let bm = Model::load_with(loaded.weights(), &opts.load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
@@ -164,7 +175,9 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map(|d| d.as_secs())
             .unwrap_or(0),
         next_id: AtomicU64::new(0),
+        integrity: Arc::new(integrity),
     });
+    let checks = state.integrity.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -185,6 +198,11 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             what: "reading the bound address".into(),
             source,
         })?;
+        if opts.verify == VerifyMode::Background {
+            if let Some(i) = Integrity::start(loaded) {
+                let _ = checks.set(i);
+            }
+        }
         on_ready(local);
         axum::serve(listener, http::router(state))
             .with_graceful_shutdown(shutdown_signal())

@@ -319,3 +319,68 @@ fn prompt_prefix_reuse_gives_fresh_results() {
     assert_eq!(complete(fresh.addr, longer), reused);
     assert_eq!(complete(fresh.addr, p), first);
 }
+
+fn get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_all(s)
+}
+
+/// A flipped byte in the weights of the served .gpack: the background check
+/// finds it, `/health` turns 503 naming the section, and generation requests
+/// are refused with 503; `--verify before` refuses to start at all.
+#[test]
+fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.gpack");
+    let mut bytes = std::fs::read(&m.gpack).unwrap();
+    let off = {
+        let g = gpack_format::Gpack::open(&m.gpack).unwrap();
+        let s = g.section(gpack_format::SectionKind::NativeDense).unwrap();
+        bytes[(s.info.offset + s.info.size / 3) as usize] ^= 0x01;
+        s.info.offset
+    };
+    std::fs::write(&bad, &bytes).unwrap();
+    let srv = start(&bad, &[]);
+    let t0 = Instant::now();
+    let health = loop {
+        let h = get(srv.addr, "/health");
+        if !h.contains("\"ok\"") || t0.elapsed() > Duration::from_secs(60) {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(health.starts_with("HTTP/1.1 503"), "{health}");
+    assert!(
+        health.contains("native_dense") && health.contains(&format!("offset {off}")),
+        "{health}"
+    );
+    let r = read_all(post(
+        srv.addr,
+        "/v1/completions",
+        r#"{"prompt":"Hello","max_tokens":4}"#,
+    ));
+    assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+    assert!(r.contains("integrity_check_failed"), "{r}");
+    drop(srv);
+    let o = Command::new(gpack())
+        .arg("serve")
+        .arg(&bad)
+        .args(["--port", "0", "--verify", "before"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("native_dense"), "{err}");
+    // The intact file stays healthy once its check is done.
+    let srv = start(&m.gpack, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let h = get(srv.addr, "/health");
+    assert!(h.starts_with("HTTP/1.1 200") && h.contains("\"ok\""), "{h}");
+}

@@ -92,6 +92,14 @@ pub struct Args {
     /// contexts; K/V are rounded to f16 once when written.
     #[arg(long)]
     kv_f16: bool,
+    /// When a .gpack's sections are checked against their SHA-256 digests:
+    /// `background` (default) hashes them on one thread from the first
+    /// generated token on (never delaying it) and waits for the verdict at
+    /// the end; `before` hashes them on every core before loading; `off`
+    /// trusts the file. On a mismatch, generation stops and gpack exits 1
+    /// naming the damaged section. (GGUF/HF/GIW inputs carry no digests.)
+    #[arg(long, value_name = "WHEN", default_value = "background")]
+    verify: gpack_server::VerifyMode,
     /// At the end, also print the expert cache's hit rate and expert bytes
     /// read per token (MoE models), and the PLE row cache's hit rate.
     #[arg(short, long)]
@@ -205,6 +213,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         a.fallback_gguf.as_deref(),
         a.stream_weights.as_deref(),
     )?;
+    if a.verify == gpack_server::VerifyMode::Before {
+        gpack_server::integrity::verify_now(&loaded).map_err(anyhow::Error::msg)?;
+    }
     let model = Model::load_with(
         loaded.weights(),
         &LoadOptions {
@@ -245,17 +256,34 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let mut out = std::io::stdout().lock();
     let mut write_err = None;
+    let mut check: Option<gpack_server::Integrity> = None;
+    let mut damaged = None;
     let g = generate(
         &model,
         &mut state,
         &prompt_ids,
         &cfg,
         Some(tok),
-        |_, text| match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => true,
-            Err(e) => {
-                write_err = Some(e);
-                false
+        |_, text| {
+            // The first token is out: start hashing; later, stop as soon
+            // as a section failed.
+            if a.verify == gpack_server::VerifyMode::Background {
+                match &check {
+                    None => check = gpack_server::Integrity::start(&loaded),
+                    Some(c) => {
+                        if let Some(m) = c.failure() {
+                            damaged = Some(m);
+                            return false;
+                        }
+                    }
+                }
+            }
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => true,
+                Err(e) => {
+                    write_err = Some(e);
+                    false
+                }
             }
         },
     )?;
@@ -263,6 +291,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Err(e.into());
     }
     writeln!(out)?;
+    // No token produced (an empty reply): check now, so the verdict stands
+    // for every run.
+    if check.is_none() && a.verify == gpack_server::VerifyMode::Background {
+        check = gpack_server::Integrity::start(&loaded);
+    }
+    if let Some(c) = &check {
+        if let gpack_server::integrity::Status::Failed(m) = c.wait() {
+            damaged = Some(m);
+        }
+    }
+    if let Some(m) = damaged {
+        bail!("{m}");
+    }
     eprintln!(
         "load {:.1} ms · prompt {} tokens at {:.1} tok/s · generated {} tokens at {:.1} tok/s",
         load_time.as_secs_f64() * 1e3,

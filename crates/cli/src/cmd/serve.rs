@@ -67,6 +67,14 @@ pub struct Args {
     /// attention streams per step).
     #[arg(long)]
     kv_f32: bool,
+    /// When a .gpack's sections are checked against their SHA-256 digests:
+    /// `background` (default) hashes them on one thread once the server
+    /// listens; `before` hashes them on every core before loading (a
+    /// mismatch is a start-up error); `off` trusts the file. After a failed
+    /// background check `/health` answers 503 naming the damaged section and
+    /// generation requests are refused with 503.
+    #[arg(long, value_name = "WHEN", default_value = "background")]
+    verify: gpack_server::VerifyMode,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -103,6 +111,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             ple: a.ple.io(),
             kv_f16: !a.kv_f32,
         },
+        verify: a.verify,
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;
