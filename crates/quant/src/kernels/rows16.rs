@@ -437,6 +437,41 @@ const VT: usize = 8;
 /// overlapping ranges).
 pub(crate) const PF_BYTES: usize = 16384;
 
+/// Prefetches `len` bytes from `p` into L2, one hint per 64-byte line (the
+/// SIMD decoders' look-ahead over the weight stream).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_l2(p: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    let mut o = 0;
+    while o < len {
+        // SAFETY: SSE is part of x86_64, and a prefetch is a hint that never
+        // faults, whatever the address (hence `wrapping_add`).
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(o).cast()) };
+        o += 64;
+    }
+}
+
+/// A lookup type's staged codes by 4-bit index: ggml's value table plus the
+/// kind's OFF of 128, the operand of the SIMD decoders' byte shuffles.
+#[cfg(target_arch = "x86_64")]
+const fn staged_lut(values: &[i8; 16]) -> [u8; 16] {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (values[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+}
+
+/// IQ4_NL and IQ4_XS: ggml `kvalues_iq4nl` + 128.
+#[cfg(target_arch = "x86_64")]
+const LUT_IQ4NL: [u8; 16] = staged_lut(&crate::ggml::KVALUES_IQ4NL);
+/// MXFP4: ggml `kvalues_mxfp4` (the doubled e2m1 values) + 128.
+#[cfg(target_arch = "x86_64")]
+const LUT_MXFP4: [u8; 16] = staged_lut(&crate::ggml::KVALUES_MXFP4);
+
 /// Decodes a group-block into the stage on `isa`.
 fn stage(isa: Isa, k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8) {
     match isa {
