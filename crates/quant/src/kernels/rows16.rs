@@ -42,6 +42,12 @@
 //! every vector of the call, which is the on-the-fly conversion to an int8
 //! interleaved form that makes prefill compute-bound rather than
 //! unpack-bound.
+//!
+//! The scalar decoder ([`decode_scalar`]: each row's block gathered and
+//! split by `ggml::decode_block`) is the reference; the AVX-512
+//! (`avx512.rs`) and AVX2 (`avx2_decode.rs`, also the AVX-VNNI path's)
+//! decoders write its stage bit for bit, every type unpacked straight from
+//! the interleaved words, 16 or 8 rows per register.
 
 use super::{Isa, QuantizedActivations, SendPtr, QA};
 use crate::interleave::R;
@@ -53,6 +59,8 @@ use std::cell::RefCell;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_decode;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -478,6 +486,10 @@ fn stage(isa: Isa, k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the dispatcher checked the ISA; `gb` is one group-block.
         Isa::Avx512Vnni => unsafe { avx512::decode(k, gb, st, next) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the dispatcher checked the ISA (AVX-VNNI's check includes
+        // AVX2, FMA and F16C); `gb` is one group-block.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2_decode::decode(k, gb, st, next) },
         _ => {
             let _ = next;
             decode_scalar(k, gb, st)
@@ -521,7 +533,9 @@ fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], bs: usize, acc: &mut [f32; R
 
 /// Test hook: decodes group-block `(g, b)` of `w` with the scalar decoder
 /// and with the SIMD decoder of `isa`, returning whether the stages agree
-/// bit for bit (codes, scales, mins).
+/// bit for bit where the dot loops read them (codes, scales, and the mins
+/// of the asymmetric kinds; the SIMD decoders leave the symmetric kinds'
+/// mins, which no loop reads, as they were).
 #[doc(hidden)]
 pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
     let k = kind_of(w);
@@ -536,6 +550,12 @@ pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
             assert!(isa.is_available());
             // SAFETY: checked above; `gb` is one group-block.
             unsafe { avx512::decode(&k, gb, &mut s, gb.as_ptr()) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => {
+            assert!(isa.is_available());
+            // SAFETY: checked above; `gb` is one group-block.
+            unsafe { avx2_decode::decode(&k, gb, &mut s, gb.as_ptr()) };
         }
         _ => decode_scalar(&k, gb, &mut s),
     }
