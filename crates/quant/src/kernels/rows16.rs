@@ -576,3 +576,25 @@ pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
     };
     bits(&a) == bits(&s)
 }
+
+/// Probe hook (the `stage_probe` example times it): decodes every
+/// group-block of `w` into one stage on `isa`, as the prefill path does,
+/// and returns a checksum of the stage so the work cannot be skipped.
+///
+/// # Panics
+/// If `isa` is not available or `w` is not a Rows16 view with a kernel.
+#[doc(hidden)]
+pub fn stage_all(isa: Isa, w: &NativeView) -> u32 {
+    assert!(isa.is_available());
+    let k = kind_of(w);
+    let gbs = k.group_block();
+    let codes = w.codes();
+    let mut st = Stage::new();
+    let mut sum = 0u32;
+    for (i, gb) in codes.chunks_exact(gbs).enumerate() {
+        let next = codes.as_ptr().wrapping_add((i + 1) * gbs + PF_BYTES);
+        stage(isa, &k, gb, &mut st, next);
+        sum = sum.wrapping_add(u32::from(st.codes[0][i % 512]) ^ st.scales[0][i % R].to_bits());
+    }
+    sum
+}
