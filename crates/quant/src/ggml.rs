@@ -248,12 +248,13 @@ pub(crate) fn decode_block(
 }
 
 /// ggml `kvalues_iq4nl`: the 16 non-linear levels of IQ4_NL and IQ4_XS.
-const KVALUES_IQ4NL: [i8; 16] = [
+pub(crate) const KVALUES_IQ4NL: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
 /// ggml `kvalues_mxfp4`: the e2m1 (FP4) values, doubled so they are integers.
-const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(crate) const KVALUES_MXFP4: [i8; 16] =
+    [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// ggml `ggml_e8m0_to_fp32_half` (ggml-impl.h): `2^(e - 128)`, i.e. half the
 /// E8M0 scale `2^(e - 127)`. `e` 0 and 1 give the f32 subnormals `2^-128` and

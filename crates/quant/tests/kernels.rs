@@ -12,7 +12,7 @@ use gpack_quant::{
 };
 
 /// f16 scale fields per block type (ggml-common.h).
-fn f16_fields(t: GgmlType) -> &'static [usize] {
+pub fn f16_fields(t: GgmlType) -> &'static [usize] {
     use GgmlType as T;
     match t {
         T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => &[0],

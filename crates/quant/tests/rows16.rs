@@ -6,7 +6,7 @@
 //! call give each member's own bits.
 
 use crate::common::{Aligned, Rng};
-use crate::kernels::{random_blocks, random_x, INT_TYPES};
+use crate::kernels::{f16_fields, random_blocks, random_x, INT_TYPES};
 use gpack_quant::kernels::rows16::stage_matches;
 use gpack_quant::{
     dequantize_ggml, matmul_concat_on, matmul_ref, matmul_with, matvec_with, transcode,
@@ -126,25 +126,68 @@ fn every_isa_and_batch_size_equals_the_reference() {
     }
 }
 
+/// f16 bit patterns at the edges: ±0, the smallest and largest
+/// subnormals, the smallest normal, ±65504, ±infinity, one.
+const EXTREME_F16: [u16; 11] = [
+    0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x3C00, 0xBC00,
+];
+
+/// Sets every nonzero block's f16 scale fields to extreme values (and
+/// MXFP4's exponent to any byte, 0 and 1 the subnormal scales, 255 the
+/// largest); the other bytes stay random.
+fn extreme_scales(rng: &mut Rng, t: GgmlType, src: &mut [u8]) {
+    let ts = t.block().1 as usize;
+    for blk in src.chunks_exact_mut(ts) {
+        if blk.iter().all(|&b| b == 0) {
+            continue;
+        }
+        for &o in f16_fields(t) {
+            let v = EXTREME_F16[rng.below(EXTREME_F16.len())];
+            blk[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        }
+        if t == GgmlType::MXFP4 {
+            blk[0] = match rng.below(4) {
+                0 => 0,
+                1 => 1,
+                2 => 255,
+                _ => rng.next_u64() as u8,
+            };
+        }
+    }
+}
+
 #[test]
 fn simd_decoders_write_the_scalar_stage() {
-    if !Isa::Avx512Vnni.is_available() {
-        eprintln!("no AVX-512 VNNI on this CPU: only the scalar decoder exists here");
+    let simd: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|&i| i != Isa::Scalar)
+        .collect();
+    if simd.is_empty() {
+        eprintln!("no SIMD path on this CPU: only the scalar decoder exists here");
         return;
     }
     let mut rng = Rng::new(4);
     for t in TYPES {
         let cols = cols_for(t)[1];
-        let rows = 37;
-        let src = random_blocks(&mut rng, t, rows, cols);
-        let a = rows16(t, &src, rows, cols);
-        let v = NativeView::parse(a.bytes()).unwrap();
-        for g in 0..3 {
-            for b in 0..cols / t.block_size() as usize {
-                assert!(
-                    stage_matches(Isa::Avx512Vnni, &v, g, b),
-                    "{t} group {g} block {b}"
-                );
+        // One ragged group (5 rows) and two full groups plus a ragged one.
+        for rows in [5usize, 37] {
+            for extreme in [false, true] {
+                let mut src = random_blocks(&mut rng, t, rows, cols);
+                if extreme {
+                    extreme_scales(&mut rng, t, &mut src);
+                }
+                let a = rows16(t, &src, rows, cols);
+                let v = NativeView::parse(a.bytes()).unwrap();
+                for &isa in &simd {
+                    for g in 0..rows.div_ceil(16) {
+                        for b in 0..cols / t.block_size() as usize {
+                            assert!(
+                                stage_matches(isa, &v, g, b),
+                                "{t} {isa:?} {rows} rows, extreme {extreme}: group {g} block {b}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }

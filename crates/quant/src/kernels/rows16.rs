@@ -42,6 +42,12 @@
 //! every vector of the call, which is the on-the-fly conversion to an int8
 //! interleaved form that makes prefill compute-bound rather than
 //! unpack-bound.
+//!
+//! The scalar decoder ([`decode_scalar`]: each row's block gathered and
+//! split by `ggml::decode_block`) is the reference; the AVX-512
+//! (`avx512.rs`) and AVX2 (`avx2_decode.rs`, also the AVX-VNNI path's)
+//! decoders write its stage bit for bit, every type unpacked straight from
+//! the interleaved words, 16 or 8 rows per register.
 
 use super::{Isa, QuantizedActivations, SendPtr, QA};
 use crate::interleave::R;
@@ -53,6 +59,8 @@ use std::cell::RefCell;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_decode;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -514,12 +522,51 @@ const VT: usize = 8;
 /// overlapping ranges).
 pub(crate) const PF_BYTES: usize = 16384;
 
+/// Prefetches `len` bytes from `p` into L2, one hint per 64-byte line (the
+/// SIMD decoders' look-ahead over the weight stream).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_l2(p: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    let mut o = 0;
+    while o < len {
+        // SAFETY: SSE is part of x86_64, and a prefetch is a hint that never
+        // faults, whatever the address (hence `wrapping_add`).
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(o).cast()) };
+        o += 64;
+    }
+}
+
+/// A lookup type's staged codes by 4-bit index: ggml's value table plus the
+/// kind's OFF of 128, the operand of the SIMD decoders' byte shuffles.
+#[cfg(target_arch = "x86_64")]
+const fn staged_lut(values: &[i8; 16]) -> [u8; 16] {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (values[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+}
+
+/// IQ4_NL and IQ4_XS: ggml `kvalues_iq4nl` + 128.
+#[cfg(target_arch = "x86_64")]
+const LUT_IQ4NL: [u8; 16] = staged_lut(&crate::ggml::KVALUES_IQ4NL);
+/// MXFP4: ggml `kvalues_mxfp4` (the doubled e2m1 values) + 128.
+#[cfg(target_arch = "x86_64")]
+const LUT_MXFP4: [u8; 16] = staged_lut(&crate::ggml::KVALUES_MXFP4);
+
 /// Decodes a group-block into the stage on `isa`.
 fn stage(isa: Isa, k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the dispatcher checked the ISA; `gb` is one group-block.
         Isa::Avx512Vnni => unsafe { avx512::decode(k, gb, st, next) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the dispatcher checked the ISA (AVX-VNNI's check includes
+        // AVX2, FMA and F16C); `gb` is one group-block.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2_decode::decode(k, gb, st, next) },
         _ => {
             let _ = next;
             decode_scalar(k, gb, st)
@@ -563,7 +610,9 @@ fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], bs: usize, acc: &mut [f32; R
 
 /// Test hook: decodes group-block `(g, b)` of `w` with the scalar decoder
 /// and with the SIMD decoder of `isa`, returning whether the stages agree
-/// bit for bit (codes, scales, mins).
+/// bit for bit where the dot loops read them (codes, scales, and the mins
+/// of the asymmetric kinds; the SIMD decoders leave the symmetric kinds'
+/// mins, which no loop reads, as they were).
 #[doc(hidden)]
 pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
     let k = kind_of(w);
@@ -578,6 +627,12 @@ pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
             assert!(isa.is_available());
             // SAFETY: checked above; `gb` is one group-block.
             unsafe { avx512::decode(&k, gb, &mut s, gb.as_ptr()) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => {
+            assert!(isa.is_available());
+            // SAFETY: checked above; `gb` is one group-block.
+            unsafe { avx2_decode::decode(&k, gb, &mut s, gb.as_ptr()) };
         }
         _ => decode_scalar(&k, gb, &mut s),
     }
@@ -597,4 +652,26 @@ pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
         v
     };
     bits(&a) == bits(&s)
+}
+
+/// Probe hook (the `stage_probe` example times it): decodes every
+/// group-block of `w` into one stage on `isa`, as the prefill path does,
+/// and returns a checksum of the stage so the work cannot be skipped.
+///
+/// # Panics
+/// If `isa` is not available or `w` is not a Rows16 view with a kernel.
+#[doc(hidden)]
+pub fn stage_all(isa: Isa, w: &NativeView) -> u32 {
+    assert!(isa.is_available());
+    let k = kind_of(w);
+    let gbs = k.group_block();
+    let codes = w.codes();
+    let mut st = Stage::new();
+    let mut sum = 0u32;
+    for (i, gb) in codes.chunks_exact(gbs).enumerate() {
+        let next = codes.as_ptr().wrapping_add((i + 1) * gbs + PF_BYTES);
+        stage(isa, &k, gb, &mut st, next);
+        sum = sum.wrapping_add(u32::from(st.codes[0][i % 512]) ^ st.scales[0][i % R].to_bits());
+    }
+    sum
 }

@@ -3,7 +3,7 @@
 //! decoder writes, bit for bit (tested per type), and the dot loops compute
 //! the canonical formula of the parent module.
 
-use super::{decode_scalar, Kind, Stage, PF_BYTES, PREP, R, VT};
+use super::{decode_scalar, prefetch_l2, Kind, Stage, LUT_IQ4NL, LUT_MXFP4, PF_BYTES, PREP, R, VT};
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -446,16 +446,8 @@ impl Dec for Q2K {
     }
 }
 
-/// ggml `kvalues_iq4nl` + 128, as the unsigned codes (OFF 128), replicated
-/// per 128-bit lane for `vpshufb`.
-const LUT_IQ4NL: [u8; 16] = [
-    1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
-];
-/// ggml `kvalues_mxfp4` (doubled e2m1 values) + 128.
-const LUT_MXFP4: [u8; 16] = [
-    128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116,
-];
-
+/// A staged-code table ([`LUT_IQ4NL`], [`LUT_MXFP4`]) replicated per
+/// 128-bit lane for `vpshufb`.
 #[inline(always)]
 unsafe fn lut(t: &[u8; 16]) -> __m512i {
     // SAFETY: 16 readable bytes.
@@ -648,21 +640,6 @@ macro_rules! with_dec {
     };
 }
 
-/// Prefetches `len` bytes from `next` into L2 (any address: prefetches do
-/// not fault).
-///
-/// # Safety
-/// SSE available (always, on x86_64 with AVX-512).
-#[inline(always)]
-unsafe fn prefetch(next: *const u8, len: usize) {
-    let mut o = 0;
-    while o < len {
-        // SAFETY: a prefetch hint never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(o) as *const i8) };
-        o += 64;
-    }
-}
-
 /// Decodes the group-block `gb` of kind `k` into `st` (scales, mins and
 /// codes), and prefetches the group-block that starts at `next` (any
 /// address; prefetches do not fault).
@@ -676,7 +653,7 @@ pub(super) unsafe fn decode(k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8
     // offsets are those of `interleave::fields`, scaled by 16) and writes
     // only the stage.
     unsafe {
-        prefetch(next, gb.len());
+        prefetch_l2(next, gb.len());
         let done = with_dec!(k, gb.as_ptr(), |d| {
             d.scales(st);
             for kb in 0..k.blocks() {
@@ -847,7 +824,7 @@ unsafe fn tile<const N: usize, D: Dec>(
         for g in 0..ngb {
             let d = d0.at(g * k.group_block());
             if !d.ptr().is_null() {
-                prefetch(d.ptr().wrapping_add(PF_BYTES), k.group_block());
+                prefetch_l2(d.ptr().wrapping_add(PF_BYTES), k.group_block());
             }
             d.scales(st);
             let st: &Stage = &*st;
