@@ -95,9 +95,32 @@ pub struct EngineHandle {
     /// Set when the server drains: the engine exits once idle.
     shutdown: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
+    /// Cleared when the engine thread ends, however it ends.
+    alive: AtomicBool,
+}
+
+/// Clears [`EngineHandle::alive`] when dropped (the thread's end or unwind).
+struct AliveGuard(Arc<EngineHandle>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Test hook: `GPACK_TEST_PANIC_AT_STEP=N` makes the N-th batched step
+/// (counted from 1) panic inside the model call, to exercise the per-step
+/// isolation from outside the process (`tests/serve.rs`).
+fn injected_panic_step() -> Option<u64> {
+    std::env::var("GPACK_TEST_PANIC_AT_STEP").ok()?.parse().ok()
 }
 
 impl EngineHandle {
+    /// Whether the decoding thread is still running.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
     /// Queues `job`, or refuses it with 503 when slots and queue are full.
     pub fn submit(&self, job: Job) -> Result<(), ApiError> {
         let prev = self.in_system.fetch_add(1, Ordering::SeqCst);
@@ -180,11 +203,15 @@ pub fn start(
         capacity: cfg.parallel + cfg.queue,
         shutdown: Arc::new(AtomicBool::new(false)),
         metrics: metrics.clone(),
+        alive: AtomicBool::new(true),
     });
     let h = handle.clone();
     let thread = std::thread::Builder::new()
         .name("gpack-engine".into())
-        .spawn(move || Engine::new(model, tok, cfg, metrics, h).run(rx))
+        .spawn(move || {
+            let _alive = AliveGuard(h.clone());
+            Engine::new(model, tok, cfg, metrics, h).run(rx)
+        })
         .expect("spawning the engine thread");
     (handle, thread)
 }
@@ -203,6 +230,10 @@ struct Engine {
     /// prompt) skips that part of its prefill.
     cached: Vec<Vec<u32>>,
     scratch: Scratch,
+    /// Batched steps run so far, and the one that panics on purpose
+    /// ([`injected_panic_step`]).
+    steps: u64,
+    panic_at: Option<u64>,
 }
 
 /// Length of the longest suffix of `text` that is a proper prefix of a stop string.
@@ -239,6 +270,8 @@ impl Engine {
             metrics,
             handle,
             scratch: Scratch::default(),
+            steps: 0,
+            panic_at: injected_panic_step(),
         }
     }
 
@@ -410,7 +443,12 @@ impl Engine {
             .filter(|(i, _)| idx.contains(i))
             .map(|(_, s)| s)
             .collect();
+        self.steps += 1;
+        let inject = self.panic_at == Some(self.steps);
         let res = catch_unwind(AssertUnwindSafe(|| {
+            if inject {
+                panic!("injected fault (GPACK_TEST_PANIC_AT_STEP)");
+            }
             model
                 .forward_batch(scratch, &mut refs, &slices, &wants)
                 .map(|_| ())

@@ -15,6 +15,7 @@ use axum::{Json, Router};
 use gpack_runtime::SamplerConfig;
 use gpack_tokenizer::{ChatMessage, Tokenizer};
 use serde_json::{json, Value};
+use sha2::Digest;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -26,12 +27,17 @@ pub(crate) struct AppState {
     pub engine: Arc<EngineHandle>,
     pub metrics: Arc<Metrics>,
     pub model_name: String,
-    pub api_key: Option<String>,
+    /// SHA-256 of the bearer key required (compared digest to digest, so
+    /// neither the key's bytes nor its length show in the timing).
+    pub api_key: Option<[u8; 32]>,
     pub n_ctx: usize,
     pub max_body: usize,
+    pub body_timeout: std::time::Duration,
     pub stop_tokens: Vec<u32>,
     pub created: u64,
     pub next_id: AtomicU64,
+    /// Tokenization and template rendering at once (on the blocking pool).
+    pub prep_slots: Arc<tokio::sync::Semaphore>,
     /// The background check of the weights, once started.
     pub integrity: Arc<std::sync::OnceLock<crate::Integrity>>,
 }
@@ -74,7 +80,8 @@ fn now_secs() -> u64 {
 }
 
 async fn health(State(s): St) -> Response {
-    match s.integrity_failure() {
+    let down = (!s.engine.is_alive()).then(|| "the decoding thread has stopped".to_string());
+    match down.or_else(|| s.integrity_failure()) {
         None => Json(json!({"status": "ok"})).into_response(),
         Some(m) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -82,6 +89,39 @@ async fn health(State(s): St) -> Response {
         )
             .into_response(),
     }
+}
+
+/// Runs `f` (tokenization, template rendering: CPU work proportional to the
+/// prompt, up to the body limit) on the blocking pool, at most
+/// `prep_slots` at a time, so the async workers keep accepting and
+/// answering while a large prompt is encoded.
+async fn prepare<T: Send + 'static>(
+    s: &Arc<AppState>,
+    f: impl FnOnce(&AppState) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let busy = || {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the server is shutting down",
+        )
+    };
+    let _permit = s
+        .prep_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| busy())?;
+    let st = s.clone();
+    tokio::task::spawn_blocking(move || f(&st))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal error while preparing the prompt",
+            )
+        })?
 }
 
 /// Refuses generation once the weights failed their integrity check.
@@ -111,13 +151,11 @@ fn check_auth(s: &AppState, h: &HeaderMap) -> Result<(), ApiError> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    // Compare in time independent of where the first difference is.
+    // Compare fixed-length digests in time independent of where the first
+    // difference is (and of either key's length).
     let ok = given.is_some_and(|g| {
-        g.len() == key.len()
-            && g.bytes()
-                .zip(key.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
+        let d: [u8; 32] = sha2::Sha256::digest(g.as_bytes()).into();
+        d.iter().zip(key).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     });
     if ok {
         Ok(())
@@ -177,8 +215,18 @@ async fn read_body(s: &AppState, req: Request) -> Result<(HeaderMap, Bytes), Api
             return Err(too_big());
         }
     }
-    let bytes = axum::body::to_bytes(body, s.max_body)
+    let bytes = tokio::time::timeout(s.body_timeout, axum::body::to_bytes(body, s.max_body))
         .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                format!(
+                    "the request body did not arrive within {} s",
+                    s.body_timeout.as_secs_f64()
+                ),
+            )
+        })?
         .map_err(|_| too_big())?;
     Ok((parts.headers, bytes))
 }
@@ -237,16 +285,19 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
         };
         msgs.push(ChatMessage::new(m.role.as_str(), text));
     }
-    let text = s.tok.apply_chat_template(&msgs, true).map_err(|e| {
-        ApiError::invalid(
-            format!(
-                "the chat template refused these messages: {}",
-                crate::load::chain(&e)
-            ),
-            Some("messages"),
-        )
-    })?;
-    let prompt = s.tok.encode(&text, false);
+    let prompt = prepare(s, move |s| {
+        let text = s.tok.apply_chat_template(&msgs, true).map_err(|e| {
+            ApiError::invalid(
+                format!(
+                    "the chat template refused these messages: {}",
+                    crate::load::chain(&e)
+                ),
+                Some("messages"),
+            )
+        })?;
+        Ok(s.tok.encode(&text, false))
+    })
+    .await?;
     run(s, prompt, params, Kind::Chat, "messages").await
 }
 
@@ -256,9 +307,12 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
     let (_, body) = read_body(s, req).await?;
     let r: CompletionRequest = api::parse(&body)?;
     let params = r.common.params()?;
-    let prompt = match &r.prompt {
-        Prompt::Text(t) => s.tok.encode(t, true),
-        Prompt::Texts(v) if v.len() == 1 => s.tok.encode(&v[0], true),
+    let prompt = match r.prompt {
+        Prompt::Text(t) => prepare(s, move |s| Ok(s.tok.encode(&t, true))).await?,
+        Prompt::Texts(mut v) if v.len() == 1 => {
+            let t = v.pop().unwrap_or_default();
+            prepare(s, move |s| Ok(s.tok.encode(&t, true))).await?
+        }
         Prompt::Texts(_) => {
             return Err(ApiError::invalid(
                 "only one prompt per request is supported",
@@ -273,7 +327,7 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
                     Some("prompt"),
                 ));
             }
-            ids.clone()
+            ids
         }
     };
     run(s, prompt, params, Kind::Completion, "prompt").await

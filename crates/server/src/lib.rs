@@ -27,6 +27,7 @@ pub mod engine;
 mod error;
 mod http;
 pub mod integrity;
+mod listen;
 pub mod load;
 pub mod metrics;
 
@@ -35,6 +36,7 @@ pub use integrity::{Integrity, VerifyMode};
 pub use load::Loaded;
 
 use gpack_runtime::Model;
+use sha2::Digest;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -71,6 +73,16 @@ pub struct Options {
     /// the background once the server listens; on a mismatch `/health`
     /// reports the failure (503) and generation requests are refused.
     pub verify: VerifyMode,
+    /// A request's headers must arrive within this; a keep-alive connection
+    /// idle this long is closed (slow or silent clients cost nothing after).
+    pub header_timeout: std::time::Duration,
+    /// A request's body must arrive within this once its headers have (408
+    /// otherwise).
+    pub body_timeout: std::time::Duration,
+    /// Open connections at most; beyond, new ones wait to be accepted.
+    pub max_connections: usize,
+    /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish.
+    pub drain_timeout: std::time::Duration,
 }
 
 impl Default for Options {
@@ -90,6 +102,10 @@ impl Default for Options {
                 ..gpack_runtime::LoadOptions::default()
             },
             verify: VerifyMode::Background,
+            header_timeout: std::time::Duration::from_secs(10),
+            body_timeout: std::time::Duration::from_secs(30),
+            max_connections: 1024,
+            drain_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -109,6 +125,12 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         return Err(Error::Option {
             what: "parallel (1..=256)",
             value: opts.parallel.to_string(),
+        });
+    }
+    if opts.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        return Err(Error::Option {
+            what: "api-key (empty: it would accept an empty bearer token)",
+            value: "\"\"".into(),
         });
     }
     if opts.ctx < 2 {
@@ -166,9 +188,13 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         engine: engine.clone(),
         metrics,
         model_name: name,
-        api_key: opts.api_key.clone(),
+        api_key: opts
+            .api_key
+            .as_deref()
+            .map(|k| sha2::Sha256::digest(k.as_bytes()).into()),
         n_ctx: opts.ctx,
         max_body: opts.max_body_bytes,
+        body_timeout: opts.body_timeout,
         stop_tokens,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -176,6 +202,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .unwrap_or(0),
         next_id: AtomicU64::new(0),
         integrity: Arc::new(integrity),
+        prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
     });
     let checks = state.integrity.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -204,13 +231,13 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             }
         }
         on_ready(local);
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .map_err(|source| Error::Io {
-                what: "serving".into(),
-                source,
-            })
+        let limits = listen::Limits {
+            header_timeout: opts.header_timeout,
+            max_connections: opts.max_connections,
+            drain_timeout: opts.drain_timeout,
+        };
+        listen::serve(listener, http::router(state), limits, shutdown_signal()).await;
+        Ok::<(), Error>(())
     });
     log::info!("draining: waiting for the decoding thread");
     engine.close();

@@ -384,3 +384,149 @@ fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     let h = get(srv.addr, "/health");
     assert!(h.starts_with("HTTP/1.1 200") && h.contains("\"ok\""), "{h}");
 }
+
+/// Whether the server closed `s` (EOF or reset) within `within`.
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 256];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue, // e.g. a 408 response before the close
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Slowloris: 1,000 connections that never finish their headers are all
+/// closed by the header timeout while a normal request is served; then,
+/// with 300 such connections held, SIGTERM still ends the server promptly.
+#[test]
+fn slow_clients_are_closed_and_do_not_block_service_or_shutdown() {
+    let m = model();
+    let mut srv = start(
+        &m.gpack,
+        &[
+            "--ctx",
+            "256",
+            "--header-timeout",
+            "2",
+            "--drain-timeout",
+            "5",
+        ],
+    );
+    let mut slow: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = TcpStream::connect(srv.addr).unwrap();
+            s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    let t0 = Instant::now();
+    let r = read_all(post(
+        srv.addr,
+        "/v1/completions",
+        r#"{"prompt":"Hello","max_tokens":4,"temperature":0}"#,
+    ));
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let mut open = 0;
+    for s in slow.iter_mut() {
+        if !closed_within(s, Duration::from_secs(5)) {
+            open += 1;
+        }
+    }
+    assert_eq!(open, 0, "{open} of 1000 slow connections still open");
+    drop(slow);
+    let _held: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(srv.addr).unwrap();
+            s.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = srv.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+/// A step that panics (injected with the test hook) fails its request with
+/// an error; the server keeps serving and `/health` stays ok.
+#[test]
+fn a_panicking_step_fails_its_request_and_the_next_one_succeeds() {
+    let m = model();
+    let mut child = Command::new(gpack())
+        .arg("serve")
+        .arg(&m.gpack)
+        .args(["--port", "0", "--ctx", "256"])
+        .env("GPACK_TEST_PANIC_AT_STEP", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    for _ in 0..100 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            addr = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = err.read_to_string(&mut sink);
+    });
+    let srv = Server {
+        child,
+        addr: addr.expect("server started"),
+    };
+    let body = r#"{"prompt":"Hello","max_tokens":4,"temperature":0}"#;
+    let first = read_all(post(srv.addr, "/v1/completions", body));
+    assert!(first.starts_with("HTTP/1.1 500"), "{first}");
+    assert!(first.contains("panicked"), "{first}");
+    let second = read_all(post(srv.addr, "/v1/completions", body));
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    let h = get(srv.addr, "/health");
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+}
+
+/// An empty API key would authenticate an empty bearer token: refused at
+/// start with exit 1.
+#[test]
+fn an_empty_api_key_is_refused() {
+    let m = model();
+    let o = Command::new(gpack())
+        .arg("serve")
+        .arg(&m.gpack)
+        .args(["--port", "0", "--api-key", ""])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("api-key"), "{err}");
+}

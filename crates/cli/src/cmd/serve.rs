@@ -75,6 +75,29 @@ pub struct Args {
     /// generation requests are refused with 503.
     #[arg(long, value_name = "WHEN", default_value = "background")]
     verify: gpack_server::VerifyMode,
+    /// Seconds a client has to send a request's headers; also how long a
+    /// keep-alive connection may stay idle. Slow or silent connections are
+    /// closed after it.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    header_timeout: f64,
+    /// Seconds a client has to send a request's body once its headers are in
+    /// (408 after).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    body_timeout: f64,
+    /// Open connections at most; beyond, new ones wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    drain_timeout: f64,
+}
+
+/// A positive, finite number of seconds.
+fn secs(what: &str, v: f64) -> Result<std::time::Duration> {
+    if !(v.is_finite() && v > 0.0 && v < 1e9) {
+        bail!("--{what} must be a positive number of seconds, got {v}");
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -112,6 +135,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
             kv_f16: !a.kv_f32,
         },
         verify: a.verify,
+        header_timeout: secs("header-timeout", a.header_timeout)?,
+        body_timeout: secs("body-timeout", a.body_timeout)?,
+        max_connections: if a.max_connections == 0 {
+            bail!("--max-connections must be at least 1")
+        } else {
+            a.max_connections
+        },
+        drain_timeout: secs("drain-timeout", a.drain_timeout)?,
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;
