@@ -1,7 +1,8 @@
 //! Executing a plan: the sections are written in kind order, each tensor read,
 //! transcoded into its section and dropped.
 
-use crate::plan::{self, Fuse, Placement, PlannedTensor, Quant, NATIVE_ALIGN};
+use crate::plan::{self, Fuse, Placement, PlannedTensor, NATIVE_ALIGN};
+use crate::policy::Quant;
 use crate::Error;
 use gpack_format::payload::{
     self, BlobEntry, ExpertFile, ExpertLayout, ExpertSlice, KvRecord, TensorEntry,
@@ -9,7 +10,6 @@ use gpack_format::payload::{
 use gpack_format::raw::SingleTensorHeaderV1;
 use gpack_format::{GpackWriter, ManifestInput, SectionKind, SectionWriter, WriteOptions};
 use gpack_ingest::{GgmlType, Source, SourceKind, TensorInfo};
-use gpack_quant::{native_layout_for, Layout};
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -113,40 +113,30 @@ type ExpertSource<'s> = (
     &'s PlannedTensor,
 );
 
-/// Transcodes (or quantizes) `rows × cols` elements of `src_type` into `layout`.
+/// Writes `rows × cols` elements of `src_type` as `p`'s decision says
+/// ([`crate::encode::encode`], bounded memory), with the f16 copy of the
+/// scales where [`plan::with_f16_scales`] says so.
 fn write_layout(
     name: &str,
     src_type: GgmlType,
     bytes: &[u8],
     rows: u64,
     cols: u64,
-    layout: Layout,
+    p: &PlannedTensor,
     w: &mut impl Write,
 ) -> Result<u64, Error> {
     let q = |source| Error::Quant {
         tensor: name.to_string(),
         source,
     };
-    if plan::with_f16_scales(src_type, layout) {
-        return gpack_quant::transcode::transcode_with_f16_scales(src_type, bytes, rows, cols, w)
-            .map_err(q);
-    }
-    if layout == gpack_quant::canonical_layout_for(src_type, cols) {
-        return gpack_quant::transcode_canonical(src_type, bytes, rows, cols, w).map_err(q);
-    }
-    if layout == native_layout_for(src_type) {
-        return gpack_quant::transcode(src_type, bytes, rows, cols, w).map_err(q);
-    }
-    if matches!(src_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return gpack_quant::quantize(src_type, bytes, rows, cols, layout, w).map_err(q);
-    }
-    // Re-quantization: dequantize one row at a time is not possible for every
-    // ggml type (K-quants span 256), so dequantize the tensor, then quantize.
-    let n = (rows * cols) as usize;
-    let mut f = vec![0f32; n];
-    gpack_quant::dequantize_ggml(src_type, bytes, &mut f).map_err(q)?;
-    let fb: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
-    gpack_quant::quantize(GgmlType::F32, &fb, rows, cols, layout, w).map_err(q)
+    let Some(d) = p.decision() else {
+        return Err(Error::Tensor {
+            tensor: name.to_string(),
+            problem: "has no native layout".into(),
+        });
+    };
+    let f16 = plan::with_f16_scales(src_type, d.layout);
+    crate::encode::encode(src_type, bytes, rows, cols, d, f16, w).map_err(q)
 }
 
 struct Counting<'a, 'w, P: Progress + ?Sized> {
@@ -401,7 +391,6 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         for (_, p) in &native {
             s.pad_to(NATIVE_ALIGN)?;
             let t = &source.tensors[p.source];
-            let layout = p.layout.unwrap_or(Layout::F32);
             let rows = p.stored_rows(&plan);
             // A fused group: the members' row-major blocks back to back are
             // the fused tensor's blocks.
@@ -425,7 +414,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                 s: &mut s,
                 progress,
             };
-            let n = write_layout(&t.name, t.ggml_type, &bytes, rows, p.cols, layout, &mut c)?;
+            let n = write_layout(&t.name, t.ggml_type, &bytes, rows, p.cols, p, &mut c)?;
             debug_assert_eq!(n, p.size);
             drop(bytes);
             for m in members {
@@ -463,12 +452,12 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         ))?;
         let bytes = tensor_bytes(&source, t)?;
         match p.layout {
-            Some(layout) => {
+            Some(_) => {
                 let mut c = Counting {
                     s: &mut s,
                     progress,
                 };
-                write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+                write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, p, &mut c)?;
             }
             None => s.write_bytes(&bytes)?,
         }
@@ -577,12 +566,11 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                         let start = (e * slice_src) as usize;
                         let part = &bytes[start..start + slice_src as usize];
                         s.pad_to(NATIVE_ALIGN)?;
-                        let layout = p.layout.unwrap_or(Layout::F32);
                         let mut c = Counting {
                             s: &mut s,
                             progress,
                         };
-                        write_layout(&t.name, t.ggml_type, part, p.rows, p.cols, layout, &mut c)?;
+                        write_layout(&t.name, t.ggml_type, part, p.rows, p.cols, p, &mut c)?;
                     }
                 }
                 for (t, _, _) in srcs.iter().flatten() {
@@ -809,15 +797,7 @@ fn write_mtp(
                 s: &mut s,
                 progress,
             };
-            write_layout(
-                &t.name,
-                t.ggml_type,
-                &bytes,
-                p.rows,
-                p.cols,
-                p.layout.unwrap_or(Layout::F32),
-                &mut c,
-            )?;
+            write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, p, &mut c)?;
         }
         drop(bytes);
         release(&src, t);
