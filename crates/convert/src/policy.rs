@@ -176,6 +176,8 @@ pub fn decide(container: Container, quant: Quant, name: &str, ty: GgmlType, cols
     let Some(target) = quant.target() else {
         return keep;
     };
+    // The container's exact layout is one the kernels run natively (not raw
+    // ggml blocks, which only a slow dequantizing path reads).
     let runs_exact = !matches!(exact, Layout::Ggml(_));
     if is_lookup(name)
         || (runs_exact && already(ty, target))
@@ -221,14 +223,11 @@ pub fn fuses(container: Container, members: &[Member<'_>]) -> bool {
             && m.dims[1] > 1
             && m.dims[0] == first.dims[0]
     });
-    let rows: Vec<u64> = members
-        .iter()
-        .map(|m| m.dims[1..].iter().product())
-        .collect();
-    members.len() >= 2
-        && same
-        && container.fuses_layout(layout)
-        && gpack_quant::can_fuse(layout, &rows)
+    if members.len() < 2 || !same || !container.fuses_layout(layout) {
+        return false;
+    }
+    let rows: Vec<u64> = members.iter().map(|m| m.dims[1]).collect();
+    gpack_quant::can_fuse(layout, &rows)
 }
 
 #[cfg(test)]
