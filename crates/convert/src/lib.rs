@@ -7,15 +7,22 @@
 //! written first, in kind order, and each tensor is then read, transcoded into
 //! its section and dropped: peak memory is one tensor plus buffers, never the
 //! model.
+//!
+//! Which layout a tensor gets, and whether it is quantized or transcoded
+//! exactly, is [`policy`]'s decision, shared with the `.giw` builder
+//! ([`sidecar`]); [`policy::Quant`] is the one `--quant` vocabulary of both.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod encode;
 mod error;
 mod plan;
+pub mod policy;
 pub mod sidecar;
 pub mod tokenizer;
 mod write;
 
 pub use error::Error;
-pub use plan::{Fuse, Placement, Plan, PlannedTensor, Quant, FUSED_GROUPS};
+pub use plan::{Fuse, Placement, Plan, PlannedTensor, FUSED_GROUPS};
+pub use policy::Quant;
 pub use write::{convert, ConvertOptions, Progress, Report, SectionReport, TensorReport};

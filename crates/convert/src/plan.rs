@@ -1,34 +1,12 @@
 //! The plan: every source tensor gets a section, a layout, an offset and a size
 //! before anything is written.
 
+use crate::policy::{self, Container, Decision, Member, Quant};
 use crate::Error;
 use gpack_format::payload::LAYOUT_GGML;
 use gpack_format::SectionKind;
 use gpack_ingest::{GgmlType, Source, TensorInfo};
 use gpack_quant::{native_layout_for, Layout, NativeTensorHeader};
-
-/// The weight layout asked for with `--quant`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Quant {
-    /// Every tensor in the native layout that is exact for its ggml type.
-    #[default]
-    Keep,
-    /// Matmul weights quantized to int8, symmetric, groups of 32.
-    Int8,
-    /// Matmul weights quantized to int4, asymmetric, groups of 32.
-    Int4,
-}
-
-impl Quant {
-    /// The name used on the command line and in manifests.
-    pub fn name(self) -> &'static str {
-        match self {
-            Quant::Keep => "keep",
-            Quant::Int8 => "int8",
-            Quant::Int4 => "int4",
-        }
-    }
-}
 
 /// Where a tensor goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -70,8 +48,12 @@ pub struct PlannedTensor {
     pub source: usize,
     /// Where it goes.
     pub placement: Placement,
-    /// Target native layout (`None`: raw bytes of the source type, Dense only).
+    /// Target native layout (`None`: raw bytes of the source type: Dense,
+    /// Ple, external experts).
     pub layout: Option<Layout>,
+    /// Whether `layout` is quantized from the source's values rather than an
+    /// exact transcode ([`policy::decide`]).
+    pub quantized: bool,
     /// Rows as the native layout sees them (product of dims after the first;
     /// for experts, one expert's rows).
     pub rows: u64,
@@ -112,6 +94,14 @@ impl PlannedTensor {
     /// The layout code recorded in the tensor index.
     pub fn layout_code(&self) -> u32 {
         self.layout.map_or(LAYOUT_GGML, |l| l.code())
+    }
+
+    /// The policy's decision for this tensor (`None`: stored raw).
+    pub fn decision(&self) -> Option<Decision> {
+        self.layout.map(|layout| Decision {
+            layout,
+            quantized: self.quantized,
+        })
     }
 }
 
@@ -207,18 +197,9 @@ fn classify(t: &TensorInfo) -> Placement {
     }
 }
 
-fn target_layout(t: &TensorInfo, placement: Placement, quant: Quant) -> Layout {
-    let exact = native_layout_for(t.ggml_type);
-    let quantizable = matches!(
-        placement,
-        Placement::Native | Placement::Head | Placement::Experts
-    ) && t.dims[0].is_multiple_of(32)
-        && !matches!(exact, Layout::Ggml(_));
-    match quant {
-        Quant::Int8 if quantizable => Layout::I8Sym { group: 32 },
-        Quant::Int4 if quantizable => Layout::I4Asym { group: 32 },
-        _ => gpack_quant::canonical_layout_for(t.ggml_type, t.dims[0]),
-    }
+fn decide(t: &TensorInfo, quant: Quant) -> Decision {
+    let cols = t.dims.first().copied().unwrap_or(1);
+    policy::decide(Container::Gpack, quant, &t.name, t.ggml_type, cols)
 }
 
 /// Whether `t` must be refused because gpack cannot decode its ggml type:
@@ -252,13 +233,14 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
         }
         let cols = t.dims.first().copied().unwrap_or(1);
         let all_rows = t.dims.iter().skip(1).product::<u64>();
-        let (layout, rows, size) = match placement {
+        let (decision, rows, size) = match placement {
             // The PLE table is read a row at a time (direct I/O, row cache):
             // it stays in its row-contiguous ggml blocks.
             Placement::Dense | Placement::Ple => (None, all_rows, t.size),
             Placement::Experts => {
                 let rows = t.dims[1];
-                let layout = target_layout(t, placement, quant);
+                let d = decide(t, quant);
+                let layout = d.layout;
                 let size = if external_experts {
                     t.ggml_type
                         .bytes_for(rows * cols)
@@ -271,17 +253,17 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
                 };
                 let (layer, part) = expert_part(&t.name).unwrap_or((0, 0));
                 expert_tensors.push((layer, part, i));
-                let layout = if external_experts { None } else { Some(layout) };
-                (layout, rows, size)
+                (Some(d).filter(|_| !external_experts), rows, size)
             }
             _ => {
-                let layout = target_layout(t, placement, quant);
-                let size =
-                    native_len(t.ggml_type, layout, all_rows, cols).map_err(|e| Error::Quant {
+                let d = decide(t, quant);
+                let size = native_len(t.ggml_type, d.layout, all_rows, cols).map_err(|e| {
+                    Error::Quant {
                         tensor: t.name.clone(),
                         source: e,
-                    })?;
-                (Some(layout), all_rows, size)
+                    }
+                })?;
+                (Some(d), all_rows, size)
             }
         };
         let offset = match placement {
@@ -301,7 +283,8 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
         p.tensors.push(PlannedTensor {
             source: i,
             placement,
-            layout,
+            layout: decision.map(|d| d.layout),
+            quantized: decision.is_some_and(|d| d.quantized),
             rows,
             cols,
             offset,
@@ -356,9 +339,9 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
     Ok(p)
 }
 
-/// Fuses q‖k‖v and gate‖up of each layer into one native tensor when the
-/// members share source type, layout and cols (one matrix-vector call then
-/// covers all of them), and lays the NativeDense arena out again.
+/// Fuses q‖k‖v and gate‖up of each layer into one native tensor where
+/// [`policy::fuses`] says so (one matrix-vector call then covers all of
+/// them), and lays the NativeDense arena out again.
 fn fuse_groups(source: &Source, p: &mut Plan) -> Result<(), Error> {
     // Source index → plan index.
     let mut plan_of = vec![usize::MAX; source.tensors.len()];
@@ -372,21 +355,26 @@ fn fuse_groups(source: &Source, p: &mut Plan) -> Result<(), Error> {
         }
         let first = &p.tensors[members[0]];
         let ty = source.tensors[first.source].ggml_type;
-        let ok = members.iter().all(|&i| {
-            let pt = &p.tensors[i];
-            let t = &source.tensors[pt.source];
-            pt.placement == Placement::Native
-                && t.dims.len() == 2
-                && t.ggml_type == ty
-                && pt.layout == first.layout
-                && pt.cols == first.cols
-                && pt.fuse == Fuse::None
-        });
-        let layout = first.layout.unwrap_or(Layout::F32);
-        let rows: Vec<u64> = members.iter().map(|&i| p.tensors[i].rows).collect();
-        if !ok || !gpack_quant::can_fuse(layout, &rows) {
+        let candidates: Vec<Member<'_>> = members
+            .iter()
+            .map(|&i| {
+                let pt = &p.tensors[i];
+                let t = &source.tensors[pt.source];
+                Member {
+                    ty: t.ggml_type,
+                    dims: &t.dims,
+                    layout: pt
+                        .layout
+                        .filter(|_| pt.placement == Placement::Native && pt.fuse == Fuse::None),
+                }
+            })
+            .collect();
+        let Some(layout) = first
+            .layout
+            .filter(|_| policy::fuses(Container::Gpack, &candidates))
+        else {
             continue;
-        }
+        };
         let total_rows: u64 = members.iter().map(|&i| p.tensors[i].rows).sum();
         let cols = first.cols;
         let size = native_len(ty, layout, total_rows, cols).map_err(|e| Error::Quant {

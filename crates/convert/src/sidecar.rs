@@ -10,35 +10,38 @@
 //! and the source pages released ([`gpack_ingest::SourceFile::release`]). So
 //! peak memory is the largest unit's source bytes plus its encoded bytes, for
 //! GGUF and safetensors sources alike, never the model. Quantizing from a
-//! ggml block type (re-quantizing) dequantizes a few MiB of rows at a time.
+//! ggml block type (re-quantizing) dequantizes one row at a time
+//! ([`crate::encode`], shared with `gpack convert`).
 //! [`PrequantOptions::resident`] reads every tensor into memory first instead;
 //! it exists only to prove the output is byte-identical to the streamed one.
 //!
 //! # Quant
 //!
-//! `keep`: every matrix in the native layout exact for its ggml type.
-//! `int8`/`int8int8`: I8Sym G32 (int8int8 records that activations are int8
-//! too, which the kernels always do); a source already I8Sym G32 (Q8_0, Q5_0)
-//! is transcoded exactly instead of re-quantized. `int4`: I4Asym G32; sources
-//! already I4 G32 (Q4_0, Q4_1, Q4_K) are transcoded exactly. A matrix whose
-//! cols are not a multiple of 32, or whose type cannot be dequantized, is
-//! kept in its exact layout, and so are embedding tables (`token_embd`,
-//! `per_layer_token_embd`: row lookups, not matmuls; as `gpack convert`).
-//! 1-D tensors are stored raw (dense records).
+//! [`crate::policy`] decides every matrix's layout, as for `gpack convert`,
+//! with the GIW container's exact layouts (`native_layout_for`: the
+//! row-major split layouts of weights formats 12–14, no Rows16). `keep`:
+//! every matrix exact. `int8`/`int8int8`: I8Sym G32 (int8int8 records that
+//! activations are int8 too, which the kernels always do); `int4`: I4Asym
+//! G32; sources already at that precision (Q8_0, Q5_0 for int8; Q4_0,
+//! Q4_1, Q4_K for int4), embedding tables, and matrices whose cols are not a
+//! multiple of 32 are transcoded exactly instead. 1-D tensors are stored raw
+//! (dense records).
 //!
 //! # Fused groups and f16 scales (metal)
 //!
 //! Weights format 13+: q‖k‖v and gate‖up of one layer become one group record
-//! when every member exists, is 2-D, has the same source type and cols, and
-//! ends up int4 G32; otherwise (a K=V layer without v, int8 members, mixed
-//! cols or types) the members are ordinary records. Quantizers and transcoders
-//! are row-independent, so a group's tensor is the members' rows concatenated
-//! and encoded once. Weights format 14+: an f16 copy of the scales is added
-//! to every scaled tensor whose scales are all exactly representable in f16.
+//! when [`crate::policy::fuses`] says so for a .giw: every member exists, is
+//! 2-D, has the same source type and cols, and ends up int4 G32; otherwise
+//! (a K=V layer without v, int8 members, mixed cols or types) the members are
+//! ordinary records. Quantizers and transcoders are row-independent, so a
+//! group's tensor is the members' rows concatenated and encoded once.
+//! Weights format 14+: an f16 copy of the scales is added to every scaled
+//! tensor whose scales are all exactly representable in f16.
 
+use crate::policy::{self, Container, Decision, Member, Quant};
 use gpack_format::giw::{Giw, GiwWriter, MemberSpec, ReadOptions, Target};
 use gpack_ingest::{Array, Metadata, Source, SourceKind, TensorInfo, Value};
-use gpack_quant::{GgmlType, Layout, NativeTensorHeader, NativeView};
+use gpack_quant::{GgmlType, NativeTensorHeader, NativeView};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -81,60 +84,11 @@ pub enum Error {
     Option(String),
 }
 
-/// The quantization baked into a bundle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GiwQuant {
-    /// Exact native layouts.
-    Keep,
-    /// int8 weights G32.
-    Int8,
-    /// int8 weights G32 with int8 activations (the kernels' only mode).
-    Int8Int8,
-    /// int4 asymmetric weights G32.
-    Int4,
-}
-
-impl GiwQuant {
-    /// The label stored in the bundle header and used on the command line.
-    pub fn label(self) -> &'static str {
-        match self {
-            GiwQuant::Keep => "keep",
-            GiwQuant::Int8 => "int8",
-            GiwQuant::Int8Int8 => "int8int8",
-            GiwQuant::Int4 => "int4",
-        }
-    }
-
-    /// The layout quantized matrices get (`None` for keep).
-    fn target(self) -> Option<Layout> {
-        match self {
-            GiwQuant::Keep => None,
-            GiwQuant::Int8 | GiwQuant::Int8Int8 => Some(Layout::I8Sym { group: 32 }),
-            GiwQuant::Int4 => Some(Layout::I4Asym { group: 32 }),
-        }
-    }
-}
-
-impl std::str::FromStr for GiwQuant {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "keep" => Ok(GiwQuant::Keep),
-            "int8" => Ok(GiwQuant::Int8),
-            "int8int8" => Ok(GiwQuant::Int8Int8),
-            "int4" => Ok(GiwQuant::Int4),
-            _ => Err(format!(
-                "unknown quant {s:?} (expected int8int8, int8, int4 or keep)"
-            )),
-        }
-    }
-}
-
 /// Options of [`prequant`].
 #[derive(Clone, Copy, Debug)]
 pub struct PrequantOptions {
-    /// Quantization.
-    pub quant: GiwQuant,
+    /// Quantization (the label baked into the bundle).
+    pub quant: Quant,
     /// Target backend.
     pub target: Target,
     /// Weights format to write (default: the target's, 12 for cpu, 14 for
@@ -151,7 +105,7 @@ pub struct PrequantOptions {
 impl Default for PrequantOptions {
     fn default() -> Self {
         PrequantOptions {
-            quant: GiwQuant::Int8Int8,
+            quant: Quant::Int8Int8,
             target: Target::Cpu,
             weights_version: None,
             force: false,
@@ -189,9 +143,6 @@ pub struct PrequantReport {
     pub seconds: f64,
 }
 
-/// Fused groups, members in row order.
-const FUSED_GROUPS: [&[&str]; 2] = [&["attn_q", "attn_k", "attn_v"], &["ffn_gate", "ffn_up"]];
-
 fn is_matrix(t: &TensorInfo) -> bool {
     t.dims.len() >= 2 && t.dims[1..].iter().product::<u64>() > 1
 }
@@ -200,127 +151,11 @@ fn rows_cols(t: &TensorInfo) -> (u64, u64) {
     (t.dims[1..].iter().product(), t.dims[0])
 }
 
-/// The layout a matrix of `ty` with `cols` gets under `quant`, and whether it
-/// is quantized (true) or transcoded exactly (false).
-fn plan_layout(quant: GiwQuant, name: &str, ty: GgmlType, cols: u64) -> (Layout, bool) {
-    let exact = gpack_quant::native_layout_for(ty);
-    // Embedding tables are row lookups, not matmuls: kept exact (as convert does).
-    let lookup = matches!(name, "token_embd.weight" | "per_layer_token_embd.weight");
-    let Some(target) = quant.target().filter(|_| !lookup) else {
-        return (exact, false);
-    };
-    let already = match target {
-        Layout::I8Sym { .. } => exact == target,
-        _ => matches!(
-            exact,
-            Layout::I4Sym { group: 32 } | Layout::I4Asym { group: 32 }
-        ),
-    };
-    let floaty = matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-    let decodable = floaty || gpack_quant::ggml::can_dequantize(ty);
-    if already || !cols.is_multiple_of(32) || !decodable {
-        (exact, false)
-    } else {
-        (target, true)
-    }
-}
-
 fn qerr(name: &str) -> impl FnOnce(gpack_quant::Error) -> Error + '_ {
     move |source| Error::Quant {
         tensor: name.to_string(),
         source,
     }
-}
-
-/// Rows of f32 dequantized at once when re-quantizing from ggml blocks.
-const REQUANT_CHUNK_BYTES: u64 = 4 << 20;
-
-/// Writes `rows x cols` of `ty` from `src` as one native tensor in `layout`
-/// (without f16 scales) to `out`: transcoded exactly, quantized from floats,
-/// or re-quantized from ggml blocks a few MiB of rows at a time (codes are
-/// written as they come; only the scales and mins, 1/8 of the f32 rows or
-/// less, are held until the end).
-#[allow(clippy::too_many_arguments)]
-fn encode_stream(
-    name: &str,
-    ty: GgmlType,
-    src: &[u8],
-    rows: u64,
-    cols: u64,
-    layout: Layout,
-    quantize: bool,
-    out: &mut impl Write,
-) -> Result<(), Error> {
-    if !quantize {
-        gpack_quant::transcode(ty, src, rows, cols, out).map_err(qerr(name))?;
-        return Ok(());
-    }
-    if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        gpack_quant::quantize(ty, src, rows, cols, layout, out).map_err(qerr(name))?;
-        return Ok(());
-    }
-    // Re-quantize a ggml block type: dequantize a chunk of rows to f32 and
-    // quantize it as its own small tensor; groups are quantized
-    // independently, so this equals quantizing the whole tensor at once.
-    let (h, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
-    let row_bytes = ty.bytes_for(cols).ok_or(Error::Option(format!(
-        "{name}: cols {cols} do not fit {}",
-        ty.name()
-    )))? as usize;
-    let chunk = (REQUANT_CHUNK_BYTES / (cols * 4)).max(1);
-    let io = |e: std::io::Error| qerr(name)(gpack_quant::Error::Io(e));
-    out.write_all(&h.to_bytes()).map_err(io)?;
-    let mut written = 64u64;
-    let mut scales: Vec<u8> = Vec::new();
-    let mut mins: Vec<u8> = Vec::new();
-    let mut f = vec![0f32; (chunk * cols) as usize];
-    let mut fb: Vec<u8> = Vec::with_capacity(f.len() * 4);
-    let mut tmp = Vec::new();
-    let mut r0 = 0u64;
-    while r0 < rows {
-        let n = chunk.min(rows - r0);
-        let s = &src[(r0 as usize) * row_bytes..((r0 + n) as usize) * row_bytes];
-        let fv = &mut f[..(n * cols) as usize];
-        gpack_quant::dequantize_ggml(ty, s, fv).map_err(qerr(name))?;
-        fb.clear();
-        for x in fv.iter() {
-            fb.extend_from_slice(&x.to_le_bytes());
-        }
-        tmp.clear();
-        gpack_quant::quantize(GgmlType::F32, &fb, n, cols, layout, &mut tmp).map_err(qerr(name))?;
-        let th = NativeTensorHeader::from_bytes(&tmp).map_err(qerr(name))?;
-        let lens = |off: u64, next: u64| &tmp[off as usize..next as usize];
-        let scale_len = n * (cols / u64::from(layout.group())) * 4;
-        let code_row = if matches!(layout, Layout::I4Sym { .. } | Layout::I4Asym { .. }) {
-            cols / 2
-        } else {
-            cols
-        };
-        let codes_end = th.codes_off + n * code_row;
-        let codes = lens(th.codes_off, codes_end);
-        out.write_all(codes).map_err(io)?;
-        written += codes.len() as u64;
-        scales.extend_from_slice(lens(th.scales_off, th.scales_off + scale_len));
-        if th.mins_off != 0 {
-            mins.extend_from_slice(lens(th.mins_off, th.mins_off + scale_len));
-        }
-        r0 += n;
-    }
-    for (off, a) in [(h.scales_off, &scales), (h.mins_off, &mins)] {
-        if off == 0 {
-            continue;
-        }
-        out.write_all(&[0u8; 16][..(off - written) as usize])
-            .map_err(io)?;
-        out.write_all(a).map_err(io)?;
-        written = off + a.len() as u64;
-    }
-    if written != total {
-        return Err(Error::Option(format!(
-            "{name}: re-quantizer wrote {written} of {total} bytes"
-        )));
-    }
-    Ok(())
 }
 
 /// Where a unit goes: an ordinary record or a fused group.
@@ -354,19 +189,19 @@ fn encode_into(
     src: &[u8],
     rows: u64,
     cols: u64,
-    quant: GiwQuant,
+    d: Decision,
     f16: bool,
 ) -> Result<(u64, bool, bool), Error> {
-    let (layout, quantize) = plan_layout(quant, name, ty, cols);
+    let (layout, quantize) = (d.layout, d.quantized);
     let (_, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
     if !(f16 && layout.has_scales()) {
         let mut pw = begin(w, dest, total)?;
-        encode_stream(name, ty, src, rows, cols, layout, quantize, &mut pw)?;
+        crate::encode::encode(ty, src, rows, cols, d, false, &mut pw).map_err(qerr(name))?;
         pw.finish()?;
         return Ok((total, quantize, false));
     }
     let mut buf = gpack_quant::AlignedBuf::zeroed(total as usize);
-    encode_stream(name, ty, src, rows, cols, layout, quantize, &mut buf)?;
+    crate::encode::encode(ty, src, rows, cols, d, false, &mut buf).map_err(qerr(name))?;
     let v = NativeView::parse(buf.as_slice()).map_err(qerr(name))?;
     let exact = gpack_quant::f16_scales_if_exact(v.scales()).is_some()
         && gpack_quant::f16_scales_if_exact(v.mins()).is_some();
@@ -411,57 +246,51 @@ enum Unit<'s> {
     Group(String, Vec<(usize, &'s TensorInfo)>),
 }
 
-fn plan_units(source: &Source, quant: GiwQuant, fuse: bool) -> Vec<Unit<'_>> {
-    let by_name: HashMap<&str, usize> = source
-        .tensors
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.as_str(), i))
-        .collect();
+/// The policy's decision for matrix `t` in a .giw.
+fn decide(t: &TensorInfo, quant: Quant) -> Decision {
+    policy::decide(Container::Giw, quant, &t.name, t.ggml_type, t.dims[0])
+}
+
+fn plan_units(source: &Source, quant: Quant, fuse: bool) -> Vec<Unit<'_>> {
     let mut grouped: HashMap<usize, usize> = HashMap::new(); // first member -> unit
     let mut member_of: HashSet<usize> = HashSet::new();
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-    if fuse {
-        for t in &source.tensors {
-            let Some(rest) = t.name.strip_prefix("blk.") else {
-                continue;
-            };
-            let Some((layer, tail)) = rest.split_once('.') else {
-                continue;
-            };
-            for g in FUSED_GROUPS {
-                if tail != format!("{}.weight", g[0]) {
-                    continue;
+    for idx in source.fusable_groups().into_iter().filter(|_| fuse) {
+        let members: Vec<Member<'_>> = idx
+            .iter()
+            .map(|&i| {
+                let t = &source.tensors[i];
+                Member {
+                    ty: t.ggml_type,
+                    dims: &t.dims,
+                    layout: is_matrix(t).then(|| decide(t, quant).layout),
                 }
-                let idx: Option<Vec<usize>> = g
-                    .iter()
-                    .map(|m| {
-                        by_name
-                            .get(format!("blk.{layer}.{m}.weight").as_str())
-                            .copied()
-                    })
-                    .collect();
-                let Some(idx) = idx else { continue };
-                let first = &source.tensors[idx[0]];
-                let ok = idx.iter().all(|&i| {
-                    let m = &source.tensors[i];
-                    m.dims.len() == 2
-                        && is_matrix(m)
-                        && m.ggml_type == first.ggml_type
-                        && m.dims[0] == first.dims[0]
-                }) && matches!(
-                    plan_layout(quant, &first.name, first.ggml_type, first.dims[0]).0,
-                    Layout::I4Sym { group: 32 } | Layout::I4Asym { group: 32 }
-                );
-                if ok {
-                    let gname = format!("blk.{layer}.{}", g.join("+"));
-                    let min = *idx.iter().min().unwrap_or(&idx[0]);
-                    grouped.insert(min, groups.len());
-                    member_of.extend(idx.iter().copied());
-                    groups.push((gname, idx));
-                }
-            }
+            })
+            .collect();
+        if !policy::fuses(Container::Giw, &members) {
+            continue;
         }
+        // `blk.L.attn_q.weight`, … → `blk.L.attn_q+attn_k+attn_v`.
+        let names: Vec<&str> = idx
+            .iter()
+            .map(|&i| source.tensors[i].name.as_str())
+            .collect();
+        let Some(layer) = names[0]
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+        else {
+            continue;
+        };
+        let prefix = format!("blk.{layer}.");
+        let parts: Option<Vec<&str>> = names
+            .iter()
+            .map(|n| n.strip_prefix(prefix.as_str())?.strip_suffix(".weight"))
+            .collect();
+        let Some(parts) = parts else { continue };
+        let min = *idx.iter().min().unwrap_or(&idx[0]);
+        grouped.insert(min, groups.len());
+        member_of.extend(idx.iter().copied());
+        groups.push((format!("{prefix}{}", parts.join("+")), idx));
     }
     let mut units = Vec::new();
     for (i, t) in source.tensors.iter().enumerate() {
@@ -511,7 +340,7 @@ pub fn prequant_source(
         }
     }
     let meta = metadata_gguf(source)?;
-    let mut w = GiwWriter::create(out, opts.force, opts.quant.label(), opts.target, wv, &meta)?;
+    let mut w = GiwWriter::create(out, opts.force, opts.quant.name(), opts.target, wv, &meta)?;
     drop(meta);
     for f in &source.files {
         f.advise_sequential();
@@ -555,7 +384,7 @@ pub fn prequant_source(
                         &bytes,
                         rows,
                         cols,
-                        opts.quant,
+                        decide(t, opts.quant),
                         f16,
                     )?;
                     quantized += usize::from(q);
@@ -585,8 +414,9 @@ pub fn prequant_source(
                     row += rows;
                 }
                 let dest = Dest::Group(&name, &specs);
-                let (len, q, h) =
-                    encode_into(&mut w, &dest, &name, ty, &cat, row, cols, opts.quant, f16)?;
+                // Members share type, cols and layout ([`policy::fuses`]).
+                let d = decide(members[0].1, opts.quant);
+                let (len, q, h) = encode_into(&mut w, &dest, &name, ty, &cat, row, cols, d, f16)?;
                 drop(cat);
                 quantized += usize::from(q) * members.len();
                 f16n += usize::from(h);
@@ -604,7 +434,7 @@ pub fn prequant_source(
         f16_scale_tensors: f16n,
         quantized,
         weights_version: s.weights_version,
-        quant: opts.quant.label().to_string(),
+        quant: opts.quant.name().to_string(),
         target: opts.target.name().to_string(),
         largest_payload: largest,
         crc32: s.crc,
@@ -614,12 +444,12 @@ pub fn prequant_source(
 
 /// `<model>.<quant>.<target>.giw` next to `gguf` (`model.gguf` →
 /// `model.int8int8.cpu.giw`).
-pub fn sidecar_for(gguf: &Path, quant: GiwQuant, target: Target) -> PathBuf {
+pub fn sidecar_for(gguf: &Path, quant: Quant, target: Target) -> PathBuf {
     let stem = gguf
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    gguf.with_file_name(format!("{stem}.{}.{}.giw", quant.label(), target.name()))
+    gguf.with_file_name(format!("{stem}.{}.{}.giw", quant.name(), target.name()))
 }
 
 /// What [`ensure_sidecar`] did.
@@ -642,17 +472,17 @@ pub enum SidecarStatus {
 pub fn check_sidecar(
     giw: &Path,
     source: &Path,
-    quant: GiwQuant,
+    quant: Quant,
     target: Target,
 ) -> Result<(), String> {
     let g = Giw::open_with(giw, &ReadOptions::default()).map_err(|e| format!("{e}"))?;
     let h = g.header();
-    if h.quant != quant.label() || h.target != target {
+    if h.quant != quant.name() || h.target != target {
         return Err(format!(
             "it holds quant {} for {}, not {} for {}",
             h.quant,
             h.target.name(),
-            quant.label(),
+            quant.name(),
             target.name()
         ));
     }
@@ -670,7 +500,7 @@ pub fn check_sidecar(
 /// sidecar is never rebuilt.
 pub fn ensure_sidecar(
     gguf: &Path,
-    quant: GiwQuant,
+    quant: Quant,
     target: Target,
 ) -> Result<(PathBuf, SidecarStatus), Error> {
     let path = sidecar_for(gguf, quant, target);
@@ -786,10 +616,7 @@ mod tests {
     fn giw_streaming_peak_rss_is_bounded() {
         if let Ok(src) = std::env::var("GIW_RSS_CHILD") {
             let src = PathBuf::from(src);
-            for (quant, target) in [
-                (GiwQuant::Int4, Target::Metal),
-                (GiwQuant::Int8Int8, Target::Cpu),
-            ] {
+            for (quant, target) in [(Quant::Int4, Target::Metal), (Quant::Int8Int8, Target::Cpu)] {
                 let opts = PrequantOptions {
                     quant,
                     target,

@@ -1,7 +1,8 @@
 //! Executing a plan: the sections are written in kind order, each tensor read,
 //! transcoded into its section and dropped.
 
-use crate::plan::{self, Fuse, Placement, PlannedTensor, Quant, NATIVE_ALIGN};
+use crate::plan::{self, Fuse, Placement, PlannedTensor, NATIVE_ALIGN};
+use crate::policy::Quant;
 use crate::Error;
 use gpack_format::payload::{
     self, BlobEntry, ExpertFile, ExpertLayout, ExpertSlice, KvRecord, TensorEntry,
@@ -9,7 +10,6 @@ use gpack_format::payload::{
 use gpack_format::raw::SingleTensorHeaderV1;
 use gpack_format::{GpackWriter, ManifestInput, SectionKind, SectionWriter, WriteOptions};
 use gpack_ingest::{GgmlType, Source, SourceKind, TensorInfo};
-use gpack_quant::{native_layout_for, Layout};
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -113,40 +113,30 @@ type ExpertSource<'s> = (
     &'s PlannedTensor,
 );
 
-/// Transcodes (or quantizes) `rows × cols` elements of `src_type` into `layout`.
+/// Writes `rows × cols` elements of `src_type` as `p`'s decision says
+/// ([`crate::encode::encode`], bounded memory), with the f16 copy of the
+/// scales where [`plan::with_f16_scales`] says so.
 fn write_layout(
     name: &str,
     src_type: GgmlType,
     bytes: &[u8],
     rows: u64,
     cols: u64,
-    layout: Layout,
+    p: &PlannedTensor,
     w: &mut impl Write,
 ) -> Result<u64, Error> {
     let q = |source| Error::Quant {
         tensor: name.to_string(),
         source,
     };
-    if plan::with_f16_scales(src_type, layout) {
-        return gpack_quant::transcode::transcode_with_f16_scales(src_type, bytes, rows, cols, w)
-            .map_err(q);
-    }
-    if layout == gpack_quant::canonical_layout_for(src_type, cols) {
-        return gpack_quant::transcode_canonical(src_type, bytes, rows, cols, w).map_err(q);
-    }
-    if layout == native_layout_for(src_type) {
-        return gpack_quant::transcode(src_type, bytes, rows, cols, w).map_err(q);
-    }
-    if matches!(src_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return gpack_quant::quantize(src_type, bytes, rows, cols, layout, w).map_err(q);
-    }
-    // Re-quantization: dequantize one row at a time is not possible for every
-    // ggml type (K-quants span 256), so dequantize the tensor, then quantize.
-    let n = (rows * cols) as usize;
-    let mut f = vec![0f32; n];
-    gpack_quant::dequantize_ggml(src_type, bytes, &mut f).map_err(q)?;
-    let fb: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
-    gpack_quant::quantize(GgmlType::F32, &fb, rows, cols, layout, w).map_err(q)
+    let Some(d) = p.decision() else {
+        return Err(Error::Tensor {
+            tensor: name.to_string(),
+            problem: "has no native layout".into(),
+        });
+    };
+    let f16 = plan::with_f16_scales(src_type, d.layout);
+    crate::encode::encode(src_type, bytes, rows, cols, d, f16, w).map_err(q)
 }
 
 struct Counting<'a, 'w, P: Progress + ?Sized> {
@@ -401,7 +391,6 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         for (_, p) in &native {
             s.pad_to(NATIVE_ALIGN)?;
             let t = &source.tensors[p.source];
-            let layout = p.layout.unwrap_or(Layout::F32);
             let rows = p.stored_rows(&plan);
             // A fused group: the members' row-major blocks back to back are
             // the fused tensor's blocks.
@@ -425,7 +414,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                 s: &mut s,
                 progress,
             };
-            let n = write_layout(&t.name, t.ggml_type, &bytes, rows, p.cols, layout, &mut c)?;
+            let n = write_layout(&t.name, t.ggml_type, &bytes, rows, p.cols, p, &mut c)?;
             debug_assert_eq!(n, p.size);
             drop(bytes);
             for m in members {
@@ -463,12 +452,12 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         ))?;
         let bytes = tensor_bytes(&source, t)?;
         match p.layout {
-            Some(layout) => {
+            Some(_) => {
                 let mut c = Counting {
                     s: &mut s,
                     progress,
                 };
-                write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, layout, &mut c)?;
+                write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, p, &mut c)?;
             }
             None => s.write_bytes(&bytes)?,
         }
@@ -577,12 +566,11 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
                         let start = (e * slice_src) as usize;
                         let part = &bytes[start..start + slice_src as usize];
                         s.pad_to(NATIVE_ALIGN)?;
-                        let layout = p.layout.unwrap_or(Layout::F32);
                         let mut c = Counting {
                             s: &mut s,
                             progress,
                         };
-                        write_layout(&t.name, t.ggml_type, part, p.rows, p.cols, layout, &mut c)?;
+                        write_layout(&t.name, t.ggml_type, part, p.rows, p.cols, p, &mut c)?;
                     }
                 }
                 for (t, _, _) in srcs.iter().flatten() {
@@ -809,15 +797,7 @@ fn write_mtp(
                 s: &mut s,
                 progress,
             };
-            write_layout(
-                &t.name,
-                t.ggml_type,
-                &bytes,
-                p.rows,
-                p.cols,
-                p.layout.unwrap_or(Layout::F32),
-                &mut c,
-            )?;
+            write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, p, &mut c)?;
         }
         drop(bytes);
         release(&src, t);
@@ -825,4 +805,143 @@ fn write_mtp(
     let size = s.len();
     s.finish(entries.len() as u64)?;
     Ok((entries.len() as u64, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpack_ingest::gguf::{TensorHeader, Writer};
+    use gpack_ingest::{Metadata, Value};
+    use std::io::BufWriter;
+
+    /// Columns and rows of each synthetic matrix: 64 Mi weights, 256 MiB as f32.
+    const COLS: u64 = 4096;
+    const ROWS: u64 = 16384;
+
+    /// A GGUF with one Q8_0 and one Q4_K matrix of `COLS × ROWS` (random
+    /// codes, small finite scales). Returns the larger tensor's bytes.
+    fn make_synthetic(path: &Path) -> u64 {
+        let tensors = [
+            ("blk.0.ffn_up.weight", GgmlType::Q8_0, 2usize),
+            ("blk.0.ffn_down.weight", GgmlType::Q4_K, 4),
+        ];
+        let headers: Vec<TensorHeader> = tensors
+            .iter()
+            .map(|&(n, ty, _)| TensorHeader {
+                name: n.into(),
+                ggml_type: ty,
+                dims: vec![COLS, ROWS],
+            })
+            .collect();
+        let mut md = Metadata::new();
+        md.insert("general.architecture", Value::String("llama".into()));
+        let f = BufWriter::new(std::fs::File::create(path).unwrap());
+        let mut w = Writer::new(f, &md, &headers).unwrap();
+        let mut seed = 1u64;
+        let mut largest = 0;
+        for (_, ty, scale_bytes) in tensors {
+            let mut buf = vec![0u8; ty.bytes_for(COLS * ROWS).unwrap() as usize];
+            for c in buf.chunks_mut(8) {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                c.copy_from_slice(&seed.to_le_bytes()[..c.len()]);
+            }
+            // Each block's leading f16 scale(s) (Q8_0: d; Q4_K: d, dmin) = 2^-7.
+            for blk in buf.chunks_mut(ty.block().1 as usize) {
+                for s in blk[..scale_bytes].chunks_mut(2) {
+                    s.copy_from_slice(&0x2000u16.to_le_bytes());
+                }
+            }
+            largest = largest.max(buf.len() as u64);
+            w.write_tensor_data(&buf).unwrap();
+        }
+        w.finish().unwrap();
+        largest
+    }
+
+    fn vm_hwm_kb() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// See: issue 13, item 4 ("re-quantize in bounded chunks"): `convert
+    /// --quant int4|int8` of a GGUF whose matrices are 256 MiB each as f32
+    /// (Q8_0 → int4 and Q4_K → int8 are re-quantized; the others are exact)
+    /// peaks at the largest source tensor plus 64 MiB, under the f32 size of
+    /// one tensor (dequantizing a whole tensor, as convert did, held twice
+    /// that: the f32 values and their byte copy). As
+    /// `giw_streaming_peak_rss_is_bounded`:
+    /// the conversions run in a child process (this test re-executed), so
+    /// its VmHWM is theirs alone.
+    #[test]
+    fn convert_requantize_peak_rss_is_bounded() {
+        if let Ok(src) = std::env::var("CONVERT_RSS_CHILD") {
+            let src = PathBuf::from(src);
+            for quant in [Quant::Int4, Quant::Int8] {
+                let opts = ConvertOptions {
+                    source: src.clone(),
+                    output: src.with_extension(format!("{quant}.gpack")),
+                    quant,
+                    force: true,
+                    ..Default::default()
+                };
+                let r = convert(&opts, &()).unwrap();
+                let requantized: Vec<&str> = r
+                    .tensors
+                    .iter()
+                    .filter(|t| matches!(t.layout, "I4Asym/G32" | "I8Sym/G32"))
+                    .map(|t| t.source_type)
+                    .collect();
+                // One of the two is re-quantized, the other transcoded exactly.
+                let want = if quant == Quant::Int4 { "Q8_0" } else { "Q4_K" };
+                assert_eq!(requantized, [want], "{quant}");
+            }
+            println!("CONVERT_VMHWM_KB={}", vm_hwm_kb());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("syn.gguf");
+        let largest = make_synthetic(&src);
+        let f32_bytes = COLS * ROWS * 4;
+        let bound = largest + (64 << 20);
+        assert!(bound < f32_bytes, "bound {bound} vs f32 {f32_bytes}");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "write::tests::convert_requantize_peak_rss_is_bounded",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("CONVERT_RSS_CHILD", &src)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kb: u64 = stdout
+            .lines()
+            .find_map(|l| l.split_once("CONVERT_VMHWM_KB=").map(|(_, v)| v))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("child did not report VmHWM: {stdout}"));
+        eprintln!(
+            "convert --quant int4/int8 of two {} MiB-as-f32 matrices: peak RSS {} MiB (bound {} MiB = largest source tensor {} MiB + 64 MiB)",
+            f32_bytes >> 20,
+            kb / 1024,
+            bound >> 20,
+            largest >> 20
+        );
+        assert!(
+            kb * 1024 <= bound,
+            "peak RSS {} KiB > bound {} KiB",
+            kb,
+            bound / 1024
+        );
+    }
 }

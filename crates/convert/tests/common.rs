@@ -135,3 +135,39 @@ pub fn assert_same_tensors(src_path: &Path, g: &Gpack) {
         assert_eq!(diff, None, "{}: first differing element", t.name);
     }
 }
+
+/// Dequantized values of tensor `name` as the .giw stores it (a group
+/// member: its rows of the group's tensor; a dense record: its ggml bytes).
+pub fn giw_f32(giw: &gpack_format::giw::Giw, name: &str) -> Vec<f32> {
+    use gpack_format::giw::RecordKind;
+    let (r, member) = giw
+        .find(name)
+        .unwrap_or_else(|| panic!("{name} not in the .giw"));
+    let rec = &giw.records()[r];
+    if rec.kind == RecordKind::Dense {
+        let t = GgmlType::from_id(rec.ggml_type).unwrap();
+        let mut out = vec![0f32; rec.dims.iter().product::<u64>() as usize];
+        gpack_quant::dequantize_ggml(t, giw.payload(r), &mut out).unwrap();
+        return out;
+    }
+    let all = native_f32(giw.payload(r));
+    match member {
+        Some(m) => {
+            let m = &rec.members[m];
+            let cols = all.len() / rec.native_rows as usize;
+            all[m.row_start as usize * cols..(m.row_start + m.rows) as usize * cols].to_vec()
+        }
+        None => all,
+    }
+}
+
+/// The index of the first element where `a` and `b` differ in bits (or
+/// their shorter length when the lengths differ), `None` when equal.
+pub fn first_difference(a: &[f32], b: &[f32]) -> Option<usize> {
+    if a.len() != b.len() {
+        return Some(a.len().min(b.len()));
+    }
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x.to_bits() != y.to_bits())
+}

@@ -30,7 +30,8 @@
 //! * [`ggml`]: ggml block decoding ([`dequantize_ggml`], the reference side of
 //!   every exactness test) and the per-block split into codes/scales/mins.
 //! * [`mod@transcode`]: [`fn@transcode`] (ggml → native, exact), [`quantize`]
-//!   (F32/F16/BF16 → int8/int4) and [`write_with_f16_scales`] (adds the
+//!   (F32/F16/BF16 or any decodable ggml type → int8/int4, one row at a
+//!   time) and [`write_with_f16_scales`] (adds the
 //!   optional f16 copy of the scales when it is exact).
 //! * [`view`]: [`NativeView`], the validated borrowed view over a serialized
 //!   native tensor.

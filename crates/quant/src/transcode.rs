@@ -1,12 +1,17 @@
 //! Streaming writers of native tensors: [`transcode`] (ggml → native, exact)
-//! and [`quantize`] (F32/F16/BF16 → int8/int4).
+//! and [`quantize`] (F32/F16/BF16 → int8/int4, or any decodable ggml type:
+//! re-quantization).
 //!
 //! Both write the header, then the codes row by row, then the scales (and
 //! mins), so memory stays O(one row) for [`transcode`]: the source is usually
 //! a mapping, and decoding a block twice (once for its codes, once for its
 //! scales) is cheaper than buffering a tensor's scales. [`quantize`] does the
 //! expensive per-group search once and buffers only the scales/mins
-//! (1/8 of the f32 input).
+//! (1/8 of the f32 input) and one chunk of codes; a ggml block source is
+//! dequantized one row at a time inside the per-row worker (ggml blocks never
+//! straddle rows, and groups are quantized independently), so re-quantizing
+//! never holds more than a row of f32 per thread. The whole-tensor f32 buffer
+//! it replaces cost 8 bytes per weight (f32 values plus their byte copy).
 
 use crate::ggml::{decode_block, native_value};
 use crate::layout::{native_layout_for, Layout, NativeTensorHeader};
@@ -232,7 +237,11 @@ pub(crate) fn row_to_f32(t: GgmlType, src: &[u8], out: &mut [f32]) {
 }
 
 /// Writes one native tensor in `target` (I8Sym G32, I4Sym G32 or I4Asym G32)
-/// quantized from `rows x cols` F32/F16/BF16 values. Returns the bytes written.
+/// quantized from `rows x cols` values of `src_type`: F32/F16/BF16, or any
+/// ggml block type [`crate::ggml::can_dequantize`] decodes (re-quantization:
+/// each row is dequantized exactly, then quantized as a float row would be,
+/// so the result equals quantizing the dequantized f32 tensor, byte for
+/// byte). Returns the bytes written.
 ///
 /// Each group gets the candidate (scale, min, codes) with the smallest squared
 /// error among: ggml's own choice for Q8_0 / Q4_0 / Q4_1 (with its f16-rounded
@@ -277,12 +286,13 @@ fn quantize_impl(
     with_f16: bool,
     w: &mut impl Write,
 ) -> Result<u64, Error> {
-    if !matches!(src_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+    if !crate::ggml::can_dequantize(src_type) {
         return Err(Error::Unsupported {
             what: "quantize source",
             name: src_type.name(),
         });
     }
+    let floaty = matches!(src_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
     if !matches!(
         target,
         Layout::I8Sym { group: 32 } | Layout::I4Sym { group: 32 } | Layout::I4Asym { group: 32 }
@@ -308,30 +318,36 @@ fn quantize_impl(
     // Memory: one chunk of codes plus the tensor's scales/mins.
     let chunk_rows = (CHUNK_BYTES / code_bytes.max(1)).clamp(1, 4096);
     let mut codes = vec![0u8; chunk_rows * code_bytes];
-    let quantize_row = |row: &[u8], codes: &mut [u8], scales: &mut [f32], mins: &mut [f32]| {
-        let mut x = vec![0f32; cols_us];
-        row_to_f32(src_type, row, &mut x);
-        for (gi, xg) in x.chunks_exact(32).enumerate() {
-            let xg: &[f32; 32] = xg.try_into().expect("chunk of 32");
-            let (q, s, m) = match target {
-                Layout::I8Sym { .. } => quantize_group_i8sym(xg),
-                Layout::I4Sym { .. } => quantize_group_i4sym(xg),
-                _ => quantize_group_i4asym(xg),
-            };
-            if is4 {
-                let c = &mut codes[gi * 16..gi * 16 + 16];
-                for i in 0..16 {
-                    c[i] = q[i] | (q[i + 16] << 4);
-                }
+    let quantize_row =
+        |row: &[u8], codes: &mut [u8], scales: &mut [f32], mins: &mut [f32]| -> Result<(), Error> {
+            let mut x = vec![0f32; cols_us];
+            if floaty {
+                row_to_f32(src_type, row, &mut x);
             } else {
-                codes[gi * 32..gi * 32 + 32].copy_from_slice(&q);
+                crate::ggml::dequantize_ggml(src_type, row, &mut x)?;
             }
-            scales[gi] = s;
-            if !mins.is_empty() {
-                mins[gi] = m;
+            for (gi, xg) in x.chunks_exact(32).enumerate() {
+                let xg: &[f32; 32] = xg.try_into().expect("chunk of 32");
+                let (q, s, m) = match target {
+                    Layout::I8Sym { .. } => quantize_group_i8sym(xg),
+                    Layout::I4Sym { .. } => quantize_group_i4sym(xg),
+                    _ => quantize_group_i4asym(xg),
+                };
+                if is4 {
+                    let c = &mut codes[gi * 16..gi * 16 + 16];
+                    for i in 0..16 {
+                        c[i] = q[i] | (q[i + 16] << 4);
+                    }
+                } else {
+                    codes[gi * 32..gi * 32 + 32].copy_from_slice(&q);
+                }
+                scales[gi] = s;
+                if !mins.is_empty() {
+                    mins[gi] = m;
+                }
             }
-        }
-    };
+            Ok(())
+        };
     let rows_us = src.len() / row_bytes;
     let mut r0 = 0;
     while r0 < rows_us {
@@ -348,13 +364,13 @@ fn quantize_impl(
             cc.par_chunks_mut(code_bytes)
                 .zip(sc.par_chunks_mut(ng))
                 .zip(src_chunk.par_chunks(row_bytes))
-                .for_each(|((c, s), row)| quantize_row(row, c, s, &mut []));
+                .try_for_each(|((c, s), row)| quantize_row(row, c, s, &mut []))?;
         } else {
             cc.par_chunks_mut(code_bytes)
                 .zip(sc.par_chunks_mut(ng))
                 .zip(mn.par_chunks_mut(ng))
                 .zip(src_chunk.par_chunks(row_bytes))
-                .for_each(|(((c, s), m), row)| quantize_row(row, c, s, m));
+                .try_for_each(|(((c, s), m), row)| quantize_row(row, c, s, m))?;
         }
         w.write_all(cc)?;
         written += cc.len() as u64;

@@ -113,9 +113,20 @@ fn quantize_from_f16_and_bf16_and_edge_groups() {
 fn quantize_rejects_unsupported() {
     let src = vec![0u8; 4 * 32];
     let mut out = Vec::new();
+    // A type gpack cannot decode (IQ2_XXS: 256 elements in 66 bytes).
+    assert!(quantize(
+        GgmlType::IQ2_XXS,
+        &[0u8; 66],
+        1,
+        256,
+        Layout::I8Sym { group: 32 },
+        &mut out
+    )
+    .is_err());
+    // A truncated block source.
     assert!(quantize(
         GgmlType::Q8_0,
-        &src[..34],
+        &src[..33],
         1,
         32,
         Layout::I8Sym { group: 32 },
@@ -219,6 +230,33 @@ fn quantized_scales_are_f16_exact() {
             let mut got = vec![0f32; rows];
             matvec_with(isa, &v16, &act, &mut got);
             assert_eq!(got, want, "{target} {isa:?}");
+        }
+    }
+}
+
+/// Re-quantization: quantizing a ggml block tensor (every decodable type)
+/// writes the same bytes as quantizing its dequantized f32 values, which is
+/// what the converters did before it took block sources (a whole-tensor f32
+/// buffer); so the bounded, row-at-a-time path changes no output.
+#[test]
+fn requantize_from_blocks_equals_quantize_from_dequantized_f32() {
+    use crate::common::read_ref;
+    for name in [
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+        "IQ4_XS", "MXFP4",
+    ] {
+        let r = read_ref(name);
+        let f32s: Vec<u8> = r.deq.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for target in [
+            Layout::I8Sym { group: 32 },
+            Layout::I4Sym { group: 32 },
+            Layout::I4Asym { group: 32 },
+        ] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let n = quantize(r.t, &r.blocks, r.rows, r.cols, target, &mut a).unwrap();
+            quantize(GgmlType::F32, &f32s, r.rows, r.cols, target, &mut b).unwrap();
+            assert_eq!(n, a.len() as u64, "{name} {target}");
+            assert!(a == b, "{name} {target}: re-quantized bytes differ");
         }
     }
 }

@@ -32,10 +32,14 @@ pub struct Args {
     /// Model name recorded in the manifest (default: general.name, or OUT's stem).
     #[arg(long)]
     name: Option<String>,
-    /// Weight layout: keep (exact native layout of each ggml type), int8 or int4
-    /// (quantize matmul weights, groups of 32).
-    #[arg(long, value_enum, default_value = "keep")]
-    quant: QuantArg,
+    /// Weight quantization, the same words as `gpack prequant`: keep, int8
+    /// (int8int8 is the same), int4. Exact layouts in a .gpack are ggml's own
+    /// blocks, 16 rows interleaved. A matrix already at the asked precision
+    /// (Q8_0, Q5_0 for int8; Q4_0, Q4_1, Q4_K, IQ4_NL, IQ4_XS, MXFP4 for int4),
+    /// an embedding table, or one whose columns are not a multiple of 32 is
+    /// stored exactly instead of re-quantized.
+    #[arg(long, default_value = "keep", value_parser = super::quant_parser())]
+    quant: Quant,
     /// Leave routed experts in the source GGUF shards (which must sit next to OUT)
     /// and record references to them instead of copying.
     #[arg(long)]
@@ -50,13 +54,6 @@ pub struct Args {
     /// Print a JSON report (schema "gpack.convert.v1") of what went where.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum QuantArg {
-    Keep,
-    Int8,
-    Int4,
 }
 
 struct Bars {
@@ -84,11 +81,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         source: a.src.clone(),
         output: a.output.clone(),
         name: a.name,
-        quant: match a.quant {
-            QuantArg::Keep => Quant::Keep,
-            QuantArg::Int8 => Quant::Int8,
-            QuantArg::Int4 => Quant::Int4,
-        },
+        quant: a.quant,
         external_experts: a.external_experts,
         force: a.force,
         mtp_dir: a.mtp_dir,

@@ -17,6 +17,22 @@ pub fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--quant` of `convert` and `prequant`: the one vocabulary of
+/// [`gpack_convert::Quant`] (the policy in `gpack_convert::policy` says what
+/// each name means for either container), each name with its help.
+pub fn quant_parser() -> impl clap::builder::TypedValueParser<Value = gpack_convert::Quant> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    use gpack_convert::Quant;
+    let help = |q: Quant| match q {
+        Quant::Keep => "every matrix exact, in its ggml type's layout",
+        Quant::Int8 => "matmul weights int8, symmetric, groups of 32",
+        Quant::Int8Int8 => "int8, labelled int8 weights with int8 activations (the .giw default)",
+        Quant::Int4 => "matmul weights int4, asymmetric, groups of 32",
+    };
+    PossibleValuesParser::new(Quant::ALL.map(|q| PossibleValue::new(q.name()).help(help(q))))
+        .try_map(|s| s.parse::<Quant>())
+}
+
 /// Routed-expert flags of `run` and `serve` (MoE models; ignored otherwise).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExpertArgs {
@@ -103,11 +119,11 @@ pub fn open_model(
     stream_weights: Option<&str>,
 ) -> anyhow::Result<gpack_server::Loaded> {
     use anyhow::Context;
-    use gpack_convert::sidecar::{ensure_sidecar, GiwQuant, SidecarStatus};
+    use gpack_convert::sidecar::{ensure_sidecar, SidecarStatus};
     let is_gpack = model.extension().is_some_and(|e| e == "gpack");
     let is_giw = model.extension().is_some_and(|e| e == "giw");
     if let (Some(q), false, false, true) = (stream_weights, is_gpack, is_giw, model.is_file()) {
-        let q: GiwQuant = q.parse().map_err(anyhow::Error::msg)?;
+        let q: gpack_convert::Quant = q.parse().map_err(anyhow::Error::msg)?;
         let (side, status) = ensure_sidecar(model, q, gpack_format::giw::Target::Cpu)
             .with_context(|| format!("building the sidecar of {}", model.display()))?;
         match status {
@@ -119,7 +135,7 @@ pub fn open_model(
         }
         return Ok(gpack_server::Loaded::open_giw(
             &side,
-            Some(q.label()),
+            Some(q.name()),
             model,
         )?);
     }

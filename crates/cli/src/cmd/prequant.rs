@@ -2,7 +2,8 @@
 //! `.giw` bundle (docs/GIW.md), streamed one tensor at a time.
 
 use anyhow::{Context, Result};
-use gpack_convert::sidecar::{prequant, GiwQuant, PrequantOptions};
+use gpack_convert::sidecar::{prequant, PrequantOptions};
+use gpack_convert::Quant;
 use gpack_format::giw::Target;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,10 +26,14 @@ pub struct Args {
     /// The .giw to write.
     #[arg(short, long)]
     output: PathBuf,
-    /// int8int8 (int8 weights and activations), int8 (int8 weights, G32), int4
-    /// (asymmetric int4, G32) or keep (the exact native layout of each type).
-    #[arg(long, default_value = "int8int8")]
-    quant: GiwQuant,
+    /// Weight quantization, the same words as `gpack convert`: keep, int8,
+    /// int8int8 (int8's layouts; the label loaders ask for), int4. Exact
+    /// layouts in a .giw are the row-major split layouts (docs/GIW.md). A
+    /// matrix already at the asked precision (Q8_0, Q5_0 for int8; Q4_0,
+    /// Q4_1, Q4_K for int4), an embedding table, or one whose columns are not
+    /// a multiple of 32 is stored exactly instead of re-quantized.
+    #[arg(long, default_value = "int8int8", value_parser = super::quant_parser())]
+    quant: Quant,
     /// cpu (weights format 12) or metal (fused q‖k‖v / gate‖up groups and f16
     /// scales, weights format 14).
     #[arg(long, default_value = "cpu")]
@@ -79,7 +84,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use gpack_convert::sidecar::{
-        ensure_sidecar, prequant, sidecar_for, GiwQuant, PrequantOptions, SidecarStatus,
+        ensure_sidecar, prequant, sidecar_for, PrequantOptions, SidecarStatus,
     };
     use gpack_convert::{convert, ConvertOptions, Quant};
     use gpack_format::giw::Target;
@@ -117,7 +122,7 @@ mod tests {
         assert!(d < 0.02, "{what}: rel L2 {d}");
     }
 
-    fn giw(src: &Path, dir: &Path, quant: GiwQuant, target: Target, tag: &str) -> PathBuf {
+    fn giw(src: &Path, dir: &Path, quant: Quant, target: Target, tag: &str) -> PathBuf {
         let out = dir.join(format!("{tag}.giw"));
         let opts = PrequantOptions {
             quant,
@@ -167,7 +172,7 @@ mod tests {
                 "{file} gpack"
             );
             for t in [Target::Cpu, Target::Metal] {
-                let p = giw(&src, dir.path(), GiwQuant::Keep, t, &format!("{file}{t:?}"));
+                let p = giw(&src, dir.path(), Quant::Keep, t, &format!("{file}{t:?}"));
                 let w = GiwWeights::open(&p, Some("keep")).unwrap();
                 assert_eq!(w.copied_payloads(), 0);
                 if file.contains("f16") {
@@ -186,7 +191,7 @@ mod tests {
         let src = repo().join("testdata/tiny/llama/llama-f16.gguf");
         let g = gpack(&src, dir.path(), Quant::Int8, "i8");
         let want = logits(&GpackWeights::open(&g).unwrap());
-        let p = giw(&src, dir.path(), GiwQuant::Int8, Target::Cpu, "i8");
+        let p = giw(&src, dir.path(), Quant::Int8, Target::Cpu, "i8");
         let w = GiwWeights::open(&p, Some("int8")).unwrap();
         assert!(logits(&w) == want, "int8 logits differ");
         let e = GiwWeights::open(&p, Some("int8int8")).unwrap_err();
@@ -199,7 +204,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let src = repo().join("testdata/tiny/llama/hf");
         let want = logits(&GgufWeights::open(&src).unwrap());
-        let p = giw(&src, dir.path(), GiwQuant::Keep, Target::Cpu, "hf");
+        let p = giw(&src, dir.path(), Quant::Keep, Target::Cpu, "hf");
         assert!(logits(&GiwWeights::open(&p, None).unwrap()) == want);
     }
 
@@ -212,7 +217,7 @@ mod tests {
             repo().join("testdata/tiny/llama/llama-q8_0.gguf"),
             repo().join("testdata/tiny/llama/hf-sharded"),
         ] {
-            for quant in [GiwQuant::Keep, GiwQuant::Int8Int8, GiwQuant::Int4] {
+            for quant in [Quant::Keep, Quant::Int8Int8, Quant::Int4] {
                 for target in [Target::Cpu, Target::Metal] {
                     let mut bytes = Vec::new();
                     for resident in [false, true] {
@@ -238,20 +243,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("m.gguf");
         std::fs::copy(repo().join("testdata/tiny/llama/llama-q8_0.gguf"), &src).unwrap();
-        let side = sidecar_for(&src, GiwQuant::Int4, Target::Cpu);
+        let side = sidecar_for(&src, Quant::Int4, Target::Cpu);
         assert_eq!(side, dir.path().join("m.int4.cpu.giw"));
-        let (p, s) = ensure_sidecar(&src, GiwQuant::Int4, Target::Cpu).unwrap();
+        let (p, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
         assert_eq!((p.clone(), s), (side.clone(), SidecarStatus::Built));
         let before = std::fs::read(&p).unwrap();
         let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
-        let (_, s) = ensure_sidecar(&src, GiwQuant::Int4, Target::Cpu).unwrap();
+        let (_, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
         assert_eq!(s, SidecarStatus::Reused);
         assert_eq!(std::fs::metadata(&p).unwrap().modified().unwrap(), mtime);
         // Corrupt one byte: reported and rebuilt.
         let mut bad = before.clone();
         bad[200] ^= 1;
         std::fs::write(&p, &bad).unwrap();
-        let (_, s) = ensure_sidecar(&src, GiwQuant::Int4, Target::Cpu).unwrap();
+        let (_, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
         assert!(
             matches!(&s, SidecarStatus::Rebuilt { reason } if reason.contains("CRC")),
             "{s:?}"
@@ -280,7 +285,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let want = logits(&GgufWeights::open(&src).unwrap());
         for t in [Target::Cpu, Target::Metal] {
-            let p = giw(&src, dir.path(), GiwQuant::Keep, t, &format!("{t:?}"));
+            let p = giw(&src, dir.path(), Quant::Keep, t, &format!("{t:?}"));
             let w = GiwWeights::open(&p, Some("keep")).unwrap();
             let groups = w
                 .giw()
@@ -343,7 +348,7 @@ mod tests {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
-        let p = giw(&src, dir.path(), GiwQuant::Int8Int8, Target::Cpu, "smol");
+        let p = giw(&src, dir.path(), Quant::Int8Int8, Target::Cpu, "smol");
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
