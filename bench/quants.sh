@@ -9,9 +9,10 @@
 # For each GGUF:
 #   1. `gpack convert GGUF -o bench/NAME.gpack` (release build, default options), skipped
 #      when the .gpack is newer than both the GGUF and the gpack binary;
-#   2. gpack: crates/runtime/examples/bench.rs on the .gpack (opened as `gpack run` opens
-#      it, default load options), -p 512 -n 64 -r REPS, GPACK_THREADS=2;
-#   3. llama.cpp: llama-bench -m GGUF -t 2 -p 512 -n 64 -r REPS -o json.
+#   2. REPS rounds, each: gpack's crates/runtime/examples/bench.rs on the .gpack (opened
+#      as `gpack run` opens it, default load options), -p 512 -n 64 -r 1,
+#      GPACK_THREADS=2; then llama-bench -m GGUF -t 2 -p 512 -n 64 -r 1 -o json
+#      (alternating, so the machine's drift falls on both sides alike).
 # Once per run: crates/quant/examples/membw.rs, 2 threads (read bandwidth of a 1 GiB
 # buffer and the int8 `vpdpbusd` peak). Then two tables (see docs/PERFORMANCE.md,
 # "Quant types vs llama.cpp"). Raw outputs go to bench/logs/quants-TIMESTAMP/.
@@ -65,20 +66,26 @@ print(sum(b for b, _ in body) + head[0], sum(e for _, e in body), head[1])
 PY
 }
 kv() { sed -n 's/^bench: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
-# llama-bench -o json: median, min, max of samples_ts for the test with n_prompt / n_gen.
+# llama-bench -o json files (one repetition each): median, min, max of samples_ts over
+# all of them for the test with n_prompt (pp) / n_gen (tg).
 lb_stats() {
-  python3 - "$1" "$2" <<'PY'
+  python3 - "$@" <<'PY'
 import json, statistics, sys
-runs = json.load(open(sys.argv[1]))
-want = sys.argv[2]
-for r in runs:
-    if (want == "pp" and r["n_prompt"] > 0 and r["n_gen"] == 0) or (want == "tg" and r["n_gen"] > 0 and r["n_prompt"] == 0):
-        s = r["samples_ts"]
-        print(f"{statistics.median(s):.2f} {min(s):.2f} {max(s):.2f}")
-        break
-else:
-    print("nan nan nan")
+want, files = sys.argv[1], sys.argv[2:]
+s = []
+for f in files:
+    for r in json.load(open(f)):
+        if (want == "pp" and r["n_prompt"] > 0 and r["n_gen"] == 0) or (want == "tg" and r["n_gen"] > 0 and r["n_prompt"] == 0):
+            s += r["samples_ts"]
+print(f"{statistics.median(s):.2f} {min(s):.2f} {max(s):.2f}" if s else "nan nan nan")
 PY
+}
+# The gpack bench's `bench:` lines in $1: median, min, max of key $2 over them.
+kv_stats() {
+  sed -n 's/^bench: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | python3 -c '
+import statistics, sys
+v = [float(x) for x in sys.stdin.read().split()]
+print(f"{statistics.median(v)} {min(v)} {max(v)}" if v else "n/a n/a n/a")'
 }
 f1() { awk -v x="$1" -v re='^[0-9.eE+-]+$' 'BEGIN { if (x ~ re) printf "%.1f", x; else if (x == "") printf "n/a"; else printf "%s", x }'; }
 num='^[0-9.eE+-]+$'
@@ -110,29 +117,46 @@ for M in "${MODELS[@]}"; do
     }
   fi
   cat "$GP" >/dev/null # warm page cache, as llama-bench's mapping will be after its warm-up
-  echo "## $name: gpack"
+  # Alternate the two sides, one repetition each per round, so that the drift
+  # of a shared machine (DRAM bandwidth moves ±30 % from minute to minute on
+  # these VMs) lands on both alike; medians over the rounds.
+  echo "## $name: gpack and llama.cpp, $REPS alternating rounds"
   F=$LOGS/$name.gpack.txt
-  gfail=
-  if GPACK_THREADS=2 RUST_BACKTRACE=0 "$GB" "$GP" -p 512 -n 64 -r "$REPS" >"$F" 2>&1; then
-    cat "$F"
-  else
-    # Keep going: llama.cpp's figures for this model are still wanted.
-    gfail=$(grep -m1 -A1 'panicked at' "$F" | tail -1 | cut -c1-100)
-    [ -n "$gfail" ] || gfail=$(tail -1 "$F" | cut -c1-100)
-    echo "gpack failed: $gfail"
-  fi
-  echo "## $name: llama.cpp"
-  if "$BIN/llama-bench" -m "$M" -t 2 -p 512 -n 64 -r "$REPS" -o json >"$LOGS/$name.llama.json" 2>"$LOGS/$name.llama.err"; then
-    read -r lpp lppmin lppmax <<<"$(lb_stats "$LOGS/$name.llama.json" pp)"
-    read -r ltg ltgmin ltgmax <<<"$(lb_stats "$LOGS/$name.llama.json" tg)"
+  : >"$F"
+  gfail= lfail=
+  LJ=()
+  for r in $(seq "$REPS"); do
+    if [ -z "$gfail" ]; then
+      if ! GPACK_THREADS=2 RUST_BACKTRACE=0 "$GB" "$GP" -p 512 -n 64 -r 1 >>"$F" 2>&1; then
+        # Keep going: llama.cpp's figures for this model are still wanted.
+        gfail=$(grep -m1 -A1 'panicked at' "$F" | tail -1 | cut -c1-100)
+        [ -n "$gfail" ] || gfail=$(tail -1 "$F" | cut -c1-100)
+        echo "gpack failed: $gfail"
+      fi
+    fi
+    if [ -z "$lfail" ]; then
+      J=$LOGS/$name.llama.$r.json
+      if "$BIN/llama-bench" -m "$M" -t 2 -p 512 -n 64 -r 1 -o json >"$J" 2>>"$LOGS/$name.llama.err"; then
+        LJ+=("$J")
+      else
+        lfail=1
+        tail -3 "$LOGS/$name.llama.err"
+      fi
+    fi
+  done
+  [ -n "$gfail" ] || sed -n 's/^bench: //p' "$F"
+  if [ ${#LJ[@]} -gt 0 ]; then
+    read -r lpp lppmin lppmax <<<"$(lb_stats pp "${LJ[@]}")"
+    read -r ltg ltgmin ltgmax <<<"$(lb_stats tg "${LJ[@]}")"
     echo "llama.cpp pp512 $lpp ($lppmin–$lppmax), tg64 $ltg ($ltgmin–$ltgmax) tok/s"
   else
-    tail -3 "$LOGS/$name.llama.err"
     lpp=n/a lppmin=n/a lppmax=n/a ltg=n/a ltgmin=n/a ltgmax=n/a
   fi
-  gpp=$(kv "$F" pp_med) gppmin=$(kv "$F" pp_min) gppmax=$(kv "$F" pp_max)
-  gtg=$(kv "$F" tg_med) gtgmin=$(kv "$F" tg_min) gtgmax=$(kv "$F" tg_max)
-  bpt=$(kv "$F" bytes_per_token) load=$(kv "$F" load_ms) anon=$(kv "$F" rss_anon_kib)
+  read -r gpp gppmin gppmax <<<"$(kv_stats "$F" pp_med)"
+  read -r gtg gtgmin gtgmax <<<"$(kv_stats "$F" tg_med)"
+  read -r load _ _ <<<"$(kv_stats "$F" load_ms)"
+  read -r anon _ _ <<<"$(kv_stats "$F" rss_anon_kib)"
+  bpt=$(kv "$F" bytes_per_token | head -1)
   read -r lbpt body_macs head_macs <<<"$(gguf_cost "$M")"
   # MACs per prompt token: the body matrices, plus the head once per 512-token prompt.
   ppmacs=$(awk -v b="$body_macs" -v h="$head_macs" 'BEGIN { printf "%.0f", b + h / 512 }')

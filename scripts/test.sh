@@ -11,3 +11,9 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The model-level suites again on the lesser kernel paths (this CPU picks
+# AVX-512 by itself), so the AVX2 and scalar paths run end to end too: AVX2
+# on every runtime test, scalar on the tiny-fixture ones (the reference is
+# slow on SmolLM2-sized work).
+GPACK_ISA=avx2 cargo test --locked -p gpack-runtime --test tests
+GPACK_ISA=scalar cargo test --locked -p gpack-runtime --test tests -- fixtures:: generation:: moe:: ple::

@@ -172,15 +172,22 @@ fn real_tensors() -> Vec<RealTensor> {
         .collect()
 }
 
-fn check_real(t: &RealTensor, rows_bin: &[u8]) -> bool {
+/// Checks one tensor of `real_tensors.json`: its file must be there (the
+/// committed tiny fixtures, or the real SmolLM2 the reference was made from,
+/// fetched by `scripts/fetch-models.sh` when absent).
+fn check_real(t: &RealTensor, rows_bin: &[u8]) {
     let path = if t.file.starts_with('/') {
-        t.file.clone().into()
+        assert!(
+            t.file.ends_with("/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            "{}: only SmolLM2 is referenced outside the repository",
+            t.file
+        );
+        gpack_testkit::smollm2()
     } else {
         repo_root().join(&t.file)
     };
-    let Ok(mut f) = std::fs::File::open(&path) else {
-        return false;
-    };
+    let mut f = std::fs::File::open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (the reference tensors' file)", path.display()));
     let mut src = vec![0u8; t.n_bytes as usize];
     f.seek(SeekFrom::Start(t.offset)).unwrap();
     f.read_exact(&mut src).unwrap();
@@ -207,7 +214,6 @@ fn check_real(t: &RealTensor, rows_bin: &[u8]) -> bool {
             .collect();
         assert_bits_eq(&t.name, &all[..n], &want);
     }
-    true
 }
 
 #[test]
@@ -219,15 +225,8 @@ fn real_tiny_fixture_tensors_are_bit_exact() {
         tiny.len() > 100,
         "expected the tiny fixtures' tensors in real_tensors.json"
     );
-    let mut checked = 0;
     for t in tiny {
-        if check_real(t, &rows_bin) {
-            checked += 1;
-        }
-    }
-    // testdata/tiny is committed by another issue; until it lands, say so.
-    if checked == 0 {
-        eprintln!("note: testdata/tiny/*.gguf absent; real tiny tensors not checked");
+        check_real(t, &rows_bin);
     }
 }
 
@@ -238,14 +237,12 @@ fn real_smollm2_tensors_are_bit_exact() {
         .into_iter()
         .filter(|t| t.file.starts_with('/'))
         .collect();
-    let mut checked = 0;
+    assert!(
+        !smol.is_empty(),
+        "expected SmolLM2's tensors in real_tensors.json"
+    );
     for t in &smol {
-        if check_real(t, &rows_bin) {
-            checked += 1;
-        }
-    }
-    if checked == 0 {
-        eprintln!("note: SmolLM2-135M-Instruct.Q4_1.gguf absent; skipped");
+        check_real(t, &rows_bin);
     }
 }
 

@@ -165,16 +165,55 @@ pub struct Gemma3nConfig {
     pub sparsity: Vec<Option<f32>>,
 }
 
-fn get_u(m: &dyn MetadataSource, key: String) -> Result<usize> {
-    m.meta_u64(&key).map(|v| v as usize).ok_or(Error::Metadata {
+/// Upper bounds on the sizes a file's metadata may declare, checked before
+/// any of them sizes an allocation or enters a product (the largest real
+/// models are far below: 126 layers, 16 Ki wide, contexts of a few
+/// million positions).
+const MAX_LAYERS: usize = 4096;
+const MAX_WIDTH: usize = 1 << 20;
+const MAX_HEADS: usize = 4096;
+const MAX_HEAD_DIM: usize = 4096;
+const MAX_CONTEXT: usize = 1 << 26;
+
+/// `v` when `1 <= v <= max`, else the hyperparameter error naming `what`.
+fn bounded(what: &'static str, v: u64, max: usize) -> Result<usize> {
+    if v == 0 || v > max as u64 {
+        return Err(Error::Hparam { what, value: v });
+    }
+    Ok(v as usize)
+}
+
+/// A required size key, bounded as [`bounded`].
+fn get_dim(m: &dyn MetadataSource, key: String, what: &'static str, max: usize) -> Result<usize> {
+    let v = m.meta_u64(&key).ok_or(Error::Metadata {
         key,
         what: "integer",
-    })
+    })?;
+    bounded(what, v, max)
+}
+
+/// An optional size key (`default` when absent), bounded as [`bounded`].
+fn opt_dim(
+    m: &dyn MetadataSource,
+    key: String,
+    default: usize,
+    what: &'static str,
+    max: usize,
+) -> Result<usize> {
+    match m.meta_u64(&key) {
+        Some(v) => bounded(what, v, max),
+        None => Ok(default),
+    }
 }
 
 fn gemma3n_config(m: &dyn MetadataSource, n_layer: usize, swa: &[bool]) -> Result<Gemma3nConfig> {
     let k = |s: &str| format!("gemma3n.{s}");
-    let n_embd_per_layer = get_u(m, k("embedding_length_per_layer_input"))?;
+    let n_embd_per_layer = get_dim(
+        m,
+        k("embedding_length_per_layer_input"),
+        "embedding_length_per_layer_input",
+        MAX_WIDTH,
+    )?;
     let n_altup = m.meta_u64(&k("altup.num_inputs")).map_or(4, |v| v as usize);
     let altup_active = m.meta_u64(&k("altup.active_idx")).map_or(0, |v| v as usize);
     if !(2..=16).contains(&n_altup) || altup_active != 0 {
@@ -245,28 +284,53 @@ impl Config {
         })?;
         let a = arch.name();
         let k = |s: &str| format!("{a}.{s}");
-        let n_embd = get_u(m, k("embedding_length"))?;
-        let n_layer = get_u(m, k("block_count"))?;
-        let n_head = get_u(m, k("attention.head_count"))?;
-        let n_head_kv = m
-            .meta_u64(&k("attention.head_count_kv"))
-            .map_or(n_head, |v| v as usize);
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        let n_embd = get_dim(m, k("embedding_length"), "embedding_length", MAX_WIDTH)?;
+        let n_layer = get_dim(m, k("block_count"), "block_count", MAX_LAYERS)?;
+        let n_head = get_dim(
+            m,
+            k("attention.head_count"),
+            "attention.head_count",
+            MAX_HEADS,
+        )?;
+        let n_head_kv = opt_dim(
+            m,
+            k("attention.head_count_kv"),
+            n_head,
+            "attention.head_count_kv",
+            MAX_HEADS,
+        )?;
+        if n_head % n_head_kv != 0 {
             return Err(Error::Hparam {
                 what: "attention.head_count_kv",
                 value: n_head_kv as u64,
             });
         }
-        let head_dim = m
-            .meta_u64(&k("attention.key_length"))
-            .map_or(n_embd / n_head, |v| v as usize);
-        let head_dim_v = m
-            .meta_u64(&k("attention.value_length"))
-            .map_or(head_dim, |v| v as usize);
+        let head_dim = opt_dim(
+            m,
+            k("attention.key_length"),
+            n_embd / n_head,
+            "attention.key_length",
+            MAX_HEAD_DIM,
+        )?;
+        let head_dim_v = opt_dim(
+            m,
+            k("attention.value_length"),
+            head_dim,
+            "attention.value_length",
+            MAX_HEAD_DIM,
+        )?;
+        if head_dim == 0 {
+            return Err(Error::Hparam {
+                what: "attention.key_length (embedding_length / head_count is 0)",
+                value: 0,
+            });
+        }
         let n_ff = match m.meta_num_array(&k("feed_forward_length")) {
             // Per-layer widths (gemma3n writes an array): one width for all.
             Some(v) => match v.first() {
-                Some(&f) if v.iter().all(|&x| x == f) && f >= 1.0 => f as usize,
+                Some(&f) if v.iter().all(|&x| x == f) && f >= 1.0 && f <= MAX_WIDTH as f64 => {
+                    f as usize
+                }
                 _ => {
                     return Err(Error::Hparam {
                         what: "feed_forward_length (per-layer widths must be equal)",
@@ -274,15 +338,22 @@ impl Config {
                     })
                 }
             },
-            None => get_u(m, k("feed_forward_length"))?,
+            None => get_dim(
+                m,
+                k("feed_forward_length"),
+                "feed_forward_length",
+                MAX_WIDTH,
+            )?,
         };
-        let n_ctx_train = m
-            .meta_u64(&k("context_length"))
-            .map_or(2048, |v| v as usize);
+        let n_ctx_train = opt_dim(m, k("context_length"), 2048, "context_length", MAX_CONTEXT)?;
         let rms_eps = get_f(m, k("attention.layer_norm_rms_epsilon"))?;
-        let n_rot = m
-            .meta_u64(&k("rope.dimension_count"))
-            .map_or(head_dim, |v| v as usize);
+        let n_rot = opt_dim(
+            m,
+            k("rope.dimension_count"),
+            head_dim,
+            "rope.dimension_count",
+            MAX_HEAD_DIM,
+        )?;
         if n_rot > head_dim || n_rot % 2 != 0 {
             return Err(Error::Hparam {
                 what: "rope.dimension_count",
@@ -489,5 +560,43 @@ mod tests {
             Config::from_metadata(&m, 10),
             Err(Error::Hparam { .. })
         ));
+    }
+
+    /// Sizes from the file are bounded before anything is allocated from
+    /// them or multiplied: a crafted block_count of 2^64-1 (which sized
+    /// per-layer vectors) or zero widths are named errors.
+    #[test]
+    fn absurd_sizes_are_refused_by_name() {
+        for (key, v, what) in [
+            ("gemma3.block_count", "18446744073709551615", "block_count"),
+            ("gemma3.block_count", "0", "block_count"),
+            (
+                "gemma3.embedding_length",
+                "1099511627776",
+                "embedding_length",
+            ),
+            ("gemma3.attention.head_count", "0", "attention.head_count"),
+            (
+                "gemma3.attention.head_count_kv",
+                "0",
+                "attention.head_count_kv",
+            ),
+            (
+                "gemma3.attention.key_length",
+                "4294967296",
+                "attention.key_length",
+            ),
+            ("gemma3.feed_forward_length", "0", "feed_forward_length"),
+            (
+                "gemma3.context_length",
+                "18446744073709551615",
+                "context_length",
+            ),
+        ] {
+            match Config::from_metadata(&gemma(&[(key, v)]), 1000) {
+                Err(Error::Hparam { what: w, .. }) => assert!(w.starts_with(what), "{key}: {w}"),
+                other => panic!("{key}={v}: {other:?}"),
+            }
+        }
     }
 }

@@ -151,18 +151,23 @@ impl TokenizerSpec {
         let mut n: u64 = 0;
         for v in vocab.values() {
             n = n.max(
-                v.as_u64().ok_or(Error::BadEntry {
-                    what: "vocab id",
-                    index: 0,
-                })? + 1,
+                v.as_u64()
+                    .ok_or(Error::BadEntry {
+                        what: "vocab id",
+                        index: 0,
+                    })?
+                    .saturating_add(1),
             );
         }
         for a in &added {
             n = n.max(
-                a["id"].as_u64().ok_or(Error::BadEntry {
-                    what: "added token id",
-                    index: 0,
-                })? + 1,
+                a["id"]
+                    .as_u64()
+                    .ok_or(Error::BadEntry {
+                        what: "added token id",
+                        index: 0,
+                    })?
+                    .saturating_add(1),
             );
         }
         if n == 0 || n > crate::gbt1::MAX_VOCAB as u64 {

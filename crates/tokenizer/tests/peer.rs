@@ -151,3 +151,24 @@ fn llama2_style_dummy_prefix_matches_tokenizers_crate() {
         );
     }
 }
+
+/// Crafted ids in a real tokenizer.json (an id of 2^64-1, which overflowed
+/// `id + 1` and then indexed out of bounds, and an id past the vocabulary
+/// limit) are refused with an error, never a panic.
+#[test]
+fn absurd_token_ids_are_errors() {
+    let base: serde_json::Value =
+        serde_json::from_slice(&gunzip(&testdata().join("bpe2048/tokenizer.json.gz"))).unwrap();
+    for id in [u64::MAX, u64::MAX - 1, 1 << 40] {
+        let mut j = base.clone();
+        j["model"]["vocab"]["crafted"] = id.into();
+        let s = serde_json::to_vec(&j).unwrap();
+        let r = std::panic::catch_unwind(|| TokenizerSpec::from_hf_json(&s, None).map(|_| ()));
+        assert!(matches!(r, Ok(Err(_))), "vocab id {id}");
+        let mut j = base.clone();
+        j["added_tokens"][0]["id"] = id.into();
+        let s = serde_json::to_vec(&j).unwrap();
+        let r = std::panic::catch_unwind(|| TokenizerSpec::from_hf_json(&s, None).map(|_| ()));
+        assert!(matches!(r, Ok(Err(_))), "added token id {id}");
+    }
+}
