@@ -22,6 +22,17 @@ pub mod sidecar;
 pub mod tokenizer;
 mod write;
 
+/// Peak resident memory of this process (`VmHWM`), in KiB: the bounded-RSS
+/// tests' measure.
+#[cfg(test)]
+pub(crate) fn vm_hwm_kb() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
 pub use error::Error;
 pub use plan::{Fuse, Placement, Plan, PlannedTensor, FUSED_GROUPS};
 pub use policy::Quant;

@@ -600,14 +600,6 @@ mod tests {
         per_layer
     }
 
-    fn vm_hwm_kb() -> u64 {
-        let s = std::fs::read_to_string("/proc/self/status").unwrap();
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
-
     /// See: issue 5 ("a test-sized run of the streaming transcoder asserts
     /// bounded peak RSS on a model several times larger than the bound").
     /// The transcode runs in a child process (this test re-executed), so its
@@ -625,7 +617,7 @@ mod tests {
                 };
                 prequant(&src, &src.with_extension("giw"), &opts).unwrap();
             }
-            println!("GIW_VMHWM_KB={}", vm_hwm_kb());
+            println!("GIW_VMHWM_KB={}", crate::vm_hwm_kb());
             return;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -860,14 +860,6 @@ mod tests {
         largest
     }
 
-    fn vm_hwm_kb() -> u64 {
-        let s = std::fs::read_to_string("/proc/self/status").unwrap();
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
-
     /// See: issue 13, item 4 ("re-quantize in bounded chunks"): `convert
     /// --quant int4|int8` of a GGUF whose matrices are 256 MiB each as f32
     /// (Q8_0 → int4 and Q4_K → int8 are re-quantized; the others are exact)
@@ -900,7 +892,7 @@ mod tests {
                 let want = if quant == Quant::Int4 { "Q8_0" } else { "Q4_K" };
                 assert_eq!(requantized, [want], "{quant}");
             }
-            println!("CONVERT_VMHWM_KB={}", vm_hwm_kb());
+            println!("CONVERT_VMHWM_KB={}", crate::vm_hwm_kb());
             return;
         }
         let dir = tempfile::tempdir().unwrap();
