@@ -5,13 +5,21 @@
 //!
 //! The background check opens its own mapping of the file (the same pages
 //! of the page cache, no copy) and hashes the sections one after another on
-//! one thread, so it takes at most one core from inference, and only until
-//! it is done (~1.5 GB/s with SHA-NI). Inputs without digests (GGUF, HF
+//! one thread at the lowest priority (nice 19 on Linux), paced to one 8 MiB
+//! chunk per [`PACE`] (~200 MB/s, under 1 % of a DRAM channel: decode is
+//! bound by memory bandwidth, which no priority protects) until someone
+//! waits for the verdict ([`Integrity::wait`]), which lifts the pace (full
+//! speed, ~1.5 GB/s with SHA-NI). Inputs without digests (GGUF, HF
 //! directories, GIW bundles) have nothing to check.
 
 use crate::Loaded;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// The pause after each hashed chunk while nobody waits for the verdict.
+pub const PACE: Duration = Duration::from_millis(40);
 
 /// When the sections are hashed (`--verify`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,6 +65,8 @@ pub enum Status {
 #[derive(Clone, Debug)]
 pub struct Integrity {
     inner: Arc<(Mutex<Status>, Condvar)>,
+    /// Set by [`Integrity::wait`]: hash at full speed.
+    urgent: Arc<AtomicBool>,
     path: PathBuf,
 }
 
@@ -68,15 +78,17 @@ impl Integrity {
             return None;
         };
         let inner = Arc::new((Mutex::new(Status::Running), Condvar::new()));
+        let urgent = Arc::new(AtomicBool::new(false));
         let it = Integrity {
             inner: inner.clone(),
+            urgent: urgent.clone(),
             path: path.clone(),
         };
         let p = path.clone();
         let spawned = std::thread::Builder::new()
             .name("gpack-verify".into())
             .spawn(move || {
-                let status = match check(&p, 1) {
+                let status = match check(&p, 1, Some(&urgent)) {
                     Ok(()) => Status::Ok,
                     Err(e) => Status::Failed(e),
                 };
@@ -113,8 +125,9 @@ impl Integrity {
         }
     }
 
-    /// Blocks until the check is done; its verdict.
+    /// Blocks until the check is done (lifting its pace); its verdict.
     pub fn wait(&self) -> Status {
+        self.urgent.store(true, Ordering::Relaxed);
         let (m, cv) = &*self.inner;
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
         while *g == Status::Running {
@@ -133,14 +146,15 @@ impl Integrity {
 /// (`--verify=before`); `Ok` for inputs without section digests.
 pub fn verify_now(loaded: &Loaded) -> Result<(), String> {
     match loaded {
-        Loaded::Gpack { path, .. } => check(path, 0),
+        Loaded::Gpack { path, .. } => check(path, 0, None),
         _ => Ok(()),
     }
 }
 
 /// Opens `path` afresh and hashes its sections on `threads` threads (0: the
-/// default pool, every core).
-fn check(path: &Path, threads: usize) -> Result<(), String> {
+/// default pool, every core), pausing [`PACE`] after each chunk while
+/// `urgent` (when given) is unset.
+fn check(path: &Path, threads: usize, urgent: Option<&AtomicBool>) -> Result<(), String> {
     let fail = |e: gpack_format::Error| {
         format!(
             "integrity check of {} failed: {e}; its weights are not the ones it was \
@@ -155,7 +169,23 @@ fn check(path: &Path, threads: usize) -> Result<(), String> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|_| "gpack-verify".into())
+        .start_handler(|_| lowest_priority())
         .build()
         .map_err(|e| format!("starting the integrity check: {e}"))?;
-    pool.install(|| g.verify_full(&|_| {})).map_err(fail)
+    let pace = |_| {
+        if urgent.is_some_and(|u| !u.load(Ordering::Relaxed)) {
+            std::thread::sleep(PACE);
+        }
+    };
+    pool.install(|| g.verify_full(&pace)).map_err(fail)
+}
+
+/// Lowers the calling thread to the lowest scheduling priority (Linux: a
+/// thread's nice value is its own); elsewhere, or when refused, it keeps
+/// its priority.
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
+    }
 }
