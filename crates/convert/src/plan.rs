@@ -215,6 +215,9 @@ pub(crate) fn undecodable(t: &TensorInfo, dense: bool) -> bool {
     !(gpack_quant::ggml::can_dequantize(t.ggml_type) || (block == 1 && dense))
 }
 
+/// Most layers a model may have (the largest real ones have ~130).
+const MAX_LAYERS: u32 = 4096;
+
 /// Plans `source`.
 pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Plan, Error> {
     let mut p = Plan::default();
@@ -297,6 +300,20 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
         let n_expert = source.tensors[expert_tensors[0].2].dims[2];
         let n_expert = u32::try_from(n_expert)
             .map_err(|_| tensor_err(&source.tensors[expert_tensors[0].2], "too many experts"))?;
+        // Layer numbers come from tensor names and block_count from the
+        // metadata: both bounded before they size the table.
+        if let Some(&(layer, _, i)) = expert_tensors.iter().find(|e| e.0 >= MAX_LAYERS) {
+            return Err(tensor_err(
+                &source.tensors[i],
+                format!("layer {layer} is beyond the {MAX_LAYERS} layers gpack accepts"),
+            ));
+        }
+        if n_layers > MAX_LAYERS {
+            return Err(Error::Tensor {
+                tensor: "block_count".into(),
+                problem: format!("{n_layers} layers, more than the {MAX_LAYERS} gpack accepts"),
+            });
+        }
         let max_layer = expert_tensors.iter().map(|e| e.0).max().unwrap_or(0);
         let n_layers = n_layers.max(max_layer + 1);
         let mut parts = vec![[None; 3]; n_layers as usize];
@@ -441,5 +458,52 @@ pub fn is_raw_ggml(layout: Option<Layout>) -> Option<GgmlType> {
     match layout {
         Some(Layout::Ggml(t)) => Some(t),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpack_ingest::gguf::{TensorHeader, Writer};
+    use gpack_ingest::{Metadata, Value};
+
+    /// A GGUF of one stacked-expert tensor `name` (tiny F32) and `block_count`.
+    fn moe_gguf(dir: &std::path::Path, name: &str, block_count: u32) -> std::path::PathBuf {
+        let path = dir.join("m.gguf");
+        let headers = vec![TensorHeader {
+            name: name.into(),
+            ggml_type: GgmlType::F32,
+            dims: vec![32, 2, 2],
+        }];
+        let mut md = Metadata::new();
+        md.insert("general.architecture", Value::String("qwen3moe".into()));
+        md.insert("qwen3moe.block_count", Value::U32(block_count));
+        let f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let mut w = Writer::new(f, &md, &headers).unwrap();
+        w.write_tensor_data(&[0u8; 32 * 2 * 2 * 4]).unwrap();
+        w.finish().unwrap();
+        path
+    }
+
+    /// Layer numbers from tensor names and block_count from the metadata
+    /// sized the expert table unchecked: `blk.4294967295` overflowed
+    /// `max_layer + 1` and a block_count of 2^32-1 asked for a 100 GB table.
+    /// Both are named errors now.
+    #[test]
+    fn absurd_layer_numbers_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = moe_gguf(dir.path(), "blk.3.ffn_gate_exps.weight", 4);
+        let src = Source::open(&ok).unwrap();
+        assert!(plan(&src, Quant::Keep, false).is_ok());
+        for (name, bc) in [
+            ("blk.4294967295.ffn_gate_exps.weight", 4),
+            ("blk.4096.ffn_up_exps.weight", 4),
+            ("blk.0.ffn_down_exps.weight", u32::MAX),
+        ] {
+            let p = moe_gguf(dir.path(), name, bc);
+            let src = Source::open(&p).unwrap();
+            let e = plan(&src, Quant::Keep, false).unwrap_err().to_string();
+            assert!(e.contains("4096"), "{name} / {bc}: {e}");
+        }
     }
 }

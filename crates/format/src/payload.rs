@@ -524,10 +524,13 @@ impl ExpertLayout {
             ));
         }
         let ns = c.count(SLICE_REC, "slice count")?;
-        let expect = u64::from(n_layers) * u64::from(n_expert) * 3;
-        if ns as u64 != expect {
+        let expect = u64::from(n_layers)
+            .checked_mul(u64::from(n_expert))
+            .and_then(|v| v.checked_mul(3));
+        if expect != Some(ns as u64) {
+            let shown = expect.map_or("more than 2^64".to_string(), |e| e.to_string());
             return Err(c.err(format!(
-                "{ns} slices for {n_layers} layers × {n_expert} experts × 3 (expected {expect})"
+                "{ns} slices for {n_layers} layers × {n_expert} experts × 3 (expected {shown})"
             )));
         }
         let mut slices = Vec::with_capacity(ns);
@@ -803,6 +806,12 @@ mod tests {
         let mut bad = el.clone();
         bad.files[0].name = "../etc/passwd".into();
         assert!(ExpertLayout::parse(&bad.encode()).is_err());
+        // layers × experts × 3 past 2^64 is an error, not a wrapped count.
+        let mut huge = el.clone();
+        huge.n_layers = u32::MAX;
+        huge.n_expert = u32::MAX;
+        let e = ExpertLayout::parse(&huge.encode()).unwrap_err().to_string();
+        assert!(e.contains("more than 2^64"), "{e}");
 
         let a = encode_assets([("tokenizer.json", &b"{}"[..]), ("x", &b""[..])]);
         assert_eq!(

@@ -322,7 +322,9 @@ impl Source {
             .enumerate()
             .map(|(i, t)| (t.name.as_str(), i))
             .collect();
-        let n_layer = self
+        // The layer numbers the names carry (not 0..max: a crafted name such
+        // as `blk.4294967295.x` must not make this loop over 2^32 layers).
+        let layers: std::collections::BTreeSet<usize> = self
             .tensors
             .iter()
             .filter_map(|t| {
@@ -333,10 +335,9 @@ impl Source {
                     .parse::<usize>()
                     .ok()
             })
-            .max()
-            .map_or(0, |m| m + 1);
+            .collect();
         let mut out = Vec::new();
-        for l in 0..n_layer {
+        for l in layers {
             for group in FUSED_GROUPS {
                 let members: Option<Vec<usize>> = group
                     .iter()
