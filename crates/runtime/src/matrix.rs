@@ -319,8 +319,8 @@ const RAW_CHUNK_BYTES: usize = 256 << 10;
 pub(crate) struct Proj<'a> {
     /// One matrix covering all members, when they are adjacent rows of one view.
     fused: Option<Matrix<'a>>,
-    /// Every member's view, when all are mapped native tensors (or row
-    /// ranges of one): run as one call however their types differ.
+    /// Every member's view, when all are mapped row-interleaved tensors (or
+    /// row ranges of one): run as one call however their types differ.
     views: Option<Vec<NativeView<'a>>>,
     parts: Vec<Matrix<'a>>,
     total: usize,
@@ -374,7 +374,11 @@ impl<'a> Proj<'a> {
                     } => view.row_range(*row_start, *rows),
                     _ => None,
                 })
-                .collect()
+                .collect::<Option<Vec<NativeView<'a>>>>()
+                .filter(|v| {
+                    v.iter()
+                        .all(|w| matches!(w.layout(), gpack_quant::Layout::Rows16(_)))
+                })
         } else {
             None
         };

@@ -751,14 +751,14 @@ pub fn matmul_concat_on(
     let mut tmp = Vec::new();
     for w in ws {
         let r = w.rows();
-        tmp.resize(n * r, 0.0);
         if n == 1 {
-            matvec_on(isa, pool, w, x, &mut tmp);
+            matvec_on(isa, pool, w, x, &mut y[off..off + r]);
         } else {
+            tmp.resize(n * r, 0.0);
             matmul_on(isa, pool, w, x, n, &mut tmp);
-        }
-        for (o, t) in y.chunks_exact_mut(total).zip(tmp.chunks_exact(r)) {
-            o[off..off + r].copy_from_slice(t);
+            for (o, t) in y.chunks_exact_mut(total).zip(tmp.chunks_exact(r)) {
+                o[off..off + r].copy_from_slice(t);
+            }
         }
         off += r;
     }

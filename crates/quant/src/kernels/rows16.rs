@@ -255,7 +255,10 @@ struct Bufs {
     /// Prep words per distinct `(SUB, OFF)` of the call's kinds (what
     /// [`build_prep`] depends on).
     preps: Vec<((usize, i32), Vec<u32>)>,
-    /// The call's tasks: `(part, first group, end group)`.
+    /// Per member of the call: its kind, its prep words' index in `preps`
+    /// and its first output row.
+    parts: Vec<(Kind, usize, usize)>,
+    /// The call's tasks: `(member, first group, end group)`.
     tasks: Vec<(usize, usize, usize)>,
 }
 
@@ -299,29 +302,28 @@ pub(crate) fn matmul_concat(
     assert_eq!(y.len(), n * total, "y length must equal n * total rows");
     let mut bufs = BUFS.with(|b| std::mem::take(&mut *b.borrow_mut()));
     bufs.qa.quantize(x, n, cols);
-    let kinds: Vec<Kind> = ws.iter().map(kind_of).collect();
+    // Prep words once per distinct (SUB, OFF); each member notes which.
     let mut used = 0;
-    for k in &kinds {
+    let mut off = 0;
+    bufs.parts.clear();
+    for w in ws {
+        let k = kind_of(w);
         let key = (k.sub, k.off);
-        if bufs.preps[..used].iter().any(|(q, _)| *q == key) {
-            continue;
-        }
-        if used == bufs.preps.len() {
-            bufs.preps.push((key, Vec::new()));
-        }
-        bufs.preps[used].0 = key;
-        build_prep(k, &bufs.qa, &mut bufs.preps[used].1);
-        used += 1;
+        let prep = match bufs.preps[..used].iter().position(|(q, _)| *q == key) {
+            Some(i) => i,
+            None => {
+                if used == bufs.preps.len() {
+                    bufs.preps.push((key, Vec::new()));
+                }
+                bufs.preps[used].0 = key;
+                build_prep(&k, &bufs.qa, &mut bufs.preps[used].1);
+                used += 1;
+                used - 1
+            }
+        };
+        bufs.parts.push((k, prep, off));
+        off += w.rows();
     }
-    let preps = &bufs.preps[..used];
-    let prep_of = |k: &Kind| {
-        let key = (k.sub, k.off);
-        &preps
-            .iter()
-            .find(|(q, _)| *q == key)
-            .expect("built above")
-            .1[..]
-    };
     // Tasks: each member's row groups in chunks sized as for one matrix.
     let bytes: usize = ws.iter().map(NativeView::byte_len).sum();
     let work = bytes + bytes * (n - 1) / 4;
@@ -346,33 +348,16 @@ pub(crate) fn matmul_concat(
             g0 += chunk;
         }
     }
-    let offs: Vec<usize> = ws
-        .iter()
-        .scan(0, |o, w| {
-            let at = *o;
-            *o += w.rows();
-            Some(at)
-        })
-        .collect();
     let out = SendPtr(y.as_mut_ptr());
-    let tasks = &bufs.tasks;
+    let (tasks, parts, preps) = (&bufs.tasks, &bufs.parts, &bufs.preps);
     let task = |t: usize| {
         let (p, g0, g1) = tasks[t];
+        let (k, prep, first_row) = &parts[p];
         // SAFETY: tasks write the rows of their own groups of their own
         // member for every vector: disjoint and inside y ([n][total]),
-        // which outlives the pool run; offs[p] + rows of p <= total.
-        let o = unsafe { out.at(offs[p]) };
-        run_groups(
-            isa,
-            &kinds[p],
-            &ws[p],
-            g0,
-            g1,
-            n,
-            prep_of(&kinds[p]),
-            o,
-            total,
-        );
+        // which outlives the pool run; first_row + rows of p <= total.
+        let o = unsafe { out.at(*first_row) };
+        run_groups(isa, k, &ws[p], g0, g1, n, &preps[*prep].1, o, total);
     };
     if !split || tasks.len() == 1 {
         (0..tasks.len()).for_each(task);
