@@ -13,7 +13,7 @@
 //! directories, GIW bundles) have nothing to check.
 
 use crate::Loaded;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -67,7 +67,6 @@ pub struct Integrity {
     inner: Arc<(Mutex<Status>, Condvar)>,
     /// Set by [`Integrity::wait`]: hash at full speed.
     urgent: Arc<AtomicBool>,
-    path: PathBuf,
 }
 
 impl Integrity {
@@ -82,7 +81,6 @@ impl Integrity {
         let it = Integrity {
             inner: inner.clone(),
             urgent: urgent.clone(),
-            path: path.clone(),
         };
         let p = path.clone();
         let spawned = std::thread::Builder::new()
@@ -134,11 +132,6 @@ impl Integrity {
             g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
         g.clone()
-    }
-
-    /// The file being checked.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

@@ -81,11 +81,17 @@ impl Drop for Server {
 }
 
 fn start(model: &Path, extra: &[&str]) -> Server {
+    start_with_env(model, extra, &[])
+}
+
+/// [`start`] with extra environment variables (test hooks).
+fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(gpack())
         .arg("serve")
         .arg(model)
         .args(["--port", "0", "--host", "127.0.0.1"])
         .args(extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -476,35 +482,11 @@ fn slow_clients_are_closed_and_do_not_block_service_or_shutdown() {
 #[test]
 fn a_panicking_step_fails_its_request_and_the_next_one_succeeds() {
     let m = model();
-    let mut child = Command::new(gpack())
-        .arg("serve")
-        .arg(&m.gpack)
-        .args(["--port", "0", "--ctx", "256"])
-        .env("GPACK_TEST_PANIC_AT_STEP", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut addr = None;
-    for _ in 0..100 {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            addr = rest.split_whitespace().next().and_then(|a| a.parse().ok());
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        let _ = err.read_to_string(&mut sink);
-    });
-    let srv = Server {
-        child,
-        addr: addr.expect("server started"),
-    };
+    let srv = start_with_env(
+        &m.gpack,
+        &["--ctx", "256"],
+        &[("GPACK_TEST_PANIC_AT_STEP", "1")],
+    );
     let body = r#"{"prompt":"Hello","max_tokens":4,"temperature":0}"#;
     let first = read_all(post(srv.addr, "/v1/completions", body));
     assert!(first.starts_with("HTTP/1.1 500"), "{first}");
