@@ -110,4 +110,13 @@ fn moe_runs_in_both_expert_modes_and_refuses_a_corrupted_shard() {
         "{}",
         String::from_utf8_lossy(&v.stdout)
     );
+    // verify names the shard, how many slices failed and the first one.
+    let err = String::from_utf8_lossy(&v.stderr);
+    let failed = 3 * layout.n_expert;
+    assert!(
+        err.contains("external expert file qwen3moe-q8_0.gguf")
+            && err.contains(&format!("{failed} slice(s) failed their SHA-256 check"))
+            && err.contains("layer 0 expert 0 gate"),
+        "{err}"
+    );
 }

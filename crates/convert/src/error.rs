@@ -13,7 +13,7 @@ pub enum Error {
     #[error(transparent)]
     Format(#[from] gpack_format::Error),
     /// Transcoding a tensor failed.
-    #[error("tensor {tensor}: {source}")]
+    #[error("tensor {tensor}")]
     Quant {
         /// Tensor name.
         tensor: String,
@@ -35,8 +35,8 @@ pub enum Error {
         ty: &'static str,
     },
     /// The tokenizer could not be built.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
+    #[error("building the tokenizer")]
+    Tokenizer(#[from] gpack_tokenizer::Error),
     /// A tensor cannot be placed as asked.
     #[error("tensor {tensor}: {problem}")]
     Tensor {

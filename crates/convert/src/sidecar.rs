@@ -59,7 +59,7 @@ pub enum Error {
     #[error(transparent)]
     Giw(#[from] gpack_format::giw::Error),
     /// Transcoding or quantizing a tensor failed.
-    #[error("tensor {tensor}: {source}")]
+    #[error("tensor {tensor}")]
     Quant {
         /// Tensor name.
         tensor: String,
@@ -475,7 +475,8 @@ pub fn check_sidecar(
     quant: Quant,
     target: Target,
 ) -> Result<(), String> {
-    let g = Giw::open_with(giw, &ReadOptions::default()).map_err(|e| format!("{e}"))?;
+    let g =
+        Giw::open_with(giw, &ReadOptions::default()).map_err(|e| gpack_format::error_chain(&e))?;
     let h = g.header();
     if h.quant != quant.name() || h.target != target {
         return Err(format!(

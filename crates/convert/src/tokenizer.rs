@@ -49,7 +49,7 @@ pub struct Built {
 
 /// The tokenizer spec of a source, if it has a tokenizer.
 pub fn spec(source: &Source) -> Result<Option<TokenizerSpec>, Error> {
-    let err = |e: gpack_tokenizer::Error| Error::Tokenizer(e.to_string());
+    let err = Error::Tokenizer;
     if source.metadata.get_str("tokenizer.ggml.model").is_some() {
         return TokenizerSpec::from_gguf(&Meta(&source.metadata))
             .map(Some)
@@ -79,9 +79,7 @@ pub fn build(source: &Source) -> Result<Option<Built>, Error> {
     let Some(spec) = spec(source)? else {
         return Ok(None);
     };
-    let bytes = spec
-        .to_gbt1()
-        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    let bytes = spec.to_gbt1()?;
     Ok(Some(Built {
         bytes,
         vocab_size: spec.tokens.len() as u64,

@@ -163,16 +163,39 @@ fn moe_embedded_and_external_experts_agree() {
     std::fs::write(&shard, &bad).unwrap();
     let gx = Gpack::open(&ext).unwrap();
     gx.verify_external(false).unwrap();
-    let e = gx.verify_external(true).unwrap_err().to_string();
-    assert!(
-        e.contains("qwen3moe-q8_0.gguf") && e.contains("SHA-256"),
-        "{e}"
-    );
+    match gx.verify_external(true).unwrap_err() {
+        gpack_format::Error::ExternalExperts {
+            file,
+            problem:
+                gpack_format::ExternalProblem::SliceDigest {
+                    count,
+                    layer,
+                    expert,
+                    part,
+                    offset,
+                    ..
+                },
+        } => {
+            assert_eq!(file, "qwen3moe-q8_0.gguf");
+            let per_layer = le.n_expert as u64;
+            assert_eq!(
+                (count, layer, expert, part),
+                (1, 5 / 3 / per_layer, 5 / 3 % per_layer, "down")
+            );
+            assert_eq!(offset, s.offset);
+        }
+        other => panic!("expected a slice digest failure, got {other:?}"),
+    }
     // A resized shard fails the quick check.
     bad.push(0);
     std::fs::write(&shard, &bad).unwrap();
-    let e = gx.verify_external(false).unwrap_err().to_string();
-    assert!(e.contains("size"), "{e}");
+    match gx.verify_external(false).unwrap_err() {
+        gpack_format::Error::ExternalExperts {
+            problem: gpack_format::ExternalProblem::Resized { found, recorded },
+            ..
+        } => assert_eq!(found, recorded + 1),
+        other => panic!("expected a resized shard, got {other:?}"),
+    }
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! The one error type of this crate.
 
+use crate::manifest::ManifestProblem;
+use crate::payload::PayloadProblem;
 use crate::SectionKind;
 use std::path::PathBuf;
 
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// An I/O operation failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {}", path.display())]
     Io {
         /// What was being done ("open", "write", "rename"…).
         op: &'static str,
@@ -135,7 +137,7 @@ pub enum Error {
         /// Manifest offset.
         offset: u64,
         /// What is wrong.
-        problem: String,
+        problem: ManifestProblem,
     },
     /// The manifest and the section table disagree.
     #[error(
@@ -171,7 +173,7 @@ pub enum Error {
         /// Section kind.
         section: SectionKind,
         /// What is wrong.
-        problem: String,
+        problem: PayloadProblem,
     },
     /// Writer: a section was added out of kind order or twice.
     #[error("section {kind} cannot follow {previous}: sections must be written in kind order, each at most once")]
@@ -201,7 +203,7 @@ pub enum Error {
     #[error("the writer is unusable after an earlier failure")]
     Poisoned,
     /// Writer: the file just written failed its own quick verification.
-    #[error("the written file {path} failed verification: {source}")]
+    #[error("the written file {} failed verification", path.display())]
     WrittenFileInvalid {
         /// The temporary file.
         path: PathBuf,
@@ -210,18 +212,64 @@ pub enum Error {
         source: Box<Error>,
     },
     /// An external expert file is missing, resized or altered.
-    #[error("external expert file {file}: {problem}")]
+    #[error("external expert file {file}")]
     ExternalExperts {
         /// The recorded file name.
         file: String,
         /// What is wrong.
-        problem: String,
+        #[source]
+        problem: ExternalProblem,
     },
     /// A size computation overflowed u64.
     #[error("size overflow computing {what}")]
     Overflow {
         /// What was being computed.
         what: &'static str,
+    },
+}
+
+/// What is wrong with an external expert file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExternalProblem {
+    /// It cannot be opened, examined or mapped.
+    #[error("cannot {op} {}", path.display())]
+    Unreadable {
+        /// "open", "stat" or "map".
+        op: &'static str,
+        /// Where it was looked for (next to the .gpack).
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Its size is not the one recorded.
+    #[error("size is {found} bytes, the .gpack recorded {recorded} (resized or replaced?)")]
+    Resized {
+        /// Size on disk.
+        found: u64,
+        /// Size recorded.
+        recorded: u64,
+    },
+    /// Slices whose bytes do not hash to their recorded SHA-256 (or lie
+    /// outside the file); the first one (in table order) is named.
+    #[error(
+        "{count} slice(s) failed their SHA-256 check; the first is layer {layer} expert {expert} \
+         {part} [{offset}, +{size})"
+    )]
+    SliceDigest {
+        /// How many failed.
+        count: u64,
+        /// Layer of the first.
+        layer: u64,
+        /// Expert of the first.
+        expert: u64,
+        /// "gate", "up" or "down".
+        part: &'static str,
+        /// Offset in the file.
+        offset: u64,
+        /// Size.
+        size: u64,
     },
 }
 
@@ -308,6 +356,20 @@ pub enum SectionProblem {
 
 /// Shorthand.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `error: cause: cause…` on one line: how every gpack program prints an
+/// error. Messages never repeat their cause (it is their `source`), so a
+/// plain `{e}` shows only the outermost step; print this instead.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
 
 pub(crate) fn io(op: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();

@@ -5,10 +5,10 @@
 //! check hashes every referenced slice and compares it with its SHA-256.
 
 use crate::payload::{ExpertLayout, EXPERT_ABSENT, EXPERT_EMBEDDED};
-use crate::{Error, Gpack, SectionKind};
+use crate::{Error, ExternalProblem, Gpack, SectionKind};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 impl Gpack {
     /// The parsed ExpertLayout, if the file has one.
@@ -36,70 +36,81 @@ impl Gpack {
         };
         let layout = layout?;
         let paths = self.external_paths(&layout);
-        let bad = |file: &str, problem: String| Error::ExternalExperts {
+        let bad = |file: &str, problem| Error::ExternalExperts {
             file: file.to_string(),
             problem,
         };
+        fn unreadable(
+            op: &'static str,
+            p: &Path,
+        ) -> impl FnOnce(std::io::Error) -> ExternalProblem {
+            let path = p.to_path_buf();
+            move |source| ExternalProblem::Unreadable { op, path, source }
+        }
         let mut maps = Vec::with_capacity(paths.len());
         for (f, p) in layout.files.iter().zip(&paths) {
             let file = std::fs::File::open(p)
-                .map_err(|e| bad(&f.name, format!("cannot open {}: {e}", p.display())))?;
+                .map_err(unreadable("open", p))
+                .map_err(|e| bad(&f.name, e))?;
             let size = file
                 .metadata()
-                .map_err(|e| bad(&f.name, format!("cannot stat: {e}")))?
+                .map_err(unreadable("stat", p))
+                .map_err(|e| bad(&f.name, e))?
                 .len();
             if size != f.size {
                 return Err(bad(
                     &f.name,
-                    format!(
-                        "size is {size} bytes, the .gpack recorded {} (resized or replaced?)",
-                        f.size
-                    ),
+                    ExternalProblem::Resized {
+                        found: size,
+                        recorded: f.size,
+                    },
                 ));
             }
             if full {
                 maps.push(
                     crate::mmap::map_file(&file)
-                        .map_err(|e| bad(&f.name, format!("cannot map: {e}")))?,
+                        .map_err(unreadable("map", p))
+                        .map_err(|e| bad(&f.name, e))?,
                 );
             }
         }
         if !full {
             return Ok(());
         }
-        let failures: Vec<String> = layout
+        // Slices outside their file fail like a digest mismatch (never
+        // skipped: an offset + size that overflows is a failure too).
+        let failed: Vec<usize> = layout
             .slices
             .par_iter()
             .enumerate()
             .filter(|(_, s)| s.file != EXPERT_EMBEDDED && s.file != EXPERT_ABSENT)
-            .filter_map(|(i, s)| {
+            .filter(|(_, s)| {
                 let m = &maps[s.file as usize];
-                let end = s.offset.checked_add(s.size)?;
-                let ok = usize::try_from(end).ok().filter(|&e| e <= m.len()).is_some_and(|e| {
-                    let got: [u8; 32] = Sha256::digest(&m[s.offset as usize..e]).into();
-                    got == s.sha256
-                });
-                let (layer, rest) = (i / 3 / layout.n_expert as usize, i / 3 % layout.n_expert as usize);
-                (!ok).then(|| {
-                    format!(
-                        "{}: layer {layer} expert {rest} {} slice [{}, +{}) does not match its SHA-256",
-                        layout.files[s.file as usize].name,
-                        ["gate", "up", "down"][i % 3],
-                        s.offset,
-                        s.size
-                    )
-                })
+                let range = s
+                    .offset
+                    .checked_add(s.size)
+                    .and_then(|end| {
+                        Some(usize::try_from(s.offset).ok()?..usize::try_from(end).ok()?)
+                    })
+                    .filter(|r| r.end <= m.len());
+                range.is_none_or(|r| <[u8; 32]>::from(Sha256::digest(&m[r])) != s.sha256)
             })
+            .map(|(i, _)| i)
             .collect();
-        if let Some(first) = failures.first() {
-            return Err(Error::ExternalExperts {
-                file: first.split(':').next().unwrap_or("").to_string(),
-                problem: format!(
-                    "{} slice(s) failed: {}",
-                    failures.len(),
-                    failures.join("; ")
-                ),
-            });
+        if let Some(&first) = failed.first() {
+            let s = &layout.slices[first];
+            let per_layer = (layout.n_expert as usize).max(1);
+            return Err(bad(
+                &layout.files[s.file as usize].name,
+                ExternalProblem::SliceDigest {
+                    count: failed.len() as u64,
+                    layer: (first / 3 / per_layer) as u64,
+                    expert: (first / 3 % per_layer) as u64,
+                    part: ["gate", "up", "down"][first % 3],
+                    offset: s.offset,
+                    size: s.size,
+                },
+            ));
         }
         Ok(())
     }

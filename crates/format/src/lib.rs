@@ -30,9 +30,11 @@ mod read;
 pub mod temp;
 mod write;
 
-pub use error::{DigestFailure, Error, Result, SectionProblem};
+pub use error::{error_chain, DigestFailure, Error, ExternalProblem, Result, SectionProblem};
 pub use kind::{HeaderFlags, SectionKind};
+pub use manifest::ManifestProblem;
 pub use manifest::{Manifest, ManifestInput, ManifestSection};
+pub use payload::PayloadProblem;
 pub use read::{parse_layout, single_tensor, verify_payloads, Gpack, Layout, Section, SectionInfo};
 pub use temp::{remove_live_temp_files, remove_stale_temps, temp_files_of};
 pub use write::{GpackWriter, SectionWriter, WriteOptions, Written};

@@ -129,19 +129,29 @@ impl Manifest {
     }
 
     /// Parses canonical manifest bytes; any deviation from the schema or from
-    /// canonical form is an error (a string saying what).
-    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    /// canonical form is an error saying what. Manifests larger than
+    /// [`MAX_MANIFEST_SIZE`] are refused before they are parsed.
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestProblem> {
+        if bytes.len() as u64 > MAX_MANIFEST_SIZE {
+            return Err(ManifestProblem::TooLarge {
+                size: bytes.len() as u64,
+            });
+        }
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| ManifestProblem::NotJson {
+            line: e.line() as u64,
+            column: e.column() as u64,
+            reason: e.to_string(),
+        })?;
         if canonical_json(&v) != bytes {
-            return Err("not in canonical form (sorted keys, no whitespace, integers)".into());
+            return Err(ManifestProblem::NotCanonical);
         }
         let Value::Object(mut m) = v else {
-            return Err("not a JSON object".into());
+            return Err(ManifestProblem::NotObject);
         };
-        let mut take = |k: &str| m.remove(k).ok_or_else(|| format!("missing key {k:?}"));
+        let mut take = |k: &'static str| m.remove(k).ok_or(ManifestProblem::MissingKey(k));
         let schema = as_string(take("schema")?, "schema")?;
         if schema != SCHEMA {
-            return Err(format!("schema is {schema:?}, expected {SCHEMA:?}"));
+            return Err(ManifestProblem::Schema(schema));
         }
         let format_version = as_u64(take("format_version")?, "format_version")?;
         let min_reader_version = as_u64(take("min_reader_version")?, "min_reader_version")?;
@@ -151,29 +161,37 @@ impl Manifest {
         let source = take("source")?;
         let tool = take("tool")?;
         let Value::Array(list) = take("sections")? else {
-            return Err("sections is not an array".into());
+            return Err(ManifestProblem::Type {
+                field: "sections",
+                expected: "an array",
+            });
         };
         let mut sections = Vec::with_capacity(list.len());
         for (i, s) in list.into_iter().enumerate() {
+            let at = |problem| ManifestProblem::InSection {
+                index: i as u64,
+                problem: Box::new(problem),
+            };
             let Value::Object(mut o) = s else {
-                return Err(format!("sections[{i}] is not an object"));
+                return Err(at(ManifestProblem::NotObject));
             };
-            let mut get = |k: &str| {
-                o.remove(k)
-                    .ok_or_else(|| format!("sections[{i}] has no key {k:?}"))
-            };
+            let mut get = |k: &'static str| o.remove(k).ok_or(at(ManifestProblem::MissingKey(k)));
             let sec = ManifestSection {
-                kind: u32::try_from(as_u64(get("kind")?, "kind")?)
-                    .map_err(|_| format!("sections[{i}].kind out of range"))?,
-                name: as_string(get("name")?, "name")?,
-                offset: as_u64(get("offset")?, "offset")?,
-                size: as_u64(get("size")?, "size")?,
-                alignment: as_u64(get("alignment")?, "alignment")?,
-                item_count: as_u64(get("item_count")?, "item_count")?,
-                sha256: as_string(get("sha256")?, "sha256")?,
+                kind: u32::try_from(as_u64(get("kind")?, "kind").map_err(at)?).map_err(|_| {
+                    at(ManifestProblem::Type {
+                        field: "kind",
+                        expected: "a 32-bit unsigned integer",
+                    })
+                })?,
+                name: as_string(get("name")?, "name").map_err(at)?,
+                offset: as_u64(get("offset")?, "offset").map_err(at)?,
+                size: as_u64(get("size")?, "size").map_err(at)?,
+                alignment: as_u64(get("alignment")?, "alignment").map_err(at)?,
+                item_count: as_u64(get("item_count")?, "item_count").map_err(at)?,
+                sha256: as_string(get("sha256")?, "sha256").map_err(at)?,
             };
             if let Some(k) = o.keys().next() {
-                return Err(format!("sections[{i}] has unknown key {k:?}"));
+                return Err(at(ManifestProblem::UnknownKey(k.clone())));
             }
             sections.push(sec);
         }
@@ -222,16 +240,97 @@ impl Manifest {
     }
 }
 
-fn as_u64(v: Value, what: &str) -> Result<u64, String> {
-    v.as_u64()
-        .ok_or_else(|| format!("{what} is not an unsigned integer"))
+fn as_u64(v: Value, field: &'static str) -> Result<u64, ManifestProblem> {
+    v.as_u64().ok_or(ManifestProblem::Type {
+        field,
+        expected: "an unsigned integer",
+    })
 }
 
-fn as_string(v: Value, what: &str) -> Result<String, String> {
+fn as_string(v: Value, field: &'static str) -> Result<String, ManifestProblem> {
     match v {
         Value::String(s) => Ok(s),
-        _ => Err(format!("{what} is not a string")),
+        _ => Err(ManifestProblem::Type {
+            field,
+            expected: "a string",
+        }),
     }
+}
+
+/// The largest manifest a reader parses: 16 MiB. A manifest lists at most
+/// 15 sections and the model's description; real ones are a few KiB, so this
+/// only stops a crafted size from making quick open hash and parse gigabytes.
+pub const MAX_MANIFEST_SIZE: u64 = 16 << 20;
+
+/// What is wrong with a manifest (or with how it agrees with the header).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestProblem {
+    /// Larger than [`MAX_MANIFEST_SIZE`].
+    #[error("{size} bytes, more than the {MAX_MANIFEST_SIZE}-byte limit")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+    },
+    /// Not JSON at all.
+    #[error("not JSON at line {line} column {column}: {reason}")]
+    NotJson {
+        /// Line of the error.
+        line: u64,
+        /// Column of the error.
+        column: u64,
+        /// serde_json's description.
+        reason: String,
+    },
+    /// JSON, but not in canonical form.
+    #[error("not in canonical form (sorted keys, no whitespace, integers)")]
+    NotCanonical,
+    /// The top level (or a section entry) is not an object.
+    #[error("not a JSON object")]
+    NotObject,
+    /// A required key is absent.
+    #[error("missing key {0:?}")]
+    MissingKey(&'static str),
+    /// A key a section entry must not have.
+    #[error("unknown key {0:?}")]
+    UnknownKey(String),
+    /// A value of the wrong JSON type.
+    #[error("{field} is not {expected}")]
+    Type {
+        /// The key.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// A schema other than [`SCHEMA`].
+    #[error("schema is {0:?}, expected {SCHEMA:?}")]
+    Schema(String),
+    /// A problem in one entry of `sections`.
+    #[error("sections[{index}]: {problem}")]
+    InSection {
+        /// Position in the list.
+        index: u64,
+        /// What is wrong with it.
+        problem: Box<ManifestProblem>,
+    },
+    /// A field that disagrees with the header.
+    #[error("{field} is {manifest}, the header says {header}")]
+    Header {
+        /// The field.
+        field: &'static str,
+        /// Manifest value.
+        manifest: u64,
+        /// Header value.
+        header: u64,
+    },
+    /// A section count that disagrees with the section table.
+    #[error("lists {manifest} sections, the table has {table}")]
+    SectionCount {
+        /// Listed in the manifest.
+        manifest: u64,
+        /// In the table (manifest excluded).
+        table: u64,
+    },
 }
 
 /// Serializes a JSON value canonically: keys sorted by bytes, no whitespace.
@@ -307,6 +406,9 @@ mod tests {
         assert_eq!(Manifest::parse(&bytes).unwrap(), m);
         let mut spaced = bytes.clone();
         spaced.insert(1, b' ');
-        assert!(Manifest::parse(&spaced).unwrap_err().contains("canonical"));
+        assert_eq!(
+            Manifest::parse(&spaced).unwrap_err(),
+            ManifestProblem::NotCanonical
+        );
     }
 }

@@ -8,6 +8,9 @@
 //! checked arithmetic and never panic, then hand out borrowed views.
 
 use crate::{Error, SectionKind};
+use std::mem::size_of;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// `"GKV1"`.
 pub const KV_MAGIC: u32 = 0x3156_4B47;
@@ -32,102 +35,499 @@ pub const EXPERT_EMBEDDED: u32 = u32::MAX;
 /// `file` value of an expert slice that does not exist (a layer without experts).
 pub const EXPERT_ABSENT: u32 = u32::MAX - 1;
 
-/// A little-endian cursor over untrusted bytes.
+/// What is wrong with a section payload: matchable, and each variant names
+/// the field, the offset (from the start of the payload) and what was
+/// expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadProblem {
+    /// A field or record runs past the end of the payload.
+    #[error("{what} at offset {offset} needs {need} bytes, {remain} remain")]
+    Short {
+        /// The field or record.
+        what: &'static str,
+        /// Where it starts.
+        offset: u64,
+        /// Bytes it needs.
+        need: u64,
+        /// Bytes left.
+        remain: u64,
+    },
+    /// The table's magic is wrong.
+    #[error("magic is {found:#010x}, expected {expected:#010x}")]
+    Magic {
+        /// What the payload holds.
+        found: u32,
+        /// The table's magic.
+        expected: u32,
+    },
+    /// A table version this reader does not know.
+    #[error("table version {found}; this reader knows version {TABLE_VERSION}")]
+    Version {
+        /// The payload's version.
+        found: u32,
+    },
+    /// A record count whose records cannot fit in what remains.
+    #[error("{what} {count} × {record} bytes exceeds the {remain} bytes that remain")]
+    Count {
+        /// Which count.
+        what: &'static str,
+        /// Its value.
+        count: u64,
+        /// Bytes per record (at least).
+        record: u64,
+        /// Bytes left.
+        remain: u64,
+    },
+    /// A value that does not fit in this machine's address space.
+    #[error("{what} {value} does not fit in memory")]
+    TooLarge {
+        /// Which value.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A string's range lies outside its blob.
+    #[error("{what} [{offset}, +{len}) outside the {size}-byte blob")]
+    StringRange {
+        /// Which string.
+        what: &'static str,
+        /// Its offset in the blob.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The blob's size.
+        size: u64,
+    },
+    /// A string that is not UTF-8.
+    #[error("{what} at offset {offset} is not UTF-8")]
+    NotUtf8 {
+        /// Which string.
+        what: &'static str,
+        /// Its offset (in the payload for keys, in the blob otherwise).
+        offset: u64,
+    },
+    /// Bytes after the last part of the table.
+    #[error("{count} trailing bytes after the {after}")]
+    Trailing {
+        /// What should have ended the payload.
+        after: &'static str,
+        /// How many bytes follow it.
+        count: u64,
+    },
+    /// Two MetadataKv records with one key.
+    #[error("duplicate key {0:?}")]
+    DuplicateKey(String),
+    /// The TensorIndex names blob is not where the records end, or does not
+    /// end the payload.
+    #[error("names blob at {found} (+{size}) must start at {expected} and end the {payload}-byte payload")]
+    NamesBlob {
+        /// Its recorded offset.
+        found: u64,
+        /// Its recorded size.
+        size: u64,
+        /// Where the records end.
+        expected: u64,
+        /// Payload size.
+        payload: u64,
+    },
+    /// A tensor with no or more than four dimensions.
+    #[error("tensor {index} ({name}) has {n_dims} dimensions (1 to 4)")]
+    Dims {
+        /// Position in the index.
+        index: u64,
+        /// Name.
+        name: String,
+        /// Its n_dims.
+        n_dims: u32,
+    },
+    /// A tensor placed in a section kind that does not exist.
+    #[error("tensor {name} lives in unknown section {section}")]
+    UnknownSection {
+        /// Name.
+        name: String,
+        /// The kind number.
+        section: u32,
+    },
+    /// TensorIndex names out of order or repeated.
+    #[error("names not sorted and unique at {0:?}")]
+    Unsorted(String),
+    /// A blob index whose blob size is not the blob section's.
+    #[error("index says the blob is {declared} bytes, the blob section is {actual}")]
+    BlobSize {
+        /// Size in the index.
+        declared: u64,
+        /// Size of the section.
+        actual: u64,
+    },
+    /// A blob index entry misaligned, overlapping the previous one or
+    /// outside the blob.
+    #[error("entry {index} [{offset}, +{size}) is misaligned (to {align}), overlapping or outside the {blob}-byte blob")]
+    Entry {
+        /// Position in the index.
+        index: u64,
+        /// Its offset.
+        offset: u64,
+        /// Its size.
+        size: u64,
+        /// The alignment required.
+        align: u64,
+        /// Blob size.
+        blob: u64,
+    },
+    /// An ExpertLayout whose slice count is not layers × experts × 3.
+    #[error("{slices} slices for {layers} layers × {experts} experts × 3 (expected {})", slices_expected(*.layers, *.experts))]
+    SliceCount {
+        /// Slices present.
+        slices: u64,
+        /// n_layers.
+        layers: u32,
+        /// n_expert.
+        experts: u32,
+    },
+    /// A slice naming an external file the table does not list.
+    #[error("slice {slice} names file {file} of {files}")]
+    FileIndex {
+        /// Slice index.
+        slice: u64,
+        /// The file index.
+        file: u32,
+        /// Files listed.
+        files: u64,
+    },
+    /// An external file name that could leave the .gpack's directory.
+    #[error("external file name {0:?} is not a plain file name (no directories, no ..)")]
+    FileName(String),
+    /// The Mtp section's draft tensor index is invalid.
+    #[error("draft tensor index: {0}")]
+    DraftIndex(Box<PayloadProblem>),
+    /// A draft tensor outside the Mtp data area.
+    #[error("draft tensor {name} [{offset}, +{size}) outside the {area}-byte data area")]
+    DraftTensor {
+        /// Name.
+        name: String,
+        /// Offset in the data area.
+        offset: u64,
+        /// Size.
+        size: u64,
+        /// Data area size.
+        area: u64,
+    },
+    /// A TokenizerAssets file outside the blob.
+    #[error("asset {name:?} data [{offset}, +{len}) outside the {size}-byte blob")]
+    Asset {
+        /// Asset name.
+        name: String,
+        /// Offset in the blob.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Blob size.
+        size: u64,
+    },
+    /// A single-tensor section shorter than its header.
+    #[error("{size} bytes, shorter than its 64-byte header")]
+    ShortHeader {
+        /// Section size.
+        size: u64,
+    },
+    /// A single-tensor header whose `data_offset` is not 64.
+    #[error("data_offset is {0}, must be 64")]
+    DataOffset(u64),
+    /// A single-tensor header whose `byte_size` is not what follows it.
+    #[error("byte_size is {declared}, the section holds {actual} bytes after the header")]
+    ByteSize {
+        /// Recorded size.
+        declared: u64,
+        /// Bytes after the header.
+        actual: u64,
+    },
+    /// Reserved header bytes are set.
+    #[error("reserved header bytes are not zero")]
+    Reserved,
+}
+
+/// `layers × experts × 3` in words, also when it passes 2^64.
+fn slices_expected(layers: u32, experts: u32) -> String {
+    u64::from(layers)
+        .checked_mul(u64::from(experts))
+        .and_then(|v| v.checked_mul(3))
+        .map_or("more than 2^64".to_string(), |v| v.to_string())
+}
+
+// The fixed-size records of the tables, exactly as they lie in the payload
+// (little-endian, alignment 1, no padding). Variable parts (keys, values,
+// names) are read by the one cursor below.
+
+/// Magic and version: the first 8 bytes of every table.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct TableHead {
+    magic: U32,
+    version: U32,
+}
+
+/// TensorIndex: head, count, where the names blob starts and its size.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct TensorIndexHead {
+    head: TableHead,
+    count: U64,
+    names_offset: U64,
+    names_size: U64,
+}
+
+/// One TensorIndex record.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct TensorRecord {
+    name_offset: U64,
+    name_len: U32,
+    n_dims: U32,
+    dims: [U64; 4],
+    src_type: U32,
+    section: U32,
+    layout: U32,
+    group: U32,
+    offset: U64,
+    size: U64,
+    row_start: U64,
+    flags: U32,
+    reserved: U32,
+}
+
+/// DenseIndex / NativeDenseIndex head.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct BlobIndexHead {
+    head: TableHead,
+    count: U64,
+    blob_size: U64,
+}
+
+/// One DenseIndex / NativeDenseIndex record.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct BlobRecord {
+    tensor: U32,
+    layout: U32,
+    offset: U64,
+    size: U64,
+    rows: U64,
+    cols: U64,
+}
+
+/// ExpertLayout head.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct ExpertHead {
+    head: TableHead,
+    n_layers: U32,
+    n_expert: U32,
+    file_count: U64,
+}
+
+/// One external expert file.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct FileRecord {
+    name_offset: U64,
+    name_len: U64,
+    size: U64,
+}
+
+/// One expert slice.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct SliceRecord {
+    file: U32,
+    layout: U32,
+    src_type: U32,
+    reserved: U32,
+    offset: U64,
+    size: U64,
+    rows: U64,
+    cols: U64,
+    sha256: [u8; 32],
+}
+
+/// Head of the tables that are a magic, a version and one count
+/// (MetadataKv, TokenizerAssets) or one size (Mtp).
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct CountHead {
+    head: TableHead,
+    count: U64,
+}
+
+/// One TokenizerAssets file: its name and its bytes in the blob.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct AssetRecord {
+    name_offset: U64,
+    name_len: U64,
+    data_offset: U64,
+    data_len: U64,
+}
+
+/// The fixed part of a MetadataKv record before its key.
+const KV_MIN_RECORD: usize = 16;
+const TENSOR_REC: usize = 96;
+const BLOB_REC: usize = 40;
+const FILE_REC: usize = 24;
+const SLICE_REC: usize = 80;
+const ASSET_REC: usize = 32;
+
+const _: () = assert!(size_of::<TableHead>() == 8);
+const _: () = assert!(size_of::<TensorIndexHead>() == 32);
+const _: () = assert!(size_of::<TensorRecord>() == TENSOR_REC);
+const _: () = assert!(size_of::<BlobIndexHead>() == 24);
+const _: () = assert!(size_of::<BlobRecord>() == BLOB_REC);
+const _: () = assert!(size_of::<ExpertHead>() == 24);
+const _: () = assert!(size_of::<FileRecord>() == FILE_REC);
+const _: () = assert!(size_of::<SliceRecord>() == SLICE_REC);
+const _: () = assert!(size_of::<CountHead>() == 16);
+const _: () = assert!(size_of::<AssetRecord>() == ASSET_REC);
+
+impl TableHead {
+    fn new(magic: u32) -> Self {
+        TableHead {
+            magic: magic.into(),
+            version: TABLE_VERSION.into(),
+        }
+    }
+}
+
+/// The one cursor over untrusted payload bytes: fixed records by `zerocopy`,
+/// variable parts by length, every step bounds-checked.
 struct Cur<'a> {
     b: &'a [u8],
     pos: usize,
     kind: SectionKind,
 }
 
+type Res<T> = std::result::Result<T, PayloadProblem>;
+
 impl<'a> Cur<'a> {
     fn new(b: &'a [u8], kind: SectionKind) -> Self {
         Cur { b, pos: 0, kind }
     }
-    fn err(&self, problem: String) -> Error {
+    fn remain(&self) -> usize {
+        self.b.len() - self.pos
+    }
+    fn short(&self, what: &'static str, need: usize) -> PayloadProblem {
+        PayloadProblem::Short {
+            what,
+            offset: self.pos as u64,
+            need: need as u64,
+            remain: self.remain() as u64,
+        }
+    }
+    fn take(&mut self, n: usize, what: &'static str) -> Res<&'a [u8]> {
+        if n > self.remain() {
+            return Err(self.short(what, n));
+        }
+        let s = &self.b[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    /// One fixed record.
+    fn record<T: FromBytes + KnownLayout + Immutable + Unaligned>(
+        &mut self,
+        what: &'static str,
+    ) -> Res<&'a T> {
+        let bytes = self.take(size_of::<T>(), what)?;
+        T::ref_from_bytes(bytes).map_err(|_| self.short(what, size_of::<T>()))
+    }
+    /// `n` fixed records in a row.
+    fn records<T: FromBytes + KnownLayout + Immutable + Unaligned>(
+        &mut self,
+        n: usize,
+        what: &'static str,
+    ) -> Res<&'a [T]> {
+        let need = n.checked_mul(size_of::<T>()).ok_or(PayloadProblem::Count {
+            what,
+            count: n as u64,
+            record: size_of::<T>() as u64,
+            remain: self.remain() as u64,
+        })?;
+        let bytes = self.take(need, what)?;
+        <[T]>::ref_from_bytes_with_elems(bytes, n).map_err(|_| self.short(what, need))
+    }
+    fn u32(&mut self, what: &'static str) -> Res<u32> {
+        Ok(self.record::<U32>(what)?.get())
+    }
+    fn u64(&mut self, what: &'static str) -> Res<u64> {
+        Ok(self.record::<U64>(what)?.get())
+    }
+    /// The table head: magic and version.
+    fn head(head: &TableHead, magic: u32) -> Res<()> {
+        let m = head.magic.get();
+        if m != magic {
+            return Err(PayloadProblem::Magic {
+                found: m,
+                expected: magic,
+            });
+        }
+        let v = head.version.get();
+        if v != TABLE_VERSION {
+            return Err(PayloadProblem::Version { found: v });
+        }
+        Ok(())
+    }
+    /// A count of records of at least `rec` bytes each that must fit in what
+    /// remains (so a count can never size an allocation past the payload).
+    fn count(&self, n: u64, rec: usize, what: &'static str) -> Res<usize> {
+        let remain = self.remain() as u64;
+        if n.checked_mul(rec as u64).is_none_or(|need| need > remain) {
+            return Err(PayloadProblem::Count {
+                what,
+                count: n,
+                record: rec as u64,
+                remain,
+            });
+        }
+        Ok(n as usize)
+    }
+    fn end(&self, after: &'static str) -> Res<()> {
+        match self.remain() {
+            0 => Ok(()),
+            n => Err(PayloadProblem::Trailing {
+                after,
+                count: n as u64,
+            }),
+        }
+    }
+    fn err(&self, problem: PayloadProblem) -> Error {
         Error::BadPayload {
             section: self.kind,
             problem,
         }
     }
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Error> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len())
-            .ok_or_else(|| {
-                self.err(format!(
-                    "{what} at offset {} needs {n} bytes, {} remain",
-                    self.pos,
-                    self.b.len().saturating_sub(self.pos)
-                ))
-            })?;
-        let s = &self.b[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn u32(&mut self, what: &str) -> Result<u32, Error> {
-        let s = self.take(4, what)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    fn u64(&mut self, what: &str) -> Result<u64, Error> {
-        let s = self.take(8, what)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn usize(&mut self, what: &str) -> Result<usize, Error> {
-        let v = self.u64(what)?;
-        usize::try_from(v).map_err(|_| self.err(format!("{what} {v} does not fit in memory")))
-    }
-    fn header(&mut self, magic: u32) -> Result<(), Error> {
-        let m = self.u32("magic")?;
-        if m != magic {
-            return Err(self.err(format!("magic is {m:#010x}, expected {magic:#010x}")));
-        }
-        let v = self.u32("version")?;
-        if v != TABLE_VERSION {
-            return Err(self.err(format!(
-                "table version {v}; this reader knows version {TABLE_VERSION}"
-            )));
-        }
-        Ok(())
-    }
-    /// A count of records of `rec` bytes that must fit in what remains.
-    fn count(&mut self, rec: usize, what: &str) -> Result<usize, Error> {
-        let n = self.usize(what)?;
-        let remain = self.b.len() - self.pos;
-        if n.checked_mul(rec).is_none_or(|need| need > remain) {
-            return Err(self.err(format!(
-                "{what} {n} × {rec} bytes exceeds the {remain} bytes that remain"
-            )));
-        }
-        Ok(n)
-    }
-    fn str_at(
-        &self,
-        off: u64,
-        len: u32,
-        base: usize,
-        size: usize,
-        what: &str,
-    ) -> Result<&'a str, Error> {
-        let o = usize::try_from(off).map_err(|_| self.err(format!("{what} offset overflow")))?;
-        let l = len as usize;
-        let end = o.checked_add(l).filter(|&e| e <= size).ok_or_else(|| {
-            self.err(format!(
-                "{what} [{o}, +{l}) outside the {size}-byte names blob"
-            ))
-        })?;
-        std::str::from_utf8(&self.b[base + o..base + end])
-            .map_err(|_| self.err(format!("{what} at names offset {o} is not UTF-8")))
-    }
 }
 
-fn put32(v: &mut Vec<u8>, x: u32) {
-    v.extend_from_slice(&x.to_le_bytes());
+fn to_usize(v: u64, what: &'static str) -> Res<usize> {
+    usize::try_from(v).map_err(|_| PayloadProblem::TooLarge { what, value: v })
 }
-fn put64(v: &mut Vec<u8>, x: u64) {
-    v.extend_from_slice(&x.to_le_bytes());
+
+/// The string `[off, +len)` of `blob`.
+fn str_in<'a>(blob: &'a [u8], off: u64, len: u64, what: &'static str) -> Res<&'a str> {
+    let range = PayloadProblem::StringRange {
+        what,
+        offset: off,
+        len,
+        size: blob.len() as u64,
+    };
+    let end = off.checked_add(len).ok_or(range.clone())?;
+    if end > blob.len() as u64 {
+        return Err(range);
+    }
+    std::str::from_utf8(&blob[off as usize..end as usize])
+        .map_err(|_| PayloadProblem::NotUtf8 { what, offset: off })
+}
+
+fn put(v: &mut Vec<u8>, record: &(impl IntoBytes + Immutable)) {
+    v.extend_from_slice(record.as_bytes());
 }
 
 // ---------------------------------------------------------------- MetadataKv
@@ -149,17 +549,21 @@ pub fn encode_kv<'a>(records: impl IntoIterator<Item = KvRecord<'a>>) -> Vec<u8>
     let mut body = Vec::new();
     let mut n = 0u64;
     for r in records {
-        put32(&mut body, r.key.len() as u32);
+        put(&mut body, &U32::new(r.key.len() as u32));
         body.extend_from_slice(r.key.as_bytes());
-        put32(&mut body, r.value_type);
-        put64(&mut body, r.value.len() as u64);
+        put(&mut body, &U32::new(r.value_type));
+        put(&mut body, &U64::new(r.value.len() as u64));
         body.extend_from_slice(r.value);
         n += 1;
     }
     let mut out = Vec::with_capacity(16 + body.len());
-    put32(&mut out, KV_MAGIC);
-    put32(&mut out, TABLE_VERSION);
-    put64(&mut out, n);
+    put(
+        &mut out,
+        &CountHead {
+            head: TableHead::new(KV_MAGIC),
+            count: n.into(),
+        },
+    );
     out.extend_from_slice(&body);
     out
 }
@@ -168,20 +572,27 @@ pub fn encode_kv<'a>(records: impl IntoIterator<Item = KvRecord<'a>>) -> Vec<u8>
 /// unique; records must tile the payload exactly).
 pub fn parse_kv(b: &[u8]) -> Result<Vec<KvRecord<'_>>, Error> {
     let mut c = Cur::new(b, SectionKind::MetadataKv);
-    c.header(KV_MAGIC)?;
-    // Each record is at least 16 bytes.
-    let n = c.count(16, "record count")?;
+    parse_kv_in(&mut c).map_err(|p| c.err(p))
+}
+
+fn parse_kv_in<'a>(c: &mut Cur<'a>) -> Res<Vec<KvRecord<'a>>> {
+    let h = c.record::<CountHead>("table head")?;
+    Cur::head(&h.head, KV_MAGIC)?;
+    let n = c.count(h.count.get(), KV_MIN_RECORD, "record count")?;
     let mut out = Vec::with_capacity(n);
     let mut seen = std::collections::HashSet::with_capacity(n);
-    for i in 0..n {
+    for _ in 0..n {
         let kl = c.u32("key length")? as usize;
-        let key = std::str::from_utf8(c.take(kl, "key")?)
-            .map_err(|_| c.err(format!("key of record {i} is not UTF-8")))?;
+        let at = c.pos as u64;
+        let key = std::str::from_utf8(c.take(kl, "key")?).map_err(|_| PayloadProblem::NotUtf8 {
+            what: "key",
+            offset: at,
+        })?;
         let value_type = c.u32("value type")?;
-        let vl = c.usize("value length")?;
-        let value = c.take(vl, "value")?;
+        let vl = c.u64("value length")?;
+        let value = c.take(to_usize(vl, "value length")?, "value")?;
         if !seen.insert(key) {
-            return Err(c.err(format!("duplicate key {key:?}")));
+            return Err(PayloadProblem::DuplicateKey(key.to_string()));
         }
         out.push(KvRecord {
             key,
@@ -189,12 +600,7 @@ pub fn parse_kv(b: &[u8]) -> Result<Vec<KvRecord<'_>>, Error> {
             value,
         });
     }
-    if c.pos != b.len() {
-        return Err(c.err(format!(
-            "{} trailing bytes after the records",
-            b.len() - c.pos
-        )));
-    }
+    c.end("records")?;
     Ok(out)
 }
 
@@ -225,38 +631,43 @@ pub struct TensorEntry {
     pub flags: u32,
 }
 
-const TENSOR_REC: usize = 96;
-
 /// Encodes the TensorIndex, sorting entries by name.
 pub fn encode_tensor_index(entries: &[TensorEntry]) -> Vec<u8> {
     let mut sorted: Vec<&TensorEntry> = entries.iter().collect();
     sorted.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-    let header = 32usize;
-    let names_off = header + TENSOR_REC * sorted.len();
-    let mut names = Vec::new();
-    let mut out = Vec::new();
-    put32(&mut out, TENSOR_INDEX_MAGIC);
-    put32(&mut out, TABLE_VERSION);
-    put64(&mut out, sorted.len() as u64);
-    put64(&mut out, names_off as u64);
+    let names_off = size_of::<TensorIndexHead>() + TENSOR_REC * sorted.len();
     let names_size: usize = sorted.iter().map(|e| e.name.len()).sum();
-    put64(&mut out, names_size as u64);
+    let mut out = Vec::with_capacity(names_off + names_size);
+    put(
+        &mut out,
+        &TensorIndexHead {
+            head: TableHead::new(TENSOR_INDEX_MAGIC),
+            count: (sorted.len() as u64).into(),
+            names_offset: (names_off as u64).into(),
+            names_size: (names_size as u64).into(),
+        },
+    );
+    let mut names = Vec::with_capacity(names_size);
     for e in sorted {
-        put64(&mut out, names.len() as u64);
-        put32(&mut out, e.name.len() as u32);
-        put32(&mut out, e.dims.len() as u32);
-        for i in 0..4 {
-            put64(&mut out, e.dims.get(i).copied().unwrap_or(1));
-        }
-        put32(&mut out, e.src_type);
-        put32(&mut out, e.section);
-        put32(&mut out, e.layout);
-        put32(&mut out, e.group);
-        put64(&mut out, e.offset);
-        put64(&mut out, e.size);
-        put64(&mut out, e.row_start);
-        put32(&mut out, e.flags);
-        put32(&mut out, 0);
+        let dim = |i: usize| U64::new(e.dims.get(i).copied().unwrap_or(1));
+        put(
+            &mut out,
+            &TensorRecord {
+                name_offset: (names.len() as u64).into(),
+                name_len: (e.name.len() as u32).into(),
+                n_dims: (e.dims.len() as u32).into(),
+                dims: [dim(0), dim(1), dim(2), dim(3)],
+                src_type: e.src_type.into(),
+                section: e.section.into(),
+                layout: e.layout.into(),
+                group: e.group.into(),
+                offset: e.offset.into(),
+                size: e.size.into(),
+                row_start: e.row_start.into(),
+                flags: e.flags.into(),
+                reserved: 0.into(),
+            },
+        );
         names.extend_from_slice(e.name.as_bytes());
     }
     out.extend_from_slice(&names);
@@ -267,60 +678,65 @@ pub fn encode_tensor_index(entries: &[TensorEntry]) -> Vec<u8> {
 /// and 1 to 4 dimensions given.
 pub fn parse_tensor_index(b: &[u8]) -> Result<Vec<TensorEntry>, Error> {
     let mut c = Cur::new(b, SectionKind::TensorIndex);
-    c.header(TENSOR_INDEX_MAGIC)?;
-    let n = c.usize("tensor count")?;
-    let names_off = c.usize("names offset")?;
-    let names_size = c.usize("names size")?;
-    let expect_off = n
-        .checked_mul(TENSOR_REC)
-        .and_then(|x| x.checked_add(32))
-        .ok_or_else(|| c.err("tensor count overflows".into()))?;
-    if names_off != expect_off || names_off.checked_add(names_size) != Some(b.len()) {
-        return Err(c.err(format!(
-            "names blob at {names_off} (+{names_size}) must start at {expect_off} and end the {}-byte payload",
-            b.len()
-        )));
+    parse_tensor_index_in(&mut c).map_err(|p| c.err(p))
+}
+
+fn parse_tensor_index_in(c: &mut Cur<'_>) -> Res<Vec<TensorEntry>> {
+    let total = c.b.len() as u64;
+    let h = c.record::<TensorIndexHead>("table head")?;
+    Cur::head(&h.head, TENSOR_INDEX_MAGIC)?;
+    let n = c.count(h.count.get(), TENSOR_REC, "tensor count")?;
+    let (names_off, names_size) = (h.names_offset.get(), h.names_size.get());
+    let expect_off = (size_of::<TensorIndexHead>() + n * TENSOR_REC) as u64;
+    if names_off != expect_off || names_off.checked_add(names_size) != Some(total) {
+        return Err(PayloadProblem::NamesBlob {
+            found: names_off,
+            size: names_size,
+            expected: expect_off,
+            payload: total,
+        });
     }
+    let records = c.records::<TensorRecord>(n, "tensor records")?;
+    let names = c.take(c.remain(), "names")?;
     let mut out: Vec<TensorEntry> = Vec::with_capacity(n);
-    for i in 0..n {
-        let name_offset = c.u64("name offset")?;
-        let name_len = c.u32("name length")?;
-        let n_dims = c.u32("n_dims")?;
-        let mut dims = [0u64; 4];
-        for d in &mut dims {
-            *d = c.u64("dim")?;
-        }
-        let e = TensorEntry {
-            name: c
-                .str_at(name_offset, name_len, names_off, names_size, "tensor name")?
-                .to_string(),
-            dims: Vec::new(),
-            src_type: c.u32("src_type")?,
-            section: c.u32("section")?,
-            layout: c.u32("layout")?,
-            group: c.u32("group")?,
-            offset: c.u64("offset")?,
-            size: c.u64("size")?,
-            row_start: c.u64("row_start")?,
-            flags: c.u32("flags")?,
-        };
-        let _reserved = c.u32("reserved")?;
+    for (i, r) in records.iter().enumerate() {
+        let name = str_in(
+            names,
+            r.name_offset.get(),
+            u64::from(r.name_len.get()),
+            "tensor name",
+        )?
+        .to_string();
+        let n_dims = r.n_dims.get();
         if !(1..=4).contains(&n_dims) {
-            return Err(c.err(format!("tensor {i} ({}) has {n_dims} dimensions", e.name)));
+            return Err(PayloadProblem::Dims {
+                index: i as u64,
+                name,
+                n_dims,
+            });
         }
-        if SectionKind::from_u32(e.section).is_none() {
-            return Err(c.err(format!(
-                "tensor {} lives in unknown section {}",
-                e.name, e.section
-            )));
+        let section = r.section.get();
+        if SectionKind::from_u32(section).is_none() {
+            return Err(PayloadProblem::UnknownSection { name, section });
         }
-        if let Some(p) = out.last() {
-            if p.name.as_bytes() >= e.name.as_bytes() {
-                return Err(c.err(format!("names not sorted and unique at {:?}", e.name)));
-            }
+        if out
+            .last()
+            .is_some_and(|p| p.name.as_bytes() >= name.as_bytes())
+        {
+            return Err(PayloadProblem::Unsorted(name));
         }
-        let dims = dims[..n_dims as usize].to_vec();
-        out.push(TensorEntry { dims, ..e });
+        out.push(TensorEntry {
+            name,
+            dims: r.dims[..n_dims as usize].iter().map(|d| d.get()).collect(),
+            src_type: r.src_type.get(),
+            section,
+            layout: r.layout.get(),
+            group: r.group.get(),
+            offset: r.offset.get(),
+            size: r.size.get(),
+            row_start: r.row_start.get(),
+            flags: r.flags.get(),
+        });
     }
     Ok(out)
 }
@@ -345,24 +761,31 @@ pub struct BlobEntry {
     pub cols: u64,
 }
 
-const BLOB_REC: usize = 40;
-
 /// Encodes a DenseIndex (`magic` = [`DENSE_INDEX_MAGIC`]) or a
 /// NativeDenseIndex ([`NATIVE_INDEX_MAGIC`]); `blob_size` is the blob
 /// section's size.
 pub fn encode_blob_index(magic: u32, blob_size: u64, entries: &[BlobEntry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(24 + entries.len() * BLOB_REC);
-    put32(&mut out, magic);
-    put32(&mut out, TABLE_VERSION);
-    put64(&mut out, entries.len() as u64);
-    put64(&mut out, blob_size);
+    let mut out = Vec::with_capacity(size_of::<BlobIndexHead>() + entries.len() * BLOB_REC);
+    put(
+        &mut out,
+        &BlobIndexHead {
+            head: TableHead::new(magic),
+            count: (entries.len() as u64).into(),
+            blob_size: blob_size.into(),
+        },
+    );
     for e in entries {
-        put32(&mut out, e.tensor);
-        put32(&mut out, e.layout);
-        put64(&mut out, e.offset);
-        put64(&mut out, e.size);
-        put64(&mut out, e.rows);
-        put64(&mut out, e.cols);
+        put(
+            &mut out,
+            &BlobRecord {
+                tensor: e.tensor.into(),
+                layout: e.layout.into(),
+                offset: e.offset.into(),
+                size: e.size.into(),
+                rows: e.rows.into(),
+                cols: e.cols.into(),
+            },
+        );
     }
     out
 }
@@ -382,40 +805,53 @@ pub fn parse_blob_index(
         NATIVE_INDEX_MAGIC
     };
     let mut c = Cur::new(b, kind);
-    c.header(magic)?;
-    let n = c.count(BLOB_REC, "entry count")?;
-    let declared = c.u64("blob size")?;
-    if declared != blob_size {
-        return Err(c.err(format!(
-            "index says the blob is {declared} bytes, the blob section is {blob_size}"
-        )));
+    parse_blob_index_in(&mut c, magic, blob_size, align).map_err(|p| c.err(p))
+}
+
+fn parse_blob_index_in(
+    c: &mut Cur<'_>,
+    magic: u32,
+    blob_size: u64,
+    align: u64,
+) -> Res<Vec<BlobEntry>> {
+    let h = c.record::<BlobIndexHead>("table head")?;
+    Cur::head(&h.head, magic)?;
+    let n = c.count(h.count.get(), BLOB_REC, "entry count")?;
+    if h.blob_size.get() != blob_size {
+        return Err(PayloadProblem::BlobSize {
+            declared: h.blob_size.get(),
+            actual: blob_size,
+        });
     }
+    let records = c.records::<BlobRecord>(n, "entries")?;
+    c.end("entries")?;
     let mut out = Vec::with_capacity(n);
     let mut prev_end = 0u64;
-    for _ in 0..n {
+    for (i, r) in records.iter().enumerate() {
         let e = BlobEntry {
-            tensor: c.u32("tensor")?,
-            layout: c.u32("layout")?,
-            offset: c.u64("offset")?,
-            size: c.u64("size")?,
-            rows: c.u64("rows")?,
-            cols: c.u64("cols")?,
+            tensor: r.tensor.get(),
+            layout: r.layout.get(),
+            offset: r.offset.get(),
+            size: r.size.get(),
+            rows: r.rows.get(),
+            cols: r.cols.get(),
         };
         let end = e.offset.checked_add(e.size);
         if e.offset < prev_end
             || end.is_none_or(|x| x > blob_size)
+            || align == 0
             || !e.offset.is_multiple_of(align)
         {
-            return Err(c.err(format!(
-                "entry [{}, +{}) is misaligned, overlapping or outside the {blob_size}-byte blob",
-                e.offset, e.size
-            )));
+            return Err(PayloadProblem::Entry {
+                index: i as u64,
+                offset: e.offset,
+                size: e.size,
+                align,
+                blob: blob_size,
+            });
         }
         prev_end = end.unwrap_or(0);
         out.push(e);
-    }
-    if c.pos != b.len() {
-        return Err(c.err("trailing bytes after the entries".into()));
     }
     Ok(out)
 }
@@ -465,9 +901,6 @@ pub struct ExpertLayout {
     pub slices: Vec<ExpertSlice>,
 }
 
-const FILE_REC: usize = 24;
-const SLICE_REC: usize = 80;
-
 impl ExpertLayout {
     /// The slice of `part` (0 gate, 1 up, 2 down) of `expert` in `layer`.
     pub fn slice(&self, layer: usize, expert: usize, part: usize) -> Option<&ExpertSlice> {
@@ -478,31 +911,45 @@ impl ExpertLayout {
     /// Encodes the table.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        put32(&mut out, EXPERT_LAYOUT_MAGIC);
-        put32(&mut out, TABLE_VERSION);
-        put32(&mut out, self.n_layers);
-        put32(&mut out, self.n_expert);
-        put64(&mut out, self.files.len() as u64);
+        put(
+            &mut out,
+            &ExpertHead {
+                head: TableHead::new(EXPERT_LAYOUT_MAGIC),
+                n_layers: self.n_layers.into(),
+                n_expert: self.n_expert.into(),
+                file_count: (self.files.len() as u64).into(),
+            },
+        );
         let mut names = Vec::new();
         for f in &self.files {
-            put64(&mut out, names.len() as u64);
-            put64(&mut out, f.name.len() as u64);
-            put64(&mut out, f.size);
+            put(
+                &mut out,
+                &FileRecord {
+                    name_offset: (names.len() as u64).into(),
+                    name_len: (f.name.len() as u64).into(),
+                    size: f.size.into(),
+                },
+            );
             names.extend_from_slice(f.name.as_bytes());
         }
-        put64(&mut out, self.slices.len() as u64);
+        put(&mut out, &U64::new(self.slices.len() as u64));
         for s in &self.slices {
-            put32(&mut out, s.file);
-            put32(&mut out, s.layout);
-            put32(&mut out, s.src_type);
-            put32(&mut out, 0);
-            put64(&mut out, s.offset);
-            put64(&mut out, s.size);
-            put64(&mut out, s.rows);
-            put64(&mut out, s.cols);
-            out.extend_from_slice(&s.sha256);
+            put(
+                &mut out,
+                &SliceRecord {
+                    file: s.file.into(),
+                    layout: s.layout.into(),
+                    src_type: s.src_type.into(),
+                    reserved: 0.into(),
+                    offset: s.offset.into(),
+                    size: s.size.into(),
+                    rows: s.rows.into(),
+                    cols: s.cols.into(),
+                    sha256: s.sha256,
+                },
+            );
         }
-        put64(&mut out, names.len() as u64);
+        put(&mut out, &U64::new(names.len() as u64));
         out.extend_from_slice(&names);
         out
     }
@@ -511,67 +958,61 @@ impl ExpertLayout {
     /// file indices in range, file names plain (no `/`, `\`, `..`, NUL).
     pub fn parse(b: &[u8]) -> Result<ExpertLayout, Error> {
         let mut c = Cur::new(b, SectionKind::ExpertLayout);
-        c.header(EXPERT_LAYOUT_MAGIC)?;
-        let n_layers = c.u32("n_layers")?;
-        let n_expert = c.u32("n_expert")?;
-        let nf = c.count(FILE_REC, "file count")?;
-        let mut raw_files = Vec::with_capacity(nf);
-        for _ in 0..nf {
-            raw_files.push((
-                c.u64("name offset")?,
-                c.u64("name length")?,
-                c.u64("file size")?,
-            ));
-        }
-        let ns = c.count(SLICE_REC, "slice count")?;
+        Self::parse_in(&mut c).map_err(|p| c.err(p))
+    }
+
+    fn parse_in(c: &mut Cur<'_>) -> Res<ExpertLayout> {
+        let h = c.record::<ExpertHead>("table head")?;
+        Cur::head(&h.head, EXPERT_LAYOUT_MAGIC)?;
+        let (n_layers, n_expert) = (h.n_layers.get(), h.n_expert.get());
+        let nf = c.count(h.file_count.get(), FILE_REC, "file count")?;
+        let raw_files = c.records::<FileRecord>(nf, "file records")?;
+        let ns_raw = c.u64("slice count")?;
+        let ns = c.count(ns_raw, SLICE_REC, "slice count")?;
         let expect = u64::from(n_layers)
             .checked_mul(u64::from(n_expert))
             .and_then(|v| v.checked_mul(3));
         if expect != Some(ns as u64) {
-            let shown = expect.map_or("more than 2^64".to_string(), |e| e.to_string());
-            return Err(c.err(format!(
-                "{ns} slices for {n_layers} layers × {n_expert} experts × 3 (expected {shown})"
-            )));
+            return Err(PayloadProblem::SliceCount {
+                slices: ns as u64,
+                layers: n_layers,
+                experts: n_expert,
+            });
         }
+        let raw_slices = c.records::<SliceRecord>(ns, "slice records")?;
+        let names_size = to_usize(c.u64("names size")?, "names size")?;
+        let names = c.take(names_size, "names")?;
+        c.end("names")?;
         let mut slices = Vec::with_capacity(ns);
-        for _ in 0..ns {
-            let file = c.u32("file")?;
-            let layout = c.u32("layout")?;
-            let src_type = c.u32("src_type")?;
-            let _ = c.u32("reserved")?;
-            let s = ExpertSlice {
-                file,
-                layout,
-                src_type,
-                offset: c.u64("offset")?,
-                size: c.u64("size")?,
-                rows: c.u64("rows")?,
-                cols: c.u64("cols")?,
-                sha256: c.take(32, "sha256")?.try_into().unwrap_or([0; 32]),
-            };
-            if s.file != EXPERT_EMBEDDED && s.file != EXPERT_ABSENT && s.file as usize >= nf {
-                return Err(c.err(format!("slice names file {} of {nf}", s.file)));
+        for (i, r) in raw_slices.iter().enumerate() {
+            let file = r.file.get();
+            if file != EXPERT_EMBEDDED && file != EXPERT_ABSENT && file as usize >= nf {
+                return Err(PayloadProblem::FileIndex {
+                    slice: i as u64,
+                    file,
+                    files: nf as u64,
+                });
             }
-            slices.push(s);
-        }
-        let names_size = c.usize("names size")?;
-        let base = c.pos;
-        c.take(names_size, "names")?;
-        if c.pos != b.len() {
-            return Err(c.err("trailing bytes after the names".into()));
+            slices.push(ExpertSlice {
+                file,
+                layout: r.layout.get(),
+                src_type: r.src_type.get(),
+                offset: r.offset.get(),
+                size: r.size.get(),
+                rows: r.rows.get(),
+                cols: r.cols.get(),
+                sha256: r.sha256,
+            });
         }
         let mut files = Vec::with_capacity(nf);
-        for (off, len, size) in raw_files {
-            let len = u32::try_from(len).map_err(|_| c.err("file name too long".into()))?;
-            let name = c.str_at(off, len, base, names_size, "file name")?;
+        for f in raw_files {
+            let name = str_in(names, f.name_offset.get(), f.name_len.get(), "file name")?;
             if !is_plain_file_name(name) {
-                return Err(c.err(format!(
-                    "external file name {name:?} is not a plain file name (no directories, no ..)"
-                )));
+                return Err(PayloadProblem::FileName(name.to_string()));
             }
             files.push(ExpertFile {
                 name: name.to_string(),
-                size,
+                size: f.size.get(),
             });
         }
         Ok(ExpertLayout {
@@ -601,9 +1042,13 @@ pub const MTP_ALIGN: u64 = 256;
 /// starts. Tensor offsets in that index are relative to the data area.
 pub fn encode_mtp_head(index: &[u8]) -> (Vec<u8>, u64) {
     let mut out = Vec::with_capacity(16 + index.len());
-    put32(&mut out, MTP_MAGIC);
-    put32(&mut out, TABLE_VERSION);
-    put64(&mut out, index.len() as u64);
+    put(
+        &mut out,
+        &CountHead {
+            head: TableHead::new(MTP_MAGIC),
+            count: (index.len() as u64).into(),
+        },
+    );
     out.extend_from_slice(index);
     let data_start = (out.len() as u64).div_ceil(MTP_ALIGN) * MTP_ALIGN;
     out.resize(data_start as usize, 0);
@@ -613,22 +1058,32 @@ pub fn encode_mtp_head(index: &[u8]) -> (Vec<u8>, u64) {
 /// Parses an Mtp payload: its tensor index and data area, every tensor inside it.
 pub fn parse_mtp(b: &[u8]) -> Result<(Vec<TensorEntry>, &[u8]), Error> {
     let mut c = Cur::new(b, SectionKind::Mtp);
-    c.header(MTP_MAGIC)?;
-    let n = c.usize("index size")?;
+    parse_mtp_in(&mut c).map_err(|p| c.err(p))
+}
+
+fn parse_mtp_in<'a>(c: &mut Cur<'a>) -> Res<(Vec<TensorEntry>, &'a [u8])> {
+    let h = c.record::<CountHead>("table head")?;
+    Cur::head(&h.head, MTP_MAGIC)?;
+    let n = to_usize(h.count.get(), "index size")?;
     let index = c.take(n, "tensor index")?;
-    let entries =
-        parse_tensor_index(index).map_err(|e| c.err(format!("draft tensor index: {e}")))?;
+    let entries = parse_tensor_index_in(&mut Cur::new(index, SectionKind::Mtp))
+        .map_err(|p| PayloadProblem::DraftIndex(Box::new(p)))?;
     let start = (c.pos as u64).div_ceil(MTP_ALIGN) * MTP_ALIGN;
     let data = usize::try_from(start)
         .ok()
-        .and_then(|s| b.get(s..))
-        .ok_or_else(|| c.err("no data area".into()))?;
+        .and_then(|s| c.b.get(s..))
+        .ok_or(c.short("data area", (start as usize).saturating_sub(c.pos)))?;
     for e in &entries {
         if e.offset
             .checked_add(e.size)
             .is_none_or(|end| end > data.len() as u64)
         {
-            return Err(c.err(format!("draft tensor {} outside the data area", e.name)));
+            return Err(PayloadProblem::DraftTensor {
+                name: e.name.clone(),
+                offset: e.offset,
+                size: e.size,
+                area: data.len() as u64,
+            });
         }
     }
     Ok((entries, data))
@@ -640,22 +1095,30 @@ pub fn parse_mtp(b: &[u8]) -> Result<(Vec<TensorEntry>, &[u8]), Error> {
 pub fn encode_assets<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
     let files: Vec<(&str, &[u8])> = files.into_iter().collect();
     let mut out = Vec::new();
-    put32(&mut out, ASSETS_MAGIC);
-    put32(&mut out, TABLE_VERSION);
-    put64(&mut out, files.len() as u64);
+    put(
+        &mut out,
+        &CountHead {
+            head: TableHead::new(ASSETS_MAGIC),
+            count: (files.len() as u64).into(),
+        },
+    );
     let mut blob = Vec::new();
-    let mut recs = Vec::new();
     for (name, data) in &files {
-        recs.push((blob.len() as u64, name.len() as u64));
+        let name_offset = blob.len() as u64;
         blob.extend_from_slice(name.as_bytes());
-        recs.push((blob.len() as u64, data.len() as u64));
+        let data_offset = blob.len() as u64;
         blob.extend_from_slice(data);
+        put(
+            &mut out,
+            &AssetRecord {
+                name_offset: name_offset.into(),
+                name_len: (name.len() as u64).into(),
+                data_offset: data_offset.into(),
+                data_len: (data.len() as u64).into(),
+            },
+        );
     }
-    for (o, l) in recs {
-        put64(&mut out, o);
-        put64(&mut out, l);
-    }
-    put64(&mut out, blob.len() as u64);
+    put(&mut out, &U64::new(blob.len() as u64));
     out.extend_from_slice(&blob);
     out
 }
@@ -663,36 +1126,31 @@ pub fn encode_assets<'a>(files: impl IntoIterator<Item = (&'a str, &'a [u8])>) -
 /// Parses the TokenizerAssets payload into (name, bytes) pairs.
 pub fn parse_assets(b: &[u8]) -> Result<Vec<(&str, &[u8])>, Error> {
     let mut c = Cur::new(b, SectionKind::TokenizerAssets);
-    c.header(ASSETS_MAGIC)?;
-    let n = c.count(32, "file count")?;
-    let mut recs = Vec::with_capacity(n);
-    for _ in 0..n {
-        recs.push((
-            c.u64("name offset")?,
-            c.u64("name length")?,
-            c.u64("data offset")?,
-            c.u64("data length")?,
-        ));
-    }
-    let size = c.usize("blob size")?;
-    let base = c.pos;
-    c.take(size, "blob")?;
-    if c.pos != b.len() {
-        return Err(c.err("trailing bytes after the blob".into()));
-    }
+    parse_assets_in(&mut c).map_err(|p| c.err(p))
+}
+
+fn parse_assets_in<'a>(c: &mut Cur<'a>) -> Res<Vec<(&'a str, &'a [u8])>> {
+    let h = c.record::<CountHead>("table head")?;
+    Cur::head(&h.head, ASSETS_MAGIC)?;
+    let n = c.count(h.count.get(), ASSET_REC, "file count")?;
+    let recs = c.records::<AssetRecord>(n, "file records")?;
+    let size = to_usize(c.u64("blob size")?, "blob size")?;
+    let blob = c.take(size, "blob")?;
+    c.end("blob")?;
     let mut out = Vec::with_capacity(n);
-    for (no, nl, d_off, dl) in recs {
-        let nl = u32::try_from(nl).map_err(|_| c.err("asset name too long".into()))?;
-        let name = c.str_at(no, nl, base, size, "asset name")?;
-        let d0 = usize::try_from(d_off).ok();
-        let d1 = d0.and_then(|d| usize::try_from(dl).ok().and_then(|l| d.checked_add(l)));
-        let (Some(d0), Some(d1)) = (d0, d1) else {
-            return Err(c.err("asset range overflows".into()));
+    for r in recs {
+        let name = str_in(blob, r.name_offset.get(), r.name_len.get(), "asset name")?;
+        let (off, len) = (r.data_offset.get(), r.data_len.get());
+        let end = off.checked_add(len).filter(|&e| e <= blob.len() as u64);
+        let Some(end) = end else {
+            return Err(PayloadProblem::Asset {
+                name: name.to_string(),
+                offset: off,
+                len,
+                size: blob.len() as u64,
+            });
         };
-        if d1 > size {
-            return Err(c.err(format!("asset {name:?} data outside the blob")));
-        }
-        out.push((name, &b[base + d0..base + d1]));
+        out.push((name, &blob[off as usize..end as usize]));
     }
     Ok(out)
 }

@@ -11,7 +11,8 @@
 
 use crate::error::{add, align_up, io, mul, DigestFailure, Error, Result, SectionProblem};
 use crate::kind::{HeaderFlags, SectionKind};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, ManifestProblem, MAX_MANIFEST_SIZE};
+use crate::payload::PayloadProblem;
 use crate::raw::*;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -78,6 +79,22 @@ fn read_u32(b: &[u8], at: usize) -> u32 {
 /// Never panics, whatever the bytes: every size and offset is checked with
 /// overflow-checked arithmetic before it is used.
 pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
+    let header = check_header(bytes)?;
+    let footer = check_footer(bytes)?;
+    let (sections, payload_total) = read_section_table(bytes, &header)?;
+    check_manifest_entry(&header, &footer, &sections, payload_total)?;
+    let manifest = read_manifest(bytes, &header, &footer, &sections)?;
+    check_manifest_lists_table(&manifest, &sections)?;
+    Ok(Layout {
+        header,
+        footer,
+        sections,
+        manifest,
+    })
+}
+
+/// The header: magic, versions, exact file size, reserved bytes, known flags.
+fn check_header(bytes: &[u8]) -> Result<HeaderV1> {
     let len = bytes.len() as u64;
     let min = HEADER_SIZE + FOOTER_SIZE;
     if len < HEADER_SIZE {
@@ -146,9 +163,19 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             bits: flags & !HeaderFlags::KNOWN.0,
         });
     }
+    Ok(header)
+}
+
+/// The footer: its magic and reserved word (the file is at least a header
+/// and a footer long: [`check_header`] saw to it).
+fn check_footer(bytes: &[u8]) -> Result<FooterV1> {
+    let len = bytes.len() as u64;
     let footer_off = len - FOOTER_SIZE;
-    let (footer, _) = FooterV1::read_from_prefix(&bytes[footer_off as usize..])
-        .map_err(|_| Error::TooSmall { size: len, min })?;
+    let (footer, _) =
+        FooterV1::read_from_prefix(&bytes[footer_off as usize..]).map_err(|_| Error::TooSmall {
+            size: len,
+            min: HEADER_SIZE + FOOTER_SIZE,
+        })?;
     let fmagic = footer.footer_magic.get();
     if fmagic != FOOTER_MAGIC {
         return Err(Error::BadMagic {
@@ -164,9 +191,16 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             offset: footer_off + 60,
         });
     }
+    Ok(footer)
+}
 
-    // The section table: 64-aligned, after the header, ending (padded to 64)
-    // exactly where the footer starts.
+/// The section table: 64-aligned, after the header, ending (padded to 64)
+/// exactly where the footer starts; every entry a known kind in increasing
+/// order, at its kind's alignment, right after the previous payload, inside
+/// the file. Returns the sections and the sum of their sizes.
+fn read_section_table(bytes: &[u8], header: &HeaderV1) -> Result<(Vec<SectionInfo>, u64)> {
+    let len = bytes.len() as u64;
+    let footer_off = len - FOOTER_SIZE;
     let table_off = header.section_table_offset.get();
     let count = u64::from(header.section_count.get());
     if count == 0 || count > SectionKind::ALL.len() as u64 {
@@ -190,7 +224,6 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             expected: "64-aligned, after the header, its table ending (padded to 64) at the footer",
         });
     }
-
     let mut sections = Vec::with_capacity(count as usize);
     let mut prev_end = HEADER_SIZE;
     let mut prev_kind: Option<SectionKind> = None;
@@ -202,8 +235,12 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             offset: eoff,
             problem,
         };
-        let (e, _) = SectionEntryV1::read_from_prefix(&bytes[eoff as usize..])
-            .map_err(|_| Error::TooSmall { size: len, min })?;
+        let (e, _) = SectionEntryV1::read_from_prefix(&bytes[eoff as usize..]).map_err(|_| {
+            Error::TooSmall {
+                size: len,
+                min: HEADER_SIZE + FOOTER_SIZE,
+            }
+        })?;
         let kind = SectionKind::from_u32(e.kind.get())
             .ok_or_else(|| bad(SectionProblem::UnknownKind(e.kind.get())))?;
         if e.flags.get() != 0 {
@@ -257,19 +294,6 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             sha256: e.sha256,
         });
     }
-    let last = sections.last().ok_or(Error::BadField {
-        field: "section_count",
-        offset: 12,
-        found: 0,
-        expected: "at least 1",
-    })?;
-    if last.kind != SectionKind::Manifest {
-        return Err(Error::BadSection {
-            index: sections.len() - 1,
-            offset: table_off + (sections.len() as u64 - 1) * SECTION_ENTRY_SIZE,
-            problem: SectionProblem::ManifestNotLast,
-        });
-    }
     // The manifest, padded to 64, must end where the table starts.
     if align_up(prev_end, 64, "manifest end")? != table_off {
         return Err(Error::BadField {
@@ -279,11 +303,34 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             expected: "right after the manifest, padded to 64",
         });
     }
-    let m = last.clone();
+    Ok((sections, payload_total))
+}
+
+/// The manifest's table entry: last, named `manifest`, where the header and
+/// footer say; the footer agrees with the header and the table; the flags
+/// are those the sections imply.
+fn check_manifest_entry(
+    header: &HeaderV1,
+    footer: &FooterV1,
+    sections: &[SectionInfo],
+    payload_total: u64,
+) -> Result<()> {
+    let table_off = header.section_table_offset.get();
+    // read_section_table returns at least one section.
+    let last_index = sections.len() - 1;
+    let last_offset = table_off + last_index as u64 * SECTION_ENTRY_SIZE;
+    let m = &sections[last_index];
+    if m.kind != SectionKind::Manifest {
+        return Err(Error::BadSection {
+            index: last_index,
+            offset: last_offset,
+            problem: SectionProblem::ManifestNotLast,
+        });
+    }
     if m.name != SectionKind::Manifest.default_name() {
         return Err(Error::BadSection {
-            index: sections.len() - 1,
-            offset: table_off + (sections.len() as u64 - 1) * SECTION_ENTRY_SIZE,
+            index: last_index,
+            offset: last_offset,
             problem: SectionProblem::Name,
         });
     }
@@ -328,6 +375,7 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             });
         }
     }
+    let flags = header.flags.get();
     let expected_flags = HeaderFlags::for_sections(sections.iter().map(|s| s.kind)).0;
     if flags != expected_flags {
         return Err(Error::FlagsMismatch {
@@ -335,9 +383,27 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             expected: expected_flags,
         });
     }
+    Ok(())
+}
 
-    // The manifest: its digest is the footer's and the table's, and it agrees
-    // with the header and the table.
+/// The manifest itself: at most [`MAX_MANIFEST_SIZE`] bytes, hashing to the
+/// footer's and the table's digest, canonical JSON of the schema, with the
+/// header's versions and flags.
+fn read_manifest(
+    bytes: &[u8],
+    header: &HeaderV1,
+    footer: &FooterV1,
+    sections: &[SectionInfo],
+) -> Result<Manifest> {
+    let m = &sections[sections.len() - 1];
+    let bad_manifest = |problem| Error::BadManifest {
+        offset: m.offset,
+        problem,
+    };
+    if m.size > MAX_MANIFEST_SIZE {
+        return Err(bad_manifest(ManifestProblem::TooLarge { size: m.size }));
+    }
+    // In bounds: read_section_table checked every payload against the table.
     let mbytes = &bytes[m.offset as usize..(m.offset + m.size) as usize];
     let digest: [u8; 32] = Sha256::digest(mbytes).into();
     if digest != footer.manifest_sha256 {
@@ -355,27 +421,26 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             table: hex::encode(m.sha256),
         });
     }
-    let manifest = Manifest::parse(mbytes).map_err(|problem| Error::BadManifest {
-        offset: m.offset,
-        problem,
-    })?;
-    let bad_manifest = |problem: String| Error::BadManifest {
-        offset: m.offset,
-        problem,
-    };
-    for (what, mv, hv) in [
-        ("format_version", manifest.format_version, u64::from(fv)),
+    let manifest = Manifest::parse(mbytes).map_err(bad_manifest)?;
+    for (field, mv, hv) in [
+        (
+            "format_version",
+            manifest.format_version,
+            u64::from(header.format_version.get()),
+        ),
         (
             "min_reader_version",
             manifest.min_reader_version,
-            u64::from(mrv),
+            u64::from(header.min_reader_version.get()),
         ),
-        ("flags", manifest.flags, u64::from(flags)),
+        ("flags", manifest.flags, u64::from(header.flags.get())),
     ] {
         if mv != hv {
-            return Err(bad_manifest(format!(
-                "{what} is {mv}, the header says {hv}"
-            )));
+            return Err(bad_manifest(ManifestProblem::Header {
+                field,
+                manifest: mv,
+                header: hv,
+            }));
         }
     }
     if m.item_count != sections.len() as u64 - 1 {
@@ -387,13 +452,21 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             table: m.item_count.to_string(),
         });
     }
+    Ok(manifest)
+}
+
+/// The manifest lists exactly the table's other sections, field for field.
+fn check_manifest_lists_table(manifest: &Manifest, sections: &[SectionInfo]) -> Result<()> {
+    let m = &sections[sections.len() - 1];
     let listed = &sections[..sections.len() - 1];
     if manifest.sections.len() != listed.len() {
-        return Err(bad_manifest(format!(
-            "lists {} sections, the table has {}",
-            manifest.sections.len(),
-            listed.len()
-        )));
+        return Err(Error::BadManifest {
+            offset: m.offset,
+            problem: ManifestProblem::SectionCount {
+                manifest: manifest.sections.len() as u64,
+                table: listed.len() as u64,
+            },
+        });
     }
     for (ms, ts) in manifest.sections.iter().zip(listed) {
         let mismatch = |field: &'static str, manifest: String, table: String| {
@@ -425,12 +498,7 @@ pub fn parse_layout(bytes: &[u8]) -> Result<Layout> {
             return mismatch("sha256", ms.sha256.clone(), hex::encode(ts.sha256));
         }
     }
-    Ok(Layout {
-        header,
-        footer,
-        sections,
-        manifest,
-    })
+    Ok(())
 }
 
 /// A borrowed view of one section's payload.
@@ -609,31 +677,26 @@ pub fn verify_payloads(
 /// Parses the 64-byte single-tensor header at the start of an Embed, Head or
 /// Ple section and returns it with the payload that follows.
 pub fn single_tensor(section: Section<'_>) -> Result<(SingleTensorHeaderV1, &[u8])> {
-    let bad = |problem: String| Error::BadPayload {
+    let bad = |problem| Error::BadPayload {
         section: section.info.kind,
         problem,
     };
     let (h, rest) = SingleTensorHeaderV1::read_from_prefix(section.bytes).map_err(|_| {
-        bad(format!(
-            "{} bytes, shorter than its 64-byte header",
-            section.bytes.len()
-        ))
+        bad(PayloadProblem::ShortHeader {
+            size: section.bytes.len() as u64,
+        })
     })?;
     if h.data_offset.get() != SINGLE_TENSOR_HEADER_SIZE {
-        return Err(bad(format!(
-            "data_offset is {}, must be 64",
-            h.data_offset.get()
-        )));
+        return Err(bad(PayloadProblem::DataOffset(h.data_offset.get())));
     }
     if h.byte_size.get() != rest.len() as u64 {
-        return Err(bad(format!(
-            "byte_size is {}, the section holds {} bytes after the header",
-            h.byte_size.get(),
-            rest.len()
-        )));
+        return Err(bad(PayloadProblem::ByteSize {
+            declared: h.byte_size.get(),
+            actual: rest.len() as u64,
+        }));
     }
     if h.reserved.iter().any(|&b| b != 0) {
-        return Err(bad("reserved header bytes are not zero".into()));
+        return Err(bad(PayloadProblem::Reserved));
     }
     Ok((h, rest))
 }

@@ -182,3 +182,99 @@ fn random_bytes_never_panic() {
         )
         .unwrap();
 }
+
+/// A manifest over the 16 MiB cap is refused at quick open with a typed
+/// problem, before it is hashed or parsed; the writer that made it sees its
+/// own file fail verification and leaves nothing behind.
+#[test]
+fn oversized_manifest_is_refused_by_size() {
+    use gpack_format::{GpackWriter, ManifestInput, ManifestProblem, WriteOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big-manifest.gpack");
+    let mut w = GpackWriter::create(&out, WriteOptions::default()).unwrap();
+    w.add_section(SectionKind::MetadataKv, "metadata_kv", b"x", 1)
+        .unwrap();
+    let mut input = ManifestInput {
+        name: "m".into(),
+        ..Default::default()
+    };
+    input.extra.insert(
+        "padding".into(),
+        serde_json::Value::String("a".repeat(17 << 20)),
+    );
+    match w.finish(&input) {
+        Err(Error::WrittenFileInvalid { source, .. }) => match *source {
+            Error::BadManifest {
+                problem: ManifestProblem::TooLarge { size },
+                ..
+            } => assert!(size > gpack_format::manifest::MAX_MANIFEST_SIZE),
+            other => panic!("expected a too-large manifest, got {other:?}"),
+        },
+        other => panic!("expected the writer's own check to fail, got {other:?}"),
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Payload problems are values callers can match on, naming the field and
+/// the offset inside the payload.
+#[test]
+fn payload_problems_are_typed() {
+    use gpack_format::payload::{encode_kv, parse_kv, parse_tensor_index, KvRecord};
+    use gpack_format::PayloadProblem;
+    let kv = encode_kv([KvRecord {
+        key: "general.name",
+        value_type: 8,
+        value: b"\x02\0\0\0\0\0\0\0hi",
+    }]);
+    match parse_kv(&kv[..kv.len() - 1]) {
+        Err(Error::BadPayload {
+            section: SectionKind::MetadataKv,
+            problem:
+                PayloadProblem::Short {
+                    what,
+                    offset,
+                    need,
+                    remain,
+                },
+        }) => {
+            assert_eq!((what, need, remain), ("value", 10, 9));
+            assert_eq!(offset as usize, kv.len() - 10);
+        }
+        other => panic!("expected a short value, got {other:?}"),
+    }
+    let mut twice = kv.clone();
+    twice[8] = 2;
+    twice.extend_from_slice(&kv[16..]);
+    assert!(matches!(
+        parse_kv(&twice),
+        Err(Error::BadPayload {
+            problem: PayloadProblem::DuplicateKey(k),
+            ..
+        }) if k == "general.name"
+    ));
+    let mut wrong = kv.clone();
+    wrong[0] ^= 1;
+    assert!(matches!(
+        parse_tensor_index(&wrong),
+        Err(Error::BadPayload {
+            section: SectionKind::TensorIndex,
+            problem: PayloadProblem::Magic { .. },
+        })
+    ));
+}
+
+/// An error's message never repeats its cause: printed as a chain, the OS
+/// reason appears once.
+#[test]
+fn an_error_chain_names_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Gpack::open(&dir.path().join("absent.gpack")).unwrap_err();
+    let chain = gpack_format::error_chain(&e);
+    let reason = std::io::Error::from_raw_os_error(libc::ENOENT).to_string();
+    assert_eq!(chain.matches(&reason).count(), 1, "{chain}");
+    assert!(
+        chain.starts_with("open ") && chain.contains("absent.gpack"),
+        "{chain}"
+    );
+}

@@ -57,6 +57,16 @@ pub enum Error {
         /// The ggml type name.
         ty: &'static str,
     },
+    /// A section of a .gpack holds something this runtime cannot use there
+    /// (a tensor outside its section, a type it does not know, a row out of
+    /// range); the container itself validated.
+    #[error("{section} section: {problem}")]
+    Section {
+        /// The section's kind.
+        section: gpack_format::SectionKind,
+        /// What is wrong.
+        problem: String,
+    },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
     Token {

@@ -9,16 +9,16 @@
 //! detection (`model.rs`) runs one matrix-vector call over q‖k‖v or gate‖up.
 //!
 //! Metadata: the bundle carries the source GGUF truncated at its tensor-data
-//! boundary. Only scalars, strings and numeric arrays are decoded at open;
-//! string arrays (vocabulary, merges: megabytes) are skipped unparsed, so the
-//! heap stays a small fraction of the weights.
+//! boundary. It is read by the one GGUF reader (`gpack-ingest`) without its
+//! string arrays (vocabulary, merges: megabytes), so the heap stays a small
+//! fraction of the weights.
 //!
 //! The quant is baked in at build time: [`GiwWeights::open`] with an
 //! `expected_quant` refuses a bundle of another quant.
 
 use crate::weights::{HasMetadata, TensorRef, WeightSource};
 use gpack_format::giw::{Giw, ReadOptions, RecordKind};
-use gpack_ingest::{Array, GgufString, Metadata, Value};
+use gpack_ingest::Metadata;
 use gpack_quant::{GgmlType, NativeView};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -56,6 +56,13 @@ pub enum GiwError {
         /// Why.
         #[source]
         source: gpack_quant::Error,
+    },
+    /// The bundle's metadata GGUF does not parse.
+    #[error("the bundle's metadata")]
+    Metadata {
+        /// Why.
+        #[source]
+        source: gpack_ingest::Error,
     },
     /// A record or the metadata is inconsistent.
     #[error("{what}: {problem}")]
@@ -95,158 +102,6 @@ impl std::fmt::Debug for GiwWeights {
     }
 }
 
-/// Caps of the metadata scan (GGUF's own limits are looser; a bundle we
-/// wrote never comes near these).
-const MAX_KV: u64 = 1 << 20;
-const MAX_DEPTH: u32 = 4;
-
-struct Cur<'a> {
-    b: &'a [u8],
-    p: usize,
-}
-
-impl<'a> Cur<'a> {
-    fn take(&mut self, n: u64) -> Option<&'a [u8]> {
-        let n = usize::try_from(n).ok()?;
-        let e = self.p.checked_add(n)?;
-        let s = self.b.get(self.p..e)?;
-        self.p = e;
-        Some(s)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn str(&mut self) -> Option<&'a [u8]> {
-        let n = self.u64()?;
-        self.take(n)
-    }
-}
-
-fn fixed_size(ty: u32) -> Option<u64> {
-    Some(match ty {
-        0 | 1 | 7 => 1,
-        2 | 3 => 2,
-        4..=6 => 4,
-        10..=12 => 8,
-        _ => return None,
-    })
-}
-
-fn scalar(ty: u32, b: &[u8]) -> Option<Value> {
-    let a8 = |n: usize| -> Option<[u8; 8]> {
-        let mut a = [0u8; 8];
-        a[..n].copy_from_slice(b.get(..n)?);
-        Some(a)
-    };
-    Some(match ty {
-        0 => Value::U8(*b.first()?),
-        1 => Value::I8(*b.first()? as i8),
-        2 => Value::U16(u16::from_le_bytes(a8(2)?[..2].try_into().ok()?)),
-        3 => Value::I16(i16::from_le_bytes(a8(2)?[..2].try_into().ok()?)),
-        4 => Value::U32(u32::from_le_bytes(a8(4)?[..4].try_into().ok()?)),
-        5 => Value::I32(i32::from_le_bytes(a8(4)?[..4].try_into().ok()?)),
-        6 => Value::F32(f32::from_le_bytes(a8(4)?[..4].try_into().ok()?)),
-        7 => Value::Bool(*b.first()? != 0),
-        10 => Value::U64(u64::from_le_bytes(a8(8)?)),
-        11 => Value::I64(i64::from_le_bytes(a8(8)?)),
-        12 => Value::F64(f64::from_le_bytes(a8(8)?)),
-        _ => return None,
-    })
-}
-
-/// Skips one value of type `ty`; returns `None` on malformed bytes.
-fn skip(c: &mut Cur<'_>, ty: u32, depth: u32) -> Option<()> {
-    if let Some(n) = fixed_size(ty) {
-        c.take(n)?;
-        return Some(());
-    }
-    match ty {
-        8 => {
-            c.str()?;
-        }
-        9 if depth < MAX_DEPTH => {
-            let et = c.u32()?;
-            let n = c.u64()?;
-            if let Some(sz) = fixed_size(et) {
-                c.take(n.checked_mul(sz)?)?;
-            } else {
-                for _ in 0..n {
-                    skip(c, et, depth + 1)?;
-                }
-            }
-        }
-        _ => return None,
-    }
-    Some(())
-}
-
-/// Decodes the scalar, string and numeric-array keys of a GGUF's metadata
-/// section; string arrays and nested arrays are skipped. Never panics.
-fn scan_metadata(b: &[u8]) -> Option<Metadata> {
-    let mut c = Cur { b, p: 0 };
-    if c.take(4)? != b"GGUF" {
-        return None;
-    }
-    let _version = c.u32()?;
-    let _n_tensors = c.u64()?;
-    let n_kv = c.u64()?;
-    if n_kv > MAX_KV {
-        return None;
-    }
-    let mut md = Metadata::new();
-    for _ in 0..n_kv {
-        let key = String::from_utf8(c.str()?.to_vec()).ok()?;
-        let ty = c.u32()?;
-        if let Some(n) = fixed_size(ty) {
-            md.insert(key, scalar(ty, c.take(n)?)?);
-        } else if ty == 8 {
-            md.insert(
-                key,
-                Value::String(GgufString::from_bytes(c.str()?.to_vec())),
-            );
-        } else if ty == 9 {
-            let save = c.p;
-            let et = c.u32()?;
-            let n = c.u64()?;
-            let words = |c: &mut Cur<'_>| -> Option<Vec<[u8; 4]>> {
-                let body = c.take(n.checked_mul(4)?)?;
-                Some(
-                    body.chunks_exact(4)
-                        .map(|w| [w[0], w[1], w[2], w[3]])
-                        .collect(),
-                )
-            };
-            let v = match et {
-                6 => Some(Array::F32(
-                    words(&mut c)?.into_iter().map(f32::from_le_bytes).collect(),
-                )),
-                5 => Some(Array::I32(
-                    words(&mut c)?.into_iter().map(i32::from_le_bytes).collect(),
-                )),
-                4 => Some(Array::U32(
-                    words(&mut c)?.into_iter().map(u32::from_le_bytes).collect(),
-                )),
-                _ => None,
-            };
-            match v {
-                Some(a) => {
-                    md.insert(key, Value::Array(a));
-                }
-                None => {
-                    c.p = save;
-                    skip(&mut c, 9, 0)?;
-                }
-            }
-        } else {
-            return None;
-        }
-    }
-    Some(md)
-}
-
 impl GiwWeights {
     /// Maps and validates `path` (CRC included). With `expected_quant`, a
     /// bundle built with another quant is an error that says so.
@@ -278,10 +133,11 @@ impl GiwWeights {
 
     /// Indexes an opened bundle, validating every native tensor once.
     pub fn from_giw(giw: Giw) -> Result<Self, GiwError> {
-        let metadata = scan_metadata(giw.metadata()).ok_or(GiwError::Invalid {
-            what: "metadata GGUF".into(),
-            problem: "malformed",
-        })?;
+        let (_, metadata) = gpack_ingest::gguf::parse_metadata_without_string_arrays(
+            giw.metadata(),
+            Path::new("the .giw's metadata GGUF"),
+        )
+        .map_err(|source| GiwError::Metadata { source })?;
         let mut index = HashMap::new();
         for (i, r) in giw.records().iter().enumerate() {
             match r.kind {

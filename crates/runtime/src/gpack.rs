@@ -67,10 +67,14 @@ impl GpackWeights {
                 for (f, p) in layout.files.iter().zip(g.external_paths(&layout)) {
                     let map = std::fs::File::open(&p)
                         .and_then(|file| gpack_format::mmap::map_file(&file))
-                        .map_err(|e| {
+                        .map_err(|source| {
                             Error::Gpack(gpack_format::Error::ExternalExperts {
                                 file: f.name.clone(),
-                                problem: format!("cannot map {}: {e}", p.display()),
+                                problem: gpack_format::ExternalProblem::Unreadable {
+                                    op: "map",
+                                    path: p.clone(),
+                                    source,
+                                },
                             })
                         })?;
                     maps.push(map);
@@ -110,11 +114,9 @@ impl GpackWeights {
             // Stacked routed experts: served per expert by `expert_slice`.
             return None;
         }
-        let bad = |problem: String| {
-            Error::Gpack(gpack_format::Error::BadPayload {
-                section: kind,
-                problem: format!("tensor {name}: {problem}"),
-            })
+        let bad = |problem: String| Error::Section {
+            section: kind,
+            problem: format!("tensor {name}: {problem}"),
         };
         let slice = |bytes| {
             slice_of(bytes, e)

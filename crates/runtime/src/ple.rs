@@ -157,11 +157,9 @@ impl PleTable {
     /// Opens the Ple section of `path` (quick-validated) in `io` mode.
     pub fn open(path: &Path, io: PleIo) -> Result<PleTable> {
         let g = Gpack::open(path)?;
-        let bad = |problem: String| {
-            Error::Gpack(gpack_format::Error::BadPayload {
-                section: SectionKind::Ple,
-                problem,
-            })
+        let bad = |problem: String| Error::Section {
+            section: SectionKind::Ple,
+            problem,
         };
         let s = g
             .section(SectionKind::Ple)
@@ -276,10 +274,10 @@ impl PleTable {
     /// The bytes of `row`.
     pub fn row(&mut self, row: u64) -> Result<&[u8]> {
         if row >= self.rows {
-            return Err(Error::Gpack(gpack_format::Error::BadPayload {
+            return Err(Error::Section {
                 section: SectionKind::Ple,
                 problem: format!("row {row} out of {} rows", self.rows),
-            }));
+            });
         }
         let rb = self.row_bytes;
         match &mut self.backend {
@@ -309,18 +307,16 @@ impl PleTable {
                 let shift =
                     (BLOCK as usize - scratch.as_ptr() as usize % BLOCK as usize) % BLOCK as usize;
                 let buf = &mut scratch[shift..shift + len];
-                let n = read_full(file, buf, start).map_err(|e| {
-                    Error::Gpack(gpack_format::Error::BadPayload {
-                        section: SectionKind::Ple,
-                        problem: format!("reading row {row} at offset {off}: {e}"),
-                    })
+                let n = read_full(file, buf, start).map_err(|e| Error::Section {
+                    section: SectionKind::Ple,
+                    problem: format!("reading row {row} at offset {off}: {e}"),
                 })?;
                 let from = (off - start) as usize;
                 if n < from + rb {
-                    return Err(Error::Gpack(gpack_format::Error::BadPayload {
+                    return Err(Error::Section {
                         section: SectionKind::Ple,
                         problem: format!("short read of row {row} at offset {off}"),
-                    }));
+                    });
                 }
                 let slot = cache.insert(row);
                 slot.copy_from_slice(&buf[from..from + rb]);

@@ -150,9 +150,10 @@ pub fn verify_now(loaded: &Loaded) -> Result<(), String> {
 fn check(path: &Path, threads: usize, urgent: Option<&AtomicBool>) -> Result<(), String> {
     let fail = |e: gpack_format::Error| {
         format!(
-            "integrity check of {} failed: {e}; its weights are not the ones it was \
+            "integrity check of {} failed: {}; its weights are not the ones it was \
              written with (a damaged disk or copy): output produced from it may be wrong",
-            path.display()
+            path.display(),
+            crate::load::chain(&e)
         )
     };
     let g = gpack_format::Gpack::open(path).map_err(fail)?;

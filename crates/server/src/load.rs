@@ -187,14 +187,4 @@ impl Loaded {
     }
 }
 
-/// `e: cause: cause` on one line.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
+pub(crate) use gpack_format::error_chain as chain;

@@ -95,10 +95,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     "mode": mode,
                     "ok": false,
                     "sections": failed,
-                    "error": e.to_string(),
+                    "error": gpack_format::error_chain(&e),
                 }))?;
             } else {
-                eprintln!("invalid: {file}: {e}");
+                eprintln!("invalid: {file}: {}", gpack_format::error_chain(&e));
             }
             Ok(ExitCode::from(1))
         }

@@ -21,7 +21,7 @@ fn main() {
     let replace = args.iter().any(|a| a == "--replace");
     let slow = args.iter().any(|a| a == "--slow");
     if let Err(e) = run(&out, size, replace, slow) {
-        eprintln!("gpack-synth: {e}");
+        eprintln!("gpack-synth: {}", gpack_format::error_chain(&e));
         std::process::exit(1);
     }
 }

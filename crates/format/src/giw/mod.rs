@@ -120,7 +120,7 @@ impl std::str::FromStr for Target {
 #[non_exhaustive]
 pub enum Error {
     /// An I/O operation failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,

@@ -28,7 +28,9 @@ mod read;
 pub(crate) mod split;
 mod write;
 
-pub use read::{decode_value, parse, parse_metadata, parse_named};
+pub use read::{
+    decode_value, parse, parse_metadata, parse_metadata_without_string_arrays, parse_named,
+};
 pub use split::{KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
 pub use write::{encode_value, to_vec, write, TensorHeader, Writer};
 

@@ -75,6 +75,9 @@ fn header_and_metadata(r: &mut Reader<'_>) -> Result<(u32, u64, u64, Metadata), 
             });
         }
         let value = r.value(&key)?;
+        if r.skip_string_arrays && matches!(value, Value::Array(Array::String(_))) {
+            continue;
+        }
         metadata.insert(key, value);
     }
     Ok((version, tensor_count, tensor_at, metadata))
@@ -84,11 +87,20 @@ fn header_and_metadata(r: &mut Reader<'_>) -> Result<(u32, u64, u64, Metadata), 
 /// metadata-only GGUF inside a .giw bundle, truncated at its tensor data):
 /// returns the version and the metadata. Never panics.
 pub fn parse_metadata(bytes: &[u8], file: &Path) -> Result<(u32, Metadata), Error> {
-    let mut r = Reader {
-        b: bytes,
-        pos: 0,
-        file,
-    };
+    let mut r = Reader::new(bytes, file);
+    let (version, _, _, metadata) = header_and_metadata(&mut r)?;
+    Ok((version, metadata))
+}
+
+/// [`parse_metadata`] without the string arrays (vocabulary, merges:
+/// megabytes on the heap): they are checked like every value, then left
+/// out of the map. For readers that take the tokenizer from elsewhere.
+pub fn parse_metadata_without_string_arrays(
+    bytes: &[u8],
+    file: &Path,
+) -> Result<(u32, Metadata), Error> {
+    let mut r = Reader::new(bytes, file);
+    r.skip_string_arrays = true;
     let (version, _, _, metadata) = header_and_metadata(&mut r)?;
     Ok((version, metadata))
 }
@@ -101,11 +113,7 @@ pub fn parse_metadata(bytes: &[u8], file: &Path) -> Result<(u32, Metadata), Erro
 /// no overflow) and every tensor's byte range (aligned, packed in descriptor order
 /// as gguf.cpp requires, inside `bytes`). Never panics, whatever the bytes.
 pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
-    let mut r = Reader {
-        b: bytes,
-        pos: 0,
-        file,
-    };
+    let mut r = Reader::new(bytes, file);
     let (version, tensor_count, _, metadata) = header_and_metadata(&mut r)?;
     let alignment = match metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
@@ -231,11 +239,7 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
 /// caps as [`parse`]; never panics.
 pub fn decode_value(type_id: u32, bytes: &[u8]) -> Result<Value, Error> {
     let file = Path::new("<memory>");
-    let mut r = Reader {
-        b: bytes,
-        pos: 0,
-        file,
-    };
+    let mut r = Reader::new(bytes, file);
     let t = ValueType::from_id(type_id).ok_or_else(|| Error::UnknownValueType {
         file: file.to_path_buf(),
         offset: 0,
@@ -300,9 +304,20 @@ struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
     file: &'a Path,
+    /// Check string arrays but do not keep their strings.
+    skip_string_arrays: bool,
 }
 
 impl<'a> Reader<'a> {
+    fn new(b: &'a [u8], file: &'a Path) -> Self {
+        Reader {
+            b,
+            pos: 0,
+            file,
+            skip_string_arrays: false,
+        }
+    }
+
     fn pos(&self) -> u64 {
         self.pos as u64
     }
@@ -482,6 +497,12 @@ impl<'a> Reader<'a> {
                 }
                 Array::Bool(v)
             }
+            ValueType::String if self.skip_string_arrays => {
+                for _ in 0..n {
+                    self.string_bytes("string length", u64::MAX)?;
+                }
+                Array::String(Vec::new())
+            }
             ValueType::String => {
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -505,6 +526,40 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The .giw reader's mode: string arrays are checked and left out, every
+    /// other value is kept as the full parse decodes it.
+    #[test]
+    fn metadata_without_string_arrays() {
+        let mut md = Metadata::new();
+        md.insert(
+            "general.architecture",
+            Value::String(GgufString::from_bytes(b"llama".to_vec())),
+        );
+        md.insert("llama.block_count", Value::U32(30));
+        md.insert("llama.rope.freqs", Value::Array(Array::F32(vec![1.0, 0.5])));
+        md.insert(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::String(vec![
+                GgufString::from_bytes(b"<s>".to_vec());
+                3
+            ])),
+        );
+        let bytes = super::super::to_vec(&md, []).unwrap();
+        let f = Path::new("m.gguf");
+        let (_, full) = parse_metadata(&bytes, f).unwrap();
+        let (_, slim) = parse_metadata_without_string_arrays(&bytes, f).unwrap();
+        assert_eq!(full.len(), 4);
+        assert_eq!(slim.len(), 3);
+        assert!(slim.get("tokenizer.ggml.tokens").is_none());
+        for (k, v) in slim.iter() {
+            assert_eq!(full.get(k), Some(v), "{k}");
+        }
+        // The skipped strings are still checked: a cut inside them is an error.
+        let last = bytes.windows(3).rposition(|w| w == b"<s>").unwrap();
+        let cut = last + 2;
+        assert!(parse_metadata_without_string_arrays(&bytes[..cut], f).is_err());
+    }
 
     #[test]
     fn align_up_rounds() {
