@@ -28,6 +28,8 @@ pub use read::{Fused, Giw, GroupMember, ReadOptions, Record, RecordKind};
 pub use write::{write_atomic, GiwWriter, MemberSpec, PayloadWriter, WriteSummary};
 
 use std::path::PathBuf;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// `b"GIWB"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"GIWB");
@@ -270,34 +272,106 @@ pub struct BundleHeader {
 impl BundleHeader {
     /// The 64 header bytes.
     pub fn to_bytes(&self) -> [u8; 64] {
-        let mut b = [0u8; 64];
-        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4..6].copy_from_slice(&BUNDLE_VERSION.to_le_bytes());
-        b[6..8].copy_from_slice(&self.weights_version.to_le_bytes());
-        b[8..12].copy_from_slice(&ENDIAN_MARKER.to_le_bytes());
-        b[12..14].copy_from_slice(&self.target.code().to_le_bytes());
+        let mut quant = [0u8; MAX_QUANT_LEN];
         let q = self.quant.as_bytes();
         let n = q.len().min(MAX_QUANT_LEN);
-        b[16..16 + n].copy_from_slice(&q[..n]);
-        b[28..32].copy_from_slice(&self.record_count.to_le_bytes());
-        b[32..40].copy_from_slice(&self.meta_off.to_le_bytes());
-        b[40..48].copy_from_slice(&self.meta_len.to_le_bytes());
-        b[48..56].copy_from_slice(&self.weights_off.to_le_bytes());
-        b[56..64].copy_from_slice(&self.weights_len.to_le_bytes());
+        quant[..n].copy_from_slice(&q[..n]);
+        let raw = RawHeader {
+            magic: MAGIC.into(),
+            bundle_version: BUNDLE_VERSION.into(),
+            weights_version: self.weights_version.into(),
+            endian: ENDIAN_MARKER.into(),
+            target: self.target.code().into(),
+            reserved: 0.into(),
+            quant,
+            record_count: self.record_count.into(),
+            meta_off: self.meta_off.into(),
+            meta_len: self.meta_len.into(),
+            weights_off: self.weights_off.into(),
+            weights_len: self.weights_len.into(),
+        };
+        let mut b = [0u8; 64];
+        b.copy_from_slice(raw.as_bytes());
         b
     }
 }
 
-pub(crate) fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
+// The fixed records of a bundle, exactly as they lie in the file
+// (little-endian, alignment 1, no padding; docs/GIW.md). Names, payloads and
+// padding between them are variable and read by offset.
+
+/// The 64-byte bundle header.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub(crate) struct RawHeader {
+    pub magic: U32,
+    pub bundle_version: U16,
+    pub weights_version: U16,
+    pub endian: U32,
+    pub target: U16,
+    pub reserved: U16,
+    pub quant: [u8; MAX_QUANT_LEN],
+    pub record_count: U32,
+    pub meta_off: U64,
+    pub meta_len: U64,
+    pub weights_off: U64,
+    pub weights_len: U64,
 }
-pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+
+/// The 64-byte header of a record; its name follows.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub(crate) struct RawRecordHeader {
+    /// 1 native, 2 dense, 3 fused group.
+    pub kind: U32,
+    pub name_len: U32,
+    /// Dense: number of dimensions; group: number of members.
+    pub count: U32,
+    pub ggml_type: U32,
+    pub payload_len: U64,
+    pub dims: [U64; 4],
+    pub reserved: U64,
 }
-pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
+
+/// One member of a fused group record; its name follows.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub(crate) struct RawMember {
+    pub row_start: U64,
+    pub rows: U64,
+    pub name_len: U32,
+    pub reserved0: U32,
+    pub reserved1: U64,
+}
+
+/// The part of a native tensor's own 64-byte header a bundle reader checks
+/// (crates/quant `layout.rs` owns the rest).
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub(crate) struct RawNativeHead {
+    pub _layout: [u8; 8],
+    pub flags: U32,
+    pub _pad: [u8; 4],
+    pub rows: U64,
+    pub _rest: [u8; 40],
+}
+
+/// Size of [`RawMember`].
+pub(crate) const MEMBER_LEN: u64 = 32;
+
+const _: () = assert!(std::mem::size_of::<RawHeader>() as u64 == HEADER_LEN);
+const _: () = assert!(std::mem::size_of::<RawRecordHeader>() as u64 == RECORD_HEADER_LEN);
+const _: () = assert!(std::mem::size_of::<RawMember>() as u64 == MEMBER_LEN);
+const _: () = assert!(std::mem::size_of::<RawNativeHead>() == 64);
+
+/// The record `T` at `off` in `b`, if it fits.
+pub(crate) fn record_at<T: FromBytes + KnownLayout + Immutable + Unaligned>(
+    b: &[u8],
+    off: u64,
+) -> Option<&T> {
+    let start = usize::try_from(off).ok()?;
+    let end = start.checked_add(std::mem::size_of::<T>())?;
+    T::ref_from_bytes(b.get(start..end)?).ok()
 }
 
 /// The container's atomic-write helpers report [`crate::Error`]; the two

@@ -10,14 +10,15 @@
 //! Never panics on malformed input.
 
 use super::{
-    add, align, io, mul, u16_at, u32_at, u64_at, BundleHeader, Error, Result, Target, ALIGN,
-    BUNDLE_VERSION, ENDIAN_MARKER, F16_SCALES_SINCE, FUSED_SINCE, HEADER_LEN, MAGIC, MAX_DIMS,
-    MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN, MIN_WEIGHTS_VERSION, NATIVE_FLAG_F16_SCALES,
-    RECORD_HEADER_LEN, WEIGHTS_VERSION,
+    add, align, io, mul, record_at, BundleHeader, Error, RawHeader, RawMember, RawNativeHead,
+    RawRecordHeader, Result, Target, ALIGN, BUNDLE_VERSION, ENDIAN_MARKER, F16_SCALES_SINCE,
+    FUSED_SINCE, HEADER_LEN, MAGIC, MAX_DIMS, MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN, MEMBER_LEN,
+    MIN_WEIGHTS_VERSION, NATIVE_FLAG_F16_SCALES, RECORD_HEADER_LEN, WEIGHTS_VERSION,
 };
 use crate::mmap::Mmap;
 use std::collections::HashMap;
 use std::path::Path;
+use zerocopy::little_endian::U32;
 use zerocopy::IntoBytes;
 
 /// Reader options.
@@ -171,7 +172,11 @@ fn parse_header(b: &[u8], opts: &ReadOptions) -> Result<BundleHeader> {
             needed: HEADER_LEN + 4,
         });
     }
-    let magic = u32_at(b, 0);
+    let r: &RawHeader = record_at(b, 0).ok_or(Error::Truncated {
+        size,
+        needed: HEADER_LEN + 4,
+    })?;
+    let magic = r.magic.get();
     if magic != MAGIC {
         return Err(Error::BadMagic {
             what: "magic",
@@ -179,7 +184,7 @@ fn parse_header(b: &[u8], opts: &ReadOptions) -> Result<BundleHeader> {
             found: magic,
         });
     }
-    let endian = u32_at(b, 8);
+    let endian = r.endian.get();
     if endian != ENDIAN_MARKER {
         return Err(Error::BadMagic {
             what: "endianness marker",
@@ -187,14 +192,14 @@ fn parse_header(b: &[u8], opts: &ReadOptions) -> Result<BundleHeader> {
             found: endian,
         });
     }
-    let bv = u16_at(b, 4);
+    let bv = r.bundle_version.get();
     if bv != BUNDLE_VERSION {
         return Err(Error::BundleVersion {
             expected: BUNDLE_VERSION,
             found: bv,
         });
     }
-    let wv = u16_at(b, 6);
+    let wv = r.weights_version.get();
     let max = opts.max_weights_version;
     if wv > max {
         return Err(Error::NewerWeightsFormat {
@@ -210,13 +215,13 @@ fn parse_header(b: &[u8], opts: &ReadOptions) -> Result<BundleHeader> {
             max,
         });
     }
-    let tc = u16_at(b, 12);
+    let tc = r.target.get();
     let target = Target::from_code(tc).ok_or(invalid("target", 12, tc.into()))?;
-    let reserved = u16_at(b, 14);
+    let reserved = r.reserved.get();
     if reserved != 0 {
         return Err(invalid("reserved header field", 14, reserved.into()));
     }
-    let q = &b[16..16 + MAX_QUANT_LEN];
+    let q = &r.quant;
     let qn = q.iter().position(|&c| c == 0).unwrap_or(MAX_QUANT_LEN);
     if qn == 0 || !q[..qn].iter().all(u8::is_ascii_graphic) || q[qn..].iter().any(|&c| c != 0) {
         return Err(invalid("quant label", 16, qn as u64));
@@ -226,11 +231,11 @@ fn parse_header(b: &[u8], opts: &ReadOptions) -> Result<BundleHeader> {
         weights_version: wv,
         target,
         quant,
-        record_count: u32_at(b, 28),
-        meta_off: u64_at(b, 32),
-        meta_len: u64_at(b, 40),
-        weights_off: u64_at(b, 48),
-        weights_len: u64_at(b, 56),
+        record_count: r.record_count.get(),
+        meta_off: r.meta_off.get(),
+        meta_len: r.meta_len.get(),
+        weights_off: r.weights_off.get(),
+        weights_len: r.weights_len.get(),
     };
     if h.meta_off != HEADER_LEN {
         return Err(invalid("metadata offset", 32, h.meta_off));
@@ -306,23 +311,22 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
             problem,
         };
         let hend = add(pos, RECORD_HEADER_LEN, "record header end")?;
-        let rh = b
-            .get(pos as usize..hend as usize)
-            .ok_or(bad("", "record header runs past the weights region"))?;
-        let kind = match u32_at(rh, 0) {
+        let rh: &RawRecordHeader =
+            record_at(b, pos).ok_or(bad("", "record header runs past the weights region"))?;
+        let kind = match rh.kind.get() {
             1 => RecordKind::Native,
             2 => RecordKind::Dense,
             3 if h.weights_version >= FUSED_SINCE => RecordKind::Group,
             3 => return Err(bad("", "fused group record in a pre-v13 file")),
             _ => return Err(bad("", "unknown record kind")),
         };
-        let name_len = u32_at(rh, 4);
-        let count = u32_at(rh, 8);
-        let ggml_type = u32_at(rh, 12);
-        let payload_len = u64_at(rh, 16);
+        let name_len = rh.name_len.get();
+        let count = rh.count.get();
+        let ggml_type = rh.ggml_type.get();
+        let payload_len = rh.payload_len.get();
         let name = read_name(b, hend, name_len, index)?;
-        let dims_raw: Vec<u64> = (0..4).map(|i| u64_at(rh, 24 + 8 * i)).collect();
-        if u64_at(rh, 56) != 0 {
+        let dims_raw: Vec<u64> = rh.dims.iter().map(|d| d.get()).collect();
+        if rh.reserved.get() != 0 {
             return Err(bad(&name, "reserved record field is not zero"));
         }
         let mut dims = Vec::new();
@@ -364,15 +368,14 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
         let mut members = Vec::new();
         if kind == RecordKind::Group {
             for _ in 0..count {
-                let e_end = add(p, 32, "member entry")?;
-                let e = b
-                    .get(p as usize..e_end as usize)
+                let e_end = add(p, MEMBER_LEN, "member entry")?;
+                let e: &RawMember = record_at(b, p)
                     .ok_or(bad(&name, "member table runs past the weights region"))?;
-                if u32_at(e, 20) != 0 || u64_at(e, 24) != 0 {
+                if e.reserved0.get() != 0 || e.reserved1.get() != 0 {
                     return Err(bad(&name, "reserved member field is not zero"));
                 }
-                let mname = read_name(b, e_end, u32_at(e, 16), index)?;
-                let mend = add(e_end, u32_at(e, 16).into(), "member name end")?;
+                let mname = read_name(b, e_end, e.name_len.get(), index)?;
+                let mend = add(e_end, e.name_len.get().into(), "member name end")?;
                 let next = align(mend, "member padding")?;
                 if next > end {
                     return Err(bad(&name, "member table runs past the weights region"));
@@ -380,8 +383,8 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
                 zero_pad(b, mend, next, index, &name)?;
                 members.push(GroupMember {
                     name: mname,
-                    row_start: u64_at(e, 0),
-                    rows: u64_at(e, 8),
+                    row_start: e.row_start.get(),
+                    rows: e.rows.get(),
                 });
                 p = next;
             }
@@ -402,9 +405,10 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
             if payload_len < 64 {
                 return Err(bad(&name, "native payload shorter than its 64-byte header"));
             }
-            let ph = &b[payload_off as usize..payload_off as usize + 64];
-            native_flags = u32_at(ph, 8);
-            native_rows = u64_at(ph, 16);
+            let ph: &RawNativeHead = record_at(b, payload_off)
+                .ok_or(bad(&name, "native payload shorter than its 64-byte header"))?;
+            native_flags = ph.flags.get();
+            native_rows = ph.rows.get();
             if native_flags & NATIVE_FLAG_F16_SCALES != 0 && h.weights_version < F16_SCALES_SINCE {
                 return Err(bad(&name, "f16 scales in a pre-v14 file"));
             }
@@ -472,7 +476,7 @@ impl Giw {
         let header = parse_header(b, opts)?;
         if opts.verify_crc {
             let n = b.len() - 4;
-            let stored = u32_at(b, n);
+            let stored = record_at::<U32>(b, n as u64).map_or(0, |v| v.get());
             let computed = crc32fast::hash(&b[..n]);
             if stored != computed {
                 return Err(Error::Crc { stored, computed });

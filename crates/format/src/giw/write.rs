@@ -11,13 +11,15 @@
 //! any error or drop before that unlinks it.
 
 use super::{
-    add, align, io, BundleHeader, Error, Result, Target, ALIGN, FUSED_SINCE, HEADER_LEN, MAX_DIMS,
-    MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN, MIN_WEIGHTS_VERSION, RECORD_HEADER_LEN,
-    WEIGHTS_VERSION,
+    add, align, io, BundleHeader, Error, RawMember, RawRecordHeader, Result, Target, ALIGN,
+    FUSED_SINCE, HEADER_LEN, MAX_DIMS, MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN,
+    MIN_WEIGHTS_VERSION, WEIGHTS_VERSION,
 };
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use zerocopy::little_endian::U64;
+use zerocopy::IntoBytes;
 
 const ZEROS: [u8; 64] = [0; 64];
 
@@ -160,16 +162,20 @@ impl GiwWriter {
     ) -> Result<()> {
         Self::check_name(name)?;
         debug_assert_eq!(self.pos % ALIGN, 0);
-        let mut h = [0u8; RECORD_HEADER_LEN as usize];
-        h[0..4].copy_from_slice(&kind.to_le_bytes());
-        h[4..8].copy_from_slice(&(name.len() as u32).to_le_bytes());
-        h[8..12].copy_from_slice(&count.to_le_bytes());
-        h[12..16].copy_from_slice(&ggml_type.to_le_bytes());
-        h[16..24].copy_from_slice(&payload_len.to_le_bytes());
-        for (i, d) in dims.iter().enumerate() {
-            h[24 + 8 * i..32 + 8 * i].copy_from_slice(&d.to_le_bytes());
+        let mut d = [U64::new(0); 4];
+        for (slot, &v) in d.iter_mut().zip(dims) {
+            *slot = v.into();
         }
-        self.put(&h)?;
+        let h = RawRecordHeader {
+            kind: kind.into(),
+            name_len: (name.len() as u32).into(),
+            count: count.into(),
+            ggml_type: ggml_type.into(),
+            payload_len: payload_len.into(),
+            dims: d,
+            reserved: 0.into(),
+        };
+        self.put(h.as_bytes())?;
         self.put(name.as_bytes())?;
         self.pad()
     }
@@ -270,11 +276,14 @@ impl GiwWriter {
         self.record_header(3, name, members.len() as u32, 0, payload_len, &[])?;
         for m in members {
             Self::check_name(&m.name)?;
-            let mut e = [0u8; 32];
-            e[0..8].copy_from_slice(&m.row_start.to_le_bytes());
-            e[8..16].copy_from_slice(&m.rows.to_le_bytes());
-            e[16..20].copy_from_slice(&(m.name.len() as u32).to_le_bytes());
-            self.put(&e)?;
+            let e = RawMember {
+                row_start: m.row_start.into(),
+                rows: m.rows.into(),
+                name_len: (m.name.len() as u32).into(),
+                reserved0: 0.into(),
+                reserved1: 0.into(),
+            };
+            self.put(e.as_bytes())?;
             self.put(m.name.as_bytes())?;
             self.pad()?;
         }
