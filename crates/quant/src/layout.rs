@@ -46,6 +46,8 @@
 //! unpack is one shift and one mask).
 
 use crate::{add, align16, mul, Error, GgmlType};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// A native weight layout. The numeric codes ([`Layout::code`]) are stable and
 /// stored in files; never renumber them.
@@ -433,36 +435,34 @@ impl NativeTensorHeader {
 
     /// The 64 header bytes.
     pub fn to_bytes(&self) -> [u8; 64] {
+        let raw = RawHeader {
+            layout: self.layout.into(),
+            group: self.group.into(),
+            flags: self.flags.into(),
+            reserved: 0.into(),
+            rows: self.rows.into(),
+            cols: self.cols.into(),
+            codes_off: self.codes_off.into(),
+            scales_off: self.scales_off.into(),
+            mins_off: self.mins_off.into(),
+            f16_scales_off: self.f16_scales_off.into(),
+        };
         let mut b = [0u8; 64];
-        b[0..4].copy_from_slice(&self.layout.to_le_bytes());
-        b[4..8].copy_from_slice(&self.group.to_le_bytes());
-        b[8..12].copy_from_slice(&self.flags.to_le_bytes());
-        b[16..24].copy_from_slice(&self.rows.to_le_bytes());
-        b[24..32].copy_from_slice(&self.cols.to_le_bytes());
-        b[32..40].copy_from_slice(&self.codes_off.to_le_bytes());
-        b[40..48].copy_from_slice(&self.scales_off.to_le_bytes());
-        b[48..56].copy_from_slice(&self.mins_off.to_le_bytes());
-        b[56..64].copy_from_slice(&self.f16_scales_off.to_le_bytes());
+        b.copy_from_slice(raw.as_bytes());
         b
     }
 
     /// Reads the raw fields (no validation beyond length and the reserved word;
     /// [`crate::NativeView::parse`] validates the rest).
     pub fn from_bytes(b: &[u8]) -> Result<Self, Error> {
-        let Some(b) = b.get(..64) else {
+        let Ok((r, _)) = RawHeader::ref_from_prefix(b) else {
             return Err(Error::Truncated {
                 what: "native tensor header",
                 needed: HEADER_LEN,
                 have: b.len() as u64,
             });
         };
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(a)
-        };
-        let reserved = u32_at(12);
+        let reserved = r.reserved.get();
         if reserved != 0 {
             return Err(Error::Invalid {
                 what: "reserved header word",
@@ -470,18 +470,37 @@ impl NativeTensorHeader {
             });
         }
         Ok(NativeTensorHeader {
-            layout: u32_at(0),
-            group: u32_at(4),
-            flags: u32_at(8),
-            rows: u64_at(16),
-            cols: u64_at(24),
-            codes_off: u64_at(32),
-            scales_off: u64_at(40),
-            mins_off: u64_at(48),
-            f16_scales_off: u64_at(56),
+            layout: r.layout.get(),
+            group: r.group.get(),
+            flags: r.flags.get(),
+            rows: r.rows.get(),
+            cols: r.cols.get(),
+            codes_off: r.codes_off.get(),
+            scales_off: r.scales_off.get(),
+            mins_off: r.mins_off.get(),
+            f16_scales_off: r.f16_scales_off.get(),
         })
     }
 }
+
+/// The 64-byte native tensor header exactly as it lies in the file
+/// (little-endian, alignment 1, no padding).
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct RawHeader {
+    layout: U32,
+    group: U32,
+    flags: U32,
+    reserved: U32,
+    rows: U64,
+    cols: U64,
+    codes_off: U64,
+    scales_off: U64,
+    mins_off: U64,
+    f16_scales_off: U64,
+}
+
+const _: () = assert!(std::mem::size_of::<RawHeader>() as u64 == HEADER_LEN);
 
 /// Total serialized length (header included) of a `layout` tensor of
 /// `rows x cols` without f16 scales.
