@@ -57,7 +57,7 @@ fn main() {
     let cfg = GenerateConfig {
         max_tokens: n,
         sampler,
-        stop_tokens: gpack_runtime::default_stop_tokens(&tok),
+        stop_tokens: tok.stop_ids(),
         ..GenerateConfig::default()
     };
     print!("{text}");

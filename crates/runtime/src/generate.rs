@@ -84,30 +84,11 @@ impl Generation {
     }
 }
 
-/// The tokens that end a turn for `tok`: its EOS plus the end-of-turn
-/// markers of the chat formats we run (ChatML `<|im_end|>`, Gemma
-/// `<end_of_turn>`, Llama 3 `<|eot_id|>`, `<|endoftext|>`), where the
-/// vocabulary has them (llama.cpp treats its EOT/EOG tokens the same way).
-pub fn default_stop_tokens(tok: &Tokenizer<'_>) -> Vec<u32> {
-    let mut v: Vec<u32> = tok.eos().into_iter().collect();
-    for s in [
-        "<|im_end|>",
-        "<end_of_turn>",
-        "<|eot_id|>",
-        "<|endoftext|>",
-        "<|end|>",
-    ] {
-        if let Some(id) = tok.token_to_id(s) {
-            if !v.contains(&id) {
-                v.push(id);
-            }
-        }
-    }
-    v
-}
-
-/// Length of the longest suffix of `text` that is a proper prefix of some stop string.
-fn partial_stop(text: &str, stops: &[String]) -> usize {
+/// Length of the longest suffix of `text` that is a proper prefix of some
+/// stop string: the bytes a streamer holds back until it knows whether a
+/// stop string follows. The one stop-string matcher (`generate` and the
+/// server's engine call it).
+pub fn partial_stop(text: &str, stops: &[String]) -> usize {
     let mut best = 0;
     for s in stops {
         for (i, _) in s.char_indices().skip(1) {

@@ -52,7 +52,7 @@ pub mod weights;
 pub use config::{Activation, Arch, Config, RopeStyle};
 pub use error::{Error, Result};
 pub use experts::{ExpertMode, ExpertStats};
-pub use generate::{default_stop_tokens, generate, GenerateConfig, Generation, StopReason};
+pub use generate::{generate, partial_stop, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;
 pub use gpack::GpackWeights;
 pub use model::{

@@ -122,7 +122,7 @@ fn default_stop_tokens_include_eos_and_end_of_turn() {
     let path = testdata().join("tiny/qwen2/qwen2-f16.gguf");
     let loaded = gpack_tokenizer::load_any(&path).unwrap();
     let tok = loaded.tokenizer().unwrap();
-    let stops = gpack_runtime::default_stop_tokens(&tok);
+    let stops = tok.stop_ids();
     assert_eq!(stops.first().copied(), tok.eos());
     if let Some(id) = tok.token_to_id("<|im_end|>") {
         assert!(stops.contains(&id));

@@ -19,7 +19,7 @@
 
 use crate::api::ApiError;
 use crate::metrics::Metrics;
-use gpack_runtime::{Model, Scratch, Sequence};
+use gpack_runtime::{partial_stop, Model, Scratch, Sequence};
 use gpack_runtime::{Sampler, SamplerConfig};
 use gpack_tokenizer::{StreamDecoder, Tokenizer};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -234,19 +234,6 @@ struct Engine {
     /// ([`injected_panic_step`]).
     steps: u64,
     panic_at: Option<u64>,
-}
-
-/// Length of the longest suffix of `text` that is a proper prefix of a stop string.
-fn partial_stop(text: &str, stops: &[String]) -> usize {
-    let mut best = 0;
-    for s in stops {
-        for (i, _) in s.char_indices().skip(1) {
-            if i > best && text.ends_with(&s[..i]) {
-                best = i;
-            }
-        }
-    }
-    best
 }
 
 impl Engine {
@@ -557,7 +544,7 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::partial_stop;
+    use gpack_runtime::partial_stop;
 
     #[test]
     fn partial_stop_holds_a_stop_prefix() {

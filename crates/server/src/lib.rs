@@ -110,9 +110,6 @@ impl Default for Options {
     }
 }
 
-/// End-of-turn tokens of common chat templates, stopped on besides EOS.
-const END_OF_TURN: &[&str] = &["<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"];
-
 /// Serves `model` until SIGTERM or SIGINT, then stops accepting
 /// connections, lets in-flight requests finish (streams included) and
 /// returns `Ok`. `on_ready` gets the bound address once the socket listens.
@@ -163,14 +160,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         tok.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", "hi")], true)
             .map_err(|e| Error::Template(Box::new(e)))?;
     }
-    let mut stop_tokens: Vec<u32> = tok.eos().into_iter().collect();
-    for t in END_OF_TURN {
-        if let Some(id) = tok.gbt1().token_id(t.as_bytes()) {
-            if !stop_tokens.contains(&id) {
-                stop_tokens.push(id);
-            }
-        }
-    }
+    let stop_tokens = tok.stop_ids();
     let metrics = Arc::new(metrics::Metrics::default());
     let (engine, thread) = engine::start(
         bm,

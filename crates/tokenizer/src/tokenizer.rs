@@ -498,9 +498,15 @@ impl<'a> Tokenizer<'a> {
         crate::stream::StreamDecoder::new(*self)
     }
 
-    /// Ids that end a generation: EOS plus the end-of-turn tokens of common chat formats
-    /// present in the vocabulary as split tokens (`<|im_end|>`, `<end_of_turn>`,
-    /// `<|eot_id|>`, `<|eom_id|>`, `<|end|>`, `<|endoftext|>`), as llama.cpp's EOG set.
+    /// Ids that end a generation: the one end-of-turn rule of gpack (`run`,
+    /// `serve`, the Python package and the runtime's `generate` all call it).
+    ///
+    /// EOS first, then the end-of-turn tokens of the chat formats gpack runs
+    /// (`<|im_end|>`, `<end_of_turn>`, `<|eot_id|>`, `<|eom_id|>`, `<|end|>`,
+    /// `<|endoftext|>`, `<|return|>`, `<eos>`, `</s>`) where the vocabulary has
+    /// them as split (control) tokens, as llama.cpp's end-of-generation set.
+    /// (Scanning the template for "end" tokens would also catch markers such
+    /// as Qwen2-VL's `<|vision_end|>`, which end no turn.)
     pub fn stop_ids(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.eos().into_iter().collect();
         for t in [
@@ -510,6 +516,7 @@ impl<'a> Tokenizer<'a> {
             "<|eom_id|>",
             "<|end|>",
             "<|endoftext|>",
+            "<|return|>",
             "<eos>",
             "</s>",
         ] {

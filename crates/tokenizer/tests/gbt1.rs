@@ -182,6 +182,12 @@ fn stop_ids() {
     let t = Tokenizer::from_bytes(hf_gbt1("smollm2")).unwrap();
     let im_end = t.token_to_id("<|im_end|>").unwrap();
     assert!(t.stop_ids().contains(&im_end));
+    // The turn's start marker never stops; the end-of-text token does.
+    let im_start = t.token_to_id("<|im_start|>").unwrap();
+    assert!(!t.stop_ids().contains(&im_start));
+    assert!(t
+        .stop_ids()
+        .contains(&t.token_to_id("<|endoftext|>").unwrap()));
     let t = Tokenizer::from_bytes(hf_gbt1("spm2048")).unwrap();
     let eot = t.token_to_id("<end_of_turn>").unwrap();
     assert!(t.stop_ids().contains(&eot));

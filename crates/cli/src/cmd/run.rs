@@ -251,7 +251,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             seed: a.seed,
             ..SamplerConfig::default()
         },
-        stop_tokens: tok.eos().into_iter().collect(),
+        // The one end-of-turn rule (EOS, the chat formats' end tokens, the
+        // template's end markers), as `serve` uses.
+        stop_tokens: tok.stop_ids(),
         ..GenerateConfig::default()
     };
     let mut out = std::io::stdout().lock();
