@@ -870,13 +870,13 @@ mod tests {
     fn big() -> Vec<u8> {
         let letters: Vec<u8> = (0u8..64).map(|i| b'0' + i).collect();
         let mut tokens: Vec<SpecToken> = (0..=255u8)
-            .map(|b| SpecToken::normal(&[b], TokenType::Normal, 0.0))
+            .map(|b| SpecToken::normal([b], TokenType::Normal, 0.0))
             .collect();
         let mut merges = Vec::new();
         for &a in &letters {
             for &b in &letters {
                 merges.push([u32::from(a), u32::from(b), tokens.len() as u32]);
-                tokens.push(SpecToken::normal(&[a, b], TokenType::Normal, 0.0));
+                tokens.push(SpecToken::normal([a, b], TokenType::Normal, 0.0));
             }
         }
         TokenizerSpec {
