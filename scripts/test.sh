@@ -17,3 +17,8 @@ cargo test --workspace --locked
 # slow on SmolLM2-sized work).
 GPACK_ISA=avx2 cargo test --locked -p gpack-runtime --test tests
 GPACK_ISA=scalar cargo test --locked -p gpack-runtime --test tests -- fixtures:: generation:: moe:: ple::
+# Every fuzz target for a bounded time (scripts/fuzz.sh: build + 10 s each,
+# on the stable toolchain), in CI; locally `bash scripts/fuzz.sh [SECONDS]`.
+if [ "${CI:-}" = true ]; then
+  bash scripts/fuzz.sh "${GPACK_FUZZ_SECONDS:-10}"
+fi

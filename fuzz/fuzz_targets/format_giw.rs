@@ -15,13 +15,22 @@ fuzz_target!(|data: &[u8]| {
         let Ok(g) = Giw::from_bytes(data, misalign, &opts) else {
             continue;
         };
-        let _ = (g.header(), g.metadata(), g.weight_bytes(), g.copied_payloads());
+        let _ = (
+            g.header(),
+            g.metadata(),
+            g.weight_bytes(),
+            g.copied_payloads(),
+        );
         for (i, r) in g.records().iter().enumerate() {
             let p = g.payload(i);
             let _ = g.is_aliased(i);
             let _ = g.find(&r.name);
             let _ = gpack_quant::NativeView::parse(p);
         }
-        let _ = g.fused(&["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"]);
+        let _ = g.fused(&[
+            "blk.0.attn_q.weight",
+            "blk.0.attn_k.weight",
+            "blk.0.attn_v.weight",
+        ]);
     }
 });

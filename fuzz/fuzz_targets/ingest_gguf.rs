@@ -6,7 +6,9 @@
 use libfuzzer_sys::fuzz_target;
 
 fn check(bytes: &[u8]) {
-    let Ok(g) = gpack_ingest::gguf::parse(bytes) else { return };
+    let Ok(g) = gpack_ingest::gguf::parse(bytes) else {
+        return;
+    };
     for (k, v) in g.metadata.iter() {
         let _ = (k.len(), v.value_type(), v.as_u64(), v.as_i64(), v.as_str());
         if let Some(a) = v.as_array() {
@@ -14,7 +16,9 @@ fn check(bytes: &[u8]) {
         }
     }
     for t in &g.tensors {
-        let range = bytes.get(t.offset as usize..(t.offset + t.size) as usize).expect("tensor inside the input");
+        let range = bytes
+            .get(t.offset as usize..(t.offset + t.size) as usize)
+            .expect("tensor inside the input");
         assert_eq!(range.len() as u64, t.size);
         assert_eq!(t.offset % g.alignment, 0);
         assert_eq!(t.ggml_type.bytes_for(t.dims.iter().product()), Some(t.size));
@@ -23,7 +27,12 @@ fn check(bytes: &[u8]) {
     let out = gpack_ingest::gguf::to_vec(
         &g.metadata,
         g.tensors.iter().map(|t| {
-            (t.name.as_str(), t.ggml_type, t.dims.as_slice(), &bytes[t.offset as usize..(t.offset + t.size) as usize])
+            (
+                t.name.as_str(),
+                t.ggml_type,
+                t.dims.as_slice(),
+                &bytes[t.offset as usize..(t.offset + t.size) as usize],
+            )
         }),
     )
     .expect("rewrite an accepted file");

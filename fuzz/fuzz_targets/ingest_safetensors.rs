@@ -6,11 +6,16 @@
 use libfuzzer_sys::fuzz_target;
 
 fn check(bytes: &[u8]) {
-    let Ok(s) = gpack_ingest::safetensors::parse(bytes) else { return };
+    let Ok(s) = gpack_ingest::safetensors::parse(bytes) else {
+        return;
+    };
     let mut end = s.data_offset;
     for t in &s.tensors {
         assert_eq!(t.offset, end);
-        assert_eq!(gpack_ingest::safetensors::dtype_to_ggml(&t.dtype), Some(t.ggml_type));
+        assert_eq!(
+            gpack_ingest::safetensors::dtype_to_ggml(&t.dtype),
+            Some(t.ggml_type)
+        );
         let n: u64 = t.shape.iter().product();
         assert_eq!(t.ggml_type.bytes_for(n), Some(t.size));
         end += t.size;

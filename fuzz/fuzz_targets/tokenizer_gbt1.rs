@@ -4,15 +4,23 @@
 //! Half of the inputs are edits of a valid GBT1 (so the header checks are passed often).
 #![no_main]
 
-use gpack_tokenizer::{Gbt1, MergeMode, ModelKind, PreTokenizer, SpecToken, TokenType, Tokenizer, TokenizerSpec};
+use gpack_tokenizer::{
+    Gbt1, MergeMode, ModelKind, PreTokenizer, SpecToken, TokenType, Tokenizer, TokenizerSpec,
+};
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 
 fn valid() -> &'static [u8] {
     static V: OnceLock<Vec<u8>> = OnceLock::new();
     V.get_or_init(|| {
-        let tok = |b: &[u8], ty: TokenType, split: bool| SpecToken { split, special: split, ..SpecToken::normal(b, ty, 0.0) };
-        let mut tokens: Vec<SpecToken> = (0..=255u8).map(|b| tok(&[b], TokenType::Normal, false)).collect();
+        let tok = |b: &[u8], ty: TokenType, split: bool| SpecToken {
+            split,
+            special: split,
+            ..SpecToken::normal(b, ty, 0.0)
+        };
+        let mut tokens: Vec<SpecToken> = (0..=255u8)
+            .map(|b| tok(&[b], TokenType::Normal, false))
+            .collect();
         tokens.push(tok(b"he", TokenType::Normal, false)); // 256
         tokens.push(tok(b"hel", TokenType::Normal, false)); // 257
         tokens.push(tok(b"<|x|>", TokenType::Control, true)); // 258
@@ -48,7 +56,14 @@ fn check(bytes: &[u8]) {
     for r in 0..g.n_merges().min(4096) {
         let _ = (g.merge(r), g.merge_priority(r));
     }
-    let _ = (g.chat_template(), g.bos(), g.eos(), g.pad(), g.unk(), g.split_lengths().count());
+    let _ = (
+        g.chat_template(),
+        g.bos(),
+        g.eos(),
+        g.pad(),
+        g.unk(),
+        g.split_lengths().count(),
+    );
     let t = Tokenizer::new(g);
     for text in ["hello <|x|> world", "  12 ', é 😀", ""] {
         let ids = t.encode(text, true);

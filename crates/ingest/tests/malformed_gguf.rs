@@ -562,3 +562,25 @@ fn unknown_format_and_io_errors() {
     assert!(matches!(e, Error::BadMagic { .. }), "{e:?}");
     assert!(e.to_string().contains("bad.gguf"), "{e}");
 }
+
+/// A sparse 64 GiB GGUF whose tensor count claims one descriptor per 24
+/// bytes of it (2.9·10^9): an error naming the file, without allocating for
+/// the count. Before, the reader reserved tensor_count descriptors up front
+/// (~200 GB, more than the machine has): the allocation failed and the
+/// process aborted.
+#[test]
+fn a_huge_tensor_count_in_a_huge_sparse_file_is_an_error_not_an_abort() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("sparse.gguf");
+    let len = 64u64 << 30;
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(B::header(3, len / 24 - 1, 0).bytes()).unwrap();
+    f.set_len(len).unwrap();
+    drop(f);
+    let e = match Source::open(&p) {
+        Ok(_) => panic!("a 64 GiB file of zeros is no model"),
+        Err(e) => e,
+    };
+    assert!(e.to_string().contains("sparse.gguf"), "{e}");
+}

@@ -146,7 +146,18 @@ impl GpackWeights {
                 let TensorRef::Native { view, .. } = native(slice(s.bytes)?)? else {
                     return Err(bad("not a native tensor".into()));
                 };
-                let rows = e.dims.get(1..).map_or(1, |d| d.iter().product::<u64>());
+                let Some(rows) = e
+                    .dims
+                    .get(1..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .try_fold(1u64, |a, &d| a.checked_mul(d))
+                else {
+                    return Err(bad(format!(
+                        "dims {:?}: their product passes 2^64 (TensorIndex entry of a NativeDense tensor)",
+                        e.dims
+                    )));
+                };
                 match (usize::try_from(e.row_start), usize::try_from(rows)) {
                     (Ok(row_start), Ok(rows))
                         if row_start
@@ -327,5 +338,76 @@ impl WeightSource for GpackWeights {
                 })
             }
         })())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpack_format::{GpackWriter, ManifestInput, WriteOptions};
+
+    /// A .gpack with one 16 × 32 Q8_0 native tensor whose TensorIndex entry
+    /// claims `dims`.
+    fn file_with_dims(dir: &Path, dims: Vec<u64>) -> std::path::PathBuf {
+        let (rows, cols) = (16u64, 32u64);
+        let mut native = Vec::new();
+        gpack_quant::transcode(GgmlType::Q8_0, &vec![0u8; 16 * 34], rows, cols, &mut native)
+            .unwrap();
+        let index = payload::encode_tensor_index(&[TensorEntry {
+            name: "blk.0.attn_q.weight".into(),
+            dims,
+            src_type: GgmlType::Q8_0 as u32,
+            section: SectionKind::NativeDense as u32,
+            layout: 0,
+            group: 0,
+            offset: 0,
+            size: native.len() as u64,
+            row_start: 0,
+            flags: 0,
+        }]);
+        let out = dir.join("t.gpack");
+        let mut w = GpackWriter::create(&out, WriteOptions { replace: true }).unwrap();
+        for (k, b) in [
+            (SectionKind::TensorIndex, &index),
+            (SectionKind::NativeDense, &native),
+        ] {
+            w.add_section(k, k.default_name(), b, 1).unwrap();
+        }
+        w.finish(&ManifestInput {
+            name: "t".into(),
+            architecture: "llama".into(),
+            source: serde_json::json!({"format": "synthetic"}),
+            ..Default::default()
+        })
+        .unwrap();
+        out
+    }
+
+    /// A NativeDense entry whose dims multiply past 2^64 is refused by name.
+    /// Before, the product wrapped (32 × (2^63+1) × 2 gave 2 rows, inside
+    /// the 16-row tensor, in release) and the absurd shape was served; in
+    /// debug builds it panicked.
+    #[test]
+    fn native_dims_whose_product_overflows_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = GpackWeights::open(&file_with_dims(dir.path(), vec![32, 16])).unwrap();
+        assert!(ok.tensor("blk.0.attn_q.weight").is_some());
+        for dims in [vec![32, (1u64 << 63) + 1, 2], vec![32, u64::MAX, 2, 2]] {
+            let e = GpackWeights::open(&file_with_dims(dir.path(), dims.clone()))
+                .err()
+                .unwrap_or_else(|| panic!("{dims:?} accepted"));
+            // The message with its causes.
+            let mut e: &dyn std::error::Error = &e;
+            let mut chain = e.to_string();
+            while let Some(s) = e.source() {
+                chain += &format!(": {s}");
+                e = s;
+            }
+            let e = chain;
+            assert!(
+                e.contains("blk.0.attn_q.weight") && e.contains("product passes 2^64"),
+                "{dims:?}: {e}"
+            );
+        }
     }
 }

@@ -94,20 +94,30 @@ impl<'a> Matrix<'a> {
                 bytes,
             } => {
                 check_decodable(name, ggml_type)?;
-                let r: u64 = dims.iter().skip(1).product();
                 if dims.first().copied() != Some(cols as u64) {
                     return Err(shape_err(dims));
                 }
-                let row_bytes = ggml_type
-                    .bytes_for(cols as u64)
-                    .ok_or_else(|| shape_err(dims.clone()))?
-                    as usize;
-                if bytes.len() != row_bytes * r as usize {
+                // Every size here comes from the file: the rows' product and
+                // the byte count are overflow-checked, and must equal the
+                // bytes present.
+                let sizes = dims
+                    .iter()
+                    .skip(1)
+                    .try_fold(1u64, |a, &d| a.checked_mul(d))
+                    .and_then(|r| Some((r, ggml_type.bytes_for(cols as u64)?)))
+                    .and_then(|(r, rb)| Some((r, rb, rb.checked_mul(r)?)))
+                    .and_then(|(r, rb, total)| {
+                        Some((usize::try_from(r).ok()?, usize::try_from(rb).ok()?, total))
+                    });
+                let Some((r, row_bytes, total)) = sizes else {
+                    return Err(shape_err(dims));
+                };
+                if bytes.len() as u64 != total {
                     return Err(shape_err(dims));
                 }
                 Matrix::Dense {
                     ty: ggml_type,
-                    rows: r as usize,
+                    rows: r,
                     cols,
                     row_bytes,
                     bytes,
@@ -420,5 +430,43 @@ impl<'a> Proj<'a> {
             }
             off += r;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dims whose product passes 2^64 are a shape error. Before, the product
+    /// wrapped (2^63+1 × 2 = 2 rows, in release), so 2 rows of bytes were
+    /// accepted as this absurd shape; in debug builds it panicked.
+    #[test]
+    fn dims_whose_product_overflows_are_a_shape_error() {
+        let bytes = vec![0u8; 2 * 34]; // two Q8_0 rows of 32
+        for dims in [
+            vec![32, (1u64 << 63) + 1, 2],
+            vec![32, 1 << 32, 1 << 32, 1],
+            vec![32, u64::MAX, u64::MAX],
+        ] {
+            let t = TensorRef::Dense {
+                ggml_type: GgmlType::Q8_0,
+                dims: dims.clone(),
+                bytes: &bytes,
+            };
+            match Matrix::bind("blk.0.attn_q.weight", t, 32, None) {
+                Err(Error::Shape { name, found, .. }) => {
+                    assert_eq!((name.as_str(), found), ("blk.0.attn_q.weight", dims));
+                }
+                Err(e) => panic!("{dims:?}: {e}"),
+                Ok(_) => panic!("{dims:?} accepted over {} bytes", bytes.len()),
+            }
+        }
+        // The honest shape of the same bytes binds.
+        let t = TensorRef::Dense {
+            ggml_type: GgmlType::Q8_0,
+            dims: vec![32, 2],
+            bytes: &bytes,
+        };
+        assert_eq!(Matrix::bind("x", t, 32, Some(2)).unwrap().rows(), 2);
     }
 }

@@ -177,7 +177,21 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             bytes,
         } => {
             crate::matrix::check_decodable(name, *ggml_type)?;
-            let n = dims.iter().product::<u64>() as usize;
+            // The dims come from the file: the element count is
+            // overflow-checked and must be what the bytes present hold
+            // before it sizes the output.
+            let n = dims
+                .iter()
+                .try_fold(1u64, |a, &d| a.checked_mul(d))
+                .filter(|&n| ggml_type.bytes_for(n) == Some(bytes.len() as u64))
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| Error::Shape {
+                    name: name.to_string(),
+                    expected: vec![
+                        bytes.len() as u64 / ggml_type.type_size().max(1) * ggml_type.block_size(),
+                    ],
+                    found: dims.clone(),
+                })?;
             let mut out = vec![0f32; n];
             gpack_quant::dequantize_ggml(*ggml_type, bytes, &mut out).map_err(|e| {
                 Error::Quant {
@@ -201,5 +215,46 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             let _ = what;
             Ok(out)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dims that claim more elements than the bytes hold are a shape error
+    /// before anything is allocated. Before, `[2^40]` over 256 bytes made
+    /// `to_f32_vec` allocate 4 TiB (the process aborted; found by the
+    /// runtime_gpack fuzz target on a mutated norm vector's TensorIndex
+    /// entry), and a product past 2^64 wrapped.
+    #[test]
+    fn dims_beyond_the_bytes_are_refused_before_allocating() {
+        let bytes = vec![0u8; 256]; // 64 f32
+        for dims in [
+            vec![1u64 << 40],
+            vec![1 << 32, 1 << 32, 2],
+            vec![65],
+            vec![8, 7],
+        ] {
+            let t = TensorRef::Dense {
+                ggml_type: GgmlType::F32,
+                dims: dims.clone(),
+                bytes: &bytes,
+            };
+            match to_f32_vec("blk.0.attn_norm.weight", &t, "norm") {
+                Err(Error::Shape {
+                    found, expected, ..
+                }) => {
+                    assert_eq!((found, expected), (dims, vec![64]))
+                }
+                other => panic!("{dims:?}: {other:?}"),
+            }
+        }
+        let t = TensorRef::Dense {
+            ggml_type: GgmlType::F32,
+            dims: vec![8, 8],
+            bytes: &bytes,
+        };
+        assert_eq!(to_f32_vec("x", &t, "norm").unwrap().len(), 64);
     }
 }

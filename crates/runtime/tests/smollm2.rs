@@ -12,6 +12,11 @@
 //! test keeps the first sentence of each prompt.
 
 use super::fixtures::testdata;
+
+/// Greedy tokens that must equal llama.cpp's text on every prompt: the
+/// fewest that agreed when the row-interleaved kernels came (5, 12 and 13
+/// on the three prompts; see the module docs).
+const MIN_AGREE: usize = 5;
 use gpack_runtime::{generate, GenerateConfig, GgufWeights, LoadOptions, Model, SamplerConfig};
 
 #[test]
@@ -29,7 +34,9 @@ fn smollm2_q4_1_greedy_matches_llamacpp() {
     let m = Model::load(&w).unwrap();
     let loaded = gpack_tokenizer::load_any(&model).unwrap();
     let tok = loaded.tokenizer().unwrap();
-    for case in exp["cases"].as_array().unwrap() {
+    let cases = exp["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 3, "{}: three prompts", expected.display());
+    for case in cases {
         let prompt = case["prompt"].as_str().unwrap();
         let want = case["text"].as_str().unwrap();
         let ids = tok.encode(prompt, true);
@@ -51,11 +58,18 @@ fn smollm2_q4_1_greedy_matches_llamacpp() {
             g.tokens.len(),
             g.text
         );
-        let need = 5.min(g.tokens.len());
+        // llama.cpp generated its 32 tokens without meeting EOS (`-n 32`);
+        // at least the first MIN_AGREE of ours must be its text. Nothing is
+        // excused: an empty or early-stopped generation fails here.
         assert!(
-            agree >= need || g.text == want,
-            "{prompt:?}: only {agree} tokens agree\n ours:      {:?}\n llama.cpp: {want:?}",
+            agree >= MIN_AGREE,
+            "{prompt:?}: only {agree} of {} tokens agree (need {MIN_AGREE})\n ours:      {:?}\n llama.cpp: {want:?}",
+            g.tokens.len(),
             g.text
+        );
+        assert!(
+            !tok.decode(&g.tokens[..agree]).trim().is_empty(),
+            "{prompt:?}: the agreeing prefix is blank"
         );
     }
 }

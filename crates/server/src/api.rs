@@ -337,6 +337,83 @@ impl Common {
     }
 }
 
+/// A `/v1/chat/completions` body checked: the messages' roles and text and
+/// the generation parameters (everything but the chat template's verdict).
+#[derive(Debug)]
+pub struct ValidChat {
+    /// The conversation, text parts joined.
+    pub messages: Vec<gpack_tokenizer::ChatMessage>,
+    /// The parameters.
+    pub params: Params,
+}
+
+/// A `/v1/completions` prompt checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ValidPrompt {
+    /// Text to encode (with BOS).
+    Text(String),
+    /// Token ids, each below the vocabulary size.
+    Tokens(Vec<u32>),
+}
+
+/// A `/v1/completions` body checked.
+#[derive(Debug)]
+pub struct ValidCompletion {
+    /// The prompt.
+    pub prompt: ValidPrompt,
+    /// The parameters.
+    pub params: Params,
+}
+
+/// Turns the bytes of a `/v1/chat/completions` body into a checked request
+/// (or the 400 that names what is wrong). No model is needed.
+pub fn chat_request(body: &[u8]) -> Result<ValidChat, ApiError> {
+    let r: ChatRequest = parse(body)?;
+    let params = r.common.params()?;
+    if r.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages must not be empty",
+            Some("messages"),
+        ));
+    }
+    let mut messages = Vec::with_capacity(r.messages.len());
+    for m in &r.messages {
+        let text = match &m.content {
+            Some(c) => c.text()?,
+            None => String::new(),
+        };
+        messages.push(gpack_tokenizer::ChatMessage::new(m.role.as_str(), text));
+    }
+    Ok(ValidChat { messages, params })
+}
+
+/// Turns the bytes of a `/v1/completions` body into a checked request for a
+/// vocabulary of `vocab_size` tokens (or the 400 that names what is wrong).
+pub fn completion_request(body: &[u8], vocab_size: u32) -> Result<ValidCompletion, ApiError> {
+    let r: CompletionRequest = parse(body)?;
+    let params = r.common.params()?;
+    let prompt = match r.prompt {
+        Prompt::Text(t) => ValidPrompt::Text(t),
+        Prompt::Texts(mut v) if v.len() == 1 => ValidPrompt::Text(v.pop().unwrap_or_default()),
+        Prompt::Texts(_) => {
+            return Err(ApiError::invalid(
+                "only one prompt per request is supported",
+                Some("prompt"),
+            ))
+        }
+        Prompt::Tokens(ids) => {
+            if let Some(bad) = ids.iter().find(|&&t| t >= vocab_size) {
+                return Err(ApiError::invalid(
+                    format!("token id {bad} is outside the vocabulary of {vocab_size}"),
+                    Some("prompt"),
+                ));
+            }
+            ValidPrompt::Tokens(ids)
+        }
+    };
+    Ok(ValidCompletion { prompt, params })
+}
+
 impl Content {
     /// The text (parts joined); non-text parts are refused.
     pub fn text(&self) -> Result<String, ApiError> {

@@ -3,7 +3,7 @@
 //! panic becomes a 500 in that shape (the panic-catching layer), never a
 //! dropped connection.
 
-use crate::api::{self, ApiError, ChatRequest, CompletionRequest, Params, Prompt};
+use crate::api::{self, ApiError, Params, ValidPrompt};
 use crate::engine::{EngineHandle, Event, Finish, Job};
 use crate::metrics::Metrics;
 use axum::body::{Body, Bytes};
@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gpack_runtime::SamplerConfig;
-use gpack_tokenizer::{ChatMessage, Tokenizer};
+use gpack_tokenizer::Tokenizer;
 use serde_json::{json, Value};
 use sha2::Digest;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -269,22 +269,10 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
     check_auth(s, req.headers())?;
     check_integrity(s)?;
     let (_, body) = read_body(s, req).await?;
-    let r: ChatRequest = api::parse(&body)?;
-    let params = r.common.params()?;
-    if r.messages.is_empty() {
-        return Err(ApiError::invalid(
-            "messages must not be empty",
-            Some("messages"),
-        ));
-    }
-    let mut msgs = Vec::with_capacity(r.messages.len());
-    for m in &r.messages {
-        let text = match &m.content {
-            Some(c) => c.text()?,
-            None => String::new(),
-        };
-        msgs.push(ChatMessage::new(m.role.as_str(), text));
-    }
+    let api::ValidChat {
+        messages: msgs,
+        params,
+    } = api::chat_request(&body)?;
     let prompt = prepare(s, move |s| {
         let text = s.tok.apply_chat_template(&msgs, true).map_err(|e| {
             ApiError::invalid(
@@ -305,30 +293,11 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
     check_auth(s, req.headers())?;
     check_integrity(s)?;
     let (_, body) = read_body(s, req).await?;
-    let r: CompletionRequest = api::parse(&body)?;
-    let params = r.common.params()?;
-    let prompt = match r.prompt {
-        Prompt::Text(t) => prepare(s, move |s| Ok(s.tok.encode(&t, true))).await?,
-        Prompt::Texts(mut v) if v.len() == 1 => {
-            let t = v.pop().unwrap_or_default();
-            prepare(s, move |s| Ok(s.tok.encode(&t, true))).await?
-        }
-        Prompt::Texts(_) => {
-            return Err(ApiError::invalid(
-                "only one prompt per request is supported",
-                Some("prompt"),
-            ))
-        }
-        Prompt::Tokens(ids) => {
-            let n = s.tok.vocab_size();
-            if let Some(bad) = ids.iter().find(|&&t| t >= n) {
-                return Err(ApiError::invalid(
-                    format!("token id {bad} is outside the vocabulary of {n}"),
-                    Some("prompt"),
-                ));
-            }
-            ids
-        }
+    let api::ValidCompletion { prompt, params } =
+        api::completion_request(&body, s.tok.vocab_size())?;
+    let prompt = match prompt {
+        ValidPrompt::Text(t) => prepare(s, move |s| Ok(s.tok.encode(&t, true))).await?,
+        ValidPrompt::Tokens(ids) => ids,
     };
     run(s, prompt, params, Kind::Completion, "prompt").await
 }

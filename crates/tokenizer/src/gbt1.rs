@@ -23,6 +23,13 @@ pub const MAX_MERGES: u32 = 1 << 25;
 pub const MAX_BLOB: u32 = 1 << 30;
 /// Largest hash table (2^27 slots).
 pub const MAX_SLOTS: u32 = 1 << 27;
+/// Longest probe sequence of either hash table: a writer places every entry
+/// within this many slots of its home slot (`write` refuses a table where it
+/// cannot), and a lookup gives up after it, so a crafted table with no empty
+/// slot costs at most this many probes per lookup, not `slots`. The writer's
+/// loads (at most 1/2 and 2/3) keep real tables far below it (the longest
+/// probe of the real tokenizers in testdata is tested).
+pub const MAX_PROBES: u32 = 4096;
 /// Marks an empty pair-table slot and an absent byte-table entry.
 pub const NONE: u32 = u32::MAX;
 /// Pseudo-id base for a character that is not in a SentencePiece vocabulary (see `bpe.rs`).
@@ -533,46 +540,79 @@ impl<'a> Gbt1<'a> {
     /// Id of the token whose stored bytes are `b`.
     #[inline]
     pub fn token_id(&self, b: &[u8]) -> Option<u32> {
+        self.probe_token(b).0
+    }
+
+    /// [`Gbt1::token_id`] and the number of slots it read (at most
+    /// [`MAX_PROBES`]).
+    #[doc(hidden)]
+    pub fn probe_token(&self, b: &[u8]) -> (Option<u32>, u32) {
         let slots = self.counts.token_slots;
         let mask = slots - 1;
         let mut i = (hash_bytes(b) as u32) & mask;
-        for _ in 0..slots {
+        for probe in 1..=slots.min(MAX_PROBES) {
             let v = rd_u32(self.bytes, self.layout.token_hash + 4 * i as usize);
             if v == 0 || v == NONE {
-                return None;
+                return (None, probe);
             }
             let id = v - 1;
             if self.token_bytes(id) == Some(b) {
-                return Some(id);
+                return (Some(id), probe);
             }
             i = (i + 1) & mask;
         }
-        None
+        (None, slots.min(MAX_PROBES))
     }
 
     /// The merge of pair `(left, right)`: `(priority, merged id)`.
     #[inline]
     pub fn pair(&self, left: u32, right: u32) -> Option<(u32, u32)> {
+        self.probe_pair(left, right).0
+    }
+
+    /// [`Gbt1::pair`] and the number of slots it read (at most
+    /// [`MAX_PROBES`]).
+    #[doc(hidden)]
+    pub fn probe_pair(&self, left: u32, right: u32) -> (Option<(u32, u32)>, u32) {
         let slots = self.counts.pair_slots;
         let mask = slots - 1;
         let mut i = (hash_pair(left, right) as u32) & mask;
         let base = self.layout.pair_hash;
-        for _ in 0..slots {
+        for probe in 1..=slots.min(MAX_PROBES) {
             let at = base + 16 * i as usize;
-            let s = self.bytes.get(at..at + 16)?;
+            let Some(s) = self.bytes.get(at..at + 16) else {
+                return (None, probe);
+            };
             let l = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
             if l == NONE {
-                return None;
+                return (None, probe);
             }
             let r = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
             if l == left && r == right {
                 let rank = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
                 let m = u32::from_le_bytes([s[12], s[13], s[14], s[15]]);
-                return (m < self.counts.vocab).then_some((rank, m));
+                return ((m < self.counts.vocab).then_some((rank, m)), probe);
             }
             i = (i + 1) & mask;
         }
-        None
+        (None, slots.min(MAX_PROBES))
+    }
+
+    /// The longest probe sequence of any token and any merge of this file
+    /// (for tests of the writer's bound).
+    #[doc(hidden)]
+    pub fn longest_probes(&self) -> (u32, u32) {
+        let tokens = (0..self.counts.vocab)
+            .filter_map(|id| self.token_bytes(id))
+            .map(|b| self.probe_token(b).1)
+            .max()
+            .unwrap_or(0);
+        let pairs = (0..self.counts.merges)
+            .filter_map(|r| self.merge(r))
+            .map(|m| self.probe_pair(m[0], m[1]).1)
+            .max()
+            .unwrap_or(0);
+        (tokens, pairs)
     }
 
     /// Byte table: for byte-level BPE the id of the one-byte token `b`, for SentencePiece
@@ -817,5 +857,81 @@ impl<'a> Gbt1<'a> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{MergeMode, ModelKind, PreTokenizer, SpecToken, TokenType, TokenizerSpec};
+
+    /// A byte-level BPE of the 256 bytes and all 4,096 pairs of 64 letters
+    /// (4,352 tokens: 16,384 token slots; 4,096 merges: 8,192 pair slots).
+    fn big() -> Vec<u8> {
+        let letters: Vec<u8> = (0u8..64).map(|i| b'0' + i).collect();
+        let mut tokens: Vec<SpecToken> = (0..=255u8)
+            .map(|b| SpecToken::normal([b], TokenType::Normal, 0.0))
+            .collect();
+        let mut merges = Vec::new();
+        for &a in &letters {
+            for &b in &letters {
+                merges.push([u32::from(a), u32::from(b), tokens.len() as u32]);
+                tokens.push(SpecToken::normal([a, b], TokenType::Normal, 0.0));
+            }
+        }
+        TokenizerSpec {
+            model: ModelKind::ByteLevelBpe,
+            pre: PreTokenizer::Gpt2,
+            tokens,
+            merges,
+            merge_ranks: None,
+            merge_mode: MergeMode::HfQueue,
+            bos: None,
+            eos: None,
+            pad: None,
+            unk: None,
+            add_bos: false,
+            add_eos: false,
+            add_space_prefix: false,
+            byte_fallback: false,
+            ignore_merges: false,
+            chat_template: None,
+            normalize_nfc: false,
+        }
+        .to_gbt1()
+        .unwrap()
+    }
+
+    /// A crafted table with no empty slot: a lookup of something absent reads
+    /// at most MAX_PROBES slots. Before, it read every slot (16,384 here, up
+    /// to 2^27 in a file: a hang per token of the text being encoded).
+    #[test]
+    fn lookups_in_a_full_crafted_table_stop_at_max_probes() {
+        let mut b = big();
+        let g = Gbt1::parse(&b).unwrap();
+        let (c, l) = (g.counts, g.layout);
+        assert!(c.token_slots > MAX_PROBES && c.pair_slots > MAX_PROBES);
+        // Written honestly, lookups are short (and miss at an empty slot).
+        assert!(g.probe_token(b"absent").1 < 64 && g.token_id(b"AB").is_some());
+        let (tok_max, pair_max) = g.longest_probes();
+        assert!(tok_max < 64 && pair_max < 64, "{tok_max} {pair_max}");
+        for s in 0..c.token_slots as usize {
+            let at = l.token_hash + 4 * s;
+            if b[at..at + 4] == [0; 4] {
+                b[at..at + 4].copy_from_slice(&1u32.to_le_bytes()); // token 0
+            }
+        }
+        for s in 0..c.pair_slots as usize {
+            let at = l.pair_hash + 16 * s;
+            if b[at..at + 4] == NONE.to_le_bytes() {
+                b[at..at + 4].copy_from_slice(&1_000_000u32.to_le_bytes());
+            }
+        }
+        let g = Gbt1::parse(&b).unwrap();
+        assert_eq!(g.probe_token(b"absent"), (None, MAX_PROBES));
+        assert_eq!(g.probe_pair(7, 9), (None, MAX_PROBES));
+        // What the writer placed is still found.
+        assert!(g.token_id(b"AB").is_some());
+        assert!(g.pair(u32::from(b'A'), u32::from(b'B')).is_some());
     }
 }

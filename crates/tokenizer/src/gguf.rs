@@ -25,6 +25,13 @@ pub trait GgufMeta {
     fn get_f32_array(&self, key: &str) -> Option<Vec<f32>>;
 }
 
+/// Longest piece (bytes) that [`derive_spm_merges`] derives merges into. The
+/// derivation hashes both halves of every split, so a piece of `n` bytes costs
+/// O(n^2); the cap bounds a crafted vocabulary's cost to O(cap) per byte of
+/// it. Real SentencePiece vocabularies stay far below it (trainers cap pieces
+/// at 16 characters by default; Gemma 3's 262,144 pieces are at most 93 bytes).
+pub const MAX_MERGED_PIECE: usize = 1024;
+
 /// Derive SentencePiece merges from the vocabulary and scores, as llama.cpp's
 /// `llm_tokenizer_spm` would find them: every split of a token into two tokens (or a
 /// single character outside the vocabulary, as a pseudo-id) is a merge into it, with the
@@ -47,17 +54,36 @@ pub fn derive_spm_merges(tokens: &[SpecToken]) -> (Vec<[u32; 3]>, Vec<u32>) {
         let c = it.next()?;
         it.next().is_none().then_some(PSEUDO_CHAR | c as u32)
     };
+    // Byte lengths some token has: a split whose half has none of them (and
+    // is not one character) cannot resolve, so it is not hashed.
+    let mut lens = vec![false; MAX_MERGED_PIECE + 1];
+    for t in tokens {
+        if let Some(l) = lens.get_mut(t.bytes.len()) {
+            *l = true;
+        }
+    }
     let mut out: Vec<(f32, [u32; 3])> = Vec::new();
     for (id, t) in tokens.iter().enumerate() {
+        // A piece longer than the cap gets no merge into it (see
+        // MAX_MERGED_PIECE); a duplicate text gets none either (its later
+        // twin owns the text).
+        if t.bytes.len() > MAX_MERGED_PIECE || ids.get(t.bytes.as_slice()) != Some(&(id as u32)) {
+            continue;
+        }
         let Ok(s) = std::str::from_utf8(&t.bytes) else {
             continue;
         };
+        let (first, last) = match (s.chars().next(), s.chars().next_back()) {
+            (Some(f), Some(l)) => (f.len_utf8(), t.bytes.len() - l.len_utf8()),
+            _ => continue,
+        };
         for (k, _) in s.char_indices().skip(1) {
+            if !(lens[k] || k == first) || !(lens[t.bytes.len() - k] || k == last) {
+                continue;
+            }
             let (a, b) = (&t.bytes[..k], &t.bytes[k..]);
             if let (Some(l), Some(r)) = (resolve(a), resolve(b)) {
-                if ids.get(t.bytes.as_slice()) == Some(&(id as u32)) {
-                    out.push((t.score, [l, r, id as u32]));
-                }
+                out.push((t.score, [l, r, id as u32]));
             }
         }
     }

@@ -193,6 +193,7 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
             continue;
         }
         let mut i = (hash_bytes(b) as u32) & mask;
+        let mut probes = 1;
         loop {
             let at = l.token_hash + 4 * i as usize;
             if out[at..at + 4] == [0, 0, 0, 0] {
@@ -200,6 +201,14 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
                 break;
             }
             i = (i + 1) & mask;
+            probes += 1;
+            if probes > MAX_PROBES {
+                return Err(Error::Invalid {
+                    what: "token hash probe length",
+                    value: u64::from(probes),
+                    limit: u64::from(MAX_PROBES),
+                });
+            }
         }
     }
 
@@ -212,6 +221,7 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     for (r, m) in spec.merges.iter().enumerate() {
         let p = spec.merge_ranks.as_ref().map_or(r as u32, |v| v[r]);
         let mut i = (hash_pair(m[0], m[1]) as u32) & pmask;
+        let mut probes = 1;
         loop {
             let at = l.pair_hash + 16 * i as usize;
             let left = u32::from_le_bytes(out[at..at + 4].try_into().unwrap_or([0; 4]));
@@ -224,6 +234,14 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
                 break;
             }
             i = (i + 1) & pmask;
+            probes += 1;
+            if probes > MAX_PROBES {
+                return Err(Error::Invalid {
+                    what: "pair hash probe length",
+                    value: u64::from(probes),
+                    limit: u64::from(MAX_PROBES),
+                });
+            }
         }
     }
 

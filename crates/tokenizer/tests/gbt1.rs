@@ -248,3 +248,23 @@ fn split_token_with_partial_utf8_does_not_panic() {
     let t = Tokenizer::from_bytes(&g).unwrap();
     assert_eq!(t.decode(&t.encode(" é é", false)), " é é");
 }
+
+/// The writer's tables for the real tokenizers (49,152 and 262,144 tokens
+/// among them) place every token and merge far inside MAX_PROBES, so the
+/// lookup bound never hides an entry of a real file.
+#[test]
+fn real_tables_probe_far_inside_the_bound() {
+    for (name, b) in NAMES
+        .iter()
+        .map(|n| (*n, hf_gbt1(n)))
+        .chain([("gemma3 spm", gemma_spm_gbt1())])
+    {
+        let g = Gbt1::parse(b).unwrap();
+        let (tokens, pairs) = g.longest_probes();
+        eprintln!("{name}: longest probe {tokens} (tokens), {pairs} (merges)");
+        assert!(
+            tokens > 0 && tokens <= gbt1::MAX_PROBES / 16 && pairs <= gbt1::MAX_PROBES / 16,
+            "{name}: {tokens} {pairs}"
+        );
+    }
+}

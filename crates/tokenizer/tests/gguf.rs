@@ -89,3 +89,28 @@ fn load_any_detects_formats() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A crafted SentencePiece vocabulary with one 512 KiB piece: merge
+/// derivation skips it (longer than MAX_MERGED_PIECE) and still derives the
+/// merges of the other pieces, at the cap included. Before, each of its
+/// 524,287 split points hashed both halves (5·10^11 bytes; quadratic in the
+/// piece's length: 4.9 s for a 128 KiB piece, ~80 s for this one).
+#[test]
+fn spm_merge_derivation_is_not_quadratic_in_a_long_piece() {
+    use gpack_tokenizer::gguf::{derive_spm_merges, MAX_MERGED_PIECE};
+    use gpack_tokenizer::{SpecToken, TokenType};
+    let piece = |n: usize, score: f32| SpecToken::normal(vec![b'a'; n], TokenType::Normal, score);
+    let tokens = vec![
+        piece(1, 0.0),                     // 0
+        piece(2, -1.0),                    // 1
+        piece(MAX_MERGED_PIECE / 2, -2.0), // 2
+        piece(MAX_MERGED_PIECE, -3.0),     // 3
+        piece(1 << 19, -4.0),              // 4
+    ];
+    let t = std::time::Instant::now();
+    let (merges, ranks) = derive_spm_merges(&tokens);
+    let took = t.elapsed();
+    assert!(took.as_secs_f64() < 5.0, "{took:?}");
+    assert_eq!(merges, vec![[0, 0, 1], [2, 2, 3]]);
+    assert_eq!(ranks, vec![0, 1]);
+}

@@ -16,6 +16,9 @@ use crate::value::{Array, GgufString, Metadata, Value, ValueType};
 const MIN_KV_SIZE: u64 = 8 + 4 + 1;
 /// Smallest possible tensor descriptor: empty name + n_dims u32 (0) + type u32 + offset u64.
 const MIN_TENSOR_INFO_SIZE: u64 = 8 + 4 + 4 + 8;
+/// Most entries (tensor descriptors, array elements) allocated before they
+/// are read: counts from the file only bound the entries by the file size.
+const PREALLOC_ENTRIES: usize = 4096;
 
 /// Parses a GGUF held in memory. Errors name the file as `<memory>`.
 ///
@@ -137,9 +140,22 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<GgufFile, Error> {
         }
     };
 
-    // `tensor_count` is bounded by the bytes left, so this allocation is too.
-    let mut tensors = Vec::with_capacity(usize::try_from(tensor_count).unwrap_or(0));
-    let mut rel_offsets = Vec::with_capacity(tensors.capacity());
+    // Each descriptor still to come takes at least MIN_TENSOR_INFO_SIZE of
+    // what the metadata left. Even so the count only bounds the table by the
+    // file size (a descriptor in memory is ~3x its minimum on disk, so a large
+    // crafted file asked for more memory than it holds): preallocate for
+    // what real files have and let longer tables grow as they parse.
+    r.check_count(
+        r.pos(),
+        "tensor count (descriptors left after the metadata)",
+        tensor_count,
+        r.remaining() / MIN_TENSOR_INFO_SIZE,
+    )?;
+    let prealloc = usize::try_from(tensor_count)
+        .unwrap_or(usize::MAX)
+        .min(PREALLOC_ENTRIES);
+    let mut tensors = Vec::with_capacity(prealloc);
+    let mut rel_offsets = Vec::with_capacity(prealloc);
     let mut names = HashSet::new();
     for _ in 0..tensor_count {
         let name = r.utf8_string("tensor name", MAX_TENSOR_NAME_LEN)?;
@@ -491,7 +507,7 @@ impl<'a> Reader<'a> {
             ValueType::F32 => fixed!(F32, f32, "FLOAT32 array"),
             ValueType::F64 => fixed!(F64, f64, "FLOAT64 array"),
             ValueType::Bool => {
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity(n.min(PREALLOC_ENTRIES));
                 for _ in 0..n {
                     v.push(self.bool(key)?);
                 }
@@ -504,7 +520,7 @@ impl<'a> Reader<'a> {
                 Array::String(Vec::new())
             }
             ValueType::String => {
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity(n.min(PREALLOC_ENTRIES));
                 for _ in 0..n {
                     v.push(GgufString::from_bytes(
                         self.string_bytes("string length", u64::MAX)?.to_vec(),
@@ -513,7 +529,7 @@ impl<'a> Reader<'a> {
                 Array::String(v)
             }
             ValueType::Array => {
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity(n.min(PREALLOC_ENTRIES));
                 for _ in 0..n {
                     v.push(self.array_value(key, depth + 1)?);
                 }
