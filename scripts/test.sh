@@ -17,3 +17,5 @@ cargo test --workspace --locked
 # slow on SmolLM2-sized work).
 GPACK_ISA=avx2 cargo test --locked -p gpack-runtime --test tests
 GPACK_ISA=scalar cargo test --locked -p gpack-runtime --test tests -- fixtures:: generation:: moe:: ple::
+# The Python package (pytest; builds the release wheel once).
+bash scripts/test-python.sh
