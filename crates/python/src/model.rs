@@ -148,6 +148,33 @@ pub struct Model {
 }
 
 impl Model {
+    /// Runs `job` without the GIL, taking it back about every 50 ms to let
+    /// Python handle signals: Ctrl-C stops the generation with
+    /// KeyboardInterrupt.
+    fn run_blocking(&self, py: Python<'_>, job: &Job) -> PyResult<Generation> {
+        let mut interrupt: Option<PyErr> = None;
+        let mut last = std::time::Instant::now();
+        let r = py.detach(|| {
+            self.shared.run(job, |_, _| {
+                if last.elapsed() < std::time::Duration::from_millis(50) {
+                    return true;
+                }
+                last = std::time::Instant::now();
+                match Python::attach(|py| py.check_signals()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        interrupt = Some(e);
+                        false
+                    }
+                }
+            })
+        });
+        if let Some(e) = interrupt {
+            return Err(e);
+        }
+        r.map_err(err_msg)
+    }
+
     fn tok<R>(&self, f: impl FnOnce(&RTokenizer<'_>) -> R) -> R {
         self.shared.cell.with_dependent(|_, e| f(&e.tok))
     }
@@ -421,11 +448,12 @@ impl Model {
     /// says, or a list of token ids) and returns the new text; with
     /// `stream=True`, returns an iterator of text pieces instead. Defaults
     /// are `gpack run`'s: greedy (`temperature=0`), `top_k=40`,
-    /// `top_p=0.95`, `seed=42`, stopping at EOS, at any of the `stop`
-    /// strings (not included in the text) or after `max_tokens`.
+    /// `top_p=0.95`, `seed=42`, stopping at EOS (unless `ignore_eos`), at
+    /// any of the `stop` strings (not included in the text), after
+    /// `max_tokens` or when the context is full.
     #[pyo3(signature = (prompt, max_tokens = 128, *, temperature = 0.0, top_k = 40, top_p = 0.95,
                         min_p = 0.0, repeat_penalty = 1.0, repeat_last_n = 64, seed = 42,
-                        stop = None, stream = false))]
+                        stop = None, ignore_eos = false, stream = false))]
     fn generate(
         &self,
         py: Python<'_>,
@@ -439,6 +467,7 @@ impl Model {
         repeat_last_n: usize,
         seed: u64,
         stop: Option<Vec<String>>,
+        ignore_eos: bool,
         stream: bool,
     ) -> PyResult<Py<PyAny>> {
         if !(top_p > 0.0 && top_p <= 1.0) {
@@ -464,7 +493,11 @@ impl Model {
                     repeat_last_n,
                     seed,
                 },
-                stop_tokens: self.tok(|t| t.eos().into_iter().collect()),
+                stop_tokens: if ignore_eos {
+                    Vec::new()
+                } else {
+                    self.tok(|t| t.eos().into_iter().collect())
+                },
                 stop_strings,
                 ..GenerateConfig::default()
             },
@@ -472,9 +505,7 @@ impl Model {
         if stream {
             return Ok(Bound::new(py, self.stream(job, None))?.into_any().unbind());
         }
-        let g = py
-            .detach(|| self.shared.run(&job, |_, _| true))
-            .map_err(err_msg)?;
+        let g = self.run_blocking(py, &job)?;
         Ok(g.text.into_pyobject(py)?.into_any().unbind())
     }
 
@@ -511,9 +542,7 @@ impl Model {
                 ..GenerateConfig::default()
             },
         };
-        let g = py
-            .detach(|| self.shared.run(&job, |_, _| true))
-            .map_err(err_msg)?;
+        let g = self.run_blocking(py, &job)?;
         json_to_py(
             py,
             &json!({
@@ -625,9 +654,7 @@ impl Model {
                 .into_any()
                 .unbind());
         }
-        let g = py
-            .detach(|| self.shared.run(&job, |_, _| true))
-            .map_err(err_msg)?;
+        let g = self.run_blocking(py, &job)?;
         json_to_py(
             py,
             &json!({

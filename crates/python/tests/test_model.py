@@ -146,3 +146,16 @@ def test_bad_inputs_raise(smol, smol_gpack, workdir):
     junk.write_bytes(b"GGUF" + b"\xff" * 60)
     with pytest.raises(gpack.GpackError):
         gpack.Model(junk)
+
+
+def test_ctrl_c_stops_a_generation(smol):
+    import _thread
+
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    start = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        # Would run until the 2048-position context is full (~10 s).
+        smol.generate(PROMPTS[0], 100000, ignore_eos=True)
+    timer.join()
+    assert time.perf_counter() - start < 3

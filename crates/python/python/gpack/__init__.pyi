@@ -125,6 +125,7 @@ class Model:
         repeat_last_n: int = 64,
         seed: int = 42,
         stop: Optional[List[str]] = None,
+        ignore_eos: bool = False,
         stream: Literal[False] = False,
     ) -> str: ...
     @overload
@@ -141,6 +142,7 @@ class Model:
         repeat_last_n: int = 64,
         seed: int = 42,
         stop: Optional[List[str]] = None,
+        ignore_eos: bool = False,
         stream: Literal[True],
     ) -> Iterator[str]: ...
     def generate_ids(
