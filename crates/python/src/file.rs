@@ -9,10 +9,10 @@ use gpack_format::SectionKind;
 use gpack_ingest::{Array as GArray, Value};
 use gpack_quant::layout::Layout;
 use gpack_quant::{GgmlType, NativeView};
-use gpack_runtime::{GpackWeights, TensorRef, WeightSource};
+use gpack_runtime::{GpackWeights, TensorRef};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,7 +28,11 @@ pub(crate) struct Inner {
 
 impl Inner {
     fn open(path: &std::path::Path) -> Result<Inner, String> {
-        let w = GpackWeights::open(path)
+        // Each tensor's view is validated when it is first used, not all at
+        // open (which would fault in a page of every tensor).
+        let w = gpack_format::Gpack::open(path)
+            .map_err(gpack_runtime::Error::from)
+            .and_then(GpackWeights::from_gpack_lazy)
             .map_err(|e| format!("{}: {}", path.display(), crate::chain(&e)))?;
         let entries = match w.gpack().section(SectionKind::TensorIndex) {
             Some(s) => payload::parse_tensor_index(s.bytes)
@@ -75,6 +79,23 @@ fn type_name(e: &TensorEntry) -> String {
     GgmlType::from_id(e.src_type).map_or_else(|| format!("#{}", e.src_type), |t| t.name().into())
 }
 
+/// Whether `tensor()` returns a view for `e` (F32/F16 data, stored as such).
+fn is_view(e: &TensorEntry) -> bool {
+    let f = [GgmlType::F32.id(), GgmlType::F16.id()];
+    let expert = matches!(
+        SectionKind::from_u32(e.section),
+        Some(SectionKind::ExpertBlobs | SectionKind::ExpertLayout) | None
+    );
+    !expert
+        && match e.layout {
+            payload::LAYOUT_GGML => f.contains(&e.src_type),
+            code => matches!(
+                Layout::from_code(code, e.group),
+                Ok(Layout::F32 | Layout::F16)
+            ),
+        }
+}
+
 /// NumPy shape: GGUF dims reversed (ne0, the contiguous one, last).
 fn shape_of(e: &TensorEntry, n: usize) -> Vec<usize> {
     let s: Vec<usize> = e.dims.iter().rev().map(|&d| d as usize).collect();
@@ -85,15 +106,35 @@ fn shape_of(e: &TensorEntry, n: usize) -> Vec<usize> {
     }
 }
 
+/// A dequantizer writing a tensor's f32 values into its argument.
+type Fill<'a> = Box<dyn Fn(&mut [f32]) -> Result<(), String> + Send + Sync + 'a>;
+
 /// A tensor's bytes as the runtime serves them: `(bytes, typestr)` when
-/// NumPy can view them as they are, or the f32 values otherwise.
+/// NumPy can view them as they are, or how many f32 values it has and how
+/// to compute them.
 enum Data<'a> {
     View(&'a [u8], &'static str),
-    Dequant(Vec<f32>),
+    Compute(usize, Fill<'a>),
 }
 
-fn fetch<'a>(inner: &'a Inner, name: &str, py: Python<'_>) -> PyResult<Data<'a>> {
-    let Some(t) = inner.w.tensor(name) else {
+/// The runtime's view of tensor `name`, its validation error raised.
+fn lookup<'a>(inner: &'a Inner, name: &str) -> PyResult<Option<TensorRef<'a>>> {
+    match inner.w.try_tensor(name) {
+        None => Ok(None),
+        Some(Ok(t)) => Ok(Some(t)),
+        Some(Err(e)) => Err(err_msg(format!("tensor {name}: {}", crate::chain(&e)))),
+    }
+}
+
+fn cannot(name: &str, t: GgmlType) -> PyErr {
+    err_msg(format!(
+        "tensor {name}: gpack cannot dequantize {} (only its raw() bytes are available)",
+        t.name()
+    ))
+}
+
+fn fetch<'a>(inner: &'a Inner, name: &str) -> PyResult<Data<'a>> {
+    let Some(t) = lookup(inner, name)? else {
         return Err(err_msg(format!(
             "tensor {name} is a routed expert (stored per expert for the MoE runtime); \
              read its stored bytes with raw()"
@@ -117,20 +158,19 @@ fn fetch<'a>(inner: &'a Inner, name: &str, py: Python<'_>) -> PyResult<Data<'a>>
             l => {
                 if let Layout::Ggml(ty) | Layout::Rows16(ty) = l {
                     if !gpack_quant::ggml::can_dequantize(ty) {
-                        return Err(err_msg(format!(
-                            "tensor {name}: gpack cannot dequantize {} (only its raw() bytes are available)",
-                            ty.name()
-                        )));
+                        return Err(cannot(name, ty));
                     }
                 }
                 let cols = view.cols();
-                let mut out = vec![0f32; rows * cols];
-                py.detach(|| {
-                    out.par_chunks_mut(cols)
-                        .enumerate()
-                        .for_each(|(i, o)| view.dequantize_row(row_start + i, o));
-                });
-                Ok(Data::Dequant(out))
+                Ok(Data::Compute(
+                    rows * cols,
+                    Box::new(move |out: &mut [f32]| {
+                        out.par_chunks_mut(cols)
+                            .enumerate()
+                            .for_each(|(i, o)| view.dequantize_row(row_start + i, o));
+                        Ok(())
+                    }),
+                ))
             }
         },
         TensorRef::Dense {
@@ -141,17 +181,44 @@ fn fetch<'a>(inner: &'a Inner, name: &str, py: Python<'_>) -> PyResult<Data<'a>>
             t if gpack_quant::ggml::can_dequantize(t) => {
                 let (bs, ts) = t.block();
                 let n = bytes.len() / ts as usize * bs as usize;
-                let mut out = vec![0f32; n];
-                py.detach(|| gpack_quant::dequantize_ggml(t, bytes, &mut out))
-                    .map_err(|e| err_msg(format!("tensor {name}: {}", crate::chain(&e))))?;
-                Ok(Data::Dequant(out))
+                let name = name.to_string();
+                Ok(Data::Compute(
+                    n,
+                    Box::new(move |out: &mut [f32]| {
+                        gpack_quant::dequantize_ggml(t, bytes, out)
+                            .map_err(|e| format!("tensor {name}: {}", crate::chain(&e)))
+                    }),
+                ))
             }
-            t => Err(err_msg(format!(
-                "tensor {name}: gpack cannot dequantize {} (only its raw() bytes are available)",
-                t.name()
-            ))),
+            t => Err(cannot(name, t)),
         },
     }
+}
+
+/// A new float32 NumPy array of `shape` filled by `fill` without the GIL:
+/// `numpy.frombuffer` over a `bytearray` the values are written into in
+/// place (one buffer, writable, owned by the array).
+fn computed<'py>(
+    py: Python<'py>,
+    n: usize,
+    shape: Vec<usize>,
+    fill: &Fill<'_>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let buf = PyByteArray::new_with(py, n * 4, |b| {
+        match bytemuck::try_cast_slice_mut::<u8, f32>(b) {
+            Ok(out) => py.detach(|| fill(out)).map_err(err_msg),
+            // An allocator that did not align the buffer to 4 bytes.
+            Err(_) => {
+                let mut v = vec![0f32; n];
+                py.detach(|| fill(&mut v)).map_err(err_msg)?;
+                b.copy_from_slice(bytemuck::cast_slice(&v));
+                Ok(())
+            }
+        }
+    })?;
+    let np = py.import("numpy")?;
+    np.call_method1("frombuffer", (buf, "<f4"))?
+        .call_method1("reshape", (PyTuple::new(py, shape)?,))
 }
 
 /// Rows `row_start..+rows` of a native tensor (a fused q‖k‖v member).
@@ -380,21 +447,12 @@ impl File {
             d.set_item("type", type_name(e))?;
             d.set_item("layout", layout_name(e))?;
             let shape: Vec<u64> = e.dims.iter().rev().copied().collect();
-            d.set_item("shape", pyo3::types::PyTuple::new(py, shape)?)?;
+            d.set_item("shape", PyTuple::new(py, shape)?)?;
             let section = SectionKind::from_u32(e.section).map_or("?", |k| k.default_name());
             d.set_item("section", section)?;
             d.set_item("offset", e.offset)?;
             d.set_item("size", e.size)?;
-            let view = match i.w.tensor(&e.name) {
-                Some(TensorRef::Native { view, .. }) => {
-                    matches!(view.layout(), Layout::F32 | Layout::F16)
-                }
-                Some(TensorRef::Dense { ggml_type, .. }) => {
-                    matches!(ggml_type, GgmlType::F32 | GgmlType::F16)
-                }
-                None => false,
-            };
-            d.set_item("view", view)?;
+            d.set_item("view", is_view(e))?;
             out.set_item(&e.name, d)?;
         }
         Ok(out)
@@ -409,18 +467,15 @@ impl File {
     fn tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let i = self.inner()?;
         let e = i.entry(name)?;
-        let owner = match fetch(&i, name, py)? {
+        let out = match fetch(&i, name)? {
             Data::View(bytes, ts) => {
                 let n = bytes.len() / if ts == "<f4" { 4 } else { 2 };
                 let shape = shape_of(e, n);
-                Array::mapped(i.clone(), bytes, shape, ts)
+                to_numpy(py, Array::mapped(i.clone(), bytes, shape, ts))
             }
-            Data::Dequant(v) => {
-                let shape = shape_of(e, v.len());
-                Array::owned_f32(v, shape)
-            }
+            Data::Compute(n, fill) => computed(py, n, shape_of(e, n), &fill),
         };
-        to_numpy(py, owner)
+        out
     }
 
     /// The stored bytes of tensor `name`, zero-copy, as a read-only 1-D
@@ -432,7 +487,7 @@ impl File {
     fn raw<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let i = self.inner()?;
         let e = i.entry(name)?;
-        let bytes: &[u8] = match i.w.tensor(name) {
+        let bytes: &[u8] = match lookup(&i, name)? {
             Some(TensorRef::Native {
                 view,
                 row_start,
@@ -483,7 +538,7 @@ impl File {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
         self.close();
         false
     }
