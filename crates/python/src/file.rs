@@ -14,7 +14,6 @@ use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
 use rayon::prelude::*;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -22,8 +21,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// the `File` and every array over its mapping.
 pub(crate) struct Inner {
     w: GpackWeights,
-    entries: Vec<TensorEntry>,
-    by_name: HashMap<String, usize>,
 }
 
 impl Inner {
@@ -34,27 +31,12 @@ impl Inner {
             .map_err(gpack_runtime::Error::from)
             .and_then(GpackWeights::from_gpack_lazy)
             .map_err(|e| format!("{}: {}", path.display(), crate::chain(&e)))?;
-        let entries = match w.gpack().section(SectionKind::TensorIndex) {
-            Some(s) => payload::parse_tensor_index(s.bytes)
-                .map_err(|e| format!("{}: {}", path.display(), crate::chain(&e)))?,
-            None => Vec::new(),
-        };
-        let by_name = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.name.clone(), i))
-            .collect();
-        Ok(Inner {
-            w,
-            entries,
-            by_name,
-        })
+        Ok(Inner { w })
     }
 
     fn entry(&self, name: &str) -> PyResult<&TensorEntry> {
-        self.by_name
-            .get(name)
-            .map(|&i| &self.entries[i])
+        self.w
+            .tensor_entry(name)
             .ok_or_else(|| PyKeyError::new_err(format!("no tensor named {name:?} in this file")))
     }
 
@@ -442,7 +424,9 @@ impl File {
     fn tensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let i = self.inner()?;
         let out = PyDict::new(py);
-        for e in &i.entries {
+        let mut entries: Vec<&TensorEntry> = i.w.tensor_entries().collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in entries {
             let d = PyDict::new(py);
             d.set_item("type", type_name(e))?;
             d.set_item("layout", layout_name(e))?;
@@ -544,16 +528,16 @@ impl File {
     }
 
     fn __contains__(&self, name: &str) -> PyResult<bool> {
-        Ok(self.inner()?.by_name.contains_key(name))
+        Ok(self.inner()?.w.tensor_entry(name).is_some())
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        Ok(self.inner()?.entries.len())
+        Ok(self.inner()?.w.tensor_entries().count())
     }
 
     fn __repr__(&self) -> String {
         let state = match self.inner() {
-            Ok(i) => format!("{} tensors", i.entries.len()),
+            Ok(i) => format!("{} tensors", i.w.tensor_entries().count()),
             Err(_) => "closed".into(),
         };
         format!(

@@ -109,6 +109,16 @@ impl GpackWeights {
         self.lookup(name)
     }
 
+    /// The TensorIndex record of tensor `name`.
+    pub fn tensor_entry(&self, name: &str) -> Option<&TensorEntry> {
+        self.index.get(name)
+    }
+
+    /// Every TensorIndex record, in no particular order.
+    pub fn tensor_entries(&self) -> impl Iterator<Item = &TensorEntry> {
+        self.index.values()
+    }
+
     /// The underlying file.
     pub fn gpack(&self) -> &Gpack {
         &self.g
