@@ -115,22 +115,34 @@ def bench_first_token(gp, gg, reps, prompt="The capital of France is"):
         print(f"llama-cpp-python: not importable ({e}); first-token comparison skipped", file=sys.stderr)
         Llama = None
     threads = int(os.environ.get("GPACK_THREADS", "2"))
-    g, l = [], []
+    gl, gf, ll, lf = [], [], [], []
+    out = None
     for _ in range(reps):
         gc.collect()
         t = time.perf_counter()
         m = gpack.Model(gp, verify="off")
+        t1 = time.perf_counter()
         out = m.generate(prompt, 1)
-        g.append(time.perf_counter() - t)
+        t2 = time.perf_counter()
+        gl.append(t1 - t)
+        gf.append(t2 - t1)
         del m
         if Llama is not None:
             gc.collect()
             t = time.perf_counter()
             llm = Llama(model_path=gg, n_ctx=2048, n_threads=threads, verbose=False)
-            o = llm(prompt, max_tokens=1, temperature=0.0)
-            l.append(time.perf_counter() - t)
+            t1 = time.perf_counter()
+            llm(prompt, max_tokens=1, temperature=0.0)
+            t2 = time.perf_counter()
+            ll.append(t1 - t)
+            lf.append(t2 - t1)
             del llm
-    rows.append((f"Model load + first token ({out!r})", med(g), "llama-cpp-python", med(l) if l else None))
+    name = "llama-cpp-python"
+    lt = [a + b for a, b in zip(ll, lf)]
+    gt = [a + b for a, b in zip(gl, gf)]
+    rows.append(("Model(...) load", med(gl), name, med(ll) if ll else None))
+    rows.append((f"generate(prompt, 1) after load ({out!r})", med(gf), name, med(lf) if lf else None))
+    rows.append(("load + first token", med(gt), name, med(lt) if lt else None))
     return rows
 
 
