@@ -1,7 +1,7 @@
 """gpack from Python: open a .gpack zero-copy, tokenize, generate, convert.
 
 >>> import gpack
->>> with gpack.open("smollm2.gpack") as f:             # quick check (~1 ms)
+>>> with gpack.open("smollm2.gpack") as f:             # quick check (< 1 ms)
 ...     w = f.tensor("blk.0.attn_norm.weight")         # F32: a view of the mapping
 ...     e = f.tensor("token_embd.weight")              # Q4_1: dequantized float32
 >>> tok = gpack.Tokenizer("smollm2.gpack")
