@@ -17,6 +17,8 @@ cargo test --workspace --locked
 # slow on SmolLM2-sized work).
 GPACK_ISA=avx2 cargo test --locked -p gpack-runtime --test tests
 GPACK_ISA=scalar cargo test --locked -p gpack-runtime --test tests -- fixtures:: generation:: moe:: ple::
+# The Python package (pytest; builds the release wheel once).
+bash scripts/test-python.sh
 # Every fuzz target for a bounded time (scripts/fuzz.sh: build + 10 s each,
 # on the stable toolchain), in CI; locally `bash scripts/fuzz.sh [SECONDS]`.
 if [ "${CI:-}" = true ]; then

@@ -34,8 +34,24 @@ impl GpackWeights {
         Self::from_gpack(Gpack::open(path)?)
     }
 
-    /// Indexes an opened file.
+    /// Indexes an opened file and validates every tensor's view, so that
+    /// [`WeightSource::tensor`] cannot fail later.
     pub fn from_gpack(g: Gpack) -> Result<Self> {
+        let w = Self::from_gpack_lazy(g)?;
+        for name in w.index.keys() {
+            if let Some(Err(e)) = w.lookup(name) {
+                return Err(e);
+            }
+        }
+        Ok(w)
+    }
+
+    /// Like [`GpackWeights::from_gpack`], but each tensor's view is validated
+    /// only when [`GpackWeights::try_tensor`] looks it up: for readers that
+    /// touch a few tensors of a file (validating all of them faults in a page
+    /// of every tensor). [`WeightSource::tensor`] on such a store returns
+    /// `None` for a tensor whose view is invalid; use `try_tensor`.
+    pub fn from_gpack_lazy(g: Gpack) -> Result<Self> {
         let mut metadata = Metadata::new();
         if let Some(s) = g.section(SectionKind::MetadataKv) {
             for r in payload::parse_kv(s.bytes)? {
@@ -82,19 +98,29 @@ impl GpackWeights {
                 Some((layout, maps))
             }
         };
-        let w = GpackWeights {
+        Ok(GpackWeights {
             g,
             metadata,
             index,
             experts,
-        };
-        // Validate every view once here, so `tensor()` cannot fail later.
-        for name in w.index.keys() {
-            if let Some(Err(e)) = w.lookup(name) {
-                return Err(e);
-            }
-        }
-        Ok(w)
+        })
+    }
+
+    /// Tensor `name` with the reason its view is invalid, if it is; `None`
+    /// when the file has no such tensor or it is a stacked routed expert
+    /// (served per expert by [`WeightSource::expert_slice`]).
+    pub fn try_tensor(&self, name: &str) -> Option<Result<TensorRef<'_>>> {
+        self.lookup(name)
+    }
+
+    /// The TensorIndex record of tensor `name`.
+    pub fn tensor_entry(&self, name: &str) -> Option<&TensorEntry> {
+        self.index.get(name)
+    }
+
+    /// Every TensorIndex record, in no particular order.
+    pub fn tensor_entries(&self) -> impl Iterator<Item = &TensorEntry> {
+        self.index.values()
     }
 
     /// The underlying file.

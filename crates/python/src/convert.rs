@@ -1,0 +1,61 @@
+//! `gpack.convert`: `gpack convert` as a function.
+
+use crate::{err_msg, json_to_py};
+use gpack_convert::{convert as rconvert, ConvertOptions, Progress, Quant};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+/// No progress bars from Python.
+struct Quiet;
+
+impl Progress for Quiet {
+    fn section(&self, _name: &str, _bytes: u64) {}
+    fn advance(&self, _bytes: u64) {}
+}
+
+/// Converts `src` (a GGUF, the first shard of a split GGUF, a safetensors
+/// file, a `model.safetensors.index.json` or a Hugging Face directory) into
+/// the .gpack `out`, atomically (nothing is left at `out` on failure), as
+/// `gpack convert` does. `quant`: `"keep"` (default), `"int8"`,
+/// `"int8int8"` or `"int4"`; `name` the manifest name; `external_experts`
+/// leaves routed experts in the source shards; `force` replaces an existing
+/// `out`. Returns the conversion report (`gpack convert --json`'s dict).
+/// Runs without holding the GIL.
+#[pyfunction]
+#[pyo3(signature = (src, out, *, quant = "keep", name = None, external_experts = false,
+                    force = false, mtp_dir = None))]
+#[allow(clippy::too_many_arguments)] // Python keyword arguments
+pub fn convert(
+    py: Python<'_>,
+    src: PathBuf,
+    out: PathBuf,
+    quant: &str,
+    name: Option<String>,
+    external_experts: bool,
+    force: bool,
+    mtp_dir: Option<PathBuf>,
+) -> PyResult<Py<PyAny>> {
+    let quant: Quant = quant
+        .parse()
+        .map_err(|e: String| PyValueError::new_err(e))?;
+    let opts = ConvertOptions {
+        source: src.clone(),
+        output: out.clone(),
+        name,
+        quant,
+        external_experts,
+        force,
+        mtp_dir,
+    };
+    let report = py.detach(|| rconvert(&opts, &Quiet)).map_err(|e| {
+        err_msg(format!(
+            "converting {} to {}: {}",
+            src.display(),
+            out.display(),
+            crate::chain(&e)
+        ))
+    })?;
+    let v = serde_json::to_value(&report).map_err(|e| err_msg(e.to_string()))?;
+    json_to_py(py, &v)
+}

@@ -1,0 +1,685 @@
+//! `gpack.Model`: a model opened as `gpack run` opens it (gpack-server's
+//! `Loaded`: a mapped .gpack, a .gguf or HF directory transcoded at load, a
+//! .giw bundle), generating with gpack-runtime's `generate` (its sampler and
+//! stop rules) without holding the GIL.
+
+// The methods take Python's keyword arguments one by one (so that the
+// signatures, defaults and errors are Python's).
+#![allow(clippy::too_many_arguments)]
+
+use crate::tok::{check_ids, messages};
+use crate::{err_msg, json_to_py};
+use gpack_runtime::{
+    generate, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel, SamplerConfig,
+    StopReason,
+};
+use gpack_server::{Integrity, Loaded, VerifyMode};
+use gpack_tokenizer::Tokenizer as RTokenizer;
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+
+/// The graph and tokenizer, both borrowing the loaded file.
+pub(crate) struct Engine<'a> {
+    model: RModel<'a>,
+    tok: RTokenizer<'a>,
+}
+
+self_cell::self_cell!(
+    /// A loaded file and the model bound to it.
+    pub(crate) struct Cell {
+        owner: Loaded,
+        #[not_covariant]
+        dependent: Engine,
+    }
+);
+
+/// What one generation needs besides the model.
+struct Job {
+    prompt: Vec<u32>,
+    cfg: GenerateConfig,
+}
+
+/// Shared by a `Model` and its running streams.
+struct Shared {
+    cell: Cell,
+    n_ctx: usize,
+    verify: VerifyMode,
+    /// The background hash of the file's sections (started on the first
+    /// generated token, as `gpack run` does).
+    integrity: Mutex<Option<Integrity>>,
+}
+
+impl Shared {
+    /// Runs `job`, calling `on_token(id, text)`; stops early (with the
+    /// message) when the background check finds a damaged section.
+    fn run(
+        &self,
+        job: &Job,
+        mut on_token: impl FnMut(u32, &str) -> bool,
+    ) -> Result<Generation, String> {
+        if let Some(m) = self.failure() {
+            return Err(m);
+        }
+        let mut damaged = None;
+        let g = self.cell.with_dependent(|loaded, e| {
+            if job.prompt.len() >= self.n_ctx {
+                return Err(format!(
+                    "the prompt has {} tokens; the context holds {} (pass a larger n_ctx)",
+                    job.prompt.len(),
+                    self.n_ctx
+                ));
+            }
+            let mut state = e.model.new_state(self.n_ctx);
+            generate(
+                &e.model,
+                &mut state,
+                &job.prompt,
+                &job.cfg,
+                Some(e.tok),
+                |id, text| {
+                    if self.verify == VerifyMode::Background {
+                        let mut c = self.integrity.lock().unwrap_or_else(|p| p.into_inner());
+                        match &*c {
+                            None => *c = Integrity::start(loaded),
+                            Some(i) => {
+                                if let Some(m) = i.failure() {
+                                    damaged = Some(m);
+                                    return false;
+                                }
+                            }
+                        }
+                    }
+                    on_token(id, text)
+                },
+            )
+            .map_err(|e| crate::chain(&e))
+        })?;
+        match damaged {
+            Some(m) => Err(m),
+            None => Ok(g),
+        }
+    }
+
+    fn failure(&self) -> Option<String> {
+        let c = self.integrity.lock().unwrap_or_else(|p| p.into_inner());
+        c.as_ref().and_then(Integrity::failure)
+    }
+}
+
+/// OpenAI's `finish_reason`.
+fn finish_reason(s: &StopReason) -> &'static str {
+    match s {
+        StopReason::MaxTokens | StopReason::ContextFull => "length",
+        StopReason::StopToken(_) | StopReason::StopString(_) | StopReason::Callback => "stop",
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A model loaded for generation: a .gpack (mapped and run in place), a
+/// .gguf or Hugging Face directory (transcoded in memory at load) or a .giw
+/// bundle, exactly as `gpack run` loads it.
+///
+/// Options: `n_ctx` (KV cache positions, default 2048), `kv_f16` (keep K/V
+/// as f16), `expert_mmap` / `expert_cache_bytes` (how MoE experts are read),
+/// `fallback_gguf` (run this GGUF when the .gpack fails validation), and
+/// `verify`: `"background"` (default: the sections are hashed on one thread
+/// from the first token on; a damaged one stops generation with
+/// `gpack.GpackError` naming it), `"before"` (hash everything at load) or
+/// `"off"`. Worker threads: the `GPACK_THREADS` environment variable, read
+/// once per process (default: the physical cores).
+#[pyclass(module = "gpack._gpack", frozen)]
+pub struct Model {
+    shared: Arc<Shared>,
+    path: PathBuf,
+    name: String,
+}
+
+impl Model {
+    /// Runs `job` without the GIL, taking it back about every 50 ms to let
+    /// Python handle signals: Ctrl-C stops the generation with
+    /// KeyboardInterrupt.
+    fn run_blocking(&self, py: Python<'_>, job: &Job) -> PyResult<Generation> {
+        let mut interrupt: Option<PyErr> = None;
+        let mut last = std::time::Instant::now();
+        let r = py.detach(|| {
+            self.shared.run(job, |_, _| {
+                if last.elapsed() < std::time::Duration::from_millis(50) {
+                    return true;
+                }
+                last = std::time::Instant::now();
+                match Python::attach(|py| py.check_signals()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        interrupt = Some(e);
+                        false
+                    }
+                }
+            })
+        });
+        if let Some(e) = interrupt {
+            return Err(e);
+        }
+        r.map_err(err_msg)
+    }
+
+    fn tok<R>(&self, f: impl FnOnce(&RTokenizer<'_>) -> R) -> R {
+        self.shared.cell.with_dependent(|_, e| f(&e.tok))
+    }
+
+    /// The prompt's ids: text encoded with BOS/EOS as the model says, or a
+    /// list of ids checked against the vocabulary.
+    fn prompt_ids(&self, py: Python<'_>, prompt: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        if let Ok(text) = prompt.extract::<String>() {
+            return Ok(py.detach(|| self.tok(|t| t.encode(&text, true))));
+        }
+        let ids: Vec<u32> = prompt
+            .extract()
+            .map_err(|_| PyTypeError::new_err("prompt must be a string or a list of token ids"))?;
+        self.tok(|t| check_ids(t, &ids))?;
+        Ok(ids)
+    }
+
+    fn stream(&self, job: Job, chat: Option<ChatMeta>) -> Stream {
+        // A small bound: the worker runs at most a couple of tokens ahead of
+        // the reader, and stops when the reader is dropped.
+        let (tx, rx): (SyncSender<Event>, Receiver<Event>) = sync_channel(2);
+        let shared = self.shared.clone();
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                shared.run(&job, |_, text| {
+                    tx.send(Event::Text(text.to_string())).is_ok()
+                })
+            }));
+            let done = match r {
+                Ok(r) => r,
+                Err(p) => Err(format!(
+                    "generation panicked: {}",
+                    p.downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default()
+                )),
+            };
+            let _ = tx.send(Event::Done(done));
+        });
+        Stream {
+            rx: Mutex::new(Some(rx)),
+            chat,
+            sent_role: Mutex::new(false),
+        }
+    }
+}
+
+/// What a generation thread sends.
+enum Event {
+    Text(String),
+    Done(Result<Generation, String>),
+}
+
+/// The fixed fields of a chat completion's chunks.
+struct ChatMeta {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl ChatMeta {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "gpack",
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+    }
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    })
+}
+
+/// An iterator over a generation running on another thread: text pieces
+/// (`Model.generate(..., stream=True)`) or OpenAI chunk dicts
+/// (`Model.create_chat_completion(..., stream=True)`). Dropping it, or
+/// calling `close()`, stops the generation.
+#[pyclass(module = "gpack._gpack", frozen)]
+pub struct Stream {
+    rx: Mutex<Option<Receiver<Event>>>,
+    chat: Option<ChatMeta>,
+    sent_role: Mutex<bool>,
+}
+
+#[pymethods]
+impl Stream {
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let mut guard = self
+            .rx
+            .try_lock()
+            .map_err(|_| PyRuntimeError::new_err("this stream is being read by another thread"))?;
+        if let Some(meta) = &self.chat {
+            let mut sent = self.sent_role.lock().unwrap_or_else(|p| p.into_inner());
+            if !*sent && guard.is_some() {
+                *sent = true;
+                let c = meta.chunk(json!({"role": "assistant", "content": ""}), None);
+                return json_to_py(py, &c);
+            }
+        }
+        loop {
+            let Some(rx) = guard.take() else {
+                return Err(PyStopIteration::new_err(()));
+            };
+            let (rx, ev) = py.detach(move || {
+                let ev = rx.recv();
+                (rx, ev)
+            });
+            *guard = Some(rx);
+            match ev {
+                Ok(Event::Text(t)) if t.is_empty() => continue,
+                Ok(Event::Text(t)) => {
+                    return match &self.chat {
+                        None => Ok(t.into_pyobject(py)?.into_any().unbind()),
+                        Some(meta) => json_to_py(py, &meta.chunk(json!({"content": t}), None)),
+                    };
+                }
+                Ok(Event::Done(Ok(g))) => {
+                    *guard = None;
+                    match &self.chat {
+                        None => return Err(PyStopIteration::new_err(())),
+                        Some(meta) => {
+                            let mut c = meta.chunk(json!({}), Some(finish_reason(&g.stop)));
+                            if meta.include_usage {
+                                c["usage"] = usage(g.prompt_tokens, g.tokens.len());
+                            }
+                            return json_to_py(py, &c);
+                        }
+                    }
+                }
+                Ok(Event::Done(Err(m))) => {
+                    *guard = None;
+                    return Err(err_msg(m));
+                }
+                Err(_) => {
+                    *guard = None;
+                    return Err(err_msg("the generation thread ended without a result"));
+                }
+            }
+        }
+    }
+
+    /// Stops the generation (the thread ends at its next token).
+    fn close(&self) {
+        if let Ok(mut g) = self.rx.lock() {
+            g.take();
+        }
+    }
+}
+
+#[pymethods]
+impl Model {
+    /// Loads `path` (see the class docstring for the options).
+    #[new]
+    #[pyo3(signature = (path, *, n_ctx = 2048, kv_f16 = false, verify = "background",
+                        fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        n_ctx: usize,
+        kv_f16: bool,
+        verify: &str,
+        fallback_gguf: Option<PathBuf>,
+        expert_mmap: bool,
+        expert_cache_bytes: Option<usize>,
+    ) -> PyResult<Model> {
+        let verify = match verify {
+            "background" => VerifyMode::Background,
+            "before" => VerifyMode::Before,
+            "off" => VerifyMode::Off,
+            v => {
+                return Err(PyValueError::new_err(format!(
+                    "verify must be \"background\", \"before\" or \"off\", not {v:?}"
+                )))
+            }
+        };
+        if n_ctx < 2 {
+            return Err(PyValueError::new_err("n_ctx must be at least 2"));
+        }
+        let experts = if expert_mmap {
+            ExpertMode::Mmap
+        } else {
+            match expert_cache_bytes {
+                Some(cache_bytes) => ExpertMode::Resident { cache_bytes },
+                None => ExpertMode::from_env(),
+            }
+        };
+        let opts = LoadOptions {
+            experts,
+            kv_f16,
+            ..LoadOptions::default()
+        };
+        let cell = py.detach(|| {
+            let loaded =
+                Loaded::open(&path, fallback_gguf.as_deref()).map_err(|e| crate::chain(&e))?;
+            if verify == VerifyMode::Before {
+                gpack_server::integrity::verify_now(&loaded)?;
+            }
+            Cell::try_new(loaded, |l| {
+                let model = RModel::load_with(l.weights(), &opts)
+                    .map_err(|e| format!("{}: {}", l.path().display(), crate::chain(&e)))?;
+                let tok = l.tokenizer().map_err(|e| crate::chain(&e))?;
+                Ok::<_, String>(Engine { model, tok })
+            })
+        });
+        let cell = cell.map_err(err_msg)?;
+        let name = path
+            .file_stem()
+            .map_or_else(|| "gpack".into(), |s| s.to_string_lossy().into_owned());
+        Ok(Model {
+            shared: Arc::new(Shared {
+                cell,
+                n_ctx,
+                verify,
+                integrity: Mutex::new(None),
+            }),
+            path,
+            name,
+        })
+    }
+
+    /// The model file.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// KV cache positions per generation.
+    #[getter]
+    fn n_ctx(&self) -> usize {
+        self.shared.n_ctx
+    }
+
+    /// The architecture (`"llama"`, `"qwen3"`, …).
+    #[getter]
+    fn arch(&self) -> String {
+        self.shared
+            .cell
+            .with_dependent(|_, e| e.model.config.arch.name().to_string())
+    }
+
+    /// Token ids of `text` with this model's tokenizer (BOS/EOS added as the
+    /// model says when `add_special`).
+    #[pyo3(signature = (text, add_special = true))]
+    fn tokenize(&self, py: Python<'_>, text: &str, add_special: bool) -> Vec<u32> {
+        py.detach(|| self.tok(|t| t.encode(text, add_special)))
+    }
+
+    /// The text of `ids`.
+    fn detokenize(&self, ids: Vec<u32>) -> PyResult<String> {
+        self.tok(|t| {
+            check_ids(t, &ids)?;
+            Ok(t.decode(&ids))
+        })
+    }
+
+    /// Generates after `prompt` (a string, encoded with BOS as the model
+    /// says, or a list of token ids) and returns the new text; with
+    /// `stream=True`, returns an iterator of text pieces instead. Defaults
+    /// are `gpack run`'s: greedy (`temperature=0`), `top_k=40`,
+    /// `top_p=0.95`, `seed=42`, stopping at the end of the turn (EOS and
+    /// the end-of-turn tokens, as `gpack run`; unless `ignore_eos`), at any
+    /// of the `stop` strings (not included in the text), after `max_tokens`
+    /// or when the context is full.
+    #[pyo3(signature = (prompt, max_tokens = 128, *, temperature = 0.0, top_k = 40, top_p = 0.95,
+                        min_p = 0.0, repeat_penalty = 1.0, repeat_last_n = 64, seed = 42,
+                        stop = None, ignore_eos = false, stream = false))]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        prompt: &Bound<'_, PyAny>,
+        max_tokens: usize,
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        min_p: f32,
+        repeat_penalty: f32,
+        repeat_last_n: usize,
+        seed: u64,
+        stop: Option<Vec<String>>,
+        ignore_eos: bool,
+        stream: bool,
+    ) -> PyResult<Py<PyAny>> {
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(PyValueError::new_err(format!(
+                "top_p must be in (0, 1], got {top_p}"
+            )));
+        }
+        let prompt = self.prompt_ids(py, prompt)?;
+        let stop_strings = stop.unwrap_or_default();
+        if stop_strings.iter().any(String::is_empty) {
+            return Err(PyValueError::new_err("stop strings must not be empty"));
+        }
+        let job = Job {
+            prompt,
+            cfg: GenerateConfig {
+                max_tokens,
+                sampler: SamplerConfig {
+                    temperature,
+                    top_k,
+                    top_p,
+                    min_p,
+                    repetition_penalty: repeat_penalty,
+                    repeat_last_n,
+                    seed,
+                },
+                stop_tokens: if ignore_eos {
+                    Vec::new()
+                } else {
+                    self.tok(|t| t.stop_ids())
+                },
+                stop_strings,
+                ..GenerateConfig::default()
+            },
+        };
+        if stream {
+            return Ok(Bound::new(py, self.stream(job, None))?.into_any().unbind());
+        }
+        let g = self.run_blocking(py, &job)?;
+        Ok(g.text.into_pyobject(py)?.into_any().unbind())
+    }
+
+    /// Like `generate`, but returns a dict: `text`, `tokens` (the new ids),
+    /// `finish_reason` (`"stop"` or `"length"`), `prompt_tokens`, and the
+    /// prefill and decode speeds in tokens per second.
+    #[pyo3(signature = (prompt, max_tokens = 128, *, temperature = 0.0, top_k = 40, top_p = 0.95,
+                        seed = 42, stop = None))]
+    fn generate_ids(
+        &self,
+        py: Python<'_>,
+        prompt: &Bound<'_, PyAny>,
+        max_tokens: usize,
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        seed: u64,
+        stop: Option<Vec<String>>,
+    ) -> PyResult<Py<PyAny>> {
+        let prompt = self.prompt_ids(py, prompt)?;
+        let job = Job {
+            prompt,
+            cfg: GenerateConfig {
+                max_tokens,
+                sampler: SamplerConfig {
+                    temperature,
+                    top_k,
+                    top_p,
+                    seed,
+                    ..SamplerConfig::default()
+                },
+                stop_tokens: self.tok(|t| t.stop_ids()),
+                stop_strings: stop.unwrap_or_default(),
+                ..GenerateConfig::default()
+            },
+        };
+        let g = self.run_blocking(py, &job)?;
+        json_to_py(
+            py,
+            &json!({
+                "text": g.text,
+                "tokens": g.tokens,
+                "finish_reason": finish_reason(&g.stop),
+                "prompt_tokens": g.prompt_tokens,
+                "prefill_tps": g.prefill_tps(),
+                "decode_tps": g.decode_tps(),
+            }),
+        )
+    }
+
+    /// An OpenAI chat completion: `messages` (dicts with `role` and
+    /// `content`) rendered with the model's chat template, generated with
+    /// `gpack serve`'s rules (its parameter checks and defaults:
+    /// `temperature=1`, `top_p=1`, `top_k=40`, `min_p=0.05`, a random seed
+    /// unless given, `max_tokens` up to the context; stops at EOS and the
+    /// end-of-turn tokens). Returns the `chat.completion` dict (`choices[0]
+    /// ["message"]["content"]`, `finish_reason`, `usage`), or with
+    /// `stream=True` an iterator of `chat.completion.chunk` dicts.
+    #[pyo3(signature = (messages, *, max_tokens = None, temperature = None, top_p = None,
+                        top_k = None, min_p = None, seed = None, stop = None, stream = false,
+                        stream_options = None))]
+    fn create_chat_completion(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyList>,
+        max_tokens: Option<i64>,
+        temperature: Option<f64>,
+        top_p: Option<f64>,
+        top_k: Option<i64>,
+        min_p: Option<f64>,
+        seed: Option<i64>,
+        stop: Option<&Bound<'_, PyAny>>,
+        stream: bool,
+        stream_options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let msgs = self::messages(messages)?;
+        if msgs.is_empty() {
+            return Err(PyValueError::new_err("messages must not be empty"));
+        }
+        let stop: Option<Value> = match stop {
+            None => None,
+            Some(s) if s.is_none() => None,
+            Some(s) => match s.extract::<String>() {
+                Ok(one) => Some(json!(one)),
+                Err(_) => Some(json!(s.extract::<Vec<String>>().map_err(|_| {
+                    PyTypeError::new_err("stop must be a string or a list of strings")
+                })?)),
+            },
+        };
+        let include_usage = match stream_options {
+            Some(o) => o
+                .get_item("include_usage")?
+                .map(|v| v.is_truthy())
+                .transpose()?
+                .unwrap_or(false),
+            None => false,
+        };
+        // gpack serve's request validation and defaults.
+        let common: gpack_server::api::Common = serde_json::from_value(json!({
+            "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
+            "top_k": top_k, "min_p": min_p, "seed": seed, "stop": stop, "stream": stream,
+            "stream_options": {"include_usage": include_usage},
+        }))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let p = common
+            .params()
+            .map_err(|e| PyValueError::new_err(e.body()["error"]["message"].to_string()))?;
+        let (prompt, stop_tokens) = self.tok(|t| {
+            let text = t
+                .apply_chat_template(&msgs, true)
+                .map_err(|e| err_msg(format!("chat template: {}", crate::chain(&e))))?;
+            Ok::<_, PyErr>((t.encode(&text, false), t.stop_ids()))
+        })?;
+        let room = self.shared.n_ctx.saturating_sub(prompt.len());
+        let job = Job {
+            cfg: GenerateConfig {
+                max_tokens: p.max_tokens.unwrap_or(room).min(room),
+                sampler: SamplerConfig {
+                    temperature: p.temperature,
+                    top_k: p.top_k,
+                    top_p: p.top_p,
+                    min_p: p.min_p,
+                    repetition_penalty: 1.0,
+                    repeat_last_n: 0,
+                    seed: p.seed,
+                },
+                stop_tokens,
+                stop_strings: p.stop,
+                ..GenerateConfig::default()
+            },
+            prompt,
+        };
+        let created = now_secs();
+        let id = format!(
+            "chatcmpl-{created:x}{:08x}",
+            NEXT_ID.fetch_add(1, Ordering::Relaxed)
+        );
+        if stream {
+            let meta = ChatMeta {
+                id,
+                created,
+                model: self.name.clone(),
+                include_usage,
+            };
+            return Ok(Bound::new(py, self.stream(job, Some(meta)))?
+                .into_any()
+                .unbind());
+        }
+        let g = self.run_blocking(py, &job)?;
+        json_to_py(
+            py,
+            &json!({
+                "id": id,
+                "object": "chat.completion",
+                "created": created,
+                "model": self.name,
+                "system_fingerprint": "gpack",
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": g.text},
+                    "logprobs": null,
+                    "finish_reason": finish_reason(&g.stop),
+                }],
+                "usage": usage(g.prompt_tokens, g.tokens.len()),
+            }),
+        )
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<gpack.Model {:?} ({})>",
+            self.path.display().to_string(),
+            self.arch()
+        )
+    }
+}

@@ -1,0 +1,161 @@
+"""gpack.Model: greedy generation equals `gpack run` on the same file; chat
+completions, streaming, stop strings, the GIL released while computing."""
+
+import threading
+import time
+
+import pytest
+
+import gpack
+from conftest import run_cli
+
+PROMPTS = ["The capital of France is", "Once upon a time, in a small village by the sea,", "def fibonacci(n):"]
+N = 24
+
+
+def cli_run(model, prompt, n=N, chat=False):
+    args = ["run", model, "-p", prompt, "-n", n, "--temp", "0"] + (["--chat"] if chat else [])
+    out = run_cli(*args).stdout
+    assert out.endswith("\n")
+    return out[:-1]
+
+
+@pytest.fixture(scope="module")
+def smol(smol_gpack):
+    return gpack.Model(smol_gpack)
+
+
+def test_greedy_equals_gpack_run(smol, smol_gpack):
+    for p in PROMPTS:
+        assert smol.generate(p, N) == cli_run(smol_gpack, p), p
+
+
+def test_greedy_equals_gpack_run_from_gguf(smol_gguf):
+    m = gpack.Model(smol_gguf)
+    assert m.generate(PROMPTS[0], N) == cli_run(smol_gguf, PROMPTS[0])
+
+
+def test_greedy_equals_gpack_run_tiny_models(tiny_gpacks):
+    for qtype in ("Q4_K", "IQ4_XS", "F16"):
+        path = tiny_gpacks[qtype][1]
+        m = gpack.Model(path)
+        assert m.generate("Hello world", 16) == cli_run(path, "Hello world", 16), qtype
+
+
+def test_chat_equals_gpack_run_chat(smol, smol_gpack):
+    q = "What is 2+2?"
+    want = cli_run(smol_gpack, q, chat=True)
+    tok = gpack.Tokenizer(smol_gpack)
+    ids = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=True)
+    assert smol.generate(ids, N) == want
+    r = smol.create_chat_completion([{"role": "user", "content": q}], temperature=0, max_tokens=N)
+    assert r["object"] == "chat.completion"
+    c = r["choices"][0]
+    assert c["message"] == {"role": "assistant", "content": want}
+    assert c["finish_reason"] in ("stop", "length")
+    assert r["usage"]["prompt_tokens"] == len(ids)
+    assert r["usage"]["total_tokens"] == len(ids) + r["usage"]["completion_tokens"]
+
+
+def test_streams_equal_whole_results(smol):
+    p = PROMPTS[1]
+    whole = smol.generate(p, N)
+    pieces = list(smol.generate(p, N, stream=True))
+    assert len(pieces) > 1 and "".join(pieces) == whole
+    msgs = [{"role": "user", "content": "Name a color."}]
+    full = smol.create_chat_completion(msgs, temperature=0, max_tokens=12)
+    chunks = list(smol.create_chat_completion(msgs, temperature=0, max_tokens=12, stream=True,
+                                              stream_options={"include_usage": True}))
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == full["choices"][0]["message"]["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == full["choices"][0]["finish_reason"]
+    assert chunks[-1]["usage"] == full["usage"]
+
+
+def test_stop_strings_and_ids(smol):
+    p = PROMPTS[0]
+    whole = smol.generate(p, N)
+    assert "\n" in whole
+    assert smol.generate(p, N, stop=["\n"]) == whole[: whole.index("\n")]
+    r = smol.generate_ids(p, N)
+    assert r["text"] == whole and len(r["tokens"]) == N and r["finish_reason"] == "length"
+    assert smol.detokenize(r["tokens"]) == whole
+    assert r["prompt_tokens"] == len(smol.tokenize(p))
+
+
+def test_sampling_is_seeded(smol):
+    a = smol.generate(PROMPTS[2], 16, temperature=0.9, seed=7)
+    assert a == smol.generate(PROMPTS[2], 16, temperature=0.9, seed=7)
+
+
+def test_closing_a_stream_stops_it(smol):
+    s = smol.generate(PROMPTS[0], 1000, stream=True)
+    next(s)
+    s.close()
+    with pytest.raises(StopIteration):
+        next(s)
+    # An abandoned stream is collected without harm, and the model still works.
+    s = smol.generate(PROMPTS[0], 1000, stream=True)
+    next(s)
+    del s
+    assert smol.generate(PROMPTS[0], 4) == smol.generate(PROMPTS[0], 4)
+
+
+def test_generation_releases_the_gil(smol):
+    done = threading.Event()
+    out = []
+
+    def work():
+        out.append(smol.generate(PROMPTS[1], 48))
+        done.set()
+
+    t = threading.Thread(target=work)
+    ticks = 0
+    start = time.perf_counter()
+    t.start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    elapsed = time.perf_counter() - start
+    # With the GIL held for the whole generation this thread would not run
+    # at all until it ended.
+    assert elapsed > 0.05 and ticks >= 10, (elapsed, ticks)
+    assert out[0] == smol.generate(PROMPTS[1], 48)
+
+
+def test_bad_inputs_raise(smol, smol_gpack, workdir):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        smol.generate([1, 2, 10**6], 4)
+    with pytest.raises(TypeError):
+        smol.generate(3.5, 4)
+    with pytest.raises(ValueError):
+        smol.generate("x", 4, top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        smol.create_chat_completion([{"role": "user", "content": "x"}], temperature=5)
+    with pytest.raises(ValueError, match="empty"):
+        smol.create_chat_completion([])
+    small = gpack.Model(smol_gpack, n_ctx=8)
+    with pytest.raises(gpack.GpackError, match="context"):
+        small.generate("one two three four five six seven eight nine ten", 4)
+    with pytest.raises(ValueError):
+        gpack.Model(smol_gpack, verify="never")
+    junk = workdir / "junk-model.gguf"
+    junk.write_bytes(b"GGUF" + b"\xff" * 60)
+    with pytest.raises(gpack.GpackError):
+        gpack.Model(junk)
+
+
+def test_ctrl_c_stops_a_generation(smol):
+    import _thread
+
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    start = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        # Would run until the 2048-position context is full (~10 s).
+        smol.generate(PROMPTS[0], 100000, ignore_eos=True)
+    timer.join()
+    assert time.perf_counter() - start < 3
