@@ -43,7 +43,17 @@ fn inspect_lists_every_source_tensor_after_convert() {
                     .unwrap_or_else(|| panic!("{} not listed", t.name));
                 assert_eq!(e["type"], t.ggml_type.name(), "{}", t.name);
                 assert_eq!(e["dims"], serde_json::json!(t.dims), "{}", t.name);
+                // Every layout has a name (a row-interleaved Q8_0 matrix is
+                // `Q8_0x16`), never a bare `#code`.
+                let layout = e["layout"].as_str().unwrap();
+                assert!(!layout.starts_with('#'), "{}: {layout}", t.name);
             }
+            let is_gguf = src.extension().is_some_and(|x| x == "gguf");
+            assert!(
+                !is_gguf || listed.iter().any(|e| e["layout"] == "Q8_0x16"),
+                "{}: no row-interleaved Q8_0 matrix listed",
+                src.display()
+            );
         }
     }
 }

@@ -151,18 +151,13 @@ fn tensors(g: &Gpack) -> Result<Vec<serde_json::Value>> {
         .collect())
 }
 
+/// The native layout's name as `gpack_quant` spells it (`Q4_Kx16` for the
+/// row-interleaved ones), `raw` for plain ggml blocks, `#code` for a code
+/// this build does not know.
 fn layout_name(code: u32, group: u32) -> String {
-    match code {
-        gpack_format::payload::LAYOUT_GGML => "raw".into(),
-        1 => "F32".into(),
-        2 => "F16".into(),
-        3 => "BF16".into(),
-        4 => format!("I8Sym/G{group}"),
-        5 => format!("I8Asym/G{group}"),
-        6 => format!("I4Sym/G{group}"),
-        7 => format!("I4Asym/G{group}"),
-        c if c >= 0x1000 => GgmlType::from_id(c - 0x1000)
-            .map_or_else(|| format!("#{c}"), |t| format!("ggml:{}", t.name())),
-        c => format!("#{c}"),
+    if code == gpack_format::payload::LAYOUT_GGML {
+        return "raw".into();
     }
+    gpack_quant::Layout::from_code(code, group)
+        .map_or_else(|_| format!("#{code}"), |l| l.name().to_string())
 }
