@@ -624,15 +624,7 @@ impl Model {
         let job = Job {
             cfg: GenerateConfig {
                 max_tokens: p.max_tokens.unwrap_or(room).min(room),
-                sampler: SamplerConfig {
-                    temperature: p.temperature,
-                    top_k: p.top_k,
-                    top_p: p.top_p,
-                    min_p: p.min_p,
-                    repetition_penalty: 1.0,
-                    repeat_last_n: 0,
-                    seed: p.seed,
-                },
+                sampler: p.sampler(),
                 stop_tokens,
                 stop_strings: p.stop,
                 ..GenerateConfig::default()

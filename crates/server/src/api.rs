@@ -224,6 +224,22 @@ pub struct Params {
     pub include_usage: bool,
 }
 
+impl Params {
+    /// The sampler these parameters ask for (the OpenAI surface has no
+    /// repetition penalty: off).
+    pub fn sampler(&self) -> gpack_runtime::SamplerConfig {
+        gpack_runtime::SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: 1.0,
+            repeat_last_n: 0,
+            seed: self.seed,
+        }
+    }
+}
+
 /// Parses a JSON body into `T` with OpenAI-shaped errors.
 pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let v: Value = serde_json::from_slice(body)

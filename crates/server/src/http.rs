@@ -12,7 +12,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use gpack_runtime::SamplerConfig;
 use gpack_tokenizer::Tokenizer;
 use serde_json::{json, Value};
 use sha2::Digest;
@@ -337,15 +336,7 @@ async fn run(
     s.engine.submit(Job {
         prompt,
         max_tokens,
-        sampler: SamplerConfig {
-            temperature: p.temperature,
-            top_k: p.top_k,
-            top_p: p.top_p,
-            min_p: p.min_p,
-            repetition_penalty: 1.0,
-            repeat_last_n: 0,
-            seed: p.seed,
-        },
+        sampler: p.sampler(),
         stop_tokens: s.stop_tokens.clone(),
         stop_strings: p.stop.clone(),
         events: tx,
