@@ -123,7 +123,21 @@ pub fn gather_block(t: GgmlType, group_block: &[u8], i: usize, out: &mut [u8]) {
     assert!(i < R && group_block.len() == R * ts && out.len() == ts);
     for &(s, l) in f {
         let (s, l) = (s as usize, l as usize);
-        for o in 0..l {
+        let base = s * R;
+        if l <= 2 {
+            // Small fields lie whole per row.
+            let from = base + i * l;
+            out[s..s + l].copy_from_slice(&group_block[from..from + l]);
+            continue;
+        }
+        // Larger fields are 4-byte words, 16 rows per word index: copy a
+        // word at a time (the same bytes `place` names one by one).
+        let words = l / 4;
+        for w in 0..words {
+            let from = base + w * (R * 4) + i * 4;
+            out[s + 4 * w..s + 4 * w + 4].copy_from_slice(&group_block[from..from + 4]);
+        }
+        for o in 4 * words..l {
             out[s + o] = group_block[place(s, l, i, o)];
         }
     }
