@@ -239,14 +239,7 @@ struct ChatMeta {
 
 impl ChatMeta {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": "gpack",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        })
+        gpack_server::api::chat_chunk(&self.id, self.created, &self.model, delta, finish)
     }
 }
 

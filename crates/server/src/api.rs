@@ -240,6 +240,25 @@ impl Params {
     }
 }
 
+/// One `chat.completion.chunk` of a streamed chat answer (the OpenAI shape;
+/// `gpack serve` and the Python package stream the same objects).
+pub fn chat_chunk(
+    id: &str,
+    created: u64,
+    model: &str,
+    delta: Value,
+    finish_reason: Option<&str>,
+) -> Value {
+    json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": "gpack",
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+    })
+}
+
 /// Parses a JSON body into `T` with OpenAI-shaped errors.
 pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let v: Value = serde_json::from_slice(body)

@@ -450,14 +450,7 @@ impl Meta {
                     (false, Some(t)) => json!({"content": t}),
                     (false, None) => json!({}),
                 };
-                json!({
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.model,
-                    "system_fingerprint": "gpack",
-                    "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": fr}],
-                })
+                crate::api::chat_chunk(&self.id, self.created, &self.model, delta, fr)
             }
             Kind::Completion => json!({
                 "id": self.id,
