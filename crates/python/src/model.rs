@@ -112,6 +112,21 @@ impl Shared {
     }
 }
 
+/// The checks `generate` and `generate_ids` share: `top_p` in (0, 1] and no
+/// empty stop string; returns the stop strings.
+fn checked_sampling(top_p: f32, stop: Option<Vec<String>>) -> PyResult<Vec<String>> {
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(PyValueError::new_err(format!(
+            "top_p must be in (0, 1], got {top_p}"
+        )));
+    }
+    let stop = stop.unwrap_or_default();
+    if stop.iter().any(String::is_empty) {
+        return Err(PyValueError::new_err("stop strings must not be empty"));
+    }
+    Ok(stop)
+}
+
 /// OpenAI's `finish_reason`.
 fn finish_reason(s: &StopReason) -> &'static str {
     match s {
@@ -464,16 +479,8 @@ impl Model {
         ignore_eos: bool,
         stream: bool,
     ) -> PyResult<Py<PyAny>> {
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(PyValueError::new_err(format!(
-                "top_p must be in (0, 1], got {top_p}"
-            )));
-        }
+        let stop_strings = checked_sampling(top_p, stop)?;
         let prompt = self.prompt_ids(py, prompt)?;
-        let stop_strings = stop.unwrap_or_default();
-        if stop_strings.iter().any(String::is_empty) {
-            return Err(PyValueError::new_err("stop strings must not be empty"));
-        }
         let job = Job {
             prompt,
             cfg: GenerateConfig {
@@ -519,6 +526,7 @@ impl Model {
         seed: u64,
         stop: Option<Vec<String>>,
     ) -> PyResult<Py<PyAny>> {
+        let stop_strings = checked_sampling(top_p, stop)?;
         let prompt = self.prompt_ids(py, prompt)?;
         let job = Job {
             prompt,
@@ -532,7 +540,7 @@ impl Model {
                     ..SamplerConfig::default()
                 },
                 stop_tokens: self.tok(|t| t.stop_ids()),
-                stop_strings: stop.unwrap_or_default(),
+                stop_strings,
                 ..GenerateConfig::default()
             },
         };

@@ -133,6 +133,12 @@ def test_bad_inputs_raise(smol, smol_gpack, workdir):
         smol.generate(3.5, 4)
     with pytest.raises(ValueError):
         smol.generate("x", 4, top_p=0.0)
+    # generate and generate_ids share their checks.
+    for call in (smol.generate, smol.generate_ids):
+        with pytest.raises(ValueError, match="top_p"):
+            call("x", 4, top_p=1.5)
+        with pytest.raises(ValueError, match="stop strings must not be empty"):
+            call("x", 4, stop=[""])
     with pytest.raises(ValueError, match="temperature"):
         smol.create_chat_completion([{"role": "user", "content": "x"}], temperature=5)
     with pytest.raises(ValueError, match="empty"):
