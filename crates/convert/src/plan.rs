@@ -5,7 +5,7 @@ use crate::policy::{self, Container, Decision, Member, Quant};
 use crate::Error;
 use gpack_format::payload::LAYOUT_GGML;
 use gpack_format::SectionKind;
-use gpack_ingest::{GgmlType, Source, TensorInfo};
+use gpack_ingest::{GgmlType, Source, TensorInfo, MAX_LAYERS};
 use gpack_quant::{native_layout_for, Layout, NativeTensorHeader};
 
 /// Where a tensor goes.
@@ -214,9 +214,6 @@ pub(crate) fn undecodable(t: &TensorInfo, dense: bool) -> bool {
     let (block, _) = t.ggml_type.block();
     !(gpack_quant::ggml::can_dequantize(t.ggml_type) || (block == 1 && dense))
 }
-
-/// Most layers a model may have (the largest real ones have ~130).
-const MAX_LAYERS: u32 = 4096;
 
 /// Plans `source`.
 pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Plan, Error> {

@@ -24,7 +24,7 @@ mod value;
 pub use error::Error;
 pub use gpack_format::ggml::GgmlType;
 pub use source::{
-    Asset, ByteRange, Source, SourceFile, SourceKind, TensorInfo, Transform, ASSET_NAMES,
-    FUSED_GROUPS,
+    checked_product, Asset, ByteRange, Source, SourceFile, SourceKind, TensorInfo, Transform,
+    ASSET_NAMES, FUSED_GROUPS, MAX_LAYERS,
 };
 pub use value::{Array, GgufString, Metadata, Value, ValueType};

@@ -190,6 +190,18 @@ pub struct TensorInfo {
     pub transform: Option<Transform>,
 }
 
+/// Most layers (blocks) a model may declare, in its metadata or its tensor
+/// names; the largest real models have ~130. The one bound that convert's
+/// planner and the runtime's config both check before a layer count sizes
+/// anything.
+pub const MAX_LAYERS: u32 = 4096;
+
+/// The product of `dims` (a tensor's element count), or `None` when it
+/// passes 2^64: for every size that comes from a file.
+pub fn checked_product(dims: &[u64]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+}
+
 impl TensorInfo {
     /// Number of elements (product of `dims`; saturating, validated at open).
     pub fn n_elements(&self) -> u64 {

@@ -169,7 +169,7 @@ pub struct Gemma3nConfig {
 /// any of them sizes an allocation or enters a product (the largest real
 /// models are far below: 126 layers, 16 Ki wide, contexts of a few
 /// million positions).
-const MAX_LAYERS: usize = 4096;
+const MAX_LAYERS: usize = gpack_ingest::MAX_LAYERS as usize;
 const MAX_WIDTH: usize = 1 << 20;
 const MAX_HEADS: usize = 4096;
 const MAX_HEAD_DIM: usize = 4096;

@@ -172,12 +172,7 @@ impl GpackWeights {
                 let TensorRef::Native { view, .. } = native(slice(s.bytes)?)? else {
                     return Err(bad("not a native tensor".into()));
                 };
-                let Some(rows) = e
-                    .dims
-                    .get(1..)
-                    .unwrap_or(&[])
-                    .iter()
-                    .try_fold(1u64, |a, &d| a.checked_mul(d))
+                let Some(rows) = gpack_ingest::checked_product(e.dims.get(1..).unwrap_or(&[]))
                 else {
                     return Err(bad(format!(
                         "dims {:?}: their product passes 2^64 (TensorIndex entry of a NativeDense tensor)",
@@ -423,13 +418,7 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("{dims:?} accepted"));
             // The message with its causes.
-            let mut e: &dyn std::error::Error = &e;
-            let mut chain = e.to_string();
-            while let Some(s) = e.source() {
-                chain += &format!(": {s}");
-                e = s;
-            }
-            let e = chain;
+            let e = gpack_format::error_chain(&e);
             assert!(
                 e.contains("blk.0.attn_q.weight") && e.contains("product passes 2^64"),
                 "{dims:?}: {e}"

@@ -100,10 +100,7 @@ impl<'a> Matrix<'a> {
                 // Every size here comes from the file: the rows' product and
                 // the byte count are overflow-checked, and must equal the
                 // bytes present.
-                let sizes = dims
-                    .iter()
-                    .skip(1)
-                    .try_fold(1u64, |a, &d| a.checked_mul(d))
+                let sizes = gpack_ingest::checked_product(dims.get(1..).unwrap_or(&[]))
                     .and_then(|r| Some((r, ggml_type.bytes_for(cols as u64)?)))
                     .and_then(|(r, rb)| Some((r, rb, rb.checked_mul(r)?)))
                     .and_then(|(r, rb, total)| {

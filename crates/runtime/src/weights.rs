@@ -180,9 +180,7 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             // The dims come from the file: the element count is
             // overflow-checked and must be what the bytes present hold
             // before it sizes the output.
-            let n = dims
-                .iter()
-                .try_fold(1u64, |a, &d| a.checked_mul(d))
+            let n = gpack_ingest::checked_product(dims)
                 .filter(|&n| ggml_type.bytes_for(n) == Some(bytes.len() as u64))
                 .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| Error::Shape {

@@ -126,10 +126,7 @@ pub fn parse_named(bytes: &[u8], file: &Path) -> Result<SafetensorsFile, Error> 
             });
         }
         let (begin, end) = e.data_offsets;
-        let expected = e
-            .shape
-            .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d))
+        let expected = crate::checked_product(&e.shape)
             .and_then(|n| n.checked_mul(ggml_type.type_size()))
             .unwrap_or(u64::MAX);
         let found = end.saturating_sub(begin);
