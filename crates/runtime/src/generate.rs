@@ -11,6 +11,7 @@
 use crate::error::Result;
 use crate::model::{Logits, Model, State};
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::spec::{Drafter, SpecStats};
 use gpack_tokenizer::Tokenizer;
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,8 @@ pub struct Generation {
     pub prefill_time: Duration,
     /// Wall time of decoding (sampling and forwards after the prefill).
     pub decode_time: Duration,
+    /// Speculative decoding's counters (zero without a drafter).
+    pub spec: SpecStats,
 }
 
 impl Generation {
@@ -109,10 +112,28 @@ pub fn generate(
     prompt: &[u32],
     cfg: &GenerateConfig,
     tokenizer: Option<Tokenizer<'_>>,
-    mut on_token: impl FnMut(u32, &str) -> bool,
+    on_token: impl FnMut(u32, &str) -> bool,
 ) -> Result<Generation> {
-    let mut sampler = Sampler::new(cfg.sampler.clone());
-    let mut history: Vec<u32> = prompt.to_vec();
+    generate_with(model, state, prompt, cfg, tokenizer, None, on_token)
+}
+
+/// [`generate`] with speculative decoding when `drafter` is given: after
+/// each emitted token the drafter proposes up to its draft length of
+/// continuation tokens, the model runs the token and the drafts in one
+/// batched forward, and every draft the sampler's own draw agrees with is
+/// emitted without a forward of its own (the acceptance rule in
+/// [`crate::spec`]). The tokens, text and stop reason are those of
+/// [`generate`] with the same configuration; the cache afterwards holds the
+/// same positions too.
+pub fn generate_with(
+    model: &Model<'_>,
+    state: &mut State,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+    tokenizer: Option<Tokenizer<'_>>,
+    mut drafter: Option<&mut dyn Drafter>,
+    on_token: impl FnMut(u32, &str) -> bool,
+) -> Result<Generation> {
     let t0 = Instant::now();
     let batch = cfg.prefill_batch.max(1);
     let mut chunks = prompt.chunks(batch).peekable();
@@ -126,29 +147,137 @@ pub fn generate(
     }
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let mut decoder = tokenizer.map(|t| t.stream_decoder());
-    let mut out = Generation {
-        tokens: Vec::new(),
-        text: String::new(),
-        stop: StopReason::MaxTokens,
-        prompt_tokens: prompt.len(),
-        prefill_time,
-        decode_time: Duration::ZERO,
+    let mut em = Emitter {
+        cfg,
+        sampler: Sampler::new(cfg.sampler.clone()),
+        history: prompt.to_vec(),
+        decoder: tokenizer.map(|t| t.stream_decoder()),
+        emitted: 0,
+        on_token,
+        out: Generation {
+            tokens: Vec::new(),
+            text: String::new(),
+            stop: StopReason::MaxTokens,
+            prompt_tokens: prompt.len(),
+            prefill_time,
+            decode_time: Duration::ZERO,
+            spec: SpecStats::default(),
+        },
     };
-    let mut emitted = 0usize; // bytes of `out.text` already given to the callback
-    while out.tokens.len() < cfg.max_tokens {
-        if state.logits().is_empty() {
+    let n_vocab = model.config.n_vocab;
+    let mut drafts = Vec::new();
+    // The last emitted token, not yet in the cache (`None` before the first).
+    let mut pending: Option<u32> = None;
+    while em.out.tokens.len() < cfg.max_tokens {
+        let rows = match pending {
+            None => 1,
+            Some(tok) => {
+                if state.pos() >= state.n_ctx() {
+                    em.out.stop = StopReason::ContextFull;
+                    break;
+                }
+                drafts.clear();
+                // Room: k drafts give k + 1 rows, each may emit a token and
+                // needs a cache position.
+                let room = (cfg.max_tokens - em.out.tokens.len())
+                    .min(state.n_ctx() - state.pos())
+                    .saturating_sub(1);
+                if let Some(d) = drafter.as_deref_mut() {
+                    if room > 0 {
+                        d.draft(&em.history, room, &mut drafts)?;
+                        // A draft model's padded vocabulary may name ids
+                        // the target lacks: draft up to the first.
+                        let valid = drafts.iter().take_while(|&&t| (t as usize) < n_vocab);
+                        let keep = valid.count().min(room);
+                        drafts.truncate(keep);
+                    }
+                }
+                drafts.insert(0, tok);
+                let want = if drafts.len() == 1 {
+                    Logits::Last
+                } else {
+                    Logits::All
+                };
+                model.forward(state, &drafts, want)?;
+                drafts.len()
+            }
+        };
+        if state.logits().len() < rows * n_vocab {
             break;
         }
-        let tok = sampler.sample(state.logits(), &history);
+        // Row j predicts the token after drafts[..=j]; drafts[j + 1] is
+        // accepted iff the sampler draws it there.
+        let base = state.pos() - if pending.is_some() { rows } else { 0 };
+        let mut used = rows;
+        let mut accepted = 0;
+        for j in 0..rows {
+            let logits = &state.logits()[j * n_vocab..(j + 1) * n_vocab];
+            let next = em.sampler.sample(logits, &em.history);
+            let go = em.push(next);
+            let hit = go && j + 1 < rows && drafts[j + 1] == next;
+            if hit {
+                accepted += 1;
+            }
+            if !hit || !go {
+                used = j + 1;
+                pending = Some(next);
+                if !go {
+                    pending = None;
+                }
+                break;
+            }
+        }
+        if rows > 1 {
+            em.out.spec.verify_steps += 1;
+            em.out.spec.drafted += (rows - 1) as u64;
+            em.out.spec.accepted += accepted as u64;
+            if let Some(d) = drafter.as_deref_mut() {
+                d.observe(rows - 1, accepted);
+            }
+            // Keep the positions of the token and its accepted drafts: the
+            // cache of the one-token path at this point.
+            state.truncate(base + used);
+        }
+        if pending.is_none() {
+            break;
+        }
+    }
+    em.out.decode_time = t1.elapsed();
+    Ok(em.out)
+}
+
+/// Emits sampled tokens: stop tokens and strings, the held-back text, the
+/// callback and the token budget, in the one-token loop's order.
+struct Emitter<'c, 't, F> {
+    cfg: &'c GenerateConfig,
+    sampler: Sampler,
+    history: Vec<u32>,
+    decoder: Option<gpack_tokenizer::StreamDecoder<'t>>,
+    /// Bytes of `out.text` already given to the callback.
+    emitted: usize,
+    on_token: F,
+    out: Generation,
+}
+
+impl<F: FnMut(u32, &str) -> bool> Emitter<'_, '_, F> {
+    /// Emits `tok`; `false` when generation ends with it (`out.stop` says
+    /// why).
+    fn push(&mut self, tok: u32) -> bool {
+        let cfg = self.cfg;
+        let out = &mut self.out;
         if cfg.stop_tokens.contains(&tok) {
             out.stop = StopReason::StopToken(tok);
-            break;
+            return false;
         }
         out.tokens.push(tok);
-        history.push(tok);
-        let piece = decoder.as_mut().map(|d| d.push(tok)).unwrap_or_default();
+        self.history.push(tok);
+        let piece = self
+            .decoder
+            .as_mut()
+            .map(|d| d.push(tok))
+            .unwrap_or_default();
         out.text.push_str(&piece);
+        let emitted = self.emitted;
         // Stop strings: cut at the first occurrence; hold back a partial match.
         if let Some((pos, s)) = cfg
             .stop_strings
@@ -162,31 +291,22 @@ pub fn generate(
         {
             let release = &out.text[emitted..pos];
             if !release.is_empty() {
-                on_token(tok, release);
+                (self.on_token)(tok, release);
             }
             out.text.truncate(pos);
             out.stop = StopReason::StopString(s.clone());
-            break;
+            return false;
         }
         let hold = partial_stop(&out.text[emitted..], &cfg.stop_strings);
         let upto = out.text.len() - hold;
         let release = out.text[emitted..upto].to_string();
-        emitted = upto;
-        if !on_token(tok, &release) {
+        self.emitted = upto;
+        if !(self.on_token)(tok, &release) {
             out.stop = StopReason::Callback;
-            break;
+            return false;
         }
-        if out.tokens.len() >= cfg.max_tokens {
-            break;
-        }
-        if state.pos() >= state.n_ctx() {
-            out.stop = StopReason::ContextFull;
-            break;
-        }
-        model.forward(state, &[tok], Logits::Last)?;
+        out.tokens.len() < cfg.max_tokens
     }
-    out.decode_time = t1.elapsed();
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@
 //! * [`experts`]: routed experts of MoE models, resident cache or in place
 //!   ([`ExpertMode`]);
 //! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
+//! * [`spec`]: speculative decoding's draft sources ([`NgramDrafter`],
+//!   [`ModelDrafter`]) and its acceptance rule;
 //! * [`bench`]: prompt-processing and generation throughput.
 //!
 //! ```no_run
@@ -47,16 +49,18 @@ pub mod model;
 pub mod ops;
 pub mod ple;
 pub mod sampler;
+pub mod spec;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
 pub use error::{Error, Result};
 pub use experts::{ExpertMode, ExpertStats};
-pub use generate::{generate, partial_stop, GenerateConfig, Generation, StopReason};
+pub use generate::{generate, generate_with, partial_stop, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;
 pub use gpack::GpackWeights;
 pub use model::{
     LoadOptions, Logits, Model, PleMode, PleStats, Scratch, Sequence, State, DEFAULT_PLE_CACHE,
 };
 pub use sampler::{argmax, Sampler, SamplerConfig};
+pub use spec::{Drafter, ModelDrafter, NgramDrafter, SpecMode, SpecStats};
 pub use weights::{AlignedBuf, HasMetadata, MetadataSource, TensorRef, WeightSource};

@@ -697,14 +697,38 @@ impl<'a> Model<'a> {
         tokens: &[&[u32]],
         want_logits: &[bool],
     ) -> Result<&'s [f32]> {
-        assert_eq!(seqs.len(), tokens.len(), "one token slice per sequence");
         assert_eq!(seqs.len(), want_logits.len(), "one flag per sequence");
+        let want: Vec<Logits> = want_logits
+            .iter()
+            .map(|&w| if w { Logits::Last } else { Logits::None })
+            .collect();
+        self.forward_batch_rows(s, seqs, tokens, &want)
+    }
+
+    /// [`Model::forward_batch`] with a choice of rows per sequence: the
+    /// logits of sequence `i`'s last token ([`Logits::Last`]), of every one
+    /// of its tokens ([`Logits::All`]: a speculative draft checked in the
+    /// same step as other sequences' tokens) or none. Returns them in order,
+    /// `[m][n_vocab]`.
+    pub fn forward_batch_rows<'s>(
+        &self,
+        s: &'s mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+        want: &[Logits],
+    ) -> Result<&'s [f32]> {
+        assert_eq!(seqs.len(), tokens.len(), "one token slice per sequence");
+        assert_eq!(seqs.len(), want.len(), "one choice per sequence");
         s.head_rows.clear();
         let mut end = 0;
-        for (t, &want) in tokens.iter().zip(want_logits) {
+        for (t, &w) in tokens.iter().zip(want) {
+            let start = end;
             end += t.len();
-            if want && !t.is_empty() {
-                s.head_rows.push(end - 1);
+            match w {
+                Logits::None => {}
+                Logits::Last if !t.is_empty() => s.head_rows.push(end - 1),
+                Logits::Last => {}
+                Logits::All => s.head_rows.extend(start..end),
             }
         }
         self.step(s, seqs, tokens)

@@ -5,3 +5,4 @@ mod generation;
 mod moe;
 mod ple;
 mod smollm2;
+mod spec;

@@ -167,6 +167,11 @@ pub struct Common {
     /// Streaming options.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
+    /// Extension: speculative decoding for this request, `"ngram"`,
+    /// `"draft"` (a server started with a draft model) or `"none"`; default
+    /// the server's `--spec`. The text is the same either way.
+    #[serde(default)]
+    pub speculative: Option<String>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -222,6 +227,8 @@ pub struct Params {
     pub stream: bool,
     /// Send a usage chunk when streaming.
     pub include_usage: bool,
+    /// Speculative decoding asked for (None: the server's default).
+    pub spec: Option<gpack_runtime::SpecMode>,
 }
 
 impl Params {
@@ -354,7 +361,15 @@ impl Common {
             }
         };
         let stream = self.stream.unwrap_or(false);
+        let spec = match &self.speculative {
+            None => None,
+            Some(m) => Some(
+                m.parse::<gpack_runtime::SpecMode>()
+                    .map_err(|e| ApiError::invalid(e, Some("speculative")))?,
+            ),
+        };
         Ok(Params {
+            spec,
             max_tokens,
             temperature: temperature as f32,
             top_p: top_p as f32,

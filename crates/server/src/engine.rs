@@ -19,7 +19,8 @@
 
 use crate::api::ApiError;
 use crate::metrics::Metrics;
-use gpack_runtime::{partial_stop, Model, Scratch, Sequence};
+use gpack_runtime::{partial_stop, Logits, Model, Scratch, Sequence};
+use gpack_runtime::{Drafter, ModelDrafter, NgramDrafter, SpecMode};
 use gpack_runtime::{Sampler, SamplerConfig};
 use gpack_tokenizer::{StreamDecoder, Tokenizer};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -78,6 +79,9 @@ pub struct Job {
     pub stop_tokens: Vec<u32>,
     /// Strings that end generation (not emitted).
     pub stop_strings: Vec<String>,
+    /// Speculative decoding's draft source (`Draft` only when the engine has
+    /// a draft model).
+    pub spec: SpecMode,
     /// Where events go; closed when the client is gone.
     pub events: UnboundedSender<Event>,
     /// When the request was accepted.
@@ -174,7 +178,17 @@ pub struct EngineConfig {
     pub queue: usize,
     /// Prompt tokens per step.
     pub prefill_chunk: usize,
+    /// Most tokens drafted per sequence and step.
+    pub draft_max: usize,
+    /// A draft model's confidence threshold ([`ModelDrafter`]).
+    pub draft_p_min: f32,
 }
+
+/// Draft tokens one step checks at most, over all its sequences, less one per
+/// decoding sequence: a lone stream drafts up to its draft length, while a
+/// full batch (already reading each weight once for many rows) spends little
+/// compute on drafts that may be rejected.
+pub const STEP_DRAFT_ROWS: usize = 16;
 
 struct Active {
     job: Job,
@@ -187,11 +201,13 @@ struct Active {
     n_gen: usize,
     next: u32,
     first_at: Option<Instant>,
+    ngram: NgramDrafter,
 }
 
 /// Starts the engine thread. Returns the handle and the thread.
 pub fn start(
     model: &'static Model<'static>,
+    draft: Option<&'static Model<'static>>,
     tok: Tokenizer<'static>,
     cfg: EngineConfig,
     metrics: Arc<Metrics>,
@@ -210,7 +226,7 @@ pub fn start(
         .name("gpack-engine".into())
         .spawn(move || {
             let _alive = AliveGuard(h.clone());
-            Engine::new(model, tok, cfg, metrics, h).run(rx)
+            Engine::new(model, draft, tok, cfg, metrics, h).run(rx)
         })
         .expect("spawning the engine thread");
     (handle, thread)
@@ -230,6 +246,9 @@ struct Engine {
     /// prompt) skips that part of its prefill.
     cached: Vec<Vec<u32>>,
     scratch: Scratch,
+    /// Per slot: the draft model's drafter (its own cache follows the slot's
+    /// text, and like `cached` outlives a job), when there is a draft model.
+    drafters: Vec<Option<ModelDrafter<'static, 'static>>>,
     /// Batched steps run so far, and the one that panics on purpose
     /// ([`injected_panic_step`]).
     steps: u64,
@@ -239,6 +258,7 @@ struct Engine {
 impl Engine {
     fn new(
         model: &'static Model<'static>,
+        draft: Option<&'static Model<'static>>,
         tok: Tokenizer<'static>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
@@ -253,6 +273,11 @@ impl Engine {
             slots: (0..cfg.parallel).map(|_| None).collect(),
             seqs,
             cached: vec![Vec::new(); cfg.parallel],
+            drafters: (0..cfg.parallel)
+                .map(|_| {
+                    draft.map(|d| ModelDrafter::new(d, cfg.n_ctx, cfg.draft_max, cfg.draft_p_min))
+                })
+                .collect(),
             cfg,
             metrics,
             handle,
@@ -291,6 +316,7 @@ impl Engine {
             .prompt_tokens_cached
             .fetch_add(keep as u64, Ordering::Relaxed);
         self.slots[i] = Some(Active {
+            ngram: NgramDrafter::new(2, 4, self.cfg.draft_max),
             sampler: Sampler::new(job.sampler.clone()),
             history: job.prompt.clone(),
             decoder: self.tok.stream_decoder(),
@@ -386,15 +412,28 @@ impl Engine {
         }
     }
 
-    /// One batched forward over every active slot, then sampling.
+    /// One batched forward over every active slot, then sampling. A
+    /// decoding slot with speculation runs its next token and a draft, all
+    /// of whose rows are sampled in order while the draft agrees (the rule in
+    /// `gpack_runtime::spec`: the tokens are those of plain decoding).
     fn step(&mut self) {
         let mut idx = Vec::new();
         let mut toks: Vec<u32> = Vec::new();
         let mut lens = Vec::new();
         let mut wants = Vec::new();
         let mut budget = self.cfg.prefill_chunk.max(1);
-        for (i, s) in self.slots.iter().enumerate() {
-            let Some(a) = s else { continue };
+        let decoding = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|a| a.fed >= a.job.prompt.len())
+            .count();
+        let mut draft_budget = STEP_DRAFT_ROWS.saturating_sub(decoding);
+        let mut draft = Vec::new();
+        for i in 0..self.slots.len() {
+            let Some(a) = self.slots[i].as_mut() else {
+                continue;
+            };
             let p = &a.job.prompt;
             if a.fed < p.len() {
                 if budget == 0 {
@@ -404,11 +443,46 @@ impl Engine {
                 budget -= k;
                 toks.extend_from_slice(&p[a.fed..a.fed + k]);
                 lens.push(k);
-                wants.push(a.fed + k == p.len());
+                wants.push(if a.fed + k == p.len() {
+                    Logits::Last
+                } else {
+                    Logits::None
+                });
             } else {
+                // k drafts give k + 1 rows: each may emit a token and needs
+                // a cache position.
+                let room = (a.job.max_tokens - a.n_gen)
+                    .min(self.cfg.n_ctx - self.seqs[i].pos())
+                    .saturating_sub(1)
+                    .min(draft_budget);
+                draft.clear();
+                if room > 0 {
+                    let d: Option<&mut dyn Drafter> = match a.job.spec {
+                        SpecMode::None => None,
+                        SpecMode::Ngram => Some(&mut a.ngram),
+                        SpecMode::Draft => self.drafters[i].as_mut().map(|d| d as &mut dyn Drafter),
+                    };
+                    if let Some(d) = d {
+                        // A failed draft only costs the speculation.
+                        if let Err(e) = d.draft(&a.history, room, &mut draft) {
+                            log::warn!("drafting failed: {}", crate::load::chain(&e));
+                            draft.clear();
+                        }
+                        let n_vocab = self.model.config.n_vocab;
+                        let valid = draft.iter().take_while(|&&t| (t as usize) < n_vocab);
+                        let keep = valid.count().min(room);
+                        draft.truncate(keep);
+                    }
+                }
+                draft_budget -= draft.len();
                 toks.push(a.next);
-                lens.push(1);
-                wants.push(true);
+                toks.extend_from_slice(&draft);
+                lens.push(1 + draft.len());
+                wants.push(if draft.is_empty() {
+                    Logits::Last
+                } else {
+                    Logits::All
+                });
             }
             idx.push(i);
         }
@@ -437,7 +511,7 @@ impl Engine {
                 panic!("injected fault (GPACK_TEST_PANIC_AT_STEP)");
             }
             model
-                .forward_batch(scratch, &mut refs, &slices, &wants)
+                .forward_batch_rows(scratch, &mut refs, &slices, &wants)
                 .map(|_| ())
         }));
         drop(refs);
@@ -465,24 +539,72 @@ impl Engine {
         }
         let n_vocab = self.model.config.n_vocab;
         let mut k = 0;
+        let mut off = 0;
         for (j, &i) in idx.iter().enumerate() {
             let a = self.slots[i].as_mut().expect("active slot");
+            let start = off;
+            off += lens[j];
+            let decoding = a.fed >= a.job.prompt.len();
             a.fed = (a.fed + lens[j]).min(a.job.prompt.len());
-            if !wants[j] {
-                continue;
+            let rows = match wants[j] {
+                Logits::None => continue,
+                Logits::Last => 1,
+                Logits::All => lens[j],
+            };
+            // Position before this step's tokens (decoding slots), so that
+            // row r is sampled as plain decoding would at `base + r + 1`.
+            let end = self.seqs[i].pos();
+            let base = end - lens[j];
+            let mut used = rows;
+            let mut accepted = 0;
+            for r in 0..rows {
+                let row = &self.scratch.logits()[(k + r) * n_vocab..(k + r + 1) * n_vocab];
+                let pos = if decoding { base + r + 1 } else { end };
+                let Some(a) = self.slots[i].as_mut() else {
+                    break;
+                };
+                let outcome = catch_unwind(AssertUnwindSafe(|| {
+                    Self::on_logits(a, row, &self.metrics, pos, self.cfg.n_ctx)
+                }));
+                match outcome {
+                    Ok(None) => {
+                        if r + 1 < rows && a.next == toks[start + r + 1] {
+                            accepted += 1;
+                            continue;
+                        }
+                    }
+                    Ok(Some(f)) => self.finish(i, f),
+                    Err(_) => self.retire(
+                        i,
+                        Some(Event::Error("internal error: sampling panicked".into())),
+                    ),
+                }
+                used = r + 1;
+                break;
             }
-            let row = &self.scratch.logits()[k * n_vocab..(k + 1) * n_vocab];
-            k += 1;
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
-                Self::on_logits(a, row, &self.metrics, self.seqs[i].pos(), self.cfg.n_ctx)
-            }));
-            match outcome {
-                Ok(None) => {}
-                Ok(Some(f)) => self.finish(i, f),
-                Err(_) => self.retire(
-                    i,
-                    Some(Event::Error("internal error: sampling panicked".into())),
-                ),
+            k += rows;
+            if rows > 1 {
+                self.metrics
+                    .spec_drafted
+                    .fetch_add((rows - 1) as u64, Ordering::Relaxed);
+                self.metrics
+                    .spec_accepted
+                    .fetch_add(accepted as u64, Ordering::Relaxed);
+                if let Some(a) = self.slots[i].as_mut() {
+                    match a.job.spec {
+                        SpecMode::Ngram => a.ngram.observe(rows - 1, accepted),
+                        SpecMode::Draft => {
+                            if let Some(d) = self.drafters[i].as_mut() {
+                                d.observe(rows - 1, accepted);
+                            }
+                        }
+                        SpecMode::None => {}
+                    }
+                }
+                // Keep the token and its accepted drafts: the cache of plain
+                // decoding at this point.
+                self.seqs[i].truncate(base + used);
+                self.cached[i].truncate(base + used);
             }
         }
     }

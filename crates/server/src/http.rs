@@ -33,6 +33,10 @@ pub(crate) struct AppState {
     pub max_body: usize,
     pub body_timeout: std::time::Duration,
     pub stop_tokens: Vec<u32>,
+    /// Speculative decoding of requests that do not choose.
+    pub spec: gpack_runtime::SpecMode,
+    /// Whether a draft model was loaded (`"speculative": "draft"` allowed).
+    pub has_draft: bool,
     pub created: u64,
     pub next_id: AtomicU64,
     /// Tokenization and template rendering at once (on the blocking pool).
@@ -331,6 +335,13 @@ async fn run(
     }
     let room = s.n_ctx - prompt.len();
     let max_tokens = p.max_tokens.unwrap_or(room).min(room);
+    let spec = p.spec.unwrap_or(s.spec);
+    if spec == gpack_runtime::SpecMode::Draft && !s.has_draft {
+        return Err(ApiError::invalid(
+            "speculative \"draft\" needs a draft model: start the server with --draft MODEL",
+            Some("speculative"),
+        ));
+    }
     let (tx, rx) = unbounded_channel();
     let n_prompt = prompt.len();
     s.engine.submit(Job {
@@ -339,6 +350,7 @@ async fn run(
         sampler: p.sampler(),
         stop_tokens: s.stop_tokens.clone(),
         stop_strings: p.stop.clone(),
+        spec,
         events: tx,
         enqueued: Instant::now(),
     })?;

@@ -83,6 +83,15 @@ pub struct Options {
     pub max_connections: usize,
     /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish.
     pub drain_timeout: std::time::Duration,
+    /// Speculative decoding of requests that do not choose (`speculative`
+    /// in the body): drafts checked in the batched step, the text unchanged.
+    pub spec: gpack_runtime::SpecMode,
+    /// A draft model (same vocabulary) for `SpecMode::Draft`.
+    pub draft: Option<std::path::PathBuf>,
+    /// Most tokens drafted per sequence and step.
+    pub draft_max: usize,
+    /// The draft model's confidence threshold.
+    pub draft_p_min: f32,
 }
 
 impl Default for Options {
@@ -106,8 +115,33 @@ impl Default for Options {
             body_timeout: std::time::Duration::from_secs(30),
             max_connections: 1024,
             drain_timeout: std::time::Duration::from_secs(30),
+            spec: gpack_runtime::SpecMode::Ngram,
+            draft: None,
+            draft_max: gpack_runtime::spec::DEFAULT_MAX_DRAFT,
+            draft_p_min: gpack_runtime::spec::DEFAULT_P_MIN,
         }
     }
+}
+
+/// Opens and binds the draft model at `path` (leaked like the target),
+/// refusing one whose vocabulary differs from the target's `tok`.
+fn load_draft(
+    path: &std::path::Path,
+    tok: &gpack_tokenizer::Tokenizer<'_>,
+    load: &gpack_runtime::LoadOptions,
+) -> Result<&'static Model<'static>> {
+    let d: &'static Loaded = Box::leak(Box::new(Loaded::open(path, None)?));
+    if let Some(id) = tok.vocab_difference(&d.tokenizer()?) {
+        return Err(Error::Option {
+            what: "draft (a draft model must share the target's vocabulary; this token differs)",
+            value: format!("{} (token {id})", path.display()),
+        });
+    }
+    let m = Model::load_with(d.weights(), load).map_err(|source| Error::Model {
+        path: path.display().to_string(),
+        source: Box::new(source),
+    })?;
+    Ok(Box::leak(Box::new(m)))
 }
 
 /// Serves `model` until SIGTERM or SIGINT, then stops accepting
@@ -161,15 +195,28 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map_err(|e| Error::Template(Box::new(e)))?;
     }
     let stop_tokens = tok.stop_ids();
+    let draft = match &opts.draft {
+        Some(p) => Some(load_draft(p, &tok, &opts.load)?),
+        None => None,
+    };
+    if opts.spec == gpack_runtime::SpecMode::Draft && draft.is_none() {
+        return Err(Error::Option {
+            what: "spec (draft needs a draft model)",
+            value: "draft".into(),
+        });
+    }
     let metrics = Arc::new(metrics::Metrics::default());
     let (engine, thread) = engine::start(
         bm,
+        draft,
         tok,
         engine::EngineConfig {
             parallel: opts.parallel,
             n_ctx: opts.ctx,
             queue: opts.queue,
             prefill_chunk: opts.prefill_chunk,
+            draft_max: opts.draft_max.max(1),
+            draft_p_min: opts.draft_p_min,
         },
         metrics.clone(),
     );
@@ -186,6 +233,8 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         max_body: opts.max_body_bytes,
         body_timeout: opts.body_timeout,
         stop_tokens,
+        spec: opts.spec,
+        has_draft: opts.draft.is_some(),
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

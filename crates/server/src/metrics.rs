@@ -65,6 +65,10 @@ pub struct Metrics {
     pub prompt_tokens_cached: AtomicU64,
     /// Tokens generated.
     pub generated_tokens: AtomicU64,
+    /// Speculative decoding: draft tokens checked.
+    pub spec_drafted: AtomicU64,
+    /// Speculative decoding: draft tokens accepted.
+    pub spec_accepted: AtomicU64,
     /// Requests waiting for a slot.
     pub queue_depth: AtomicU64,
     /// Slots decoding.
@@ -89,6 +93,8 @@ impl Default for Metrics {
             prompt_tokens: AtomicU64::new(0),
             prompt_tokens_cached: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
+            spec_drafted: AtomicU64::new(0),
+            spec_accepted: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             active: AtomicU64::new(0),
             steps: AtomicU64::new(0),
@@ -156,6 +162,22 @@ impl Metrics {
             "counter",
             &[("", self.generated_tokens.load(Relaxed))],
         );
+        let (drafted, accepted) = (
+            self.spec_drafted.load(Relaxed),
+            self.spec_accepted.load(Relaxed),
+        );
+        counter(
+            "gpack_spec_drafted_tokens_total",
+            "Speculative decoding: draft tokens checked by the model.",
+            "counter",
+            &[("", drafted)],
+        );
+        counter(
+            "gpack_spec_accepted_tokens_total",
+            "Speculative decoding: draft tokens accepted (emitted without a forward of their own).",
+            "counter",
+            &[("", accepted)],
+        );
         counter(
             "gpack_batch_steps_total",
             "Batched forward steps.",
@@ -173,6 +195,13 @@ impl Metrics {
             "Sequence slots decoding.",
             "gauge",
             &[("", self.active.load(Relaxed))],
+        );
+        let _ = writeln!(
+            s,
+            "# HELP gpack_spec_acceptance_ratio Accepted / drafted tokens since start (0 before any draft).\n\
+             # TYPE gpack_spec_acceptance_ratio gauge\n\
+             gpack_spec_acceptance_ratio {}",
+            if drafted == 0 { 0.0 } else { accepted as f64 / drafted as f64 }
         );
         self.ttft.render(
             &mut s,

@@ -512,3 +512,114 @@ fn an_empty_api_key_is_refused() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("api-key"), "{err}");
 }
+
+/// Speculative decoding in the server: 8 concurrent streams (n-gram drafts
+/// checked in the shared batched step) give the text each prompt gets alone
+/// without speculation, greedy and seeded; so does a draft model; /metrics
+/// counts drafted and accepted tokens; bad choices are 400s.
+#[test]
+fn speculative_streams_equal_their_solo_runs() {
+    let m = model();
+    let code = "fn area(w: f64, h: f64) -> f64 {\n    let a = w * h;\n    a\n}\n";
+    let prompts: Vec<String> = (0..8)
+        .map(|i| match i % 4 {
+            0 => format!("Rewrite this code, renaming `area` to `surface`:\n{code}\nRewritten:\n"),
+            1 => "Repeat exactly: the cat sat on the mat. The cat sat on the mat. The cat".into(),
+            2 => format!("List {i} colors, one per line, then list them again:"),
+            _ => format!("Question {i}: what is the capital of France? Answer:"),
+        })
+        .collect();
+    let req = |p: &str, i: usize, spec: Option<&str>| {
+        // Half greedy, half seeded sampling.
+        let sampling = if i.is_multiple_of(2) {
+            r#""temperature":0"#.to_string()
+        } else {
+            format!(r#""temperature":0.8,"top_k":40,"seed":{i}"#)
+        };
+        let spec = spec
+            .map(|s| format!(r#","speculative":"{s}""#))
+            .unwrap_or_default();
+        format!(r#"{{"prompt":{p:?},"max_tokens":48,{sampling}{spec}}}"#)
+    };
+    let text = |addr: SocketAddr, req: &str| -> String {
+        let resp = read_all(post(addr, "/v1/completions", req));
+        let v: serde_json::Value =
+            serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
+        v["choices"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no text: {resp}"))
+            .to_string()
+    };
+    // Solo, no speculation.
+    let solo = start(&m.gpack, &["--parallel", "1", "--spec", "none"]);
+    let want: Vec<String> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| text(solo.addr, &req(p, i, None)))
+        .collect();
+    drop(solo);
+    // 8 at once, n-gram speculation (the server's default).
+    let s = start(&m.gpack, &["--parallel", "8"]);
+    let got: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let body = req(p, i, None);
+                sc.spawn(move || text(s.addr, &body))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "stream {i} with speculation");
+    }
+    let metrics = get(s.addr, "/metrics");
+    let counter = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name}:\n{metrics}"))
+    };
+    let (drafted, accepted) = (
+        counter("gpack_spec_drafted_tokens_total "),
+        counter("gpack_spec_accepted_tokens_total "),
+    );
+    assert!(
+        drafted > 0 && accepted > 0,
+        "drafted {drafted}, accepted {accepted}"
+    );
+    assert!(
+        metrics.contains("gpack_spec_acceptance_ratio "),
+        "{metrics}"
+    );
+    // Per request: "none" is the same text; "draft" needs a draft model; an
+    // unknown mode is named.
+    assert_eq!(text(s.addr, &req(&prompts[0], 0, Some("none"))), want[0]);
+    for (mode, needle) in [("draft", "--draft"), ("fast", "unknown speculation mode")] {
+        let resp = read_all(post(
+            s.addr,
+            "/v1/completions",
+            &req(&prompts[0], 0, Some(mode)),
+        ));
+        assert!(resp.starts_with("HTTP/1.1 400"), "{mode}: {resp}");
+        assert!(resp.contains(needle), "{mode}: {resp}");
+    }
+    drop(s);
+    // A draft model (the GGUF of the same weights) drafting for the .gpack.
+    let gguf = m.gguf.to_str().unwrap();
+    let s = start(&m.gpack, &["--parallel", "4", "--draft", gguf]);
+    for (i, p) in prompts.iter().enumerate().take(4) {
+        assert_eq!(
+            text(s.addr, &req(p, i, None)),
+            want[i],
+            "draft model, prompt {i}"
+        );
+    }
+    let metrics = get(s.addr, "/metrics");
+    assert!(
+        !metrics.contains("gpack_spec_accepted_tokens_total 0\n"),
+        "the draft model's drafts were never accepted:\n{metrics}"
+    );
+}

@@ -455,6 +455,17 @@ impl<'a> Tokenizer<'a> {
         }
     }
 
+    /// The first id whose token differs between `self` and `other` (bytes,
+    /// type or presence), or `None` when the two vocabularies are the same:
+    /// what a draft model must share with its target.
+    pub fn vocab_difference(&self, other: &Tokenizer<'_>) -> Option<u32> {
+        let n = self.vocab_size().max(other.vocab_size());
+        (0..n).find(|&id| {
+            self.g.token_bytes(id) != other.g.token_bytes(id)
+                || self.g.type_byte(id) != other.g.type_byte(id)
+        })
+    }
+
     /// The token as the model spells it (U+2581 kept, `<0xXX>` kept), lossy UTF-8.
     pub fn token_text(&self, id: u32) -> Option<String> {
         let b = self.g.token_bytes(id)?;

@@ -62,6 +62,78 @@ impl ExpertArgs {
     }
 }
 
+/// Speculative decoding flags of `run` and `serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding: `ngram` drafts the tokens that followed the
+    /// latest earlier occurrence of the last few tokens (prompt or answer; no
+    /// extra weights; fast where the answer quotes its input: code edits,
+    /// summaries, extraction), `draft` drafts with the model given by
+    /// --draft, `none` runs one token per forward. The model checks each
+    /// draft in one batched forward and keeps what it would have generated
+    /// anyway: the output is the same in every mode (the same tokens for the
+    /// same seed). Default: `draft` with --draft, else `ngram`.
+    #[arg(long, value_name = "MODE", value_parser = spec_parser())]
+    pub spec: Option<gpack_runtime::SpecMode>,
+    /// A smaller model with the same vocabulary (.gpack, .gguf or HF
+    /// directory) that drafts greedily for --spec draft.
+    #[arg(long, value_name = "MODEL")]
+    pub draft: Option<std::path::PathBuf>,
+    /// Most tokens drafted per check; the length adapts below it to how many
+    /// were accepted.
+    #[arg(long, value_name = "N", default_value_t = gpack_runtime::spec::DEFAULT_MAX_DRAFT,
+          value_parser = parse_draft_max)]
+    pub draft_max: usize,
+    /// --spec draft: stop a draft where the draft model's top probability
+    /// falls below P.
+    #[arg(long, value_name = "P", default_value_t = gpack_runtime::spec::DEFAULT_P_MIN)]
+    pub draft_p_min: f32,
+}
+
+impl SpecArgs {
+    /// The mode the flags ask for (checked: `draft` needs --draft).
+    pub fn mode(&self) -> anyhow::Result<gpack_runtime::SpecMode> {
+        use gpack_runtime::SpecMode;
+        let m = match (self.spec, &self.draft) {
+            (Some(m), _) => m,
+            (None, Some(_)) => SpecMode::Draft,
+            (None, None) => SpecMode::Ngram,
+        };
+        if m == SpecMode::Draft && self.draft.is_none() {
+            anyhow::bail!("--spec draft needs a draft model: --draft MODEL");
+        }
+        if m != SpecMode::Draft && self.draft.is_some() {
+            anyhow::bail!(
+                "--draft is only used with --spec draft (got --spec {})",
+                m.name()
+            );
+        }
+        if !(0.0..=1.0).contains(&self.draft_p_min) {
+            anyhow::bail!("--draft-p-min must be in [0, 1], got {}", self.draft_p_min);
+        }
+        Ok(m)
+    }
+}
+
+fn parse_draft_max(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a draft length from 1 to 64")),
+    }
+}
+
+fn spec_parser() -> impl clap::builder::TypedValueParser<Value = gpack_runtime::SpecMode> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    use gpack_runtime::SpecMode;
+    let help = |m: SpecMode| match m {
+        SpecMode::Ngram => "prompt lookup: no extra weights",
+        SpecMode::Draft => "a draft model (--draft MODEL)",
+        SpecMode::None => "one token per forward",
+    };
+    PossibleValuesParser::new(SpecMode::ALL.map(|m| PossibleValue::new(m.name()).help(help(m))))
+        .try_map(|s| s.parse::<SpecMode>())
+}
+
 /// How `run` and `serve` read a per-layer embedding (PLE) table.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PleArgs {

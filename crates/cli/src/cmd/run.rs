@@ -3,7 +3,8 @@
 use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
 use gpack_runtime::{
-    generate, ExpertMode, GenerateConfig, LoadOptions, Model, PleMode, SamplerConfig,
+    generate_with, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter,
+    NgramDrafter, PleMode, SamplerConfig, SpecMode,
 };
 use gpack_server::Loaded;
 use gpack_tokenizer::ChatMessage;
@@ -87,6 +88,8 @@ pub struct Args {
     experts: super::ExpertArgs,
     #[command(flatten)]
     ple: super::PleArgs,
+    #[command(flatten)]
+    spec: super::SpecArgs,
     /// Keep the keys and values of the context as f16 (as `gpack serve` and
     /// llama.cpp do): half the KV memory, faster attention over long
     /// contexts; K/V are rounded to f16 once when written.
@@ -207,6 +210,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             writeln!(buf, "{level}: {}", rec.args())
         })
         .try_init();
+    let spec_mode = a.spec.mode()?;
     let t0 = Instant::now();
     let loaded = super::open_model(
         &a.model,
@@ -216,15 +220,39 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.verify == gpack_server::VerifyMode::Before {
         gpack_server::integrity::verify_now(&loaded).map_err(anyhow::Error::msg)?;
     }
-    let model = Model::load_with(
-        loaded.weights(),
-        &LoadOptions {
-            experts: a.experts.mode(),
-            ple: a.ple.io(),
-            kv_f16: a.kv_f16,
-        },
-    )?;
+    let opts = LoadOptions {
+        experts: a.experts.mode(),
+        ple: a.ple.io(),
+        kv_f16: a.kv_f16,
+    };
+    let model = Model::load_with(loaded.weights(), &opts)?;
     let tok = loaded.tokenizer()?;
+    // The draft model of --spec draft: same vocabulary, checked here.
+    let draft_loaded = match &a.spec.draft {
+        Some(p) => Some(
+            super::open_model(p, None, None)
+                .with_context(|| format!("opening the draft model {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let draft_model = match &draft_loaded {
+        Some(d) => {
+            if let Some(id) = tok.vocab_difference(&d.tokenizer()?) {
+                bail!(
+                    "the draft model {} has another vocabulary than {} (token {id} differs): \
+                     a draft model must share its target's tokenizer",
+                    a.spec
+                        .draft
+                        .as_deref()
+                        .unwrap_or_else(|| "".as_ref())
+                        .display(),
+                    a.model.display()
+                );
+            }
+            Some(Model::load_with(d.weights(), &opts)?)
+        }
+        None => None,
+    };
     let load_time = t0.elapsed();
     let anon_after_load = rss_anon_kib();
 
@@ -260,12 +288,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let mut write_err = None;
     let mut check: Option<gpack_server::Integrity> = None;
     let mut damaged = None;
-    let g = generate(
+    let mut ngram = NgramDrafter::new(2, 4, a.spec.draft_max);
+    let mut by_model = draft_model
+        .as_ref()
+        .map(|m| ModelDrafter::new(m, a.ctx, a.spec.draft_max, a.spec.draft_p_min));
+    let drafter: Option<&mut dyn Drafter> = match spec_mode {
+        SpecMode::None => None,
+        SpecMode::Ngram => Some(&mut ngram),
+        SpecMode::Draft => by_model.as_mut().map(|d| d as &mut dyn Drafter),
+    };
+    let g = generate_with(
         &model,
         &mut state,
         &prompt_ids,
         &cfg,
         Some(tok),
+        drafter,
         |_, text| {
             // The first token is out: start hashing; later, stop as soon
             // as a section failed.
@@ -323,6 +361,20 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     if a.verbose {
         report_caches(&model, &loaded);
+        if spec_mode == SpecMode::None {
+            eprintln!("speculation: none");
+        } else {
+            eprintln!(
+                "speculation: {}, {} drafted, {} accepted ({:.1} %), {} checks ({:.2} tokens per forward)",
+                spec_mode.name(),
+                g.spec.drafted,
+                g.spec.accepted,
+                g.spec.acceptance() * 100.0,
+                g.spec.verify_steps,
+                g.tokens.len() as f64
+                    / (g.tokens.len() as u64 - g.spec.accepted).max(1) as f64
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

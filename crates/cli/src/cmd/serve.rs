@@ -62,6 +62,8 @@ pub struct Args {
     experts: super::ExpertArgs,
     #[command(flatten)]
     ple: super::PleArgs,
+    #[command(flatten)]
+    spec: super::SpecArgs,
     /// Keep the slots' keys and values in f32 instead of f16 (f16 is the
     /// default, as in llama-server: half the KV memory, and half the bytes
     /// attention streams per step).
@@ -109,6 +111,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
+    let spec = a.spec.mode()?;
     let t0 = std::time::Instant::now();
     let loaded = super::open_model(
         &a.model,
@@ -143,6 +146,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             a.max_connections
         },
         drain_timeout: secs("drain-timeout", a.drain_timeout)?,
+        spec,
+        draft: a.spec.draft.clone(),
+        draft_max: a.spec.draft_max,
+        draft_p_min: a.spec.draft_p_min,
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;

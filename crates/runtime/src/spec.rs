@@ -1,0 +1,348 @@
+//! Speculative decoding: draft sources and the acceptance rule.
+//!
+//! A [`Drafter`] proposes tokens that may follow the text so far; the target
+//! model checks all of them in one batched forward (the prefill kernels: on a
+//! model larger than the cache, reading the weights once for k + 1 rows costs
+//! little more than for one) and keeps the longest prefix it agrees with,
+//! plus one token of its own.
+//!
+//! # Acceptance rule (normative)
+//!
+//! Drafts are point masses: every source here proposes one token per position
+//! (the n-gram continuation, or the draft model's argmax). For a point mass
+//! `q = δ_d`, the standard rejection-sampling rule (Leviathan et al. 2023,
+//! Chen et al. 2023: accept `d` with probability `min(1, p(d) / q(d))`, else
+//! sample from `norm(max(0, p − q))`) accepts with probability `p(d)` and on
+//! rejection samples from `p` conditioned on `≠ d`. Drawing `x ~ p` with the
+//! target's own sampler and accepting iff `x == d` does exactly that, so it
+//! is the rule: each emitted token is the sampler's draw from the target's
+//! logits at its position, with the same random numbers in the same order as
+//! without speculation. Hence the same seed gives the same tokens with and
+//! without speculation, greedy or not, provided the batched forward's logits
+//! equal the one-token forwards' bit for bit (the kernels' contract, held by
+//! the tests).
+
+use crate::error::Result;
+use crate::model::{Logits, Model, State};
+use crate::sampler::argmax;
+
+/// Which draft source a generation uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecMode {
+    /// No speculation: one token per forward.
+    None,
+    /// [`NgramDrafter`]: prompt lookup, no extra weights.
+    Ngram,
+    /// [`ModelDrafter`]: a smaller model with the same vocabulary.
+    Draft,
+}
+
+impl SpecMode {
+    /// Every mode, in `--help` order.
+    pub const ALL: [SpecMode; 3] = [SpecMode::Ngram, SpecMode::Draft, SpecMode::None];
+
+    /// `ngram`, `draft`, `none`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SpecMode::None => "none",
+            SpecMode::Ngram => "ngram",
+            SpecMode::Draft => "draft",
+        }
+    }
+}
+
+impl std::str::FromStr for SpecMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        SpecMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!("unknown speculation mode {s:?} (expected ngram, draft or none)")
+            })
+    }
+}
+
+/// A source of draft tokens.
+pub trait Drafter {
+    /// Appends to `out` at most `max` tokens that may follow `history` (the
+    /// prompt, then every emitted token; the last one is not yet in the
+    /// target's cache).
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
+
+    /// Told, after each verification, how many of the `drafted` tokens the
+    /// target accepted (adapts the draft length).
+    fn observe(&mut self, drafted: usize, accepted: usize);
+}
+
+/// Counters of a speculative generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Target forwards that verified at least one draft token.
+    pub verify_steps: u64,
+    /// Draft tokens proposed.
+    pub drafted: u64,
+    /// Draft tokens accepted.
+    pub accepted: u64,
+}
+
+impl SpecStats {
+    /// Accepted / drafted (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+    /// Adds `o`'s counters.
+    pub fn add(&mut self, o: &SpecStats) {
+        self.verify_steps += o.verify_steps;
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+    }
+}
+
+/// The adaptive draft length every source shares: doubles after a fully
+/// accepted draft (up to `max`), becomes `accepted + 1` after a partly
+/// accepted one, halves (down to 1) after a rejected first token.
+#[derive(Clone, Copy, Debug)]
+pub struct DraftLength {
+    k: usize,
+    max: usize,
+}
+
+impl DraftLength {
+    /// Starts at `start`, never above `max` (both at least 1).
+    pub fn new(start: usize, max: usize) -> Self {
+        let max = max.max(1);
+        DraftLength {
+            k: start.clamp(1, max),
+            max,
+        }
+    }
+    /// The current length.
+    pub fn get(&self) -> usize {
+        self.k
+    }
+    /// Adapts to one verification's outcome.
+    pub fn observe(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.k = if accepted == drafted {
+            (self.k * 2).min(self.max)
+        } else if accepted == 0 {
+            (self.k / 2).max(1)
+        } else {
+            (accepted + 1).min(self.max)
+        };
+    }
+}
+
+/// Prompt lookup: the tokens that followed the most recent earlier
+/// occurrence of the text's last `n` tokens (longest `n` first, from
+/// `max_n` down to `min_n`), anywhere in the prompt or the generated text.
+/// No extra weights; drafts well where the answer quotes its input (code
+/// edits, summaries, extraction), proposes nothing in open chat.
+#[derive(Clone, Debug)]
+pub struct NgramDrafter {
+    min_n: usize,
+    max_n: usize,
+    len: DraftLength,
+}
+
+/// Default longest draft (tokens per verification) of every source.
+pub const DEFAULT_MAX_DRAFT: usize = 8;
+
+impl Default for NgramDrafter {
+    fn default() -> Self {
+        NgramDrafter::new(2, 4, DEFAULT_MAX_DRAFT)
+    }
+}
+
+impl NgramDrafter {
+    /// Matches suffixes of `min_n ..= max_n` tokens (`min_n ≥ 1`); drafts at
+    /// most `max_draft` tokens.
+    pub fn new(min_n: usize, max_n: usize, max_draft: usize) -> Self {
+        let min_n = min_n.max(1);
+        NgramDrafter {
+            min_n,
+            max_n: max_n.max(min_n),
+            len: DraftLength::new(4, max_draft),
+        }
+    }
+}
+
+/// The start of the continuation after the most recent occurrence of
+/// `history`'s last `n` tokens before its end, if any.
+fn lookup(history: &[u32], n: usize) -> Option<usize> {
+    let len = history.len();
+    if len <= n {
+        return None;
+    }
+    let pat = &history[len - n..];
+    // Occurrences [i, i + n) with i + n < len: they have a continuation.
+    (0..len - n)
+        .rev()
+        .find(|&i| &history[i..i + n] == pat)
+        .map(|i| i + n)
+}
+
+impl Drafter for NgramDrafter {
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        let k = self.len.get().min(max);
+        if k == 0 {
+            return Ok(());
+        }
+        for n in (self.min_n..=self.max_n).rev() {
+            if let Some(at) = lookup(history, n) {
+                out.extend(history[at..].iter().take(k));
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, drafted: usize, accepted: usize) {
+        self.len.observe(drafted, accepted);
+    }
+}
+
+/// A smaller model with the same vocabulary drafting greedily (its argmax),
+/// stopping early where its top probability falls below `p_min`. Its KV
+/// cache follows the target's text: each call keeps the common prefix of
+/// what it has seen and the history, and runs only the rest.
+pub struct ModelDrafter<'m, 'w> {
+    model: &'m Model<'w>,
+    state: State,
+    /// Tokens in `state`'s cache, in order.
+    seen: Vec<u32>,
+    len: DraftLength,
+    p_min: f32,
+}
+
+impl std::fmt::Debug for ModelDrafter<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelDrafter")
+            .field("seen", &self.seen.len())
+            .field("len", &self.len)
+            .field("p_min", &self.p_min)
+            .finish()
+    }
+}
+
+/// Default [`ModelDrafter`] confidence threshold (llama.cpp's `--draft-p-min`
+/// default is 0.75 for its greedy drafts; 0.5 drafts more).
+pub const DEFAULT_P_MIN: f32 = 0.5;
+
+impl<'m, 'w> ModelDrafter<'m, 'w> {
+    /// A drafter over `model` with a cache of `n_ctx` positions (the
+    /// target's). Fails if the vocabularies differ in size (the caller
+    /// checks that the tokenizers are the same).
+    pub fn new(model: &'m Model<'w>, n_ctx: usize, max_draft: usize, p_min: f32) -> Self {
+        ModelDrafter {
+            model,
+            state: model.new_state(n_ctx),
+            seen: Vec::new(),
+            len: DraftLength::new(4, max_draft),
+            p_min,
+        }
+    }
+}
+
+/// The largest softmax probability of `logits` (the argmax's).
+fn top_prob(logits: &[f32], best: u32) -> f32 {
+    let m = logits[best as usize];
+    let s: f32 = logits.iter().map(|&v| (v - m).exp()).sum();
+    1.0 / s
+}
+
+impl Drafter for ModelDrafter<'_, '_> {
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        let k = self.len.get().min(max);
+        if k == 0 || history.is_empty() {
+            return Ok(());
+        }
+        // Room in the draft's cache for the history and k - 1 drafts.
+        let n_ctx = self.state.n_ctx();
+        if history.len() + k > n_ctx {
+            return Ok(());
+        }
+        let common = self
+            .seen
+            .iter()
+            .zip(history)
+            .take_while(|(a, b)| a == b)
+            .count()
+            // At least the last token runs, so its logits are fresh.
+            .min(history.len() - 1);
+        self.state.truncate(common);
+        self.seen.truncate(common);
+        self.model
+            .forward(&mut self.state, &history[common..], Logits::Last)?;
+        self.seen.extend_from_slice(&history[common..]);
+        for i in 0..k {
+            let logits = self.state.logits();
+            let t = argmax(logits);
+            if top_prob(logits, t) < self.p_min {
+                break;
+            }
+            out.push(t);
+            if i + 1 < k {
+                self.model.forward(&mut self.state, &[t], Logits::Last)?;
+                self.seen.push(t);
+            }
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, drafted: usize, accepted: usize) {
+        self.len.observe(drafted, accepted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ngram_proposes_the_most_recent_continuation_longest_match_first() {
+        let mut d = NgramDrafter::new(1, 3, 8);
+        let mut out = Vec::new();
+        // "1 2 3 9 … 2 3 7 … 1 2 3": the 3-gram [1 2 3] matched at 0 → [9 …].
+        let h = [1, 2, 3, 9, 8, 2, 3, 7, 6, 1, 2, 3];
+        d.draft(&h, 3, &mut out).unwrap();
+        assert_eq!(out, [9, 8, 2]);
+        // Only the 2-gram [2 3] recurs: its latest occurrence (at 5) → [7 6 1].
+        out.clear();
+        let h = [1, 2, 3, 9, 8, 2, 3, 7, 6, 5, 2, 3];
+        d.draft(&h, 3, &mut out).unwrap();
+        assert_eq!(out, [7, 6, 5]);
+        // Nothing recurs: no draft.
+        out.clear();
+        d.draft(&[1, 2, 3, 4], 3, &mut out).unwrap();
+        assert!(out.is_empty());
+        // The budget caps the draft.
+        out.clear();
+        d.draft(&[5, 6, 7, 8, 5], 1, &mut out).unwrap();
+        assert_eq!(out, [6]);
+    }
+
+    #[test]
+    fn draft_length_adapts() {
+        let mut l = DraftLength::new(4, 8);
+        l.observe(4, 4);
+        assert_eq!(l.get(), 8);
+        l.observe(8, 8);
+        assert_eq!(l.get(), 8);
+        l.observe(8, 2);
+        assert_eq!(l.get(), 3);
+        l.observe(3, 0);
+        assert_eq!(l.get(), 1);
+        l.observe(1, 0);
+        assert_eq!(l.get(), 1);
+        l.observe(0, 0);
+        assert_eq!(l.get(), 1);
+    }
+}
