@@ -6,6 +6,7 @@ mod moe;
 mod ple;
 mod quant_types;
 mod run;
+mod spec;
 mod tokenize;
 mod unsupported;
 mod verify_inspect;

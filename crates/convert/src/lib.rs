@@ -36,4 +36,6 @@ pub(crate) fn vm_hwm_kb() -> u64 {
 pub use error::Error;
 pub use plan::{Fuse, Placement, Plan, PlannedTensor, FUSED_GROUPS};
 pub use policy::Quant;
-pub use write::{convert, ConvertOptions, Progress, Report, SectionReport, TensorReport};
+pub use write::{
+    convert, ConvertOptions, Progress, Report, SectionReport, TensorReport, DRAFT_PREFIX,
+};

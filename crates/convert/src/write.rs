@@ -35,7 +35,14 @@ pub struct ConvertOptions {
     /// A draft (multi-token-prediction) module to pack into the Mtp section: a
     /// directory of safetensors files, or a GGUF file / a directory holding one.
     pub mtp_dir: Option<PathBuf>,
+    /// A whole draft model for speculative decoding (GGUF or HF directory;
+    /// its vocabulary must be the source's): its tensors go to the Mtp
+    /// section, its hyperparameters to MetadataKv under [`DRAFT_PREFIX`].
+    pub draft: Option<PathBuf>,
 }
+
+/// MetadataKv key prefix of a packed draft model's own keys.
+pub use gpack_format::payload::DRAFT_KEY_PREFIX as DRAFT_PREFIX;
 
 /// Progress callbacks (called from the converting thread).
 pub trait Progress: Sync {
@@ -214,6 +221,15 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         ));
     }
     let plan = plan::plan(&source, opts.quant, opts.external_experts)?;
+    if opts.draft.is_some() && opts.mtp_dir.is_some() {
+        return Err(Error::Option(
+            "--draft and --mtp-dir both fill the Mtp section: give one".into(),
+        ));
+    }
+    let draft = match &opts.draft {
+        Some(d) => Some(open_draft(d, &source)?),
+        None => None,
+    };
     for f in &source.files {
         f.advise_sequential();
     }
@@ -239,17 +255,20 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         })
     };
 
-    // 0 MetadataKv: every source key, in source order.
+    // 0 MetadataKv: every source key, in source order; then a draft
+    // model's keys but its tokenizer's, prefixed.
+    let draft_keys = draft.iter().flat_map(|d| {
+        d.metadata
+            .iter()
+            .filter(|(k, _)| !k.starts_with("tokenizer."))
+            .map(|(k, v)| (format!("{DRAFT_PREFIX}{k}"), v))
+    });
     let values: Vec<(String, u32, Vec<u8>)> = source
         .metadata
         .iter()
-        .map(|(k, v)| {
-            (
-                k.to_string(),
-                v.value_type().id(),
-                gpack_ingest::gguf::encode_value(v),
-            )
-        })
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(draft_keys)
+        .map(|(k, v)| (k, v.value_type().id(), gpack_ingest::gguf::encode_value(v)))
         .collect();
     let kv = payload::encode_kv(values.iter().map(|(k, t, v)| KvRecord {
         key: k,
@@ -613,9 +632,20 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
     // 13 Mtp: the draft module, with its own tensor index.
     let mut mtp_desc = serde_json::Value::Null;
     if let Some(dir) = &opts.mtp_dir {
-        let (n, size) = write_mtp(dir, opts.quant, &mut w, progress)?;
+        let (n, size) = write_mtp(&open_mtp(dir)?, dir, opts.quant, &mut w, progress)?;
         record(SectionKind::Mtp, size, n);
         mtp_desc = serde_json::json!({"path": dir.display().to_string(), "tensors": n});
+    }
+    if let (Some(d), Some(path)) = (&draft, &opts.draft) {
+        let (n, size) = write_mtp(d, path, opts.quant, &mut w, progress)?;
+        record(SectionKind::Mtp, size, n);
+        mtp_desc = serde_json::json!({
+            "role": "draft",
+            "path": path.display().to_string(),
+            "architecture": d.architecture().unwrap_or(""),
+            "tensors": n,
+            "metadata_prefix": DRAFT_PREFIX,
+        });
     }
 
     let source_desc = serde_json::json!({
@@ -716,21 +746,53 @@ fn open_mtp(dir: &Path) -> Result<Source, Error> {
     Ok(Source::open(dir)?)
 }
 
-/// Writes the Mtp section; returns (tensors, payload bytes).
+/// Opens a draft model and checks it can draft for `target`: a model of
+/// its own (an architecture) with the target's vocabulary, token for token.
+fn open_draft(path: &Path, target: &Source) -> Result<Source, Error> {
+    let d = Source::open(path)?;
+    let bad = |problem: String| Error::Option(format!("--draft {}: {problem}", path.display()));
+    if d.architecture().is_none() {
+        return Err(bad("not a model (no general.architecture)".into()));
+    }
+    let (Some(t), Some(dt)) = (
+        crate::tokenizer::build(target)?,
+        crate::tokenizer::build(&d)?,
+    ) else {
+        return Err(bad(
+            "the model and the draft must both carry a tokenizer (to check that they share it)"
+                .into(),
+        ));
+    };
+    let (t, dt) = (
+        gpack_tokenizer::Tokenizer::from_bytes(&t.bytes).map_err(Error::Tokenizer)?,
+        gpack_tokenizer::Tokenizer::from_bytes(&dt.bytes).map_err(Error::Tokenizer)?,
+    );
+    if let Some(id) = t.vocab_difference(&dt) {
+        return Err(bad(format!(
+            "its vocabulary differs from the model's at token {id} ({:?} vs {:?}): a draft must share its target's tokenizer",
+            dt.token_text(id).unwrap_or_default(),
+            t.token_text(id).unwrap_or_default()
+        )));
+    }
+    Ok(d)
+}
+
+/// Writes the Mtp section from `src` (named `dir` in errors); returns
+/// (tensors, payload bytes).
 fn write_mtp(
+    src: &Source,
     dir: &Path,
     quant: Quant,
     w: &mut GpackWriter,
     progress: &dyn Progress,
 ) -> Result<(u64, u64), Error> {
-    let src = open_mtp(dir)?;
     if src.tensors.is_empty() {
         return Err(Error::Option(format!(
             "--mtp-dir {}: no tensors found",
             dir.display()
         )));
     }
-    let mtp_plan = plan::plan(&src, quant, false)?;
+    let mtp_plan = plan::plan(src, quant, false)?;
     if let Some(p) = mtp_plan
         .tensors
         .iter()
@@ -738,7 +800,7 @@ fn write_mtp(
     {
         return Err(Error::Tensor {
             tensor: src.tensors[p.source].name.clone(),
-            problem: "routed experts in a draft (--mtp-dir) module are not supported".into(),
+            problem: "routed experts in a draft model or module (--draft, --mtp-dir) are not supported: the Mtp section holds dense tensors".into(),
         });
     }
     // Offsets in the data area: every tensor 256-aligned; matrices native,
@@ -789,7 +851,7 @@ fn write_mtp(
         let t = &src.tensors[p.source];
         s.pad_to(payload::MTP_ALIGN)?;
         debug_assert_eq!(s.len(), data_start + e.offset);
-        let bytes = tensor_bytes(&src, t)?;
+        let bytes = tensor_bytes(src, t)?;
         if e.layout == payload::LAYOUT_GGML {
             s.write_bytes(&bytes)?;
         } else {
@@ -800,7 +862,7 @@ fn write_mtp(
             write_layout(&t.name, t.ggml_type, &bytes, p.rows, p.cols, p, &mut c)?;
         }
         drop(bytes);
-        release(&src, t);
+        release(src, t);
     }
     let size = s.len();
     s.finish(entries.len() as u64)?;

@@ -1035,6 +1035,13 @@ pub fn is_plain_file_name(name: &str) -> bool {
 
 // ------------------------------------------------------------------------ Mtp
 
+/// MetadataKv key prefix of a draft model packed in the Mtp section
+/// (`gpack convert --draft`): its own keys (`gpack.draft.general.architecture`,
+/// `gpack.draft.llama.block_count`, …), not its tokenizer's, which is the
+/// model's. An Mtp section without `gpack.draft.general.architecture` holds a
+/// draft module that is not a whole model (`--mtp-dir`).
+pub const DRAFT_KEY_PREFIX: &str = "gpack.draft.";
+
 /// Alignment of tensors in the Mtp data area (relative to the section start).
 pub const MTP_ALIGN: u64 = 256;
 

@@ -20,11 +20,12 @@ impl Progress for Quiet {
 /// `gpack convert` does. `quant`: `"keep"` (default), `"int8"`,
 /// `"int8int8"` or `"int4"`; `name` the manifest name; `external_experts`
 /// leaves routed experts in the source shards; `force` replaces an existing
-/// `out`. Returns the conversion report (`gpack convert --json`'s dict).
+/// `out`; `draft` packs a draft model with the same tokenizer for
+/// speculative decoding (`gpack convert --draft`). Returns the conversion report (`gpack convert --json`'s dict).
 /// Runs without holding the GIL.
 #[pyfunction]
 #[pyo3(signature = (src, out, *, quant = "keep", name = None, external_experts = false,
-                    force = false, mtp_dir = None))]
+                    force = false, mtp_dir = None, draft = None))]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments
 pub fn convert(
     py: Python<'_>,
@@ -35,6 +36,7 @@ pub fn convert(
     external_experts: bool,
     force: bool,
     mtp_dir: Option<PathBuf>,
+    draft: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let quant: Quant = quant
         .parse()
@@ -47,6 +49,7 @@ pub fn convert(
         external_experts,
         force,
         mtp_dir,
+        draft,
     };
     let report = py.detach(|| rconvert(&opts, &Quiet)).map_err(|e| {
         err_msg(format!(

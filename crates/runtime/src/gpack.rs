@@ -221,6 +221,86 @@ impl GpackWeights {
     }
 }
 
+impl GpackWeights {
+    /// The draft model packed in the Mtp section (`gpack convert --draft`),
+    /// its tensors validated; `None` when the file has none (no Mtp section,
+    /// or one holding a draft module that is not a whole model).
+    pub fn draft(&self) -> Option<Result<DraftWeights<'_>>> {
+        let s = self.g.section(SectionKind::Mtp)?;
+        let mut metadata = Metadata::new();
+        for (k, v) in self.metadata.iter() {
+            if let Some(own) = k.strip_prefix(payload::DRAFT_KEY_PREFIX) {
+                metadata.insert(own.to_string(), v.clone());
+            }
+        }
+        metadata.get_str("general.architecture")?;
+        Some((|| {
+            let (entries, data) = payload::parse_mtp(s.bytes)?;
+            let d = DraftWeights {
+                g: &self.g,
+                metadata,
+                index: entries.into_iter().map(|e| (e.name.clone(), e)).collect(),
+                data,
+            };
+            for name in d.index.keys() {
+                d.lookup(name)?;
+            }
+            Ok(d)
+        })())
+    }
+}
+
+/// A draft model's weights, served in place from the Mtp section of a
+/// mapped `.gpack` (matrices in native layouts, the rest raw ggml blocks).
+pub struct DraftWeights<'g> {
+    g: &'g Gpack,
+    metadata: Metadata,
+    index: HashMap<String, TensorEntry>,
+    /// The Mtp data area (tensor offsets are relative to it).
+    data: &'g [u8],
+}
+
+impl DraftWeights<'_> {
+    fn lookup(&self, name: &str) -> Result<TensorRef<'_>> {
+        let bad = |problem: String| Error::Section {
+            section: SectionKind::Mtp,
+            problem: format!("draft tensor {name}: {problem}"),
+        };
+        let e = self.index.get(name).ok_or_else(|| bad("absent".into()))?;
+        let bytes = slice_of(self.data, e)
+            .ok_or_else(|| bad(format!("[{}, +{}) outside the data area", e.offset, e.size)))?;
+        if e.layout == payload::LAYOUT_GGML {
+            let ggml_type = GgmlType::from_id(e.src_type)
+                .ok_or_else(|| bad(format!("unknown type {}", e.src_type)))?;
+            return Ok(TensorRef::Dense {
+                ggml_type,
+                dims: e.dims.clone(),
+                bytes,
+            });
+        }
+        native_ref(name, bytes)
+    }
+}
+
+impl HasMetadata for DraftWeights<'_> {
+    fn metadata_table(&self) -> &Metadata {
+        &self.metadata
+    }
+}
+
+impl WeightSource for DraftWeights<'_> {
+    fn tensor(&self, name: &str) -> Option<TensorRef<'_>> {
+        if !self.index.contains_key(name) {
+            return None;
+        }
+        self.lookup(name).ok()
+    }
+
+    fn release(&self, bytes: &[u8]) {
+        self.g.release(bytes);
+    }
+}
+
 fn slice_of<'b>(bytes: &'b [u8], e: &TensorEntry) -> Option<&'b [u8]> {
     let end = e
         .offset

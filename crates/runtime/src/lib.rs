@@ -57,7 +57,7 @@ pub use error::{Error, Result};
 pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{generate, generate_with, partial_stop, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;
-pub use gpack::GpackWeights;
+pub use gpack::{DraftWeights, GpackWeights};
 pub use model::{
     LoadOptions, Logits, Model, PleMode, PleStats, Scratch, Sequence, State, DEFAULT_PLE_CACHE,
 };

@@ -86,7 +86,8 @@ pub struct Options {
     /// Speculative decoding of requests that do not choose (`speculative`
     /// in the body): drafts checked in the batched step, the text unchanged.
     pub spec: gpack_runtime::SpecMode,
-    /// A draft model (same vocabulary) for `SpecMode::Draft`.
+    /// A draft model (same vocabulary) for `SpecMode::Draft`; without one, a
+    /// .gpack's packed draft model (`gpack convert --draft`) is used.
     pub draft: Option<std::path::PathBuf>,
     /// Most tokens drafted per sequence and step.
     pub draft_max: usize,
@@ -195,9 +196,22 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map_err(|e| Error::Template(Box::new(e)))?;
     }
     let stop_tokens = tok.stop_ids();
-    let draft = match &opts.draft {
-        Some(p) => Some(load_draft(p, &tok, &opts.load)?),
-        None => None,
+    let draft = match (&opts.draft, loaded.packed_draft()) {
+        (Some(p), _) => Some(load_draft(p, &tok, &opts.load)?),
+        (None, Some(d)) => {
+            let model_err = |source| Error::Model {
+                path: format!(
+                    "{} (the draft model in its Mtp section)",
+                    loaded.path().display()
+                ),
+                source: Box::new(source),
+            };
+            let d: &'static gpack_runtime::DraftWeights<'static> =
+                Box::leak(Box::new(d.map_err(model_err)?));
+            let m = Model::load_with(d, &opts.load).map_err(model_err)?;
+            Some(&*Box::leak(Box::new(m)))
+        }
+        (None, None) => None,
     };
     if opts.spec == gpack_runtime::SpecMode::Draft && draft.is_none() {
         return Err(Error::Option {
@@ -234,7 +248,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         body_timeout: opts.body_timeout,
         stop_tokens,
         spec: opts.spec,
-        has_draft: opts.draft.is_some(),
+        has_draft: draft.is_some(),
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

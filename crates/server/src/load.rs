@@ -51,6 +51,15 @@ impl std::fmt::Debug for Loaded {
 }
 
 impl Loaded {
+    /// The draft model packed in a .gpack's Mtp section (`gpack convert
+    /// --draft`), if this is such a file.
+    pub fn packed_draft(&self) -> Option<gpack_runtime::Result<gpack_runtime::DraftWeights<'_>>> {
+        match self {
+            Loaded::Gpack { weights, .. } => weights.draft(),
+            _ => None,
+        }
+    }
+
     /// Opens `model`: a .gpack (`fallback` is used when it fails
     /// validation), a .giw bundle (its tokenizer from the metadata GGUF it
     /// carries), or a .gguf / Hugging Face directory.

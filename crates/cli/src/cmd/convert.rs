@@ -46,8 +46,14 @@ pub struct Args {
     external_experts: bool,
     /// Pack a draft (multi-token-prediction) module into the Mtp section: a
     /// directory of safetensors files, or a GGUF file or a directory holding one.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "draft")]
     mtp_dir: Option<PathBuf>,
+    /// Pack a whole draft model for speculative decoding (a smaller .gguf or
+    /// Hugging Face directory with the same tokenizer; refused otherwise)
+    /// into the Mtp section, in native layouts and hashed like every
+    /// section: `gpack run`/`serve` then draft with it by default.
+    #[arg(long, value_name = "MODEL")]
+    draft: Option<PathBuf>,
     /// Replace OUT if it exists.
     #[arg(long)]
     force: bool,
@@ -85,6 +91,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         external_experts: a.external_experts,
         force: a.force,
         mtp_dir: a.mtp_dir,
+        draft: a.draft,
     };
     let bars = Bars {
         visible: !a.json,

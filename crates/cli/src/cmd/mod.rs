@@ -72,11 +72,13 @@ pub struct SpecArgs {
     /// --draft, `none` runs one token per forward. The model checks each
     /// draft in one batched forward and keeps what it would have generated
     /// anyway: the output is the same in every mode (the same tokens for the
-    /// same seed). Default: `draft` with --draft, else `ngram`.
+    /// same seed). Default: `draft` with --draft or when the .gpack carries
+    /// a draft model (`gpack convert --draft`), else `ngram`.
     #[arg(long, value_name = "MODE", value_parser = spec_parser())]
     pub spec: Option<gpack_runtime::SpecMode>,
     /// A smaller model with the same vocabulary (.gpack, .gguf or HF
-    /// directory) that drafts greedily for --spec draft.
+    /// directory) that drafts greedily for --spec draft (instead of the
+    /// draft packed in MODEL, if any).
     #[arg(long, value_name = "MODEL")]
     pub draft: Option<std::path::PathBuf>,
     /// Most tokens drafted per check; the length adapts below it to how many
@@ -91,16 +93,21 @@ pub struct SpecArgs {
 }
 
 impl SpecArgs {
-    /// The mode the flags ask for (checked: `draft` needs --draft).
-    pub fn mode(&self) -> anyhow::Result<gpack_runtime::SpecMode> {
+    /// The mode the flags ask for, `packed` saying whether the model file
+    /// carries a draft model (`gpack convert --draft`). Default: `draft`
+    /// with --draft or a packed draft, else `ngram`; `draft` needs one of
+    /// the two.
+    pub fn mode(&self, packed: bool) -> anyhow::Result<gpack_runtime::SpecMode> {
         use gpack_runtime::SpecMode;
-        let m = match (self.spec, &self.draft) {
-            (Some(m), _) => m,
-            (None, Some(_)) => SpecMode::Draft,
-            (None, None) => SpecMode::Ngram,
+        let m = match self.spec {
+            Some(m) => m,
+            None if self.draft.is_some() || packed => SpecMode::Draft,
+            None => SpecMode::Ngram,
         };
-        if m == SpecMode::Draft && self.draft.is_none() {
-            anyhow::bail!("--spec draft needs a draft model: --draft MODEL");
+        if m == SpecMode::Draft && self.draft.is_none() && !packed {
+            anyhow::bail!(
+                "--spec draft needs a draft model: --draft MODEL, or a .gpack converted with --draft"
+            );
         }
         if m != SpecMode::Draft && self.draft.is_some() {
             anyhow::bail!(

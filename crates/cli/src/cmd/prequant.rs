@@ -144,6 +144,7 @@ mod tests {
                 external_experts: false,
                 force: true,
                 mtp_dir: None,
+                draft: None,
             },
             &(),
         )

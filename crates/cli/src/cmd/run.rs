@@ -210,7 +210,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
             writeln!(buf, "{level}: {}", rec.args())
         })
         .try_init();
-    let spec_mode = a.spec.mode()?;
     let t0 = Instant::now();
     let loaded = super::open_model(
         &a.model,
@@ -227,31 +226,37 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let model = Model::load_with(loaded.weights(), &opts)?;
     let tok = loaded.tokenizer()?;
-    // The draft model of --spec draft: same vocabulary, checked here.
-    let draft_loaded = match &a.spec.draft {
-        Some(p) => Some(
+    let packed = match loaded.packed_draft() {
+        Some(d) => Some(d.context("reading the draft model packed in the Mtp section")?),
+        None => None,
+    };
+    let spec_mode = a.spec.mode(packed.is_some())?;
+    // The draft model of --spec draft: --draft's (same vocabulary, checked
+    // here), else the packed one (checked at convert).
+    let draft_loaded = match (&a.spec.draft, spec_mode) {
+        (Some(p), SpecMode::Draft) => Some(
             super::open_model(p, None, None)
                 .with_context(|| format!("opening the draft model {}", p.display()))?,
         ),
-        None => None,
+        _ => None,
     };
-    let draft_model = match &draft_loaded {
-        Some(d) => {
-            if let Some(id) = tok.vocab_difference(&d.tokenizer()?) {
-                bail!(
-                    "the draft model {} has another vocabulary than {} (token {id} differs): \
-                     a draft model must share its target's tokenizer",
-                    a.spec
-                        .draft
-                        .as_deref()
-                        .unwrap_or_else(|| "".as_ref())
-                        .display(),
-                    a.model.display()
-                );
-            }
-            Some(Model::load_with(d.weights(), &opts)?)
+    if let (Some(d), Some(p)) = (&draft_loaded, &a.spec.draft) {
+        if let Some(id) = tok.vocab_difference(&d.tokenizer()?) {
+            bail!(
+                "the draft model {} has another vocabulary than {} (token {id} differs): \
+                 a draft model must share its target's tokenizer",
+                p.display(),
+                a.model.display()
+            );
         }
-        None => None,
+    }
+    let draft_model = match (&draft_loaded, &packed, spec_mode) {
+        (Some(d), _, _) => Some(Model::load_with(d.weights(), &opts)?),
+        (None, Some(d), SpecMode::Draft) => Some(
+            Model::load_with(d, &opts)
+                .context("loading the draft model packed in the Mtp section")?,
+        ),
+        _ => None,
     };
     let load_time = t0.elapsed();
     let anon_after_load = rss_anon_kib();

