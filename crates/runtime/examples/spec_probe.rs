@@ -32,7 +32,7 @@ fn main() {
     }
     println!("batched == one by one: {}", batched == seq);
     let mut t1 = 0.0;
-    for k in [1usize, 2, 3, 4, 5, 6, 8, 12, 16] {
+    for k in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16] {
         let mut ts = Vec::new();
         for _ in 0..15 {
             st.truncate(base);
