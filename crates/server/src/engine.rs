@@ -184,10 +184,11 @@ pub struct EngineConfig {
     pub draft_p_min: f32,
 }
 
-/// Draft tokens one step checks at most, over all its sequences, less one per
-/// decoding sequence: a lone stream drafts up to its draft length, while a
-/// full batch (already reading each weight once for many rows) spends little
-/// compute on drafts that may be rejected.
+/// Rows of a step's decoding sequences with their drafts, at most: each
+/// decoding sequence may draft `(STEP_DRAFT_ROWS - decoding) / decoding`
+/// tokens (a lone stream up to its draft length, 2 streams 7 each, 8 streams
+/// 1 each), so a full batch, which already reads each weight once for many
+/// rows, spends little compute on drafts that may be rejected.
 pub const STEP_DRAFT_ROWS: usize = 16;
 
 struct Active {
@@ -428,7 +429,8 @@ impl Engine {
             .flatten()
             .filter(|a| a.fed >= a.job.prompt.len())
             .count();
-        let mut draft_budget = STEP_DRAFT_ROWS.saturating_sub(decoding);
+        // Each decoding slot may draft an equal share of the step's rows.
+        let draft_share = STEP_DRAFT_ROWS.saturating_sub(decoding) / decoding.max(1);
         let mut draft = Vec::new();
         for i in 0..self.slots.len() {
             let Some(a) = self.slots[i].as_mut() else {
@@ -454,7 +456,7 @@ impl Engine {
                 let room = (a.job.max_tokens - a.n_gen)
                     .min(self.cfg.n_ctx - self.seqs[i].pos())
                     .saturating_sub(1)
-                    .min(draft_budget);
+                    .min(draft_share);
                 draft.clear();
                 if room > 0 {
                     let d: Option<&mut dyn Drafter> = match a.job.spec {
@@ -474,7 +476,6 @@ impl Engine {
                         draft.truncate(keep);
                     }
                 }
-                draft_budget -= draft.len();
                 toks.push(a.next);
                 toks.extend_from_slice(&draft);
                 lens.push(1 + draft.len());
