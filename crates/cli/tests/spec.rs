@@ -71,6 +71,13 @@ fn a_packed_draft_drafts_by_default_and_keeps_the_text() {
     assert!(ok, "{err}");
     assert_eq!(ngram, plain);
 
+    let o = gpack().arg("inspect").arg(&out).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("draft:     llama model, 21 tensors"),
+        "{text}"
+    );
+
     // The Mtp section is hashed like every section: flip one byte of it.
     let o = gpack().arg("verify").arg(&out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

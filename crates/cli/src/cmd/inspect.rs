@@ -89,6 +89,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     )?;
     writeln!(out, "source:    {}", m.source)?;
+    let mv = m.to_value();
+    let mtp = &mv["convert"]["mtp"];
+    if mtp["role"] == "draft" {
+        writeln!(
+            out,
+            "draft:     {} model, {} tensors in the mtp section (speculative decoding: gpack run/serve draft with it by default)",
+            mtp["architecture"].as_str().unwrap_or("?"),
+            mtp["tensors"]
+        )?;
+    }
     writeln!(out, "sections:")?;
     writeln!(
         out,
