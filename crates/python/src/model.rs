@@ -10,8 +10,8 @@
 use crate::tok::{check_ids, messages};
 use crate::{err_msg, json_to_py};
 use gpack_runtime::{
-    generate, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel, SamplerConfig,
-    StopReason,
+    generate_with, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
+    NgramDrafter, SamplerConfig, SpecMode, StopReason,
 };
 use gpack_server::{Integrity, Loaded, VerifyMode};
 use gpack_tokenizer::Tokenizer as RTokenizer;
@@ -43,6 +43,8 @@ self_cell::self_cell!(
 struct Job {
     prompt: Vec<u32>,
     cfg: GenerateConfig,
+    /// Speculative decoding by prompt lookup (`speculative="ngram"`).
+    ngram: bool,
 }
 
 /// Shared by a `Model` and its running streams.
@@ -76,12 +78,14 @@ impl Shared {
                 ));
             }
             let mut state = e.model.new_state(self.n_ctx);
-            generate(
+            let mut ngram = NgramDrafter::default();
+            generate_with(
                 &e.model,
                 &mut state,
                 &job.prompt,
                 &job.cfg,
                 Some(e.tok),
+                job.ngram.then_some(&mut ngram as &mut dyn Drafter),
                 |id, text| {
                     if self.verify == VerifyMode::Background {
                         let mut c = self.integrity.lock().unwrap_or_else(|p| p.into_inner());
@@ -125,6 +129,19 @@ fn checked_sampling(top_p: f32, stop: Option<Vec<String>>) -> PyResult<Vec<Strin
         return Err(PyValueError::new_err("stop strings must not be empty"));
     }
     Ok(stop)
+}
+
+/// `speculative=`: `"ngram"` (prompt lookup, as `gpack run`'s default) or
+/// `"none"`; the text is the same either way.
+fn checked_speculative(mode: &str) -> PyResult<bool> {
+    match mode.parse::<SpecMode>() {
+        Ok(SpecMode::Ngram) => Ok(true),
+        Ok(SpecMode::None) => Ok(false),
+        Ok(SpecMode::Draft) => Err(PyValueError::new_err(
+            "speculative=\"draft\" is not available in the Python package yet; use \"ngram\" or \"none\" (gpack run/serve take a draft model)",
+        )),
+        Err(e) => Err(PyValueError::new_err(e)),
+    }
 }
 
 /// OpenAI's `finish_reason`.
@@ -462,7 +479,8 @@ impl Model {
     /// or when the context is full.
     #[pyo3(signature = (prompt, max_tokens = 128, *, temperature = 0.0, top_k = 40, top_p = 0.95,
                         min_p = 0.0, repeat_penalty = 1.0, repeat_last_n = 64, seed = 42,
-                        stop = None, ignore_eos = false, stream = false))]
+                        stop = None, ignore_eos = false, stream = false,
+                        speculative = "ngram"))]
     fn generate(
         &self,
         py: Python<'_>,
@@ -478,8 +496,10 @@ impl Model {
         stop: Option<Vec<String>>,
         ignore_eos: bool,
         stream: bool,
+        speculative: &str,
     ) -> PyResult<Py<PyAny>> {
         let stop_strings = checked_sampling(top_p, stop)?;
+        let ngram = checked_speculative(speculative)?;
         let prompt = self.prompt_ids(py, prompt)?;
         let job = Job {
             prompt,
@@ -502,6 +522,7 @@ impl Model {
                 stop_strings,
                 ..GenerateConfig::default()
             },
+            ngram,
         };
         if stream {
             return Ok(Bound::new(py, self.stream(job, None))?.into_any().unbind());
@@ -514,7 +535,7 @@ impl Model {
     /// `finish_reason` (`"stop"` or `"length"`), `prompt_tokens`, and the
     /// prefill and decode speeds in tokens per second.
     #[pyo3(signature = (prompt, max_tokens = 128, *, temperature = 0.0, top_k = 40, top_p = 0.95,
-                        seed = 42, stop = None))]
+                        seed = 42, stop = None, speculative = "ngram"))]
     fn generate_ids(
         &self,
         py: Python<'_>,
@@ -525,8 +546,10 @@ impl Model {
         top_p: f32,
         seed: u64,
         stop: Option<Vec<String>>,
+        speculative: &str,
     ) -> PyResult<Py<PyAny>> {
         let stop_strings = checked_sampling(top_p, stop)?;
+        let ngram = checked_speculative(speculative)?;
         let prompt = self.prompt_ids(py, prompt)?;
         let job = Job {
             prompt,
@@ -543,6 +566,7 @@ impl Model {
                 stop_strings,
                 ..GenerateConfig::default()
             },
+            ngram,
         };
         let g = self.run_blocking(py, &job)?;
         json_to_py(
@@ -554,6 +578,8 @@ impl Model {
                 "prompt_tokens": g.prompt_tokens,
                 "prefill_tps": g.prefill_tps(),
                 "decode_tps": g.decode_tps(),
+                "drafted": g.spec.drafted,
+                "accepted": g.spec.accepted,
             }),
         )
     }
@@ -568,7 +594,7 @@ impl Model {
     /// `stream=True` an iterator of `chat.completion.chunk` dicts.
     #[pyo3(signature = (messages, *, max_tokens = None, temperature = None, top_p = None,
                         top_k = None, min_p = None, seed = None, stop = None, stream = false,
-                        stream_options = None))]
+                        stream_options = None, speculative = "ngram"))]
     fn create_chat_completion(
         &self,
         py: Python<'_>,
@@ -582,7 +608,9 @@ impl Model {
         stop: Option<&Bound<'_, PyAny>>,
         stream: bool,
         stream_options: Option<&Bound<'_, PyDict>>,
+        speculative: &str,
     ) -> PyResult<Py<PyAny>> {
+        let ngram = checked_speculative(speculative)?;
         let msgs = self::messages(messages)?;
         if msgs.is_empty() {
             return Err(PyValueError::new_err("messages must not be empty"));
@@ -631,6 +659,7 @@ impl Model {
                 ..GenerateConfig::default()
             },
             prompt,
+            ngram,
         };
         let created = now_secs();
         let id = format!(

@@ -42,6 +42,20 @@ def test_greedy_equals_gpack_run_tiny_models(tiny_gpacks):
         assert m.generate("Hello world", 16) == cli_run(path, "Hello world", 16), qtype
 
 
+def test_speculative_decoding_keeps_the_text(smol):
+    code = "def area(w, h):\n    a = w * h\n    return a\n"
+    prompt = f"Rewrite this code, renaming area to surface:\n{code}\nRewritten:\n"
+    plain = smol.generate_ids(prompt, 48, speculative="none")
+    spec = smol.generate_ids(prompt, 48)  # "ngram", the default
+    assert spec["tokens"] == plain["tokens"] and spec["text"] == plain["text"]
+    assert plain["drafted"] == 0 and spec["accepted"] > 0, spec
+    sampled = dict(temperature=0.9, seed=7)
+    assert smol.generate(prompt, 32, speculative="none", **sampled) == smol.generate(prompt, 32, **sampled)
+    for bad in ("draft", "fast"):
+        with pytest.raises(ValueError):
+            smol.generate(prompt, 4, speculative=bad)
+
+
 def test_chat_equals_gpack_run_chat(smol, smol_gpack):
     q = "What is 2+2?"
     want = cli_run(smol_gpack, q, chat=True)
