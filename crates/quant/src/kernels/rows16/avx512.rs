@@ -262,18 +262,27 @@ impl Dec for Q6K {
         let p = self.0;
         // SAFETY: as above.
         unsafe {
+            // u = (ql nibble) | (qh bits 2q..2q+2) << 4: the high bits are
+            // shifted straight to bits 4-5 (16-bit shifts; what crosses a
+            // byte lands outside 0x30 and is masked off), and one bitwise
+            // select (vpternlogd, 0xE4: nib ? ql : high) merges the two, so
+            // a word costs 3-4 vector operations, not 7.
             let nib = _mm512_set1_epi8(0x0F);
-            let three = _mm512_set1_epi8(3);
+            let hi2 = _mm512_set1_epi8(0x30);
             let (hh, q) = (kb / 4, kb % 4);
-            let shift = _mm512_set1_epi16(2 * q as i16);
+            let up = _mm_set_epi64x(0, (4 - 2 * q.min(2)) as i64);
             let mut c = [_mm512_setzero_si512(); 8];
             for (j, cj) in c.iter_mut().enumerate() {
                 let l = ld(p.add(64 * (16 * hh + 8 * (q % 2) + j)));
                 let l = if q >= 2 { _mm512_srli_epi16::<4>(l) } else { l };
-                let lo = _mm512_and_si512(l, nib);
                 let h = ld(p.add(2048 + 64 * (8 * hh + j)));
-                let h = _mm512_and_si512(_mm512_srlv_epi16(h, shift), three);
-                *cj = _mm512_or_si512(lo, _mm512_slli_epi16::<4>(h));
+                let h = if q == 3 {
+                    _mm512_srli_epi16::<2>(h)
+                } else {
+                    _mm512_sll_epi16(h, up)
+                };
+                let h = _mm512_and_si512(h, hi2);
+                *cj = _mm512_ternarylogic_epi32::<0xE4>(l, h, nib);
             }
             c
         }
