@@ -117,7 +117,10 @@ pub fn describe(g: &Gpack) -> Result<(Vec<u8>, OciImageManifest)> {
     let table_off = l.header.section_table_offset.get() as usize;
     let n = l.sections.len();
     let total = bytes.len();
-    let manifest = g.section(SectionKind::Manifest).map(|s| s.bytes).unwrap_or(&[]);
+    let manifest = g
+        .section(SectionKind::Manifest)
+        .map(|s| s.bytes)
+        .unwrap_or(&[]);
     let manifest_value: serde_json::Value =
         serde_json::from_slice(manifest).unwrap_or(serde_json::Value::Null);
     let digest = oci_digest(&l.digest());
@@ -360,7 +363,9 @@ mod tests {
             artifact_type: None,
             annotations: None,
         };
-        let e = plan("r", &m, b"{\"schema\":\"x\"}").unwrap_err().to_string();
+        let e = plan("r", &m, b"{\"schema\":\"x\"}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a gpack config"), "{e}");
         let c = serde_json::json!({"schema": CONFIG_SCHEMA, "size": 1u64 << 63, "digest": "",
             "header": "00".repeat(64), "section_table": "", "footer": "00".repeat(64), "manifest": null});

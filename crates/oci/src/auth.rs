@@ -31,15 +31,27 @@ const MAX_DOCKER_CONFIG: u64 = 1 << 20;
 /// error messages; never the secret).
 pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, String)> {
     if let (Some(u), Some(p)) = (&flags.username, &flags.password) {
-        return Ok((RegistryAuth::Basic(u.clone(), p.clone()), format!("user {u} from the flags")));
+        return Ok((
+            RegistryAuth::Basic(u.clone(), p.clone()),
+            format!("user {u} from the flags"),
+        ));
     }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let user = flags.username.clone().or_else(|| env("GPACK_REGISTRY_USERNAME"));
+    let user = flags
+        .username
+        .clone()
+        .or_else(|| env("GPACK_REGISTRY_USERNAME"));
     if let (Some(u), Some(p)) = (&user, env("GPACK_REGISTRY_PASSWORD")) {
-        return Ok((RegistryAuth::Basic(u.clone(), p), format!("user {u} from the environment")));
+        return Ok((
+            RegistryAuth::Basic(u.clone(), p),
+            format!("user {u} from the environment"),
+        ));
     }
     if let Some(t) = env("GPACK_REGISTRY_TOKEN") {
-        return Ok((RegistryAuth::Bearer(t), "a bearer token from GPACK_REGISTRY_TOKEN".into()));
+        return Ok((
+            RegistryAuth::Bearer(t),
+            "a bearer token from GPACK_REGISTRY_TOKEN".into(),
+        ));
     }
     let path = match &flags.docker_config {
         Some(p) => Some(p.clone()),
@@ -90,15 +102,21 @@ pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String,
     let Some((key, e)) = entry else {
         return Ok(None);
     };
-    if let Some(a) = e.get("auth").and_then(|a| a.as_str()).filter(|a| !a.is_empty()) {
+    if let Some(a) = e
+        .get("auth")
+        .and_then(|a| a.as_str())
+        .filter(|a| !a.is_empty())
+    {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(a.trim())
             .map_err(|err| bad(format!("auths.{key}.auth is not base64: {err}")))?;
         let s = String::from_utf8(raw)
             .map_err(|_| bad(format!("auths.{key}.auth is not UTF-8 once decoded")))?;
-        let (u, p) = s
-            .split_once(':')
-            .ok_or_else(|| bad(format!("auths.{key}.auth is not user:password once decoded")))?;
+        let (u, p) = s.split_once(':').ok_or_else(|| {
+            bad(format!(
+                "auths.{key}.auth is not user:password once decoded"
+            ))
+        })?;
         return Ok(Some((u.to_string(), p.to_string())));
     }
     let (u, p) = (

@@ -80,7 +80,10 @@ pub fn convert_on_arrival(
     }
     let tmp_out = match &opts.output {
         Some(o) => o.clone(),
-        None => store.root().join("oci/models").join(format!("gguf-{hexd}.gpack")),
+        None => store
+            .root()
+            .join("oci/models")
+            .join(format!("gguf-{hexd}.gpack")),
     };
     if let Some(d) = tmp_out.parent().filter(|d| !d.as_os_str().is_empty()) {
         Store::mkdir(d)?;
@@ -109,11 +112,7 @@ pub fn convert_on_arrival(
 
 /// The config and manifest of a Docker model artifact holding the GGUF
 /// `gguf` of `size` bytes and digest `digest`.
-pub fn describe_gguf(
-    gguf: &Path,
-    size: u64,
-    digest: &str,
-) -> Result<(Vec<u8>, OciImageManifest)> {
+pub fn describe_gguf(gguf: &Path, size: u64, digest: &str) -> Result<(Vec<u8>, OciImageManifest)> {
     let _ = gguf;
     let config = serde_json::json!({
         "config": {"format": "gguf", "size": size.to_string()},

@@ -33,11 +33,16 @@ pub use store::{RefEntry, Store};
 /// Pulls `reference` into the default store unless it is there already, and
 /// returns the stored .gpack to open: what `gpack run REF` and `gpack serve
 /// REF` do. Credentials and `--insecure` come from `opts`.
-pub fn resolve(reference: &str, opts: &Options, progress: std::sync::Arc<dyn Progress>) -> Result<std::path::PathBuf> {
+pub fn resolve(
+    reference: &str,
+    opts: &Options,
+    progress: std::sync::Arc<dyn Progress>,
+) -> Result<std::path::PathBuf> {
     let r = reference::parse(reference)?;
     let store = Store::open_default();
     if let Some(e) = store.get(&r)? {
-        if e.model.is_file() {
+        // Only the store's own copy (a `pull -o` file may have changed since).
+        if e.model.starts_with(store.root().join("oci/models")) && e.model.is_file() {
             return Ok(e.model);
         }
     }

@@ -139,7 +139,13 @@ pub fn pull(
             ),
         });
     }
-    let config = fetch_small(reg, r, &manifest.config, artifact::MAX_CONFIG_BYTES, &fetched)?;
+    let config = fetch_small(
+        reg,
+        r,
+        &manifest.config,
+        artifact::MAX_CONFIG_BYTES,
+        &fetched,
+    )?;
     let ctx = Ctx {
         reg,
         store,
@@ -223,14 +229,21 @@ pub fn pull(
     }
     let mut blobs: Vec<String> = vec![manifest.config.digest.clone()];
     blobs.extend(manifest.layers.iter().map(|l| l.digest.clone()));
-    let model = match report.kind {
-        "gpack" if opts.output.is_none() => report.output.clone(),
-        _ => store.model_path(&report.digest)?,
+    // The entry points at the store's copy, or at `-o`'s file (which `gpack
+    // rm` forgets but never deletes) when the pull wrote only that.
+    let store_copy = store.model_path(&report.digest)?;
+    let model = if store_copy.is_file() {
+        store_copy
+    } else {
+        report.output.clone()
     };
     let name = manifest
         .annotations
         .as_ref()
-        .and_then(|a| a.get(artifact::ANN_NAME).or_else(|| a.get(artifact::ANN_TITLE)))
+        .and_then(|a| {
+            a.get(artifact::ANN_NAME)
+                .or_else(|| a.get(artifact::ANN_TITLE))
+        })
         .cloned()
         .unwrap_or_default();
     if model.is_file() {
@@ -275,12 +288,13 @@ fn fetch_small(
     fetched: &AtomicU64,
 ) -> Result<Vec<u8>> {
     let what = format!("config blob {}", desc.digest);
-    let size = u64::try_from(desc.size).ok().filter(|&s| s <= cap).ok_or_else(|| {
-        Error::BadArtifact {
+    let size = u64::try_from(desc.size)
+        .ok()
+        .filter(|&s| s <= cap)
+        .ok_or_else(|| Error::BadArtifact {
             what: what.clone(),
             problem: format!("size {} outside 0..={cap}", desc.size),
-        }
-    })?;
+        })?;
     let mut stream = reg
         .rt
         .block_on(reg.client.pull_blob_stream(r, desc))
@@ -486,7 +500,8 @@ impl Job {
                     s
                 }
             };
-            f.seek(SeekFrom::Start(have)).map_err(io("seek", &partial))?;
+            f.seek(SeekFrom::Start(have))
+                .map_err(io("seek", &partial))?;
             let mut got = have;
             while let Some(chunk) = stream.next().await {
                 let chunk = match chunk {
@@ -518,7 +533,9 @@ impl Job {
                 f.write_all(&chunk).map_err(io("write", &partial))?;
                 got += chunk.len() as u64;
                 rep.downloaded += chunk.len() as u64;
-                let total = self.fetched.fetch_add(chunk.len() as u64, Ordering::Relaxed)
+                let total = self
+                    .fetched
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed)
                     + chunk.len() as u64;
                 self.progress.advance(&id, chunk.len() as u64);
                 if let Some((rate, t0)) = self.limit {

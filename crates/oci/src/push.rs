@@ -90,7 +90,9 @@ pub fn push(
     progress: Arc<dyn Progress>,
 ) -> Result<PushReport> {
     let start = Instant::now();
-    let is_gguf = file.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    let is_gguf = file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
     let (kind, digest, config, manifest, mut blobs) = if is_gguf {
         let size = std::fs::metadata(file).map_err(io("stat", file))?.len();
         let sha = hash_file(file)?;
@@ -123,7 +125,13 @@ pub fn push(
                 },
             })
             .collect();
-        ("gpack", artifact::oci_digest(&g.layout().digest()), config, m, blobs)
+        (
+            "gpack",
+            artifact::oci_digest(&g.layout().digest()),
+            config,
+            m,
+            blobs,
+        )
     };
     blobs.push(Blob {
         section: "config".into(),
@@ -289,8 +297,7 @@ fn file_stream(
     size: u64,
     progress: Arc<dyn Progress>,
     id: String,
-) -> impl futures_util::Stream<Item = oci_client::errors::Result<bytes::Bytes>> + Send + 'static
-{
+) -> impl futures_util::Stream<Item = oci_client::errors::Result<bytes::Bytes>> + Send + 'static {
     let state = (None::<std::fs::File>, size);
     futures_util::stream::unfold(state, move |(f, left)| {
         let path = path.clone();

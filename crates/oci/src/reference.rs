@@ -86,10 +86,21 @@ mod tests {
 
     #[test]
     fn loopback_hosts() {
-        for h in ["localhost", "localhost:5000", "127.0.0.1:5000", "127.3.4.5", "[::1]:5000"] {
+        for h in [
+            "localhost",
+            "localhost:5000",
+            "127.0.0.1:5000",
+            "127.3.4.5",
+            "[::1]:5000",
+        ] {
             assert!(is_loopback(h), "{h}");
         }
-        for h in ["registry.example.com", "10.0.0.1:5000", "ghcr.io", "localhost.evil.com"] {
+        for h in [
+            "registry.example.com",
+            "10.0.0.1:5000",
+            "ghcr.io",
+            "localhost.evil.com",
+        ] {
             assert!(!is_loopback(h), "{h}");
         }
     }

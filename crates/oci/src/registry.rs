@@ -30,6 +30,7 @@ pub struct Registry {
     pub(crate) auth: RegistryAuth,
     pub(crate) credentials: String,
     pub(crate) host: String,
+    pub(crate) insecure: bool,
     pub(crate) rt: tokio::runtime::Runtime,
 }
 
@@ -56,12 +57,16 @@ impl Registry {
             .worker_threads(2)
             .enable_all()
             .build()
-            .map_err(crate::error::io("start", std::path::Path::new("tokio runtime")))?;
+            .map_err(crate::error::io(
+                "start",
+                std::path::Path::new("tokio runtime"),
+            ))?;
         let reg = Registry {
             client: Client::new(config),
             auth,
             credentials,
             host,
+            insecure: opts.insecure,
             rt,
         };
         reg.rt
@@ -84,9 +89,17 @@ impl Registry {
                 credentials: self.credentials.clone(),
             };
         }
+        let hint = if !self.insecure
+            && is_loopback(&self.host)
+            && matches!(e, OciDistributionError::RequestError(_))
+        {
+            " (a plain-HTTP registry on this machine needs --insecure)"
+        } else {
+            ""
+        };
         Error::Registry {
             registry: self.host.clone(),
-            what: what.to_string(),
+            what: format!("{what}{hint}"),
             source: Box::new(e),
         }
     }

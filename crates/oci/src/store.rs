@@ -31,7 +31,8 @@ pub struct RefEntry {
     pub digest: String,
     /// Model name.
     pub name: String,
-    /// The assembled .gpack in the store.
+    /// The .gpack: the store's copy (`oci/models/`), or the file `gpack pull
+    /// -o` wrote when the pull made no store copy.
     pub model: PathBuf,
     /// Its size.
     pub size: u64,
@@ -47,8 +48,10 @@ pub struct Store {
 
 fn hex_of(digest: &str) -> Option<&str> {
     let h = digest.strip_prefix("sha256:")?;
-    (h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
-        .then_some(h)
+    (h.len() == 64
+        && h.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+    .then_some(h)
 }
 
 impl Store {
@@ -97,7 +100,10 @@ impl Store {
     /// Where the assembled model of file digest `digest` lives.
     pub fn model_path(&self, digest: &str) -> Result<PathBuf> {
         let p = self.blob_path(digest)?;
-        let h = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let h = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         Ok(self.root.join("oci/models").join(format!("{h}.gpack")))
     }
 
@@ -173,7 +179,10 @@ impl Store {
         let p = self.ref_path(r);
         std::fs::remove_file(&p).map_err(io("remove", &p))?;
         let rest = self.list()?;
-        let used: BTreeSet<&str> = rest.iter().flat_map(|e| e.blobs.iter().map(|s| s.as_str())).collect();
+        let used: BTreeSet<&str> = rest
+            .iter()
+            .flat_map(|e| e.blobs.iter().map(|s| s.as_str()))
+            .collect();
         let models: BTreeSet<&Path> = rest.iter().map(|e| e.model.as_path()).collect();
         let mut freed = 0u64;
         let mut rm = |p: &Path| -> Result<()> {
@@ -183,7 +192,9 @@ impl Store {
             }
             Ok(())
         };
-        if !models.contains(entry.model.as_path()) {
+        // Only the store's own copies: a file `gpack pull -o` wrote is the user's.
+        let ours = entry.model.starts_with(self.root.join("oci/models"));
+        if ours && !models.contains(entry.model.as_path()) {
             rm(&entry.model)?;
         }
         for b in &entry.blobs {

@@ -13,8 +13,13 @@ fn sample(dir: &Path) -> std::path::PathBuf {
     let mut w = GpackWriter::create(&out, WriteOptions::default()).unwrap();
     w.add_section(SectionKind::MetadataKv, "metadata_kv", &[7u8; 100], 1)
         .unwrap();
-    w.add_section(SectionKind::NativeDense, "native_dense", &vec![3u8; 9000], 2)
-        .unwrap();
+    w.add_section(
+        SectionKind::NativeDense,
+        "native_dense",
+        &vec![3u8; 9000],
+        2,
+    )
+    .unwrap();
     w.add_section(SectionKind::TokenizerBin, "tokenizer_bin", &[], 0)
         .unwrap();
     w.finish(&ManifestInput {
@@ -39,7 +44,11 @@ fn describe_plan_assemble_is_byte_identical() {
     std::fs::create_dir_all(dir.path().join("store/blobs/sha256")).unwrap();
     for s in &g.layout().sections {
         let b = &g.bytes()[s.offset as usize..(s.offset + s.size) as usize];
-        std::fs::write(store.blob_path(&artifact::oci_digest(&s.sha256)).unwrap(), b).unwrap();
+        std::fs::write(
+            store.blob_path(&artifact::oci_digest(&s.sha256)).unwrap(),
+            b,
+        )
+        .unwrap();
     }
     let out = dir.path().join("rebuilt.gpack");
     gpack_oci::pull::assemble(&store, &plan, &out, false).unwrap();

@@ -68,7 +68,12 @@ enum Plan<'a> {
 
 /// Writes `gpack`'s tensors and metadata to the GGUF `out` (replacing an
 /// existing file only with `force`). `progress` gets byte counts.
-pub fn export(gpack: &Path, out: &Path, force: bool, progress: &dyn Fn(u64)) -> Result<ExportReport> {
+pub fn export(
+    gpack: &Path,
+    out: &Path,
+    force: bool,
+    progress: &dyn Fn(u64),
+) -> Result<ExportReport> {
     let fail = |problem: String| Error::Export {
         file: gpack.to_path_buf(),
         problem,
@@ -76,9 +81,9 @@ pub fn export(gpack: &Path, out: &Path, force: bool, progress: &dyn Fn(u64)) -> 
     let g = gpack_format::Gpack::open(gpack)?;
     let w = GpackWeights::from_gpack_lazy(g)?;
     let g = w.gpack();
-    let kv = g
-        .section(SectionKind::MetadataKv)
-        .ok_or_else(|| fail("no MetadataKv section (not converted from a GGUF-like source)".into()))?;
+    let kv = g.section(SectionKind::MetadataKv).ok_or_else(|| {
+        fail("no MetadataKv section (not converted from a GGUF-like source)".into())
+    })?;
     let mut md = Metadata::new();
     for rec in payload::parse_kv(kv.bytes)? {
         let v = decode_value(rec.value_type, rec.value)
@@ -101,8 +106,14 @@ pub fn export(gpack: &Path, out: &Path, force: bool, progress: &dyn Fn(u64)) -> 
             Some(t) => t?,
         };
         let (ty, plan) = match t {
-            TensorRef::Dense { ggml_type, bytes, .. } => (ggml_type, Plan::Bytes(bytes)),
-            TensorRef::Native { view, row_start, rows } => match view.layout() {
+            TensorRef::Dense {
+                ggml_type, bytes, ..
+            } => (ggml_type, Plan::Bytes(bytes)),
+            TensorRef::Native {
+                view,
+                row_start,
+                rows,
+            } => match view.layout() {
                 Layout::Rows16(t) => (
                     t,
                     Plan::Rows16 {
@@ -112,13 +123,48 @@ pub fn export(gpack: &Path, out: &Path, force: bool, progress: &dyn Fn(u64)) -> 
                         rows,
                     },
                 ),
-                Layout::Ggml(t) => (t, Plan::RowMajor { view, start: row_start, rows }),
-                Layout::F32 => (GgmlType::F32, Plan::RowMajor { view, start: row_start, rows }),
-                Layout::F16 => (GgmlType::F16, Plan::RowMajor { view, start: row_start, rows }),
-                Layout::BF16 => (GgmlType::BF16, Plan::RowMajor { view, start: row_start, rows }),
+                Layout::Ggml(t) => (
+                    t,
+                    Plan::RowMajor {
+                        view,
+                        start: row_start,
+                        rows,
+                    },
+                ),
+                Layout::F32 => (
+                    GgmlType::F32,
+                    Plan::RowMajor {
+                        view,
+                        start: row_start,
+                        rows,
+                    },
+                ),
+                Layout::F16 => (
+                    GgmlType::F16,
+                    Plan::RowMajor {
+                        view,
+                        start: row_start,
+                        rows,
+                    },
+                ),
+                Layout::BF16 => (
+                    GgmlType::BF16,
+                    Plan::RowMajor {
+                        view,
+                        start: row_start,
+                        rows,
+                    },
+                ),
                 _ => {
                     dequantized.push(e.name.clone());
-                    (GgmlType::F32, Plan::Dequantize { view, start: row_start, rows })
+                    (
+                        GgmlType::F32,
+                        Plan::Dequantize {
+                            view,
+                            start: row_start,
+                            rows,
+                        },
+                    )
                 }
             },
         };
@@ -138,7 +184,12 @@ pub fn export(gpack: &Path, out: &Path, force: bool, progress: &dyn Fn(u64)) -> 
         for (h, p) in headers.iter().zip(&plans) {
             let data: &[u8] = match p {
                 Plan::Bytes(b) => b,
-                Plan::Rows16 { view, t, start, rows } => {
+                Plan::Rows16 {
+                    view,
+                    t,
+                    start,
+                    rows,
+                } => {
                     gather_rows16(view, *t, *start, *rows, &mut scratch);
                     &scratch
                 }
@@ -147,7 +198,10 @@ pub fn export(gpack: &Path, out: &Path, force: bool, progress: &dyn Fn(u64)) -> 
                     let c = view.codes();
                     let (a, b) = (start * n, (start + rows) * n);
                     c.get(a..b).ok_or_else(|| {
-                        fail(format!("tensor {}: rows {start}..+{rows} outside its codes", h.name))
+                        fail(format!(
+                            "tensor {}: rows {start}..+{rows} outside its codes",
+                            h.name
+                        ))
                     })?
                 }
                 Plan::Dequantize { view, start, rows } => {
