@@ -33,13 +33,11 @@ fn export(g: &Path, out: &Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// Metadata and tensors (name → type, dims, bytes) of a GGUF.
-fn contents(
-    p: &Path,
-) -> (
-    gpack_ingest::Metadata,
-    Vec<(String, String, Vec<u64>, Vec<u8>)>,
-) {
+/// A tensor: name, type name, dims, bytes.
+type Tensor = (String, String, Vec<u64>, Vec<u8>);
+
+/// Metadata and tensors of a GGUF, tensors sorted by name.
+fn contents(p: &Path) -> (gpack_ingest::Metadata, Vec<Tensor>) {
     let bytes = std::fs::read(p).unwrap();
     let f = gguf::parse(&bytes).unwrap();
     let mut t: Vec<_> = f
