@@ -161,8 +161,9 @@ pub struct RegistryArgs {
     /// docker config file's entry for the registry is used, else anonymous.
     #[arg(long, value_name = "USER")]
     pub username: Option<String>,
-    /// Registry password (also GPACK_REGISTRY_PASSWORD; GPACK_REGISTRY_TOKEN
-    /// gives a bearer token instead).
+    /// Registry password (also GPACK_REGISTRY_PASSWORD, which other users
+    /// cannot read in the process list; GPACK_REGISTRY_TOKEN gives a bearer
+    /// token instead).
     #[arg(long, value_name = "PASSWORD")]
     pub password: Option<String>,
     /// The docker config file to read credentials from (default
