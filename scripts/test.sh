@@ -8,6 +8,9 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 if [ -f scripts/fetch-models.sh ]; then
   bash scripts/fetch-models.sh >/dev/null
 fi
+# The registry the push/pull tests start (docker-registry, htpasswd), installed
+# with apt-get when missing (the tests run the same script and fail without it).
+bash scripts/registry.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

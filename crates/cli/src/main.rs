@@ -1,4 +1,5 @@
-//! `gpack`: convert, verify, inspect, run and serve model files.
+//! `gpack`: convert, verify, inspect, run and serve model files; push and
+//! pull them through OCI registries; export them back to GGUF.
 //!
 //! Exit codes: 0 success, 1 the input is invalid or the work failed,
 //! 2 usage error, 130 interrupted.
@@ -28,6 +29,11 @@ enum Command {
     Run(cmd::run::Args),
     Tokenize(cmd::tokenize::Args),
     Serve(cmd::serve::Args),
+    Push(cmd::push::Args),
+    Pull(cmd::pull::Args),
+    Ls(cmd::ls::Args),
+    Rm(cmd::rm::Args),
+    Export(cmd::export::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +54,11 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Push(a) => cmd::push::run(a),
+        Command::Pull(a) => cmd::pull::run(a),
+        Command::Ls(a) => cmd::ls::run(a),
+        Command::Rm(a) => cmd::rm::run(a),
+        Command::Export(a) => cmd::export::run(a),
     };
     match result {
         Ok(code) => code,

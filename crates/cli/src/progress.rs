@@ -20,3 +20,68 @@ pub fn bytes_bar(total: u64, message: &str, visible: bool) -> ProgressBar {
     pb.set_message(message.to_string());
     pb
 }
+
+/// Bars of a push or pull: one for the whole transfer and one per layer
+/// while it moves (layers under 1 MiB get none), hidden like [`bytes_bar`].
+pub struct TransferBars {
+    multi: indicatif::MultiProgress,
+    total: ProgressBar,
+    layers: std::sync::Mutex<std::collections::HashMap<String, ProgressBar>>,
+    visible: bool,
+}
+
+impl TransferBars {
+    /// Bars labelled `what` ("push", "pull").
+    pub fn new(what: &str, visible: bool) -> TransferBars {
+        let visible = visible && std::io::stdout().is_terminal();
+        let multi = if visible {
+            indicatif::MultiProgress::new()
+        } else {
+            indicatif::MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+        };
+        let total = multi.add(bytes_bar(0, what, visible));
+        TransferBars {
+            multi,
+            total,
+            layers: Default::default(),
+            visible,
+        }
+    }
+
+    /// Removes the bars.
+    pub fn finish(&self) {
+        self.total.finish_and_clear();
+        let _ = self.multi.clear();
+    }
+}
+
+impl gpack_oci::Progress for TransferBars {
+    fn total(&self, bytes: u64, done: u64) {
+        self.total.set_length(bytes);
+        self.total.set_position(done);
+    }
+    fn begin(&self, id: &str, label: &str, bytes: u64, done: u64) {
+        if !self.visible || bytes < 1 << 20 {
+            return;
+        }
+        let pb = self.multi.add(bytes_bar(bytes, label, true));
+        pb.set_position(done);
+        self.total.inc(done);
+        let mut l = self.layers.lock().unwrap_or_else(|e| e.into_inner());
+        l.insert(id.to_string(), pb);
+    }
+    fn advance(&self, id: &str, bytes: u64) {
+        self.total.inc(bytes);
+        let l = self.layers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pb) = l.get(id) {
+            pb.inc(bytes);
+        }
+    }
+    fn end(&self, id: &str) {
+        let mut l = self.layers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pb) = l.remove(id) {
+            pb.finish_and_clear();
+            self.multi.remove(&pb);
+        }
+    }
+}

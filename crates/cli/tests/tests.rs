@@ -1,8 +1,10 @@
 //! End-to-end tests of the `gpack` binary.
 
 mod convert_inspect;
+mod export;
 mod interrupt;
 mod moe;
+mod oci;
 mod ple;
 mod quant_types;
 mod run;

@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod atomic;
 mod error;
 mod external;
 pub mod ggml;
@@ -30,6 +31,7 @@ mod read;
 pub mod temp;
 mod write;
 
+pub use atomic::AtomicFile;
 pub use error::{error_chain, DigestFailure, Error, ExternalProblem, Result, SectionProblem};
 pub use kind::{HeaderFlags, SectionKind};
 pub use manifest::ManifestProblem;

@@ -121,6 +121,14 @@ pub enum Error {
         #[source]
         source: gpack_quant::Error,
     },
+    /// `gpack export` cannot write a tensor or the file as asked.
+    #[error("exporting {file} to GGUF: {problem}")]
+    Export {
+        /// The .gpack.
+        file: std::path::PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
     /// The tokenizer failed to load.
     #[error("tokenizer")]
     Tokenizer(#[from] gpack_tokenizer::Error),

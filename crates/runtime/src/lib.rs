@@ -40,6 +40,7 @@ pub mod bench;
 pub mod config;
 mod error;
 pub mod experts;
+pub mod export;
 pub mod generate;
 pub mod gguf;
 pub mod giw;

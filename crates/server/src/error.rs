@@ -14,6 +14,16 @@ pub enum Error {
         #[source]
         source: Box<gpack_runtime::Error>,
     },
+    /// A registry reference could not be pulled into the local store.
+    #[cfg(feature = "registry")]
+    #[error("pulling {reference}")]
+    Pull {
+        /// The reference.
+        reference: String,
+        /// Why.
+        #[source]
+        source: Box<gpack_oci::Error>,
+    },
     /// A prequantized .giw bundle could not be opened.
     #[error("loading bundle {path}")]
     Giw {

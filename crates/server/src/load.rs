@@ -4,7 +4,9 @@
 //! validation falls back to a GGUF when one is given, with a warning naming
 //! the validation error (`gpack run`'s `--fallback-gguf` behaviour). A
 //! prequantized .giw bundle (e.g. the `--stream-weights` sidecar the cli
-//! builds) is served with the tokenizer of the GGUF it was made from.
+//! builds) is served with the tokenizer of the GGUF it was made from. A
+//! MODEL that names no file but is a registry reference is pulled into the
+//! local store first ([`resolve_model`]).
 
 use crate::error::{Error, Result};
 use gpack_format::SectionKind;
@@ -40,6 +42,27 @@ pub enum Loaded {
         /// The bundle.
         path: PathBuf,
     },
+}
+
+/// The file to open for a MODEL argument: `model` itself when it exists
+/// (a file or directory wins over a same-named reference), else, when it
+/// parses as a registry reference (`host[:port]/repo[:tag|@digest]`), the
+/// .gpack pulled into the local store (once: a reference already pulled is
+/// opened from the store without asking the registry).
+#[cfg(feature = "registry")]
+pub fn resolve_model(
+    model: &Path,
+    registry: &gpack_oci::Options,
+    progress: std::sync::Arc<dyn gpack_oci::Progress>,
+) -> Result<PathBuf> {
+    let s = model.to_string_lossy();
+    if model.exists() || !gpack_oci::reference::looks_like_reference(&s) {
+        return Ok(model.to_path_buf());
+    }
+    gpack_oci::resolve(&s, registry, progress).map_err(|e| Error::Pull {
+        reference: s.to_string(),
+        source: Box::new(e),
+    })
 }
 
 impl std::fmt::Debug for Loaded {

@@ -1,8 +1,13 @@
 //! One module per subcommand.
 
 pub mod convert;
+pub mod export;
 pub mod inspect;
+pub mod ls;
 pub mod prequant;
+pub mod pull;
+pub mod push;
+pub mod rm;
 pub mod run;
 pub mod serve;
 pub mod tokenize;
@@ -189,16 +194,23 @@ fn parse_size_arg(s: &str) -> Result<usize, String> {
 }
 
 /// Opens the MODEL of `run` and `serve`: a .gpack (mapped; `fallback` when it
-/// fails validation), a .giw, a .gguf or HF directory, or — with
+/// fails validation), a .giw, a .gguf or HF directory, a registry reference
+/// (pulled into the local store first), or — with
 /// `--stream-weights QUANT` and a .gguf — its prequantized sidecar, built
 /// once (atomically) when missing or stale.
 pub fn open_model(
     model: &std::path::Path,
     fallback: Option<&std::path::Path>,
     stream_weights: Option<&str>,
+    registry: &RegistryArgs,
 ) -> anyhow::Result<gpack_server::Loaded> {
     use anyhow::Context;
     use gpack_convert::sidecar::{ensure_sidecar, SidecarStatus};
+    let bars = std::sync::Arc::new(crate::progress::TransferBars::new("pull", true));
+    let resolved = gpack_server::load::resolve_model(model, &registry.options(), bars.clone());
+    bars.finish();
+    let resolved = resolved?;
+    let model = resolved.as_path();
     let is_gpack = model.extension().is_some_and(|e| e == "gpack");
     let is_giw = model.extension().is_some_and(|e| e == "giw");
     if let (Some(q), false, false, true) = (stream_weights, is_gpack, is_giw, model.is_file()) {
@@ -219,4 +231,40 @@ pub fn open_model(
         )?);
     }
     Ok(gpack_server::Loaded::open(model, fallback)?)
+}
+
+/// How `push`, `pull`, `run REF` and `serve REF` reach a registry.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RegistryArgs {
+    /// Registry user name (also GPACK_REGISTRY_USERNAME). Without it the
+    /// docker config file's entry for the registry is used, else anonymous.
+    #[arg(long, value_name = "USER")]
+    pub username: Option<String>,
+    /// Registry password (also GPACK_REGISTRY_PASSWORD, which other users
+    /// cannot read in the process list; GPACK_REGISTRY_TOKEN gives a bearer
+    /// token instead).
+    #[arg(long, value_name = "PASSWORD")]
+    pub password: Option<String>,
+    /// The docker config file to read credentials from (default
+    /// $DOCKER_CONFIG/config.json, else ~/.docker/config.json).
+    #[arg(long, value_name = "FILE")]
+    pub docker_config: Option<std::path::PathBuf>,
+    /// Plain HTTP without TLS; refused unless the registry is on a loopback
+    /// address (localhost, 127.0.0.0/8, [::1]), i.e. for tests.
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+impl RegistryArgs {
+    /// The crate's options.
+    pub fn options(&self) -> gpack_oci::Options {
+        gpack_oci::Options {
+            insecure: self.insecure,
+            auth: gpack_oci::auth::Flags {
+                username: self.username.clone(),
+                password: self.password.clone(),
+                docker_config: self.docker_config.clone(),
+            },
+        }
+    }
 }

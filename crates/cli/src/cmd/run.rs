@@ -43,8 +43,12 @@ Gemma 3n reads one row of its per-layer embedding (PLE) table per token: from a
 set-associative row cache (default), or through a mapping (--ple-mmap). Both
 give the same tokens.")]
 pub struct Args {
-    /// The model: .gpack, .gguf or a Hugging Face directory.
+    /// The model: .gpack, .gguf, a Hugging Face directory, or a registry
+    /// reference host[:port]/repo[:tag] (pulled into the local store once,
+    /// as `gpack pull` does; see `gpack ls`).
     model: PathBuf,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
     /// The prompt (or the user message, with --chat).
     #[arg(short, long)]
     prompt: String,
@@ -215,6 +219,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         &a.model,
         a.fallback_gguf.as_deref(),
         a.stream_weights.as_deref(),
+        &a.registry,
     )?;
     if a.verify == gpack_server::VerifyMode::Before {
         gpack_server::integrity::verify_now(&loaded).map_err(anyhow::Error::msg)?;

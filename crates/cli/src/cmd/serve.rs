@@ -19,8 +19,12 @@ use std::process::ExitCode;
   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":32}'")]
 pub struct Args {
-    /// The model: .gpack, .gguf or a Hugging Face directory.
+    /// The model: .gpack, .gguf, a Hugging Face directory, or a registry
+    /// reference host[:port]/repo[:tag] (pulled into the local store once,
+    /// as `gpack pull` does; see `gpack ls`).
     model: PathBuf,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
     /// Port to listen on (0: any free port, printed at start).
     #[arg(long, default_value_t = 8080)]
     port: u16,
@@ -116,6 +120,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         &a.model,
         a.fallback_gguf.as_deref(),
         a.stream_weights.as_deref(),
+        &a.registry,
     )
     .with_context(|| format!("opening {}", a.model.display()))?;
     let spec = a.spec.mode(loaded.packed_draft().is_some())?;

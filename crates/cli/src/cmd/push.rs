@@ -1,0 +1,86 @@
+//! `gpack push`: a .gpack (or a GGUF) to a registry.
+
+use super::RegistryArgs;
+use crate::progress::TransferBars;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Push a .gpack to an OCI registry, one layer per section.
+///
+/// REF is host[:port]/repository[:tag] (the registry host is required).
+/// Each section becomes a layer whose digest is the section's SHA-256 and
+/// whose media type names its kind (application/vnd.gpack.section.KIND.v1);
+/// a config blob holds the header, section table, footer and manifest that
+/// rebuild the file byte for byte; the manifest is annotated with the model
+/// name, architecture, quant and file digest (docs/OCI.md). A section the
+/// registry already has is not sent again: it is checked with HEAD, then
+/// mounted from another repository of the registry that holds it
+/// (--mount-from, and every repository this machine pushed it to or pulled
+/// it from), so two quant variants of one model share their tokenizer and
+/// embedding blobs. A .gguf FILE is pushed as a Docker model artifact
+/// (application/vnd.docker.ai.gguf.v3), which `docker model pull` and
+/// `gpack pull` both take.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:\n  \
+    gpack push smollm2.gpack registry.example.com/models/smollm2:q4_1\n  \
+    gpack push smollm2.q8.gpack registry.example.com/models/smollm2:q8_0 --mount-from models/other\n  \
+    gpack push m.gpack localhost:5000/m:v1 --insecure --username ci --password \"$PW\" --json")]
+pub struct Args {
+    /// The .gpack (or .gguf) to push.
+    file: PathBuf,
+    /// Where: host[:port]/repository[:tag].
+    reference: String,
+    /// A repository of the same registry to mount existing blobs from
+    /// (repeatable).
+    #[arg(long, value_name = "REPO")]
+    mount_from: Vec<String>,
+    /// Layers uploaded at once.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    jobs: usize,
+    #[command(flatten)]
+    registry: RegistryArgs,
+    /// Print a JSON report (schema "gpack.push.v1") instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let r = gpack_oci::reference::parse(&a.reference)?;
+    let reg = gpack_oci::Registry::connect(
+        &r,
+        &a.registry.options(),
+        gpack_oci::RegistryOperation::Push,
+    )?;
+    let store = gpack_oci::Store::open_default();
+    let bars = Arc::new(TransferBars::new("push", !a.json));
+    let opts = gpack_oci::PushOptions {
+        mount_from: a.mount_from.clone(),
+        jobs: a.jobs,
+    };
+    let rep = gpack_oci::push(&reg, &store, &a.file, &r, &opts, bars.clone())
+        .with_context(|| format!("pushing {} to {}", a.file.display(), a.reference));
+    bars.finish();
+    let rep = rep?;
+    if a.json {
+        let mut v = serde_json::to_value(&rep)?;
+        v["schema"] = "gpack.push.v1".into();
+        super::print_json(&v)?;
+    } else {
+        let count = |s: &str| rep.layers.iter().filter(|l| l.status == s).count();
+        println!(
+            "pushed {} ({} blobs: {} uploaded, {} already there, {} mounted; {} bytes sent) in {:.2} s\nmanifest: {}\ndigest: {}",
+            rep.reference,
+            rep.layers.len(),
+            count("uploaded"),
+            count("exists"),
+            count("mounted"),
+            rep.uploaded,
+            rep.seconds,
+            rep.manifest_digest,
+            rep.digest
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,377 @@
+//! The artifact layout (normative: docs/OCI.md): media types, annotations,
+//! the config blob, and the checks a puller applies to a manifest and
+//! config it received before it downloads anything.
+//!
+//! A .gpack's layout is canonical (docs/FORMAT.md), so the file is rebuilt
+//! byte for byte from its header, section table and footer (the config) and
+//! its sections (one layer each, the layer digest being the section's own
+//! SHA-256 from the table). Everything here is parsed from registry bytes,
+//! which are untrusted: sizes are capped and every offset is checked with
+//! overflow-checked arithmetic; nothing panics.
+
+use crate::error::{Error, Result};
+use gpack_format::{Gpack, SectionKind};
+use oci_client::manifest::{OciDescriptor, OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `artifactType` of a gpack manifest.
+pub const ARTIFACT_TYPE: &str = "application/vnd.gpack.model.v1";
+/// Media type of the config blob.
+pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.gpack.config.v1+json";
+/// `schema` of the config blob.
+pub const CONFIG_SCHEMA: &str = "gpack.oci.config.v1";
+/// Prefix of a section layer's media type (then the kind's table name, then `.v1`).
+pub const SECTION_MEDIA_PREFIX: &str = "application/vnd.gpack.section.";
+
+/// Manifest annotation: the model name (also in `org.opencontainers.image.title`).
+pub const ANN_NAME: &str = "dev.gpack.model.name";
+/// Manifest annotation: `general.architecture`.
+pub const ANN_ARCH: &str = "dev.gpack.model.architecture";
+/// Manifest annotation: convert's `--quant`.
+pub const ANN_QUANT: &str = "dev.gpack.model.quant";
+/// Manifest annotation: the footer digest (`sha256:` + the manifest section's SHA-256).
+pub const ANN_DIGEST: &str = "dev.gpack.digest";
+/// Manifest annotation: the file size in bytes (decimal).
+pub const ANN_SIZE: &str = "dev.gpack.size";
+/// Layer annotation: the section's name in the table.
+pub const ANN_SECTION: &str = "dev.gpack.section.name";
+/// The standard title annotation.
+pub const ANN_TITLE: &str = "org.opencontainers.image.title";
+
+/// Largest manifest accepted (distribution's own limit is 4 MiB).
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// Largest config blob accepted: a header, at most 15 table entries, a
+/// footer and the .gpack manifest (itself capped by the format at 16 MiB).
+pub const MAX_CONFIG_BYTES: u64 = 17 << 20;
+/// Most sections a GPACK v1 file can have (one per kind).
+const MAX_SECTIONS: usize = 15;
+
+/// The config blob: what rebuilds the file besides its sections.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Config {
+    /// [`CONFIG_SCHEMA`].
+    pub schema: String,
+    /// File size in bytes.
+    pub size: u64,
+    /// `sha256:` + the footer's manifest SHA-256.
+    pub digest: String,
+    /// The 64-byte header, hex.
+    pub header: String,
+    /// The section table (96 bytes per entry), hex.
+    pub section_table: String,
+    /// The 64-byte footer, hex.
+    pub footer: String,
+    /// The .gpack manifest (the ManifestJson section, parsed), for `gpack ls`
+    /// and registry browsers; the section itself is a layer like the others.
+    pub manifest: serde_json::Value,
+}
+
+/// One section of the file to rebuild.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionPlan {
+    /// Table name.
+    pub name: String,
+    /// Kind.
+    pub kind: SectionKind,
+    /// File offset.
+    pub offset: u64,
+    /// Size.
+    pub size: u64,
+    /// `sha256:…`, the layer digest.
+    pub digest: String,
+}
+
+/// A validated plan to rebuild a .gpack from its layers.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Header bytes.
+    pub header: Vec<u8>,
+    /// Section table bytes and offset.
+    pub table: (u64, Vec<u8>),
+    /// Footer bytes.
+    pub footer: Vec<u8>,
+    /// File size.
+    pub size: u64,
+    /// Sections, in file order (their layers in the same order).
+    pub sections: Vec<SectionPlan>,
+    /// `sha256:` + the footer digest.
+    pub digest: String,
+}
+
+/// The media type of a section layer of `kind`.
+pub fn section_media_type(kind: SectionKind) -> String {
+    format!("{SECTION_MEDIA_PREFIX}{}.v1", kind.default_name())
+}
+
+/// `sha256:` + hex.
+pub fn oci_digest(sha: &[u8; 32]) -> String {
+    format!("sha256:{}", hex::encode(sha))
+}
+
+/// The config blob and the manifest (without the config descriptor's
+/// digest filled in by the caller) describing the open file `g`.
+pub fn describe(g: &Gpack) -> Result<(Vec<u8>, OciImageManifest)> {
+    let bytes = g.bytes();
+    let l = g.layout();
+    let table_off = l.header.section_table_offset.get() as usize;
+    let n = l.sections.len();
+    let total = bytes.len();
+    let manifest = g
+        .section(SectionKind::Manifest)
+        .map(|s| s.bytes)
+        .unwrap_or(&[]);
+    let manifest_value: serde_json::Value =
+        serde_json::from_slice(manifest).unwrap_or(serde_json::Value::Null);
+    let digest = oci_digest(&l.digest());
+    let config = Config {
+        schema: CONFIG_SCHEMA.into(),
+        size: total as u64,
+        digest: digest.clone(),
+        header: hex::encode(&bytes[..64]),
+        section_table: hex::encode(&bytes[table_off..table_off + 96 * n]),
+        footer: hex::encode(&bytes[total - 64..]),
+        manifest: manifest_value,
+    };
+    let config_bytes = serde_json::to_vec(&config).map_err(|e| Error::BadArtifact {
+        what: "config".into(),
+        problem: e.to_string(),
+    })?;
+    let layers = l
+        .sections
+        .iter()
+        .map(|s| OciDescriptor {
+            media_type: section_media_type(s.kind),
+            digest: oci_digest(&s.sha256),
+            size: s.size as i64,
+            urls: None,
+            annotations: Some(BTreeMap::from([
+                (ANN_SECTION.to_string(), s.name.clone()),
+                (ANN_TITLE.to_string(), s.name.clone()),
+            ])),
+            artifact_type: None,
+        })
+        .collect();
+    let m = g.manifest();
+    let quant = m
+        .extra
+        .get("convert")
+        .and_then(|c| c.get("quant"))
+        .and_then(|q| q.as_str())
+        .unwrap_or("")
+        .to_string();
+    let annotations = BTreeMap::from([
+        (ANN_TITLE.to_string(), m.name.clone()),
+        (ANN_NAME.to_string(), m.name.clone()),
+        (ANN_ARCH.to_string(), m.architecture.clone()),
+        (ANN_QUANT.to_string(), quant),
+        (ANN_DIGEST.to_string(), digest),
+        (ANN_SIZE.to_string(), total.to_string()),
+    ]);
+    let manifest = OciImageManifest {
+        schema_version: 2,
+        media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_string()),
+        config: OciDescriptor {
+            media_type: CONFIG_MEDIA_TYPE.into(),
+            digest: format!("sha256:{}", sha256_hex(&config_bytes)),
+            size: config_bytes.len() as i64,
+            urls: None,
+            annotations: None,
+            artifact_type: None,
+        },
+        layers,
+        subject: None,
+        artifact_type: Some(ARTIFACT_TYPE.into()),
+        annotations: Some(annotations),
+    };
+    Ok((config_bytes, manifest))
+}
+
+/// SHA-256 of `b`, hex.
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(b))
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Checks a gpack manifest and its config against each other and returns
+/// the plan to rebuild the file. `what` names the reference in errors.
+pub fn plan(what: &str, manifest: &OciImageManifest, config: &[u8]) -> Result<Plan> {
+    let bad = |problem: String| Error::BadArtifact {
+        what: what.to_string(),
+        problem,
+    };
+    let c: Config = serde_json::from_slice(config)
+        .map_err(|e| bad(format!("config blob is not a gpack config: {e}")))?;
+    if c.schema != CONFIG_SCHEMA {
+        return Err(bad(format!(
+            "config schema {:?}, expected {CONFIG_SCHEMA:?}",
+            c.schema
+        )));
+    }
+    let hexed = |name: &str, s: &str, len: Option<usize>| -> Result<Vec<u8>> {
+        let v = hex::decode(s).map_err(|e| bad(format!("config {name} is not hex: {e}")))?;
+        match len {
+            Some(l) if v.len() != l => Err(bad(format!(
+                "config {name} is {} bytes, expected {l}",
+                v.len()
+            ))),
+            _ => Ok(v),
+        }
+    };
+    let header = hexed("header", &c.header, Some(64))?;
+    let footer = hexed("footer", &c.footer, Some(64))?;
+    let table = hexed("section_table", &c.section_table, None)?;
+    let count = le_u32(&header, 12) as usize;
+    if count == 0 || count > MAX_SECTIONS {
+        return Err(bad(format!(
+            "header section_count {count}, expected 1..={MAX_SECTIONS}"
+        )));
+    }
+    if table.len() != 96 * count {
+        return Err(bad(format!(
+            "section table is {} bytes, expected 96 × {count}",
+            table.len()
+        )));
+    }
+    let size = le_u64(&header, 40);
+    if size != c.size {
+        return Err(bad(format!(
+            "header total_file_size {size} differs from config size {}",
+            c.size
+        )));
+    }
+    let table_off = le_u64(&header, 16);
+    let footer_off = size
+        .checked_sub(64)
+        .ok_or_else(|| bad(format!("file size {size} is smaller than a footer")))?;
+    let table_end = table_off
+        .checked_add(table.len() as u64)
+        .filter(|&e| e <= footer_off)
+        .ok_or_else(|| {
+            bad(format!(
+                "section table at {table_off} (+{}) runs past the footer at {footer_off}",
+                table.len()
+            ))
+        })?;
+    let _ = table_end;
+    if manifest.layers.len() != count {
+        return Err(bad(format!(
+            "{} layers, expected one per section ({count})",
+            manifest.layers.len()
+        )));
+    }
+    let mut sections = Vec::with_capacity(count);
+    let mut end = 64u64;
+    for (i, layer) in manifest.layers.iter().enumerate() {
+        let e = &table[96 * i..96 * (i + 1)];
+        let kind_id = le_u32(e, 0);
+        let kind = SectionKind::from_u32(kind_id)
+            .ok_or_else(|| bad(format!("section {i}: unknown kind {kind_id}")))?;
+        let offset = le_u64(e, 8);
+        let len = le_u64(e, 16);
+        let mut sha = [0u8; 32];
+        sha.copy_from_slice(&e[40..72]);
+        let name_bytes = &e[72..96];
+        let name_len = name_bytes.iter().position(|&b| b == 0).unwrap_or(24);
+        let name = String::from_utf8_lossy(&name_bytes[..name_len]).into_owned();
+        let stop = offset.checked_add(len).filter(|&s| s <= table_off);
+        if offset < end || stop.is_none() {
+            return Err(bad(format!(
+                "section {name}: [{offset}, +{len}) overlaps the previous section (ends at {end}) or runs past the table at {table_off}"
+            )));
+        }
+        end = stop.unwrap_or(end);
+        let digest = oci_digest(&sha);
+        if layer.digest != digest {
+            return Err(bad(format!(
+                "layer {i} has digest {}, expected the section {name}'s {digest}",
+                layer.digest
+            )));
+        }
+        if u64::try_from(layer.size).ok() != Some(len) {
+            return Err(bad(format!(
+                "layer {i} ({name}) has size {}, expected {len}",
+                layer.size
+            )));
+        }
+        if layer.media_type != section_media_type(kind) {
+            return Err(bad(format!(
+                "layer {i} ({name}) has media type {}, expected {}",
+                layer.media_type,
+                section_media_type(kind)
+            )));
+        }
+        sections.push(SectionPlan {
+            name,
+            kind,
+            offset,
+            size: len,
+            digest,
+        });
+    }
+    let mut fsha = [0u8; 32];
+    fsha.copy_from_slice(&footer[24..56]);
+    let digest = oci_digest(&fsha);
+    if digest != c.digest {
+        return Err(bad(format!(
+            "config digest {} differs from its footer's {digest}",
+            c.digest
+        )));
+    }
+    Ok(Plan {
+        header,
+        table: (table_off, table),
+        footer,
+        size,
+        sections,
+        digest,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types_name_the_kind() {
+        assert_eq!(
+            section_media_type(SectionKind::NativeDense),
+            "application/vnd.gpack.section.native_dense.v1"
+        );
+    }
+
+    #[test]
+    fn a_config_that_is_not_ours_is_refused_by_name() {
+        let m = OciImageManifest {
+            schema_version: 2,
+            media_type: None,
+            config: OciDescriptor::default(),
+            layers: vec![],
+            subject: None,
+            artifact_type: None,
+            annotations: None,
+        };
+        let e = plan("r", &m, b"{\"schema\":\"x\"}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a gpack config"), "{e}");
+        let c = serde_json::json!({"schema": CONFIG_SCHEMA, "size": 1u64 << 63, "digest": "",
+            "header": "00".repeat(64), "section_table": "", "footer": "00".repeat(64), "manifest": null});
+        let e = plan("r", &m, c.to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("section_count 0"), "{e}");
+    }
+}
