@@ -240,7 +240,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // here), else the packed one (checked at convert).
     let draft_loaded = match (&a.spec.draft, spec_mode) {
         (Some(p), SpecMode::Draft) => Some(
-            super::open_model(p, None, None)
+            super::open_model(p, None, None, &a.registry)
                 .with_context(|| format!("opening the draft model {}", p.display()))?,
         ),
         _ => None,
