@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::constrain::{Constraint, MAX_CONSTRAINT_BYTES};
+
 /// An error response in OpenAI's shape.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -167,6 +169,12 @@ pub struct Common {
     /// Streaming options.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    /// Extension: a grammar (llguidance's Lark syntax) the output follows.
+    #[serde(default)]
+    pub grammar: Option<Value>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -222,6 +230,8 @@ pub struct Params {
     pub stream: bool,
     /// Send a usage chunk when streaming.
     pub include_usage: bool,
+    /// What the output must follow (`response_format`, `grammar`).
+    pub constraint: Option<Constraint>,
 }
 
 impl Params {
@@ -354,6 +364,7 @@ impl Common {
             }
         };
         let stream = self.stream.unwrap_or(false);
+        let constraint = self.constraint()?;
         Ok(Params {
             max_tokens,
             temperature: temperature as f32,
@@ -368,7 +379,93 @@ impl Common {
                     .stream_options
                     .as_ref()
                     .is_some_and(|o| o.include_usage),
+            constraint,
         })
+    }
+
+    /// `response_format` and `grammar`, checked (shape and size; whether
+    /// the grammar engine accepts them is [`crate::constrain`]'s verdict).
+    fn constraint(&self) -> Result<Option<Constraint>, ApiError> {
+        let rf = Some("response_format");
+        let format = match &self.response_format {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(o)) => match o.get("type").and_then(Value::as_str) {
+                Some("text") => None,
+                Some("json_object") => Some(Constraint::JsonObject),
+                Some("json_schema") => {
+                    let js = o.get("json_schema").and_then(Value::as_object).ok_or_else(|| {
+                        ApiError::invalid(
+                            "response_format of type json_schema needs a json_schema object",
+                            rf,
+                        )
+                    })?;
+                    let schema = match js.get("schema") {
+                        Some(v @ Value::Object(_)) => v.clone(),
+                        Some(Value::Bool(true)) | None => json!({}),
+                        Some(_) => {
+                            return Err(ApiError::invalid(
+                                "response_format.json_schema.schema must be a JSON object",
+                                rf,
+                            ))
+                        }
+                    };
+                    if serde_json::to_vec(&schema).map_or(usize::MAX, |v| v.len())
+                        > MAX_CONSTRAINT_BYTES
+                    {
+                        return Err(ApiError::invalid(
+                            format!("the JSON schema is larger than {MAX_CONSTRAINT_BYTES} bytes"),
+                            rf,
+                        ));
+                    }
+                    Some(Constraint::JsonSchema(schema))
+                }
+                Some(t) => {
+                    return Err(ApiError::invalid(
+                        format!(
+                            "response_format type {t:?} is not supported (text, json_object, json_schema)"
+                        ),
+                        rf,
+                    ))
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        "response_format needs a \"type\"",
+                        rf,
+                    ))
+                }
+            },
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "response_format must be an object",
+                    rf,
+                ))
+            }
+        };
+        let grammar = match &self.grammar {
+            None | Some(Value::Null) => None,
+            Some(Value::String(g)) => {
+                if g.len() > MAX_CONSTRAINT_BYTES {
+                    return Err(ApiError::invalid(
+                        format!("the grammar is larger than {MAX_CONSTRAINT_BYTES} bytes"),
+                        Some("grammar"),
+                    ));
+                }
+                Some(Constraint::Lark(g.clone()))
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "grammar must be a string (llguidance's Lark syntax)",
+                    Some("grammar"),
+                ))
+            }
+        };
+        match (format, grammar) {
+            (Some(_), Some(_)) => Err(ApiError::invalid(
+                "give either response_format (json_object, json_schema) or grammar, not both",
+                Some("grammar"),
+            )),
+            (f, g) => Ok(f.or(g)),
+        }
     }
 }
 

@@ -16,12 +16,22 @@
 //!
 //! A panic or error inside a step fails only the jobs of that step (each
 //! gets an error event); the engine resets their slots and keeps serving.
+//!
+//! A constrained job (`response_format`, `grammar`: [`crate::constrain`])
+//! samples from logits masked by its grammar. The masks a step needs are
+//! computed on a thread beside the batched forward pass (the mask for the
+//! token sampled after this step depends only on the tokens committed
+//! before it), so the other slots wait for a mask only by the time it takes
+//! beyond the forward pass; that wait and each mask's time are in the
+//! metrics.
 
 use crate::api::ApiError;
+use crate::constrain::Guide;
 use crate::metrics::Metrics;
 use gpack_runtime::{partial_stop, Model, Scratch, Sequence};
 use gpack_runtime::{Sampler, SamplerConfig};
 use gpack_tokenizer::{StreamDecoder, Tokenizer};
+use llguidance::toktrie::SimpleVob;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -82,6 +92,11 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     /// When the request was accepted.
     pub enqueued: Instant,
+    /// The grammar the output must follow, compiled.
+    pub constraint: Option<Box<Guide>>,
+    /// The token a constraint allows once its output is complete (the stop
+    /// tokens are allowed exactly then).
+    pub end_token: u32,
 }
 
 /// The HTTP side's handle: admission control and the job queue.
@@ -187,6 +202,12 @@ struct Active {
     n_gen: usize,
     next: u32,
     first_at: Option<Instant>,
+    /// The mask for the next sampled token (constrained jobs), computed
+    /// during the step.
+    mask: Option<Result<SimpleVob, String>>,
+    /// Whether the job has a constraint (its matcher is lent out during a
+    /// step).
+    constrained: bool,
 }
 
 /// Starts the engine thread. Returns the handle and the thread.
@@ -230,6 +251,8 @@ struct Engine {
     /// prompt) skips that part of its prefill.
     cached: Vec<Vec<u32>>,
     scratch: Scratch,
+    /// A masked copy of a logits row (constrained sampling).
+    masked: Vec<f32>,
     /// Batched steps run so far, and the one that panics on purpose
     /// ([`injected_panic_step`]).
     steps: u64,
@@ -257,6 +280,7 @@ impl Engine {
             metrics,
             handle,
             scratch: Scratch::default(),
+            masked: Vec::new(),
             steps: 0,
             panic_at: injected_panic_step(),
         }
@@ -290,6 +314,7 @@ impl Engine {
         self.metrics
             .prompt_tokens_cached
             .fetch_add(keep as u64, Ordering::Relaxed);
+        let constrained = job.constraint.is_some();
         self.slots[i] = Some(Active {
             sampler: Sampler::new(job.sampler.clone()),
             history: job.prompt.clone(),
@@ -301,6 +326,8 @@ impl Engine {
             n_gen: 0,
             next: 0,
             first_at: None,
+            mask: None,
+            constrained,
         });
     }
 
@@ -432,15 +459,57 @@ impl Engine {
             .collect();
         self.steps += 1;
         let inject = self.panic_at == Some(self.steps);
-        let res = catch_unwind(AssertUnwindSafe(|| {
-            if inject {
-                panic!("injected fault (GPACK_TEST_PANIC_AT_STEP)");
+        // The matchers of the constrained slots that sample after this
+        // step, lent to the mask thread for its duration.
+        let mut lent: Vec<(usize, Box<Guide>)> = Vec::new();
+        for (j, &i) in idx.iter().enumerate() {
+            if let Some(a) = self.slots[i].as_mut() {
+                if wants[j] {
+                    if let Some(m) = a.job.constraint.take() {
+                        lent.push((i, m));
+                    }
+                }
             }
-            model
-                .forward_batch(scratch, &mut refs, &slices, &wants)
-                .map(|_| ())
-        }));
+        }
+        let (res, masks) = std::thread::scope(|sc| {
+            let worker = (!lent.is_empty()).then(|| {
+                sc.spawn(move || {
+                    lent.into_iter()
+                        .map(|(i, mut m)| {
+                            let t = Instant::now();
+                            let mask = match catch_unwind(AssertUnwindSafe(|| m.compute_mask())) {
+                                Ok(Ok(v)) => Ok(v),
+                                Ok(Err(e)) => Err(e.to_string()),
+                                Err(_) => Err("the grammar engine panicked".to_string()),
+                            };
+                            (i, m, mask, t.elapsed())
+                        })
+                        .collect::<Vec<_>>()
+                })
+            });
+            let res = catch_unwind(AssertUnwindSafe(|| {
+                if inject {
+                    panic!("injected fault (GPACK_TEST_PANIC_AT_STEP)");
+                }
+                model
+                    .forward_batch(scratch, &mut refs, &slices, &wants)
+                    .map(|_| ())
+            }));
+            let waited = Instant::now();
+            let masks = worker.map(|w| w.join().unwrap_or_default());
+            (res, masks.map(|m| (m, waited.elapsed())))
+        });
         drop(refs);
+        if let Some((masks, waited)) = masks {
+            self.metrics.mask_wait.observe(waited.as_secs_f64());
+            for (i, m, mask, took) in masks {
+                self.metrics.mask_seconds.observe(took.as_secs_f64());
+                if let Some(a) = self.slots[i].as_mut() {
+                    a.job.constraint = Some(m);
+                    a.mask = Some(mask);
+                }
+            }
+        }
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         let err = match res {
             Ok(Ok(())) => None,
@@ -473,18 +542,52 @@ impl Engine {
             }
             let row = &self.scratch.logits()[k * n_vocab..(k + 1) * n_vocab];
             k += 1;
+            let masked = &mut self.masked;
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                Self::on_logits(a, row, &self.metrics, self.seqs[i].pos(), self.cfg.n_ctx)
+                let row = match Self::constrain(a, row, masked) {
+                    Ok(r) => r,
+                    Err(e) => return Err(e),
+                };
+                Ok(Self::on_logits(
+                    a,
+                    row,
+                    &self.metrics,
+                    self.seqs[i].pos(),
+                    self.cfg.n_ctx,
+                ))
             }));
             match outcome {
-                Ok(None) => {}
-                Ok(Some(f)) => self.finish(i, f),
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some(f))) => self.finish(i, f),
+                Ok(Err(e)) => self.retire(i, Some(Event::Error(e))),
                 Err(_) => self.retire(
                     i,
                     Some(Event::Error("internal error: sampling panicked".into())),
                 ),
             }
         }
+    }
+
+    /// The row to sample from: `row` itself, or for a constrained job a
+    /// copy in `buf` with what its grammar forbids at −∞.
+    fn constrain<'r>(
+        a: &mut Active,
+        row: &'r [f32],
+        buf: &'r mut Vec<f32>,
+    ) -> Result<&'r [f32], String> {
+        if !a.constrained {
+            return Ok(row);
+        }
+        let mask = match a.mask.take() {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => return Err(format!("the grammar engine failed: {e}")),
+            None => return Err("internal error: no grammar mask for this step".into()),
+        };
+        buf.clear();
+        buf.extend_from_slice(row);
+        crate::constrain::apply_mask(buf, &mask, a.job.end_token, &a.job.stop_tokens);
+        a.mask = Some(Ok(mask));
+        Ok(buf)
     }
 
     /// Samples one token for `a`; returns how it ended, if it did.
@@ -495,7 +598,15 @@ impl Engine {
         pos: usize,
         n_ctx: usize,
     ) -> Option<Finish> {
-        let tok = a.sampler.sample(logits, &a.history);
+        let mut tok = a.sampler.sample(logits, &a.history);
+        if let Some(Ok(mask)) = a.mask.take() {
+            // A sampler may fall back to its last candidate when rounding
+            // leaves its draw past the total mass: never a forbidden token.
+            let (end, stop) = (a.job.end_token, &a.job.stop_tokens);
+            if !crate::constrain::allowed(&mask, tok, end, stop) {
+                tok = gpack_runtime::argmax(logits);
+            }
+        }
         let now = Instant::now();
         if a.first_at.is_none() {
             a.first_at = Some(now);
@@ -507,6 +618,14 @@ impl Engine {
         a.n_gen += 1;
         metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
         a.history.push(tok);
+        let mut complete = false;
+        if let Some(m) = a.job.constraint.as_mut() {
+            if let Err(e) = m.consume_token(tok) {
+                log::error!("the grammar engine refused its own token: {e}");
+                complete = true;
+            }
+            complete |= m.is_stopped();
+        }
         let piece = a.decoder.push(tok);
         a.text.push_str(&piece);
         let stops = &a.job.stop_strings;
@@ -533,6 +652,9 @@ impl Engine {
                 .events
                 .send(Event::Text(a.text[a.emitted..upto].to_string()));
             a.emitted = upto;
+        }
+        if complete {
+            return Some(Finish::Stop);
         }
         if a.n_gen >= a.job.max_tokens || pos >= n_ctx {
             return Some(Finish::Length);

@@ -39,6 +39,8 @@ pub(crate) struct AppState {
     pub prep_slots: Arc<tokio::sync::Semaphore>,
     /// The background check of the weights, once started.
     pub integrity: Arc<std::sync::OnceLock<crate::Integrity>>,
+    /// Compiles `response_format` / `grammar` constraints.
+    pub grammars: crate::constrain::Grammars,
 }
 
 impl AppState {
@@ -272,7 +274,9 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
         messages: msgs,
         params,
     } = api::chat_request(&body)?;
-    let prompt = prepare(s, move |s| {
+    let constraint = params.constraint.clone();
+    let (prompt, matcher) = prepare(s, move |s| {
+        let matcher = compile(s, constraint.as_ref())?;
         let text = s.tok.apply_chat_template(&msgs, true).map_err(|e| {
             ApiError::invalid(
                 format!(
@@ -282,10 +286,10 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
                 Some("messages"),
             )
         })?;
-        Ok(s.tok.encode(&text, false))
+        Ok((s.tok.encode(&text, false), matcher))
     })
     .await?;
-    run(s, prompt, params, Kind::Chat, "messages").await
+    run(s, prompt, matcher, params, Kind::Chat, "messages").await
 }
 
 async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
@@ -294,11 +298,25 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
     let (_, body) = read_body(s, req).await?;
     let api::ValidCompletion { prompt, params } =
         api::completion_request(&body, s.tok.vocab_size())?;
-    let prompt = match prompt {
-        ValidPrompt::Text(t) => prepare(s, move |s| Ok(s.tok.encode(&t, true))).await?,
-        ValidPrompt::Tokens(ids) => ids,
-    };
-    run(s, prompt, params, Kind::Completion, "prompt").await
+    let constraint = params.constraint.clone();
+    let (prompt, matcher) = prepare(s, move |s| {
+        let matcher = compile(s, constraint.as_ref())?;
+        Ok(match prompt {
+            ValidPrompt::Text(t) => (s.tok.encode(&t, true), matcher),
+            ValidPrompt::Tokens(ids) => (ids, matcher),
+        })
+    })
+    .await?;
+    run(s, prompt, matcher, params, Kind::Completion, "prompt").await
+}
+
+/// The request's constraint compiled (on the blocking pool: a large schema
+/// takes milliseconds).
+fn compile(
+    s: &AppState,
+    c: Option<&crate::constrain::Constraint>,
+) -> Result<Option<Box<crate::constrain::Guide>>, ApiError> {
+    c.map(|c| s.grammars.compile(c).map(Box::new)).transpose()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -310,6 +328,7 @@ enum Kind {
 async fn run(
     s: &Arc<AppState>,
     prompt: Vec<u32>,
+    constraint: Option<Box<crate::constrain::Guide>>,
     p: Params,
     kind: Kind,
     what: &'static str,
@@ -341,6 +360,8 @@ async fn run(
         stop_strings: p.stop.clone(),
         events: tx,
         enqueued: Instant::now(),
+        constraint,
+        end_token: s.grammars.end_token(),
     })?;
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
     let meta = Meta {

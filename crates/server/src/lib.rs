@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod constrain;
 pub mod engine;
 mod error;
 mod http;
@@ -161,6 +162,10 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map_err(|e| Error::Template(Box::new(e)))?;
     }
     let stop_tokens = tok.stop_ids();
+    // The token a complete constrained output ends with: the first stop
+    // token (EOS, else the chat format's end of turn); the engine allows
+    // the others with it.
+    let grammars = constrain::Grammars::new(tok, stop_tokens.first().copied().unwrap_or(0));
     let metrics = Arc::new(metrics::Metrics::default());
     let (engine, thread) = engine::start(
         bm,
@@ -193,6 +198,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         next_id: AtomicU64::new(0),
         integrity: Arc::new(integrity),
         prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
+        grammars,
     });
     let checks = state.integrity.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()

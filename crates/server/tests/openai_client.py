@@ -1,7 +1,7 @@
 """Tests of `gpack serve` with the real `openai` Python client, over loopback.
 
 Usage: python openai_client.py BASE_URL GROUP [API_KEY]
-  GROUP: basic | concurrency | abuse | auth
+  GROUP: basic | concurrency | abuse | auth | structured
 BASE_URL is like http://127.0.0.1:PORT (no /v1). The server must run
 SmolLM2-135M-Instruct with --ctx 512 (the abuse group relies on it).
 
@@ -431,7 +431,109 @@ def auth():
         assert chat("Hi", max_tokens=2).choices[0].message is not None
 
 
-{"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth}[GROUP]()
+# ---------------------------------------------------------------- structured
+
+
+def structured():
+    import re
+
+    import jsonschema
+
+    from structured_cases import CASES
+
+    def schema_format(schema, name="answer"):
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+    @case
+    def json_schema_outputs_parse_and_validate():
+        def one(c):
+            prompt, schema = c
+            r = chat(prompt, max_tokens=160, temperature=0, response_format=schema_format(schema))
+            text = r.choices[0].message.content
+            assert r.choices[0].finish_reason == "stop", (prompt, r.choices[0].finish_reason, text)
+            value = json.loads(text)
+            jsonschema.validate(value, schema)
+            return text
+
+        with cf.ThreadPoolExecutor(4) as ex:
+            outs = list(ex.map(one, CASES, timeout=600))
+        print("  e.g. " + " | ".join(outs[:3]), flush=True)
+
+    @case
+    def json_schema_streamed_equals_non_streamed():
+        prompt, schema = CASES[10]
+        full = chat(prompt, max_tokens=160, temperature=0, response_format=schema_format(schema))
+        _, text = stream_chat(prompt, max_tokens=160, temperature=0, response_format=schema_format(schema))
+        assert text == full.choices[0].message.content, (text, full.choices[0].message.content)
+        jsonschema.validate(json.loads(text), schema)
+
+    @case
+    def json_schema_on_completions():
+        prompt, schema = CASES[0]
+        r = client.completions.create(model=MODEL, prompt=prompt + "\nJSON:", max_tokens=120, temperature=0,
+                                      extra_body={"response_format": schema_format(schema)})
+        jsonschema.validate(json.loads(r.choices[0].text), schema)
+
+    @case
+    def json_object_parses():
+        r = chat("Return a JSON object with the name and age of Bob, who is 25.", max_tokens=200, temperature=0,
+                 response_format={"type": "json_object"})
+        assert r.choices[0].finish_reason == "stop", r.choices[0]
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+    @case
+    def sampled_json_schema_validates():
+        # Not only greedy: sampling at temperature 1 from the masked logits.
+        prompt, schema = CASES[14]
+        for seed in range(3):
+            r = chat(prompt, max_tokens=200, temperature=1.0, seed=seed, response_format=schema_format(schema))
+            if r.choices[0].finish_reason == "stop":
+                jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+            else:
+                # Cut by max_tokens: still a prefix the grammar allowed.
+                assert r.choices[0].message.content.startswith("{"), r.choices[0]
+
+    @case
+    def lark_grammar():
+        g = 'start: "The answer is " ("yes" | "no") ". Because " /[a-z ]{1,40}/ "."'
+        r = client.completions.create(model=MODEL, prompt="Is the sky blue?", max_tokens=60, temperature=0,
+                                      extra_body={"grammar": g})
+        text = r.choices[0].text
+        assert re.fullmatch(r"The answer is (yes|no)\. Because [a-z ]{1,40}\.", text), text
+        assert r.choices[0].finish_reason == "stop", r.choices[0]
+        r = chat("List some animals.", max_tokens=60, temperature=0,
+                 extra_body={"grammar": 'start: item ("," item){1,3}\nitem: /[a-z]{2,10}/'})
+        assert re.fullmatch(r"[a-z]{2,10}(,[a-z]{2,10}){1,3}", r.choices[0].message.content), r.choices[0]
+
+    @case
+    def refused_constraints_are_400():
+        def post(body):
+            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, **body}
+            return raw("POST", "/v1/chat/completions", json.dumps(body))
+
+        assert_error(post({"response_format": schema_format({"type": "no-such-type"})}), 400, "response_format")
+        assert_error(post({"response_format": schema_format({"type": "integer", "minimum": 5, "maximum": 1})}),
+                     400, "response_format")
+        assert_error(post({"response_format": {"type": "json_schema"}}), 400, "response_format")
+        assert_error(post({"response_format": {"type": "xml"}}), 400, "response_format")
+        assert_error(post({"response_format": schema_format({"enum": ["x" * 1000] * 100})}), 400,
+                     "response_format")
+        assert_error(post({"grammar": "start: undefined_rule"}), 400, "grammar")
+        assert_error(post({"grammar": "start: ("}), 400, "grammar")
+        assert_error(post({"grammar": 7}), 400, "grammar")
+        assert_error(post({"grammar": 'start: "a"', "response_format": {"type": "json_object"}}), 400, "grammar")
+        # The server still serves after refusals.
+        assert chat("Hi", max_tokens=2).choices[0].message is not None
+
+    @case
+    def mask_cost_in_metrics():
+        assert metric("gpack_grammar_mask_seconds_count") > 0
+        per_token = metric("gpack_grammar_mask_seconds_sum") / metric("gpack_grammar_mask_seconds_count")
+        print(f"  mask: {per_token * 1e6:.0f} us per token", flush=True)
+
+
+{"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth,
+ "structured": structured}[GROUP]()
 failed = sum(1 for _, e in results if e is not None)
 print(f"{len(results) - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

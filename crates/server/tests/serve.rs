@@ -187,6 +187,18 @@ fn openai_client_basic_concurrency_abuse() {
     python(srv.addr, "abuse", None);
 }
 
+// Structured outputs (response_format, grammar) on 4 slots, the JSON
+// schemas of structured_cases.py decoded concurrently.
+#[test]
+fn openai_client_structured() {
+    let m = model();
+    let srv = start(
+        &m.gpack,
+        &["--ctx", "1024", "--parallel", "4", "--name", "smollm2"],
+    );
+    python(srv.addr, "structured", None);
+}
+
 #[test]
 fn openai_client_api_key() {
     let m = model();

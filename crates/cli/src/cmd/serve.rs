@@ -12,12 +12,26 @@ use std::process::ExitCode;
 /// batched forward step per token; up to --queue more requests wait, and
 /// beyond that requests get 503 with Retry-After. SIGTERM or Ctrl-C stops
 /// accepting connections, finishes the requests in flight and exits 0.
+///
+/// Structured outputs: "response_format": {"type": "json_object"} or
+/// {"type": "json_schema", "json_schema": {"schema": {...}}}, or the
+/// extension "grammar": "<Lark grammar>" (llguidance's syntax), on both
+/// generation endpoints; the output is decoded under the grammar's token
+/// mask, computed beside the batched forward pass (its cost per token is
+/// /metrics' gpack_grammar_mask_seconds). A schema or grammar the engine
+/// refuses is a 400 naming the parameter.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack serve smollm2.gpack --port 8080
   gpack serve smollm2.gpack --parallel 8 --ctx 4096 --api-key secret
   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":32}'")]
+    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":32}'
+  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Alice is 30\"}],
+         \"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",
+         \"schema\":{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\"}}}}}}'
+  curl http://127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \\
+    -d '{\"prompt\":\"Is the sky blue?\",\"grammar\":\"start: \\\"yes\\\" | \\\"no\\\"\"}'")]
 pub struct Args {
     /// The model: .gpack, .gguf or a Hugging Face directory.
     model: PathBuf,
