@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::constrain::{Constraint, MAX_CONSTRAINT_BYTES};
+use crate::logprobs::MAX_TOP_LOGPROBS;
 
 /// An error response in OpenAI's shape.
 #[derive(Debug, Clone)]
@@ -160,9 +161,22 @@ pub struct Common {
     /// Stop strings.
     #[serde(default)]
     pub stop: Option<Stop>,
-    /// Choices; only 1.
+    /// Choices (1..=8), each sampled with its own seed.
     #[serde(default)]
     pub n: Option<i64>,
+    /// Chat: `true` for log-probabilities; completions: how many
+    /// alternatives per token (0..=20).
+    #[serde(default)]
+    pub logprobs: Option<Value>,
+    /// Chat: alternatives per token (0..=20), with `logprobs: true`.
+    #[serde(default)]
+    pub top_logprobs: Option<i64>,
+    /// −2..2: lowers the logits of tokens already generated, once.
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    /// −2..2: lowers the logits of tokens already generated, per time.
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
     /// SSE streaming.
     #[serde(default)]
     pub stream: Option<bool>,
@@ -232,6 +246,14 @@ pub struct Params {
     pub include_usage: bool,
     /// What the output must follow (`response_format`, `grammar`).
     pub constraint: Option<Constraint>,
+    /// Choices.
+    pub n: usize,
+    /// Log-probabilities with this many alternatives per token.
+    pub logprobs: Option<usize>,
+    /// `presence_penalty`.
+    pub presence_penalty: f32,
+    /// `frequency_penalty`.
+    pub frequency_penalty: f32,
 }
 
 impl Params {
@@ -282,6 +304,9 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))
 }
 
+/// Most choices per request (`n`): each takes a sequence slot.
+pub const MAX_N: usize = 8;
+
 /// Most stop strings (OpenAI's limit).
 const MAX_STOP: usize = 4;
 /// Longest stop string in bytes.
@@ -290,16 +315,23 @@ const MAX_STOP_LEN: usize = 256;
 impl Common {
     /// Checks ranges and fills defaults.
     pub fn params(&self) -> Result<Params, ApiError> {
-        if let Some(n) = self.n {
-            if n != 1 {
-                return Err(ApiError::invalid(
-                    format!(
-                        "n = {n} is not supported: this server returns exactly one choice (n = 1)"
-                    ),
-                    Some("n"),
-                ));
-            }
+        let n = self.n.unwrap_or(1);
+        if !(1..=MAX_N as i64).contains(&n) {
+            return Err(ApiError::invalid(
+                format!("n must be between 1 and {MAX_N}, got {n}"),
+                Some("n"),
+            ));
         }
+        let logprobs = self.logprobs()?;
+        let penalty = |v: Option<f64>, name: &'static str| match v.unwrap_or(0.0) {
+            p if (-2.0..=2.0).contains(&p) => Ok(p as f32),
+            p => Err(ApiError::invalid(
+                format!("{name} must be between -2 and 2, got {p}"),
+                Some(name),
+            )),
+        };
+        let presence_penalty = penalty(self.presence_penalty, "presence_penalty")?;
+        let frequency_penalty = penalty(self.frequency_penalty, "frequency_penalty")?;
         let max = self.max_completion_tokens.or(self.max_tokens);
         let max_tokens = match max {
             None => None,
@@ -380,7 +412,44 @@ impl Common {
                     .as_ref()
                     .is_some_and(|o| o.include_usage),
             constraint,
+            n: n as usize,
+            logprobs,
+            presence_penalty,
+            frequency_penalty,
         })
+    }
+
+    /// `logprobs` (a bool, chat; a count, completions) and `top_logprobs`.
+    fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let top = |k: i64, param: &'static str| {
+            if (0..=MAX_TOP_LOGPROBS as i64).contains(&k) {
+                Ok(k as usize)
+            } else {
+                Err(ApiError::invalid(
+                    format!("{param} must be between 0 and {MAX_TOP_LOGPROBS}, got {k}"),
+                    Some(param),
+                ))
+            }
+        };
+        let on = match &self.logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(0),
+            Some(Value::Number(k)) => Some(top(k.as_i64().unwrap_or(-1), "logprobs")?),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "logprobs must be a boolean (chat) or an integer (completions)",
+                    Some("logprobs"),
+                ))
+            }
+        };
+        match (on, self.top_logprobs) {
+            (None, Some(_)) => Err(ApiError::invalid(
+                "top_logprobs needs logprobs: true",
+                Some("top_logprobs"),
+            )),
+            (Some(_), Some(k)) => Ok(Some(top(k, "top_logprobs")?)),
+            (on, None) => Ok(on),
+        }
     }
 
     /// `response_format` and `grammar`, checked (shape and size; whether
@@ -593,7 +662,43 @@ mod tests {
     #[test]
     fn params_ranges_and_defaults() {
         let c = |v: Value| serde_json::from_value::<Common>(v).unwrap().params();
-        assert_eq!(c(json!({"n": 2})).unwrap_err().param, Some("n"));
+        assert_eq!(c(json!({"n": 9})).unwrap_err().param, Some("n"));
+        assert_eq!(c(json!({"n": 0})).unwrap_err().param, Some("n"));
+        assert_eq!(c(json!({"n": 3})).unwrap().n, 3);
+        assert_eq!(
+            c(json!({"logprobs": true, "top_logprobs": 21}))
+                .unwrap_err()
+                .param,
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            c(json!({"top_logprobs": 2})).unwrap_err().param,
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            c(json!({"logprobs": 21})).unwrap_err().param,
+            Some("logprobs")
+        );
+        assert_eq!(
+            c(json!({"logprobs": "x"})).unwrap_err().param,
+            Some("logprobs")
+        );
+        assert_eq!(
+            c(json!({"logprobs": true, "top_logprobs": 20}))
+                .unwrap()
+                .logprobs,
+            Some(20)
+        );
+        assert_eq!(c(json!({"logprobs": 3})).unwrap().logprobs, Some(3));
+        assert_eq!(c(json!({"logprobs": false})).unwrap().logprobs, None);
+        assert_eq!(
+            c(json!({"presence_penalty": 2.5})).unwrap_err().param,
+            Some("presence_penalty")
+        );
+        assert_eq!(
+            c(json!({"frequency_penalty": -3})).unwrap_err().param,
+            Some("frequency_penalty")
+        );
         assert_eq!(
             c(json!({"temperature": 2.5})).unwrap_err().param,
             Some("temperature")

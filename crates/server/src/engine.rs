@@ -62,6 +62,9 @@ impl Finish {
 pub enum Event {
     /// New text (final: never retracted).
     Text(String),
+    /// A generated token's log-probability (jobs that ask), sent before the
+    /// text it adds.
+    Logprob(crate::logprobs::TokenLogprob),
     /// The end.
     Done {
         /// Why.
@@ -97,6 +100,10 @@ pub struct Job {
     /// The token a constraint allows once its output is complete (the stop
     /// tokens are allowed exactly then).
     pub end_token: u32,
+    /// Send each token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+    /// `presence_penalty` / `frequency_penalty`.
+    pub penalties: crate::penalty::Penalties,
 }
 
 /// The HTTP side's handle: admission control and the job queue.
@@ -544,12 +551,10 @@ impl Engine {
             k += 1;
             let masked = &mut self.masked;
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                let row = match Self::constrain(a, row, masked) {
-                    Ok(r) => r,
-                    Err(e) => return Err(e),
-                };
+                let sample_row = Self::adjust(a, row, masked)?;
                 Ok(Self::on_logits(
                     a,
+                    sample_row,
                     row,
                     &self.metrics,
                     self.seqs[i].pos(),
@@ -568,32 +573,38 @@ impl Engine {
         }
     }
 
-    /// The row to sample from: `row` itself, or for a constrained job a
-    /// copy in `buf` with what its grammar forbids at −∞.
-    fn constrain<'r>(
+    /// The row to sample from: `row` itself, or a copy in `buf` with the
+    /// job's penalties applied and what its grammar forbids at −∞.
+    fn adjust<'r>(
         a: &mut Active,
         row: &'r [f32],
         buf: &'r mut Vec<f32>,
     ) -> Result<&'r [f32], String> {
-        if !a.constrained {
+        if !a.constrained && !a.job.penalties.active() {
             return Ok(row);
+        }
+        buf.clear();
+        buf.extend_from_slice(row);
+        a.job.penalties.apply(buf);
+        if !a.constrained {
+            return Ok(buf);
         }
         let mask = match a.mask.take() {
             Some(Ok(m)) => m,
             Some(Err(e)) => return Err(format!("the grammar engine failed: {e}")),
             None => return Err("internal error: no grammar mask for this step".into()),
         };
-        buf.clear();
-        buf.extend_from_slice(row);
         crate::constrain::apply_mask(buf, &mask, a.job.end_token, &a.job.stop_tokens);
         a.mask = Some(Ok(mask));
         Ok(buf)
     }
 
-    /// Samples one token for `a`; returns how it ended, if it did.
+    /// Samples one token for `a` from `logits` (`raw`: the model's, for
+    /// log-probabilities); returns how it ended, if it did.
     fn on_logits(
         a: &mut Active,
         logits: &[f32],
+        raw: &[f32],
         metrics: &Metrics,
         pos: usize,
         n_ctx: usize,
@@ -618,6 +629,11 @@ impl Engine {
         a.n_gen += 1;
         metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
         a.history.push(tok);
+        a.job.penalties.record(tok);
+        if let Some(k) = a.job.logprobs {
+            let lp = crate::logprobs::token_logprob(raw, tok, k);
+            let _ = a.job.events.send(Event::Logprob(lp));
+        }
         let mut complete = false;
         if let Some(m) = a.job.constraint.as_mut() {
             if let Err(e) = m.consume_token(tok) {

@@ -5,6 +5,7 @@
 
 use crate::api::{self, ApiError, Params, ValidPrompt};
 use crate::engine::{EngineHandle, Event, Finish, Job};
+use crate::logprobs::{self, TokenLogprob};
 use crate::metrics::Metrics;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -328,7 +329,7 @@ enum Kind {
 async fn run(
     s: &Arc<AppState>,
     prompt: Vec<u32>,
-    constraint: Option<Box<crate::constrain::Guide>>,
+    mut constraint: Option<Box<crate::constrain::Guide>>,
     p: Params,
     kind: Kind,
     what: &'static str,
@@ -350,19 +351,36 @@ async fn run(
     }
     let room = s.n_ctx - prompt.len();
     let max_tokens = p.max_tokens.unwrap_or(room).min(room);
-    let (tx, rx) = unbounded_channel();
-    let n_prompt = prompt.len();
-    s.engine.submit(Job {
-        prompt,
-        max_tokens,
-        sampler: p.sampler(),
-        stop_tokens: s.stop_tokens.clone(),
-        stop_strings: p.stop.clone(),
-        events: tx,
-        enqueued: Instant::now(),
-        constraint,
-        end_token: s.grammars.end_token(),
-    })?;
+    // One job per choice, each with its own seed (and its own copy of the
+    // grammar's state); if one is refused, the receivers of those already
+    // queued are dropped and the engine cancels them.
+    let mut rxs = Vec::with_capacity(p.n);
+    for c in 0..p.n {
+        let (tx, rx) = unbounded_channel();
+        let guide = if c + 1 == p.n {
+            constraint.take()
+        } else {
+            constraint
+                .as_ref()
+                .map(|g| Box::new(crate::constrain::Guide(g.0.deep_clone())))
+        };
+        let mut sampler = p.sampler();
+        sampler.seed = sampler.seed.wrapping_add(c as u64);
+        s.engine.submit(Job {
+            prompt: prompt.clone(),
+            max_tokens,
+            sampler,
+            stop_tokens: s.stop_tokens.clone(),
+            stop_strings: p.stop.clone(),
+            events: tx,
+            enqueued: Instant::now(),
+            constraint: guide,
+            end_token: s.grammars.end_token(),
+            logprobs: p.logprobs,
+            penalties: crate::penalty::Penalties::new(p.presence_penalty, p.frequency_penalty),
+        })?;
+        rxs.push(rx);
+    }
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
     let meta = Meta {
         id: match kind {
@@ -373,11 +391,12 @@ async fn run(
         model: s.model_name.clone(),
         kind,
         include_usage: p.include_usage,
+        tok: s.tok,
     };
     if p.stream {
-        Ok(sse(meta, rx))
+        Ok(sse(meta, rxs))
     } else {
-        collect(s, meta, rx, n_prompt).await
+        collect(s, meta, rxs).await
     }
 }
 
@@ -387,6 +406,7 @@ struct Meta {
     model: String,
     kind: Kind,
     include_usage: bool,
+    tok: Tokenizer<'static>,
 }
 
 fn usage(prompt: usize, completion: usize) -> Value {
@@ -397,72 +417,118 @@ fn usage(prompt: usize, completion: usize) -> Value {
     })
 }
 
+/// One choice's answer, gathered.
+#[derive(Default)]
+struct Gathered {
+    text: String,
+    logprobs: Vec<TokenLogprob>,
+}
+
 async fn collect(
     s: &AppState,
     m: Meta,
-    mut rx: UnboundedReceiver<Event>,
-    n_prompt: usize,
+    rxs: Vec<UnboundedReceiver<Event>>,
 ) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    loop {
-        match rx.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
-            Some(Event::Done {
-                finish,
-                prompt_tokens,
-                completion_tokens,
-            }) => {
-                let choice = match m.kind {
-                    Kind::Chat => json!({
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": null,
-                        "finish_reason": finish.as_str(),
-                    }),
-                    Kind::Completion => json!({
-                        "index": 0,
-                        "text": text,
-                        "logprobs": null,
-                        "finish_reason": finish.as_str(),
-                    }),
-                };
-                let object = match m.kind {
-                    Kind::Chat => "chat.completion",
-                    Kind::Completion => "text_completion",
-                };
-                return Ok(Json(json!({
-                    "id": m.id,
-                    "object": object,
-                    "created": m.created,
-                    "model": m.model,
-                    "system_fingerprint": "gpack",
-                    "choices": [choice],
-                    "usage": usage(prompt_tokens, completion_tokens),
-                }))
-                .into_response());
-            }
-            Some(Event::Error(e)) => {
-                s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    e,
-                ));
-            }
-            None => {
-                let _ = n_prompt;
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    "the generation ended without a result",
-                ));
+    let mut choices = Vec::with_capacity(rxs.len());
+    let (mut n_prompt, mut n_completion) = (0, 0);
+    for (index, mut rx) in rxs.into_iter().enumerate() {
+        let mut g = Gathered::default();
+        loop {
+            match rx.recv().await {
+                Some(Event::Text(t)) => g.text.push_str(&t),
+                Some(Event::Logprob(l)) => g.logprobs.push(l),
+                Some(Event::Done {
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                }) => {
+                    n_prompt = prompt_tokens;
+                    n_completion += completion_tokens;
+                    choices.push(m.choice(index, g, finish));
+                    break;
+                }
+                Some(Event::Error(e)) => {
+                    s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
+                    return Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        e,
+                    ));
+                }
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        "the generation ended without a result",
+                    ));
+                }
             }
         }
     }
+    let object = match m.kind {
+        Kind::Chat => "chat.completion",
+        Kind::Completion => "text_completion",
+    };
+    Ok(Json(json!({
+        "id": m.id,
+        "object": object,
+        "created": m.created,
+        "model": m.model,
+        "system_fingerprint": "gpack",
+        "choices": choices,
+        "usage": usage(n_prompt, n_completion),
+    }))
+    .into_response())
 }
 
 impl Meta {
-    fn chunk(&self, delta: Option<&str>, first: bool, finish: Option<Finish>) -> Value {
+    fn piece(&self) -> impl Fn(u32) -> Vec<u8> + '_ {
+        move |id| self.tok.token_piece(id).into_owned()
+    }
+
+    /// The `logprobs` of a choice (or a chunk) for tokens whose text starts
+    /// at byte `offset` of the choice's text.
+    fn logprobs(&self, ts: &[TokenLogprob], offset: usize) -> Value {
+        let piece = self.piece();
+        match self.kind {
+            Kind::Chat => json!({"content": ts.iter()
+                .map(|t| logprobs::chat_entry(t, &piece)).collect::<Vec<_>>()}),
+            Kind::Completion => logprobs::completion_logprobs(ts, offset, &piece),
+        }
+    }
+
+    /// A non-streamed choice.
+    fn choice(&self, index: usize, g: Gathered, finish: Finish) -> Value {
+        let lp = if g.logprobs.is_empty() {
+            Value::Null
+        } else {
+            self.logprobs(&g.logprobs, 0)
+        };
+        match self.kind {
+            Kind::Chat => json!({
+                "index": index,
+                "message": {"role": "assistant", "content": g.text},
+                "logprobs": lp,
+                "finish_reason": finish.as_str(),
+            }),
+            Kind::Completion => json!({
+                "index": index,
+                "text": g.text,
+                "logprobs": lp,
+                "finish_reason": finish.as_str(),
+            }),
+        }
+    }
+
+    /// One chunk of choice `index`: the role (`first`), text, or the end.
+    fn chunk(
+        &self,
+        index: usize,
+        delta: Option<&str>,
+        first: bool,
+        finish: Option<Finish>,
+        logprobs: Value,
+    ) -> Value {
         let fr = finish.map(Finish::as_str);
         let mut v = match self.kind {
             Kind::Chat => {
@@ -482,6 +548,8 @@ impl Meta {
                 "choices": [{"index": 0, "text": delta.unwrap_or(""), "logprobs": null, "finish_reason": fr}],
             }),
         };
+        v["choices"][0]["index"] = json!(index);
+        v["choices"][0]["logprobs"] = logprobs;
         // OpenAI: with include_usage, every chunk but the last has "usage": null.
         if self.include_usage {
             v["usage"] = Value::Null;
@@ -509,16 +577,38 @@ fn data(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// The events of all choices, merged, each tagged with its choice.
+type Merged = futures_util::stream::SelectAll<
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = (usize, Event)> + Send>>,
+>;
+
 struct Sse {
     meta: Meta,
-    rx: UnboundedReceiver<Event>,
+    events: Merged,
+    n: usize,
+    /// Per choice: log-probabilities not sent yet, and bytes of text sent.
+    pending_lp: Vec<Vec<TokenLogprob>>,
+    sent: Vec<usize>,
+    finished: usize,
+    usage: (usize, usize),
     started: bool,
     pending: std::collections::VecDeque<Bytes>,
     done: bool,
 }
 
 impl Sse {
+    /// The pending log-probabilities of choice `i` as a chunk's field.
+    fn take_logprobs(&mut self, i: usize) -> Value {
+        let ts = std::mem::take(&mut self.pending_lp[i]);
+        if ts.is_empty() {
+            Value::Null
+        } else {
+            self.meta.logprobs(&ts, self.sent[i])
+        }
+    }
+
     async fn next(&mut self) -> Option<Bytes> {
+        use futures_util::StreamExt;
         loop {
             if let Some(b) = self.pending.pop_front() {
                 return Some(b);
@@ -526,34 +616,55 @@ impl Sse {
             if self.done {
                 return None;
             }
-            if !self.started && self.meta.kind == Kind::Chat {
+            if !self.started {
                 self.started = true;
-                return Some(data(&self.meta.chunk(None, true, None)));
+                if self.meta.kind == Kind::Chat {
+                    for i in 0..self.n {
+                        let c = self.meta.chunk(i, None, true, None, Value::Null);
+                        self.pending.push_back(data(&c));
+                    }
+                }
+                continue;
             }
-            self.started = true;
-            match self.rx.recv().await {
-                Some(Event::Text(t)) => {
+            match self.events.next().await {
+                Some((i, Event::Logprob(l))) => self.pending_lp[i].push(l),
+                Some((i, Event::Text(t))) => {
                     if !t.is_empty() {
-                        return Some(data(&self.meta.chunk(Some(&t), false, None)));
+                        let lp = self.take_logprobs(i);
+                        self.sent[i] += t.len();
+                        return Some(data(&self.meta.chunk(i, Some(&t), false, None, lp)));
                     }
                 }
-                Some(Event::Done {
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                }) => {
-                    self.done = true;
-                    self.pending
-                        .push_back(data(&self.meta.chunk(None, false, Some(finish))));
-                    if self.meta.include_usage {
-                        self.pending.push_back(data(
-                            &self.meta.usage_chunk(prompt_tokens, completion_tokens),
-                        ));
+                Some((
+                    i,
+                    Event::Done {
+                        finish,
+                        prompt_tokens,
+                        completion_tokens,
+                    },
+                )) => {
+                    self.finished += 1;
+                    self.usage.0 = prompt_tokens;
+                    self.usage.1 += completion_tokens;
+                    let lp = self.take_logprobs(i);
+                    self.pending.push_back(data(&self.meta.chunk(
+                        i,
+                        None,
+                        false,
+                        Some(finish),
+                        lp,
+                    )));
+                    if self.finished == self.n {
+                        self.done = true;
+                        if self.meta.include_usage {
+                            let (p, c) = self.usage;
+                            self.pending.push_back(data(&self.meta.usage_chunk(p, c)));
+                        }
+                        self.pending
+                            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                     }
-                    self.pending
-                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                 }
-                Some(Event::Error(e)) => {
+                Some((_, Event::Error(e))) => {
                     self.done = true;
                     let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
                     self.pending.push_back(data(&err.body()));
@@ -574,10 +685,22 @@ impl Sse {
     }
 }
 
-fn sse(meta: Meta, rx: UnboundedReceiver<Event>) -> Response {
+fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
+    let n = rxs.len();
+    let events = futures_util::stream::select_all(rxs.into_iter().enumerate().map(|(i, rx)| {
+        let s = futures_util::stream::unfold(rx, move |mut rx| async move {
+            rx.recv().await.map(|e| ((i, e), rx))
+        });
+        Box::pin(s) as std::pin::Pin<Box<dyn futures_util::Stream<Item = (usize, Event)> + Send>>
+    }));
     let st = Sse {
         meta,
-        rx,
+        events,
+        n,
+        pending_lp: vec![Vec::new(); n],
+        sent: vec![0; n],
+        finished: 0,
+        usage: (0, 0),
         started: false,
         pending: Default::default(),
         done: false,

@@ -30,7 +30,9 @@ mod http;
 pub mod integrity;
 mod listen;
 pub mod load;
+pub mod logprobs;
 pub mod metrics;
+pub mod penalty;
 
 pub use error::{Error, Result};
 pub use integrity::{Integrity, VerifyMode};

@@ -1,7 +1,7 @@
 """Tests of `gpack serve` with the real `openai` Python client, over loopback.
 
 Usage: python openai_client.py BASE_URL GROUP [API_KEY]
-  GROUP: basic | concurrency | abuse | auth | structured
+  GROUP: basic | concurrency | abuse | auth | structured | sampling
 BASE_URL is like http://127.0.0.1:PORT (no /v1). The server must run
 SmolLM2-135M-Instruct with --ctx 512 (the abuse group relies on it).
 
@@ -215,7 +215,7 @@ def basic():
 
     @case
     def invalid_requests():
-        for kw, param in [({"n": 2}, "n"), ({"temperature": 5}, "temperature"),
+        for kw, param in [({"n": 9}, "n"), ({"temperature": 5}, "temperature"),
                           ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens")]:
             try:
                 chat("Hi", **kw)
@@ -532,8 +532,108 @@ def structured():
         print(f"  mask: {per_token * 1e6:.0f} us per token", flush=True)
 
 
+# ---------------------------------------------------------------- sampling
+
+
+def sampling():
+    import math
+
+    @case
+    def chat_logprobs_and_top_logprobs():
+        r = chat("Name a color.", max_tokens=8, temperature=0, logprobs=True, top_logprobs=5)
+        c = r.choices[0]
+        content = c.logprobs.content
+        assert content and len(content) == r.usage.completion_tokens, (len(content), r.usage)
+        assert "".join(t.token for t in content) == c.message.content, (content, c.message.content)
+        for t in content:
+            assert len(t.top_logprobs) == 5, t
+            # Greedy: the sampled token is the most likely one.
+            assert t.top_logprobs[0].token == t.token and t.top_logprobs[0].logprob == t.logprob, t
+            lps = [x.logprob for x in t.top_logprobs]
+            assert lps == sorted(lps, reverse=True) and all(x <= 0 for x in lps), lps
+            assert sum(math.exp(x) for x in lps) <= 1.0 + 1e-4, lps
+            assert bytes(t.bytes).decode(errors="replace") == t.token
+
+    @case
+    def streamed_logprobs_equal_non_streamed():
+        kw = dict(max_tokens=8, temperature=0, logprobs=True, top_logprobs=2)
+        full = chat("Name a fruit.", **kw).choices[0].logprobs.content
+        chunks, _ = stream_chat("Name a fruit.", **kw)
+        streamed = [t for c in chunks if c.choices and c.choices[0].logprobs
+                    for t in c.choices[0].logprobs.content]
+        assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in full]
+
+    @case
+    def completions_logprobs_shape():
+        r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
+                                      temperature=0, logprobs=2)
+        lp = r.choices[0].logprobs
+        assert "".join(lp.tokens) == r.choices[0].text, (lp.tokens, r.choices[0].text)
+        assert len(lp.token_logprobs) == len(lp.tokens) == len(lp.top_logprobs) == len(lp.text_offset)
+        assert lp.text_offset[0] == 0 and all(len(t) == 2 for t in lp.top_logprobs), lp
+
+    @case
+    def n_choices():
+        r = chat("Write a word.", max_tokens=12, temperature=1.0, seed=5, n=4)
+        assert [c.index for c in r.choices] == [0, 1, 2, 3], r.choices
+        texts = {c.message.content for c in r.choices}
+        assert len(texts) >= 2, texts
+        assert r.usage.completion_tokens <= 4 * 12
+        # The same seed: the same choices.
+        r2 = chat("Write a word.", max_tokens=12, temperature=1.0, seed=5, n=4)
+        assert [c.message.content for c in r2.choices] == [c.message.content for c in r.choices]
+        # Greedy choices streamed: each index reassembles the greedy answer.
+        g = chat("Write a word.", max_tokens=12, temperature=0)
+        greedy = g.choices[0].message.content
+        chunks, _ = stream_chat("Write a word.", max_tokens=12, temperature=0, n=3,
+                                stream_options={"include_usage": True})
+        per = {}
+        for c in chunks:
+            for ch in c.choices:
+                per[ch.index] = per.get(ch.index, "") + (ch.delta.content or "")
+        assert per == {0: greedy, 1: greedy, 2: greedy}, per
+        finishes = [ch.index for c in chunks for ch in c.choices if ch.finish_reason]
+        assert sorted(finishes) == [0, 1, 2], finishes
+        assert chunks[-1].usage.completion_tokens == 3 * g.usage.completion_tokens, chunks[-1].usage
+
+    @case
+    def penalties_lower_greedy_repetition():
+        from collections import Counter
+
+        def tokens(**kw):
+            r = client.completions.create(model=MODEL, prompt="1, 2, 3, 1, 2, 3, 1, 2, 3,", max_tokens=24,
+                                          temperature=0, logprobs=0, extra_body=kw)
+            return r.choices[0].logprobs.tokens
+
+        plain = tokens()
+        pen = tokens(frequency_penalty=1.5, presence_penalty=1.0)
+        most = lambda ts: Counter(ts).most_common(1)[0][1]
+        assert most(pen) < most(plain), (plain, pen)
+
+    @case
+    def completions_stream_include_usage():
+        s = client.completions.create(model=MODEL, prompt="Hi", max_tokens=6, temperature=0, stream=True,
+                                      stream_options={"include_usage": True})
+        chunks = list(s)
+        assert chunks[-1].usage is not None and chunks[-1].choices == [], chunks[-1]
+        assert all(c.usage is None for c in chunks[:-1])
+        assert 0 < chunks[-1].usage.completion_tokens <= 6
+
+    @case
+    def limits_are_400():
+        def post(body):
+            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, **body}
+            return raw("POST", "/v1/chat/completions", json.dumps(body))
+
+        assert_error(post({"n": 9}), 400, "n")
+        assert_error(post({"logprobs": True, "top_logprobs": 21}), 400, "top_logprobs")
+        assert_error(post({"top_logprobs": 3}), 400, "top_logprobs")
+        assert_error(post({"presence_penalty": 3}), 400, "presence_penalty")
+        assert_error(post({"frequency_penalty": -2.5}), 400, "frequency_penalty")
+
+
 {"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth,
- "structured": structured}[GROUP]()
+ "structured": structured, "sampling": sampling}[GROUP]()
 failed = sum(1 for _, e in results if e is not None)
 print(f"{len(results) - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -197,6 +197,7 @@ fn openai_client_structured() {
         &["--ctx", "1024", "--parallel", "4", "--name", "smollm2"],
     );
     python(srv.addr, "structured", None);
+    python(srv.addr, "sampling", None);
 }
 
 #[test]
@@ -523,4 +524,70 @@ fn an_empty_api_key_is_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("api-key"), "{err}");
+}
+
+/// `logprobs` are the log-softmax of the logits the runtime computes: the
+/// server's greedy completion (prompt as token ids) against
+/// `Model::forward` on the same weights, step by step — the sampled
+/// token's log-probability and the three best alternatives, their text and
+/// values.
+#[test]
+fn logprobs_are_the_log_softmax_of_the_runtime_logits() {
+    use gpack_runtime::{GgufWeights, LoadOptions, Logits, Model};
+    let m = model();
+    let prompt: Vec<u32> = vec![1, 504, 3458, 282, 4649, 314];
+    let srv = start(&m.gpack, &["--ctx", "256", "--parallel", "2"]);
+    let req =
+        serde_json::json!({"prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 3});
+    let resp = read_all(post(srv.addr, "/v1/completions", &req.to_string()));
+    let v: serde_json::Value =
+        serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
+    let lp = &v["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().expect("tokens");
+    assert_eq!(tokens.len(), 6, "{v}");
+    let text: String = tokens.iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(text, v["choices"][0]["text"].as_str().unwrap());
+
+    // The reference: the runtime alone, on the GGUF the .gpack was made
+    // from, with the server's f16 KV cache.
+    let w = GgufWeights::open(&m.gguf).unwrap();
+    let opts = LoadOptions {
+        kv_f16: true,
+        ..LoadOptions::default()
+    };
+    let model = Model::load_with(&w, &opts).unwrap();
+    let tk = gpack_tokenizer::load_any(&m.gguf).unwrap();
+    let tk = tk.tokenizer().unwrap();
+    let mut st = model.new_state(64);
+    let mut feed = prompt.clone();
+    for k in 0..6 {
+        let logits = model.forward(&mut st, &feed, Logits::Last).unwrap();
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lse = max + logits.iter().map(|&x| (x - max).exp()).sum::<f32>().ln();
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let best = order[0] as u32;
+        let piece = |id: usize| String::from_utf8_lossy(&tk.token_piece(id as u32)).into_owned();
+        assert_eq!(
+            tokens[k].as_str().unwrap(),
+            piece(best as usize),
+            "step {k}"
+        );
+        let got = lp["token_logprobs"][k].as_f64().unwrap() as f32;
+        assert!(
+            (got - (logits[best as usize] - lse)).abs() < 2e-3,
+            "step {k}: {got}"
+        );
+        let top = lp["top_logprobs"][k].as_object().unwrap();
+        assert_eq!(top.len(), 3, "step {k}: {top:?}");
+        for &id in &order[..3] {
+            let want = logits[id] - lse;
+            let got = top[&piece(id)].as_f64().unwrap() as f32;
+            assert!(
+                (got - want).abs() < 2e-3,
+                "step {k} token {id}: {got} vs {want}"
+            );
+        }
+        feed = vec![best];
+    }
 }

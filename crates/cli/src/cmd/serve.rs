@@ -20,6 +20,12 @@ use std::process::ExitCode;
 /// mask, computed beside the batched forward pass (its cost per token is
 /// /metrics' gpack_grammar_mask_seconds). A schema or grammar the engine
 /// refuses is a 400 naming the parameter.
+///
+/// Also: "logprobs" (chat: true, with "top_logprobs" up to 20; completions:
+/// the number of alternatives), "n" up to 8 choices (each its own seed and
+/// slot), "presence_penalty" / "frequency_penalty" (-2..2, OpenAI's
+/// formula over the generated tokens), and "stream_options":
+/// {"include_usage": true}.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack serve smollm2.gpack --port 8080
