@@ -121,6 +121,15 @@ pub struct Message {
     /// The content (null for an assistant message with tool calls).
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant's tool calls (`[{id, type, function: {name, arguments}}]`).
+    #[serde(default)]
+    pub tool_calls: Option<Value>,
+    /// A `tool` message's call id.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// A `tool` message's function name (some templates use it).
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// `stream_options`.
@@ -196,6 +205,12 @@ pub struct Common {
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<Message>,
+    /// Functions the model may call.
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// `auto`, `none`, `required` or `{"type": "function", "function": {"name"}}`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
     /// Everything else.
     #[serde(flatten)]
     pub common: Common,
@@ -544,6 +559,11 @@ impl Common {
 pub struct ValidChat {
     /// The conversation, text parts joined.
     pub messages: Vec<gpack_tokenizer::ChatMessage>,
+    /// With tools or tool messages: the conversation as the template gets
+    /// it (tool calls, tool results), rendered with `tools`.
+    pub tool_messages: Option<Value>,
+    /// The request's tools.
+    pub tools: Option<crate::tools::Tools>,
     /// The parameters.
     pub params: Params,
 }
@@ -577,15 +597,51 @@ pub fn chat_request(body: &[u8]) -> Result<ValidChat, ApiError> {
             Some("messages"),
         ));
     }
+    let tools = crate::tools::parse(r.tools.as_ref(), r.tool_choice.as_ref())?;
+    let uses_tools = tools.is_some()
+        || r.messages
+            .iter()
+            .any(|m| m.tool_calls.is_some() || m.role == "tool");
+    if params.constraint.is_some()
+        && tools.as_ref().is_some_and(|t| {
+            matches!(
+                t.choice,
+                crate::tools::Choice::Required | crate::tools::Choice::Named(_)
+            )
+        })
+    {
+        return Err(ApiError::invalid(
+            "tool_choice required or a named function cannot be combined with response_format or grammar",
+            Some("tool_choice"),
+        ));
+    }
     let mut messages = Vec::with_capacity(r.messages.len());
+    let mut tool_messages = Vec::new();
     for m in &r.messages {
         let text = match &m.content {
-            Some(c) => c.text()?,
-            None => String::new(),
+            Some(c) => Some(c.text()?),
+            None => None,
         };
-        messages.push(gpack_tokenizer::ChatMessage::new(m.role.as_str(), text));
+        if uses_tools {
+            tool_messages.push(crate::tools::template_message(
+                &m.role,
+                text.clone(),
+                m.tool_calls.as_ref(),
+                m.tool_call_id.as_deref(),
+                m.name.as_deref(),
+            )?);
+        }
+        messages.push(gpack_tokenizer::ChatMessage::new(
+            m.role.as_str(),
+            text.unwrap_or_default(),
+        ));
     }
-    Ok(ValidChat { messages, params })
+    Ok(ValidChat {
+        messages,
+        tool_messages: uses_tools.then_some(Value::Array(tool_messages)),
+        tools,
+        params,
+    })
 }
 
 /// Turns the bytes of a `/v1/completions` body into a checked request for a

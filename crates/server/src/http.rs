@@ -42,6 +42,10 @@ pub(crate) struct AppState {
     pub integrity: Arc<std::sync::OnceLock<crate::Integrity>>,
     /// Compiles `response_format` / `grammar` constraints.
     pub grammars: crate::constrain::Grammars,
+    /// A chat template that replaces the model's (`--chat-template`).
+    pub chat_template: Option<String>,
+    /// How the template's model writes tool calls.
+    pub tool_format: crate::tools::Format,
 }
 
 impl AppState {
@@ -273,12 +277,41 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
     let (_, body) = read_body(s, req).await?;
     let api::ValidChat {
         messages: msgs,
-        params,
+        tool_messages,
+        tools,
+        mut params,
     } = api::chat_request(&body)?;
+    // tool_choice required / named: the grammar of a call in the model's
+    // format.
+    if let Some(g) = tools
+        .as_ref()
+        .and_then(|t| crate::tools::grammar(t, s.tool_format, &s.tok))
+    {
+        params.constraint = Some(crate::constrain::Constraint::Lark(g));
+    }
+    let parse_calls = tools
+        .as_ref()
+        .is_some_and(|t| t.choice != crate::tools::Choice::None)
+        .then_some(s.tool_format);
     let constraint = params.constraint.clone();
     let (prompt, matcher) = prepare(s, move |s| {
         let matcher = compile(s, constraint.as_ref())?;
-        let text = s.tok.apply_chat_template(&msgs, true).map_err(|e| {
+        let rendered = match (&tool_messages, &s.chat_template) {
+            (None, None) => s.tok.apply_chat_template(&msgs, true),
+            (m, t) => {
+                let plain;
+                let m = match m {
+                    Some(m) => m,
+                    None => {
+                        plain = serde_json::to_value(&msgs).unwrap_or_default();
+                        &plain
+                    }
+                };
+                let list = tools.as_ref().map(|t| &t.list);
+                s.tok.apply_chat_template_json(t.as_deref(), m, list, true)
+            }
+        };
+        let text = rendered.map_err(|e| {
             ApiError::invalid(
                 format!(
                     "the chat template refused these messages: {}",
@@ -290,7 +323,16 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
         Ok((s.tok.encode(&text, false), matcher))
     })
     .await?;
-    run(s, prompt, matcher, params, Kind::Chat, "messages").await
+    run(
+        s,
+        prompt,
+        matcher,
+        params,
+        Kind::Chat,
+        parse_calls,
+        "messages",
+    )
+    .await
 }
 
 async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
@@ -308,7 +350,7 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
         })
     })
     .await?;
-    run(s, prompt, matcher, params, Kind::Completion, "prompt").await
+    run(s, prompt, matcher, params, Kind::Completion, None, "prompt").await
 }
 
 /// The request's constraint compiled (on the blocking pool: a large schema
@@ -332,6 +374,7 @@ async fn run(
     mut constraint: Option<Box<crate::constrain::Guide>>,
     p: Params,
     kind: Kind,
+    tools: Option<crate::tools::Format>,
     what: &'static str,
 ) -> Result<Response, ApiError> {
     if prompt.is_empty() {
@@ -392,6 +435,8 @@ async fn run(
         kind,
         include_usage: p.include_usage,
         tok: s.tok,
+        tools,
+        call_seed: p.seed ^ id,
     };
     if p.stream {
         Ok(sse(meta, rxs))
@@ -407,6 +452,10 @@ struct Meta {
     kind: Kind,
     include_usage: bool,
     tok: Tokenizer<'static>,
+    /// Parse tool calls out of the answers, written in this format.
+    tools: Option<crate::tools::Format>,
+    /// Seeds the tool-call ids.
+    call_seed: u64,
 }
 
 fn usage(prompt: usize, completion: usize) -> Value {
@@ -504,7 +553,24 @@ impl Meta {
         } else {
             self.logprobs(&g.logprobs, 0)
         };
+        let calls = self
+            .tools
+            .map(|f| crate::tools::parse_output(f, &g.text))
+            .filter(|(_, calls)| !calls.is_empty());
         match self.kind {
+            Kind::Chat if calls.is_some() => {
+                let (content, calls) = calls.unwrap_or_default();
+                json!({
+                    "index": index,
+                    "message": {
+                        "role": "assistant",
+                        "content": (!content.is_empty()).then_some(content),
+                        "tool_calls": crate::tools::tool_calls_json(&calls, self.call_seed ^ index as u64, false),
+                    },
+                    "logprobs": lp,
+                    "finish_reason": "tool_calls",
+                })
+            }
             Kind::Chat => json!({
                 "index": index,
                 "message": {"role": "assistant", "content": g.text},
@@ -589,6 +655,10 @@ struct Sse {
     /// Per choice: log-probabilities not sent yet, and bytes of text sent.
     pending_lp: Vec<Vec<TokenLogprob>>,
     sent: Vec<usize>,
+    /// With tools: per choice, all its text, and whether a tool call has
+    /// begun (its text is held until the end, then sent as `tool_calls`).
+    text: Vec<String>,
+    in_call: Vec<bool>,
     finished: usize,
     usage: (usize, usize),
     started: bool,
@@ -597,6 +667,24 @@ struct Sse {
 }
 
 impl Sse {
+    /// Of new text `t` of choice `i` (tools in format `f`), what can be
+    /// sent as content now: everything before a tool call's marker (text
+    /// that may be the marker's start is held).
+    fn tool_text(&mut self, i: usize, f: crate::tools::Format, t: &str) -> String {
+        self.text[i].push_str(t);
+        if self.in_call[i] {
+            return String::new();
+        }
+        let unsent = &self.text[i][self.sent[i]..];
+        let marker = f.marker();
+        if let Some(p) = unsent.find(marker) {
+            self.in_call[i] = true;
+            return unsent[..p].to_string();
+        }
+        let hold = gpack_runtime::partial_stop(unsent, &[marker.to_string()]);
+        unsent[..unsent.len() - hold].to_string()
+    }
+
     /// The pending log-probabilities of choice `i` as a chunk's field.
     fn take_logprobs(&mut self, i: usize) -> Value {
         let ts = std::mem::take(&mut self.pending_lp[i]);
@@ -629,6 +717,10 @@ impl Sse {
             match self.events.next().await {
                 Some((i, Event::Logprob(l))) => self.pending_lp[i].push(l),
                 Some((i, Event::Text(t))) => {
+                    let t = match self.meta.tools {
+                        None => t,
+                        Some(f) => self.tool_text(i, f, &t),
+                    };
                     if !t.is_empty() {
                         let lp = self.take_logprobs(i);
                         self.sent[i] += t.len();
@@ -647,13 +739,26 @@ impl Sse {
                     self.usage.0 = prompt_tokens;
                     self.usage.1 += completion_tokens;
                     let lp = self.take_logprobs(i);
-                    self.pending.push_back(data(&self.meta.chunk(
-                        i,
-                        None,
-                        false,
-                        Some(finish),
-                        lp,
-                    )));
+                    let mut end = self.meta.chunk(i, None, false, Some(finish), lp);
+                    if let Some(f) = self.meta.tools {
+                        let (_, calls) = crate::tools::parse_output(f, &self.text[i]);
+                        let rest = self.text[i][self.sent[i]..].to_string();
+                        if !calls.is_empty() {
+                            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
+                            let seed = self.meta.call_seed ^ i as u64;
+                            c["choices"][0]["delta"] = json!({
+                                "tool_calls": crate::tools::tool_calls_json(&calls, seed, true)
+                            });
+                            self.pending.push_back(data(&c));
+                            end["choices"][0]["finish_reason"] = json!("tool_calls");
+                        } else if !rest.is_empty() {
+                            // Not a call after all: the held text is content.
+                            self.sent[i] += rest.len();
+                            let c = self.meta.chunk(i, Some(&rest), false, None, Value::Null);
+                            self.pending.push_back(data(&c));
+                        }
+                    }
+                    self.pending.push_back(data(&end));
                     if self.finished == self.n {
                         self.done = true;
                         if self.meta.include_usage {
@@ -699,6 +804,8 @@ fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
         n,
         pending_lp: vec![Vec::new(); n],
         sent: vec![0; n],
+        text: vec![String::new(); n],
+        in_call: vec![false; n],
         finished: 0,
         usage: (0, 0),
         started: false,

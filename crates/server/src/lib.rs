@@ -33,6 +33,7 @@ pub mod load;
 pub mod logprobs;
 pub mod metrics;
 pub mod penalty;
+pub mod tools;
 
 pub use error::{Error, Result};
 pub use integrity::{Integrity, VerifyMode};
@@ -86,6 +87,8 @@ pub struct Options {
     pub max_connections: usize,
     /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish.
     pub drain_timeout: std::time::Duration,
+    /// A chat template (Jinja source) used instead of the model's.
+    pub chat_template: Option<String>,
 }
 
 impl Default for Options {
@@ -109,6 +112,7 @@ impl Default for Options {
             body_timeout: std::time::Duration::from_secs(30),
             max_connections: 1024,
             drain_timeout: std::time::Duration::from_secs(30),
+            chat_template: None,
         }
     }
 }
@@ -159,7 +163,11 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     let bm: &'static Model<'static> = Box::leak(Box::new(bm));
     // Compile the chat template once at start: a broken one is a start-up
     // error, not a 400 on every request.
-    if tok.chat_template().is_some() {
+    if let Some(t) = &opts.chat_template {
+        let hi = serde_json::json!([{"role": "user", "content": "hi"}]);
+        tok.apply_chat_template_json(Some(t), &hi, None, true)
+            .map_err(|e| Error::Template(Box::new(e)))?;
+    } else if tok.chat_template().is_some() {
         tok.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", "hi")], true)
             .map_err(|e| Error::Template(Box::new(e)))?;
     }
@@ -201,6 +209,13 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         integrity: Arc::new(integrity),
         prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
         grammars,
+        tool_format: tools::Format::detect(
+            opts.chat_template
+                .as_deref()
+                .or(tok.chat_template())
+                .unwrap_or(""),
+        ),
+        chat_template: opts.chat_template.clone(),
     });
     let checks = state.integrity.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()

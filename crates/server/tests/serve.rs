@@ -200,6 +200,38 @@ fn openai_client_structured() {
     python(srv.addr, "sampling", None);
 }
 
+// Tool calling through each supported format's real template
+// (testdata/tokenizer/tool_templates, given by --chat-template): the Qwen
+// 2.5 one (ChatML, SmolLM2's own tokens) with every case; Llama 3.1 and
+// Mistral Nemo with a named call parsed back and its result fed back.
+#[test]
+fn openai_client_tools() {
+    let m = model();
+    let dir = root().join("testdata/tokenizer/tool_templates");
+    for (template, group) in [
+        ("qwen2.5", "tools"),
+        ("llama3.1", "tool_format"),
+        ("mistral-nemo", "tool_format"),
+    ] {
+        let t = dir.join(format!("{template}.jinja"));
+        let srv = start(
+            &m.gpack,
+            &[
+                "--ctx",
+                "2048",
+                "--parallel",
+                "2",
+                "--name",
+                "smollm2",
+                "--chat-template",
+                t.to_str().unwrap(),
+            ],
+        );
+        println!("template {template}");
+        python(srv.addr, group, None);
+    }
+}
+
 #[test]
 fn openai_client_api_key() {
     let m = model();

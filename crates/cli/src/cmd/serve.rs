@@ -26,6 +26,13 @@ use std::process::ExitCode;
 /// slot), "presence_penalty" / "frequency_penalty" (-2..2, OpenAI's
 /// formula over the generated tokens), and "stream_options":
 /// {"include_usage": true}.
+///
+/// Tool calling: "tools" and "tool_choice" (auto, none, required, or
+/// {"type": "function", "function": {"name": ...}}) are rendered by the
+/// model's chat template (or --chat-template); the model's tool-call text
+/// comes back as "tool_calls" (streamed as deltas), finish_reason
+/// "tool_calls"; required and named choices are decoded under a grammar of
+/// the call. Send results back as {"role": "tool", "tool_call_id", "content"}.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack serve smollm2.gpack --port 8080
@@ -110,6 +117,12 @@ pub struct Args {
     /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     drain_timeout: f64,
+    /// A Jinja chat template file used instead of the model's own (e.g. a
+    /// model family's tool-calling template); the tool-call format
+    /// (Hermes/Qwen <tool_call>, Llama 3 JSON, Mistral [TOOL_CALLS]) is read
+    /// from the template in use.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
 }
 
 /// A positive, finite number of seconds.
@@ -163,6 +176,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
             a.max_connections
         },
         drain_timeout: secs("drain-timeout", a.drain_timeout)?,
+        chat_template: a
+            .chat_template
+            .as_deref()
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading the chat template {}", p.display()))
+            })
+            .transpose()?,
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;
