@@ -22,7 +22,11 @@
 //! computed on a thread beside the batched forward pass (the mask for the
 //! token sampled after this step depends only on the tokens committed
 //! before it), so the other slots wait for a mask only by the time it takes
-//! beyond the forward pass; that wait and each mask's time are in the
+//! beyond the forward pass — when the runtime's pool leaves a core for that
+//! thread (`serve --threads` below the cores). When the pool has every core
+//! (its workers spin between jobs, and a thread among them stalls the
+//! whole step), the masks are computed right after the forward pass on the
+//! engine thread instead. That wait and each mask's time are in the
 //! metrics.
 
 use crate::api::ApiError;
@@ -260,10 +264,45 @@ struct Engine {
     scratch: Scratch,
     /// A masked copy of a logits row (constrained sampling).
     masked: Vec<f32>,
+    /// Compute grammar masks on a thread beside the forward pass (when a
+    /// core is left over by the runtime's pool), else after it on this one.
+    masks_beside: bool,
     /// Batched steps run so far, and the one that panics on purpose
     /// ([`injected_panic_step`]).
     steps: u64,
     panic_at: Option<u64>,
+}
+
+/// One compute_mask per lent matcher, timed.
+type Masks = Vec<(usize, Box<Guide>, Result<SimpleVob, String>, Duration)>;
+
+fn compute_masks(lent: Vec<(usize, Box<Guide>)>) -> Masks {
+    lent.into_iter()
+        .map(|(i, mut m)| {
+            let t = Instant::now();
+            let mask = match catch_unwind(AssertUnwindSafe(|| m.compute_mask())) {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the grammar engine panicked".to_string()),
+            };
+            (i, m, mask, t.elapsed())
+        })
+        .collect()
+}
+
+/// Whether the runtime's pool (`GPACK_THREADS`, else one thread per core)
+/// leaves a core free. Its workers spin between the forward pass's jobs, so
+/// a mask thread on a core they use preempts one of them and stalls every
+/// slot's step (measured on 2 cores: single-stream decode 0.70x with the
+/// thread, against the mask's own cost when computed after the step).
+fn spare_core() -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = std::env::var("GPACK_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(cores);
+    pool < cores
 }
 
 impl Engine {
@@ -288,6 +327,7 @@ impl Engine {
             handle,
             scratch: Scratch::default(),
             masked: Vec::new(),
+            masks_beside: spare_core(),
             steps: 0,
             panic_at: injected_panic_step(),
         }
@@ -478,22 +518,14 @@ impl Engine {
                 }
             }
         }
+        let beside = self.masks_beside;
         let (res, masks) = std::thread::scope(|sc| {
-            let worker = (!lent.is_empty()).then(|| {
-                sc.spawn(move || {
-                    lent.into_iter()
-                        .map(|(i, mut m)| {
-                            let t = Instant::now();
-                            let mask = match catch_unwind(AssertUnwindSafe(|| m.compute_mask())) {
-                                Ok(Ok(v)) => Ok(v),
-                                Ok(Err(e)) => Err(e.to_string()),
-                                Err(_) => Err("the grammar engine panicked".to_string()),
-                            };
-                            (i, m, mask, t.elapsed())
-                        })
-                        .collect::<Vec<_>>()
-                })
-            });
+            let mut lent = Some(lent).filter(|l| !l.is_empty());
+            let worker = if beside {
+                lent.take().map(|l| sc.spawn(move || compute_masks(l)))
+            } else {
+                None
+            };
             let res = catch_unwind(AssertUnwindSafe(|| {
                 if inject {
                     panic!("injected fault (GPACK_TEST_PANIC_AT_STEP)");
@@ -503,7 +535,10 @@ impl Engine {
                     .map(|_| ())
             }));
             let waited = Instant::now();
-            let masks = worker.map(|w| w.join().unwrap_or_default());
+            let masks = match worker {
+                Some(w) => Some(w.join().unwrap_or_default()),
+                None => lent.map(compute_masks),
+            };
             (res, masks.map(|m| (m, waited.elapsed())))
         });
         drop(refs);

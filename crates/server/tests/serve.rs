@@ -188,13 +188,25 @@ fn openai_client_basic_concurrency_abuse() {
 }
 
 // Structured outputs (response_format, grammar) on 4 slots, the JSON
-// schemas of structured_cases.py decoded concurrently.
+// schemas of structured_cases.py decoded concurrently. One pool thread:
+// the masks are computed on their own thread beside the forward pass (with
+// the pool on every core, the tool tests' grammars take the other path,
+// masks after the forward pass).
 #[test]
 fn openai_client_structured() {
     let m = model();
     let srv = start(
         &m.gpack,
-        &["--ctx", "1024", "--parallel", "4", "--name", "smollm2"],
+        &[
+            "--ctx",
+            "1024",
+            "--parallel",
+            "4",
+            "--name",
+            "smollm2",
+            "--threads",
+            "1",
+        ],
     );
     python(srv.addr, "structured", None);
     python(srv.addr, "sampling", None);
