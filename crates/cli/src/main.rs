@@ -28,6 +28,7 @@ enum Command {
     Run(cmd::run::Args),
     Tokenize(cmd::tokenize::Args),
     Serve(cmd::serve::Args),
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     match result {
         Ok(code) => code,
