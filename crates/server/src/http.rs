@@ -59,6 +59,7 @@ type St = State<Arc<AppState>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
+        .route("/", get(chat_page))
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
@@ -83,6 +84,24 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The chat page: one static file built into the binary (no CDN, no build
+/// step), which calls this server's own API from the browser.
+const CHAT_PAGE: &str = include_str!("chat.html");
+
+async fn chat_page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            ),
+        ],
+        CHAT_PAGE,
+    )
+        .into_response()
 }
 
 async fn health(State(s): St) -> Response {

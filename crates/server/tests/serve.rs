@@ -635,3 +635,41 @@ fn logprobs_are_the_log_softmax_of_the_runtime_logits() {
         feed = vec![best];
     }
 }
+
+/// The chat page at `/` in headless Chromium (installed by
+/// scripts/setup-chromium.sh when missing): it loads, sends a typed prompt
+/// and shows the streamed answer, checked in the DOM against the API; the
+/// screenshot is kept in the target directory.
+#[test]
+fn chat_page_in_headless_chromium() {
+    let m = model();
+    let driver = script("setup-chromium.sh");
+    let srv = start(
+        &m.gpack,
+        &["--ctx", "512", "--parallel", "2", "--name", "smollm2"],
+    );
+    let page = get(srv.addr, "/");
+    assert!(
+        page.starts_with("HTTP/1.1 200") && page.contains("text/html"),
+        "{page}"
+    );
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    let py = PY.get_or_init(|| script("setup-python.sh"));
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page.png");
+    let out = Command::new(py)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chat_page.py"))
+        .arg(format!("http://{}", srv.addr))
+        .arg(&driver)
+        .arg(&shot)
+        .output()
+        .expect("running python");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "chat_page.py failed:\n{text}");
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 1000,
+        "no screenshot"
+    );
+    println!("screenshot: {}", shot.display());
+}

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 /// Serve a model over HTTP with the OpenAI API.
 ///
-/// Endpoints: GET /health, GET /v1/models, GET /metrics (Prometheus),
+/// Endpoints: GET / (a chat page: streaming answers, model and sampling
+/// settings, tokens/s per answer; built into the binary), GET /health,
+/// GET /v1/models, GET /metrics (Prometheus),
 /// POST /v1/chat/completions, POST /v1/completions (both with "stream": true
 /// as server-sent events). --parallel sequences are decoded together, one
 /// batched forward step per token; up to --queue more requests wait, and
