@@ -110,10 +110,40 @@ pub struct Job {
     pub penalties: crate::penalty::Penalties,
 }
 
+/// What the engine is asked to do.
+#[derive(Debug)]
+pub enum Work {
+    /// Generate.
+    Gen(Job),
+    /// Embed.
+    Embed(crate::embed::EmbedJob),
+}
+
+impl From<Job> for Work {
+    fn from(j: Job) -> Work {
+        Work::Gen(j)
+    }
+}
+
+impl From<crate::embed::EmbedJob> for Work {
+    fn from(j: crate::embed::EmbedJob) -> Work {
+        Work::Embed(j)
+    }
+}
+
+/// An embedding job in progress: the input being run, how far, its pool.
+struct Embedding {
+    job: crate::embed::EmbedJob,
+    input: usize,
+    fed: usize,
+    pool: crate::embed::Pool,
+    out: Vec<Vec<f32>>,
+}
+
 /// The HTTP side's handle: admission control and the job queue.
 #[derive(Debug)]
 pub struct EngineHandle {
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    tx: Mutex<Option<mpsc::Sender<Work>>>,
     /// Jobs queued or decoding.
     in_system: Arc<AtomicUsize>,
     /// Slots + queue length.
@@ -147,8 +177,9 @@ impl EngineHandle {
         self.alive.load(Ordering::SeqCst)
     }
 
-    /// Queues `job`, or refuses it with 503 when slots and queue are full.
-    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+    /// Queues `job` (generation or embeddings), or refuses it with 503 when
+    /// slots and queue are full.
+    pub fn submit(&self, job: impl Into<Work>) -> Result<(), ApiError> {
         let prev = self.in_system.fetch_add(1, Ordering::SeqCst);
         if prev >= self.capacity {
             self.in_system.fetch_sub(1, Ordering::SeqCst);
@@ -169,7 +200,7 @@ impl EngineHandle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|tx| tx.send(job).is_ok())
+            .map(|tx| tx.send(job.into()).is_ok())
             .unwrap_or(false);
         if !sent {
             self.in_system.fetch_sub(1, Ordering::SeqCst);
@@ -264,6 +295,9 @@ struct Engine {
     scratch: Scratch,
     /// A masked copy of a logits row (constrained sampling).
     masked: Vec<f32>,
+    /// Embedding jobs, first in first out, and the sequence they run in.
+    embeds: std::collections::VecDeque<Embedding>,
+    embed_state: Option<gpack_runtime::State>,
     /// Compute grammar masks on a thread beside the forward pass (when a
     /// core is left over by the runtime's pool), else after it on this one.
     masks_beside: bool,
@@ -327,6 +361,8 @@ impl Engine {
             handle,
             scratch: Scratch::default(),
             masked: Vec::new(),
+            embeds: Default::default(),
+            embed_state: None,
             masks_beside: spare_core(),
             steps: 0,
             panic_at: injected_panic_step(),
@@ -425,12 +461,77 @@ impl Engine {
         self.retire(i, Some(ev));
     }
 
-    fn run(mut self, rx: mpsc::Receiver<Job>) {
+    fn take(&mut self, w: Work) {
+        match w {
+            Work::Gen(job) => self.place(job),
+            Work::Embed(job) => self.embeds.push_back(Embedding {
+                job,
+                input: 0,
+                fed: 0,
+                pool: Default::default(),
+                out: Vec::new(),
+            }),
+        }
+    }
+
+    /// One prefill chunk of the first embedding job.
+    fn embed_chunk(&mut self) {
+        let Some(e) = self.embeds.front_mut() else {
+            return;
+        };
+        if e.job.reply.is_closed() {
+            self.embeds.pop_front();
+            self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        let (model, n_ctx) = (self.model, self.cfg.n_ctx);
+        let state = self
+            .embed_state
+            .get_or_insert_with(|| model.new_state(n_ctx));
+        let toks = &e.job.inputs[e.input];
+        if e.fed == 0 {
+            state.truncate(0);
+        }
+        let k = (toks.len() - e.fed).min(self.cfg.prefill_chunk.max(1));
+        let chunk = &toks[e.fed..e.fed + k];
+        let res = catch_unwind(AssertUnwindSafe(|| model.hidden_states(state, chunk)));
+        let err = match res {
+            Ok(Ok(h)) => {
+                e.pool.add(&h, model.config.n_embd);
+                None
+            }
+            Ok(Err(err)) => Some(crate::load::chain(&err)),
+            Err(_) => Some("internal error: the embedding step panicked".to_string()),
+        };
+        if let Some(msg) = err {
+            self.embed_state = None;
+            if let Some(e) = self.embeds.pop_front() {
+                let _ = e.job.reply.send(Err(msg));
+            }
+            self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        e.fed += k;
+        if e.fed == toks.len() {
+            let pooled = std::mem::take(&mut e.pool).finish(e.job.pooling);
+            e.out.push(pooled);
+            e.input += 1;
+            e.fed = 0;
+            if e.input == e.job.inputs.len() {
+                if let Some(e) = self.embeds.pop_front() {
+                    let _ = e.job.reply.send(Ok(e.out));
+                }
+                self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Work>) {
         loop {
-            if self.n_active() == 0 {
+            if self.n_active() == 0 && self.embeds.is_empty() {
                 self.update_gauges();
                 match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(job) => self.place(job),
+                    Ok(job) => self.take(job),
                     Err(mpsc::RecvTimeoutError::Timeout) => {
                         if self.handle.shutdown.load(Ordering::SeqCst) {
                             return;
@@ -442,10 +543,11 @@ impl Engine {
             }
             while self.slots.iter().any(Option::is_none) {
                 match rx.try_recv() {
-                    Ok(job) => self.place(job),
+                    Ok(job) => self.take(job),
                     Err(_) => break,
                 }
             }
+            self.embed_chunk();
             for i in 0..self.slots.len() {
                 if self.slots[i]
                     .as_ref()

@@ -46,6 +46,8 @@ pub(crate) struct AppState {
     pub chat_template: Option<String>,
     /// How the template's model writes tool calls.
     pub tool_format: crate::tools::Format,
+    /// How `/v1/embeddings` pools hidden states.
+    pub pooling: crate::embed::Pooling,
 }
 
 impl AppState {
@@ -65,6 +67,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
         .fallback(not_found)
         .with_state(state)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
@@ -203,7 +206,7 @@ async fn models(State(s): St, h: HeaderMap) -> Result<Json<Value>, ApiError> {
             "object": "model",
             "created": s.created,
             "owned_by": "gpack",
-            "meta": {"n_ctx": s.n_ctx, "n_vocab": s.tok.vocab_size()},
+            "meta": {"n_ctx": s.n_ctx, "n_vocab": s.tok.vocab_size(), "pooling": s.pooling.name()},
         }]
     })))
 }
@@ -288,6 +291,89 @@ async fn completions(State(s): St, req: Request) -> Response {
             e.into_response()
         }
     }
+}
+
+async fn embeddings(State(s): St, req: Request) -> Response {
+    match embeddings_inner(&s, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            count_error(&s, &e);
+            e.into_response()
+        }
+    }
+}
+
+async fn embeddings_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+    use crate::embed::{EmbedInput, EmbedJob};
+    check_auth(s, req.headers())?;
+    check_integrity(s)?;
+    let (_, body) = read_body(s, req).await?;
+    let crate::embed::EmbedRequest { inputs, base64 } =
+        crate::embed::parse(&body, s.tok.vocab_size())?;
+    let inputs: Vec<Vec<u32>> = prepare(s, move |s| {
+        Ok(inputs
+            .into_iter()
+            .map(|i| match i {
+                EmbedInput::Text(t) => s.tok.encode(&t, true),
+                EmbedInput::Tokens(ids) => ids,
+            })
+            .collect())
+    })
+    .await?;
+    if let Some(long) = inputs.iter().find(|t| t.len() > s.n_ctx || t.is_empty()) {
+        return Err(ApiError::invalid(
+            format!(
+                "an input has {} tokens; this server embeds 1 to {} tokens per input",
+                long.len(),
+                s.n_ctx
+            ),
+            Some("input"),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    let n_tokens: usize = inputs.iter().map(Vec::len).sum();
+    let (tx, mut rx) = unbounded_channel();
+    s.engine.submit(EmbedJob {
+        inputs,
+        pooling: s.pooling,
+        reply: tx,
+    })?;
+    let vectors = match rx.recv().await {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e,
+            ))
+        }
+        None => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the embedding ended without a result",
+            ))
+        }
+    };
+    let data: Vec<Value> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let e = if base64 {
+                json!(crate::embed::base64_f32(&v))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": e})
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": s.model_name,
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    }))
+    .into_response())
 }
 
 async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {

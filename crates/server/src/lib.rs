@@ -24,6 +24,7 @@
 
 pub mod api;
 pub mod constrain;
+pub mod embed;
 pub mod engine;
 mod error;
 mod http;
@@ -216,6 +217,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
                 .unwrap_or(""),
         ),
         chat_template: opts.chat_template.clone(),
+        pooling: embed::Pooling::of(loaded.weights()),
     });
     let checks = state.integrity.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -620,6 +620,15 @@ def sampling():
         assert 0 < chunks[-1].usage.completion_tokens <= 6
 
     @case
+    def embeddings_with_the_client():
+        r = client.embeddings.create(model=MODEL, input=["The cat sat.", "A dog ran.", "The cat sat."])
+        vs = [d.embedding for d in r.data]
+        assert [d.index for d in r.data] == [0, 1, 2] and len(vs[0]) == 576, (len(vs), len(vs[0]))
+        assert all(abs(sum(x * x for x in v) - 1) < 1e-4 for v in vs)
+        assert vs[0] == vs[2] and vs[0] != vs[1]
+        assert r.usage.prompt_tokens > 6
+
+    @case
     def limits_are_400():
         def post(body):
             body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, **body}

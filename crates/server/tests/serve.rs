@@ -673,3 +673,69 @@ fn chat_page_in_headless_chromium() {
     );
     println!("screenshot: {}", shot.display());
 }
+
+/// `/v1/embeddings` equals the reference pooled from transformers' hidden
+/// states: the tiny llama fixture (f16 GGUF of the HF model), its reference
+/// prompt as token ids, the last `hidden_states` entry (after the final
+/// norm) averaged over positions and L2-normalized; in a batch of inputs an
+/// input gets the same vector as alone.
+#[test]
+fn embeddings_equal_transformers_pooled_hidden_states() {
+    let dir = root().join("testdata/tiny/llama");
+    let refs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let ids = refs["prompt_ids"].clone();
+    let rows = refs["hidden_states"]["values"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap();
+    let rows: Vec<Vec<f64>> = serde_json::from_value(rows.clone()).unwrap();
+    let d = rows[0].len();
+    let mut want: Vec<f64> = (0..d)
+        .map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / rows.len() as f64)
+        .collect();
+    let norm = want.iter().map(|x| x * x).sum::<f64>().sqrt();
+    want.iter_mut().for_each(|x| *x /= norm);
+
+    let srv = start(
+        &dir.join("llama-f16.gguf"),
+        &["--ctx", "64", "--parallel", "2"],
+    );
+    let embed = |input: serde_json::Value| -> serde_json::Value {
+        let req = serde_json::json!({"input": input, "model": "tiny"});
+        let resp = read_all(post(srv.addr, "/v1/embeddings", &req.to_string()));
+        serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"))
+    };
+    let v = embed(ids.clone());
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["usage"]["prompt_tokens"], rows.len());
+    let got: Vec<f64> = serde_json::from_value(v["data"][0]["embedding"].clone()).unwrap();
+    assert_eq!(got.len(), d);
+    let max = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    let cos: f64 = got.iter().zip(&want).map(|(a, b)| a * b).sum();
+    println!("embedding vs transformers: max |diff| {max:.2e}, cosine {cos:.7}");
+    assert!(max < 5e-3 && cos > 0.9999, "max |diff| {max}, cosine {cos}");
+    // A batch: the same vector at index 1, and another input at index 0.
+    let batch = embed(serde_json::json!([[1, 2, 3], ids]));
+    assert_eq!(batch["data"][1]["embedding"], v["data"][0]["embedding"]);
+    assert_eq!(batch["data"][1]["index"], 1);
+    assert_ne!(batch["data"][0]["embedding"], v["data"][0]["embedding"]);
+    // Refusals: too long for the context, bad ids.
+    let long: Vec<u32> = vec![5; 65];
+    let r = read_all(post(
+        srv.addr,
+        "/v1/embeddings",
+        &serde_json::json!({"input": long}).to_string(),
+    ));
+    assert!(
+        r.starts_with("HTTP/1.1 400") && r.contains("context_length_exceeded"),
+        "{r}"
+    );
+    let r = read_all(post(srv.addr, "/v1/embeddings", r#"{"input": [999999]}"#));
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+}

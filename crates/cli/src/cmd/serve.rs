@@ -8,7 +8,9 @@ use std::process::ExitCode;
 ///
 /// Endpoints: GET / (a chat page: streaming answers, model and sampling
 /// settings, tokens/s per answer; built into the binary), GET /health,
-/// GET /v1/models, GET /metrics (Prometheus),
+/// GET /v1/models, GET /metrics (Prometheus), POST /v1/embeddings (final
+/// hidden states pooled by mean, or last token when the model's metadata
+/// says so, L2-normalized; float or base64),
 /// POST /v1/chat/completions, POST /v1/completions (both with "stream": true
 /// as server-sent events). --parallel sequences are decoded together, one
 /// batched forward step per token; up to --queue more requests wait, and
