@@ -34,6 +34,9 @@ pub enum Constraint {
     JsonSchema(Value),
     /// The `grammar` extension: a grammar in llguidance's Lark syntax.
     Lark(String),
+    /// `tool_choice` required / named: the grammar of a call
+    /// ([`crate::tools::grammar`]), with the tools' parameter schemas.
+    ToolCall(String),
 }
 
 impl Constraint {
@@ -41,6 +44,7 @@ impl Constraint {
     pub fn param(&self) -> &'static str {
         match self {
             Constraint::Lark(_) => "grammar",
+            Constraint::ToolCall(_) => "tools",
             _ => "response_format",
         }
     }
@@ -177,7 +181,7 @@ impl Grammars {
                 obj.entry("x-guidance").or_insert_with(json_defaults);
                 TopLevelGrammar::from_json_schema(schema)
             }
-            Constraint::Lark(g) => {
+            Constraint::Lark(g) | Constraint::ToolCall(g) => {
                 if g.trim().is_empty() {
                     return Err(ApiError::invalid("grammar must not be empty", param));
                 }
@@ -205,6 +209,7 @@ impl Grammars {
 fn what(c: &Constraint) -> &'static str {
     match c {
         Constraint::Lark(_) => "grammar",
+        Constraint::ToolCall(_) => "tool call grammar (from the tools' parameter schemas)",
         _ => "JSON schema",
     }
 }

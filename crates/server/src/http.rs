@@ -392,7 +392,7 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
         .as_ref()
         .and_then(|t| crate::tools::grammar(t, s.tool_format, &s.tok))
     {
-        params.constraint = Some(crate::constrain::Constraint::Lark(g));
+        params.constraint = Some(crate::constrain::Constraint::ToolCall(g));
     }
     let parse_calls = tools
         .as_ref()

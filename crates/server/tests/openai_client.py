@@ -733,6 +733,8 @@ def tools():
                      400, "tool_choice")
         assert_error(post({"tools": [{"type": "function"}]}), 400, "tools")
         assert_error(post({"tools": "x"}), 400, "tools")
+        bad_schema = {"type": "function", "function": {"name": "f", "parameters": {"type": "no-such-type"}}}
+        assert_error(post({"tools": [bad_schema], "tool_choice": "required"}), 400, "tools")
         assert_error(post({"tool_choice": "required"}), 400, "tool_choice")
         assert_error(post({"tools": [WEATHER], "tool_choice": "required",
                            "response_format": {"type": "json_object"}}), 400, "tool_choice")
