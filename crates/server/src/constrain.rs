@@ -225,13 +225,17 @@ pub fn apply_mask(logits: &mut [f32], mask: &SimpleVob, eos: u32, stop: &[u32]) 
         .filter_map(|&t| logits.get(t as usize).map(|&v| (t as usize, v)))
         .collect();
     let n = mask.len().min(logits.len());
-    for (w, chunk) in mask.as_slice().iter().zip(logits[..n].chunks_mut(32)) {
-        if *w == u32::MAX {
-            continue;
-        }
-        for (b, l) in chunk.iter_mut().enumerate() {
-            if w & (1 << b) == 0 {
-                *l = f32::NEG_INFINITY;
+    for (&w, chunk) in mask.as_slice().iter().zip(logits[..n].chunks_mut(32)) {
+        match w {
+            u32::MAX => {}
+            // Most words of a grammar's mask forbid all 32 tokens.
+            0 => chunk.fill(f32::NEG_INFINITY),
+            w => {
+                for (b, l) in chunk.iter_mut().enumerate() {
+                    if w & (1 << b) == 0 {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
             }
         }
     }
