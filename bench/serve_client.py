@@ -1,7 +1,10 @@
 """Load generator for bench/serve.sh: OpenAI-style streaming requests over
 loopback, stdlib only (so that the client costs the same against both servers).
 
-Usage: python3 serve_client.py BASE_URL single|concurrent REPS [STREAMS] [MAX_TOKENS]
+Usage: python3 serve_client.py BASE_URL single|concurrent REPS [STREAMS] [MAX_TOKENS] [text|json]
+  json: every request carries response_format json_schema with SCHEMA below (an
+  array of at least 64 short strings: the answer cannot end before MAX_TOKENS
+  of up to ~200), for constrained-decoding cost (bench/structured.sh).
 Prints one JSON object per repetition:
   single:     {"ttft_ms", "decode_tps", "tokens"}            (one request at a time)
   concurrent: {"aggregate_tps", "tokens", "wall_s", "ttft_ms_median"}  (STREAMS at once)
@@ -19,6 +22,8 @@ import urllib.parse
 BASE, MODE, REPS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 STREAMS = int(sys.argv[4]) if len(sys.argv) > 4 else 8
 MAX_TOKENS = int(sys.argv[5]) if len(sys.argv) > 5 else 128
+FORMAT = sys.argv[6] if len(sys.argv) > 6 else "text"
+SCHEMA = {"type": "array", "minItems": 64, "items": {"type": "string", "minLength": 1, "maxLength": 24}}
 U = urllib.parse.urlparse(BASE)
 
 PROMPTS = [
@@ -34,8 +39,12 @@ PROMPTS = [
 
 
 def one(prompt, out):
-    body = json.dumps({"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
-                       "stream": True, "stream_options": {"include_usage": True}})
+    req = {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+           "stream": True, "stream_options": {"include_usage": True}}
+    if FORMAT == "json":
+        req["response_format"] = {"type": "json_schema",
+                                  "json_schema": {"name": "list", "schema": SCHEMA, "strict": True}}
+    body = json.dumps(req)
     c = http.client.HTTPConnection(U.hostname, U.port, timeout=600)
     t0 = time.perf_counter()
     c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Create (if missing) the Python venv the server tests use, with the `openai`
-# client pinned, and print its python path on stdout (progress on stderr).
+# client, `jsonschema` (structured outputs) and `selenium` (the chat page's
+# browser test) pinned, and print its python path on stdout (progress on
+# stderr).
 # Usage: scripts/setup-python.sh   (venv: ${GPACK_CACHE:-$HOME/.cache/gpack}/venv)
 # Idempotent and quick once made; needs python3 with venv, and network access
 # to the Python package registry on the first run.
 set -euo pipefail
 OPENAI_VERSION=3.51.0
+JSONSCHEMA_VERSION=4.26.0
+SELENIUM_VERSION=4.35.0
 VENV=${GPACK_CACHE:-$HOME/.cache/gpack}/venv
 PY=$VENV/bin/python
 mkdir -p "$(dirname "$VENV")"
@@ -16,17 +20,17 @@ if [ ! -x "$PY" ]; then
     python3 -m pip --python "$PY" --version >/dev/null 2>&1 || true
   }
 fi
-have=$("$PY" -c 'import openai; print(openai.__version__)' 2>/dev/null || true)
-if [ "$have" != "$OPENAI_VERSION" ]; then
+have=$("$PY" -c 'import importlib.metadata as m; print(m.version("openai"), m.version("jsonschema"), m.version("selenium"))' 2>/dev/null || true)
+if [ "$have" != "$OPENAI_VERSION $JSONSCHEMA_VERSION $SELENIUM_VERSION" ]; then
   # A lock so that concurrent test processes do not install at once.
   exec 9>"$VENV.lock"
   flock 9
-  have=$("$PY" -c 'import openai; print(openai.__version__)' 2>/dev/null || true)
-  if [ "$have" != "$OPENAI_VERSION" ]; then
+  have=$("$PY" -c 'import importlib.metadata as m; print(m.version("openai"), m.version("jsonschema"), m.version("selenium"))' 2>/dev/null || true)
+  if [ "$have" != "$OPENAI_VERSION $JSONSCHEMA_VERSION $SELENIUM_VERSION" ]; then
     if "$PY" -m pip --version >/dev/null 2>&1; then
-      "$PY" -m pip install -q --disable-pip-version-check "openai==$OPENAI_VERSION" >&2
+      "$PY" -m pip install -q --disable-pip-version-check "openai==$OPENAI_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "selenium==$SELENIUM_VERSION" >&2
     else
-      python3 -m pip --python "$PY" install -q --disable-pip-version-check "openai==$OPENAI_VERSION" >&2
+      python3 -m pip --python "$PY" install -q --disable-pip-version-check "openai==$OPENAI_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "selenium==$SELENIUM_VERSION" >&2
     fi
   fi
 fi

@@ -34,6 +34,7 @@ enum Command {
     Ls(cmd::ls::Args),
     Rm(cmd::rm::Args),
     Export(cmd::export::Args),
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         Command::Ls(a) => cmd::ls::run(a),
         Command::Rm(a) => cmd::rm::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     match result {
         Ok(code) => code,

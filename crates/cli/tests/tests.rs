@@ -1,5 +1,6 @@
 //! End-to-end tests of the `gpack` binary.
 
+mod bench;
 mod convert_inspect;
 mod export;
 mod interrupt;

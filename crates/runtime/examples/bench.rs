@@ -18,73 +18,11 @@
 //!
 //! The last line is `bench: key=value …` for scripts (bench/quants.sh).
 
-use gpack_runtime::bench::{bench, median};
+use gpack_runtime::bench::{bench, median, read_bandwidth_gbs, rss_anon_kib, TokenCost};
 use gpack_runtime::giw::GiwWeights;
-use gpack_runtime::{GgufWeights, GpackWeights, Model, TensorRef, WeightSource};
+use gpack_runtime::{GgufWeights, GpackWeights, Model, WeightSource};
 use std::path::Path;
 use std::time::Instant;
-
-/// The per-layer matrices of a dense block, GGUF names.
-const BLOCK_MATRICES: [&str; 7] = [
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-];
-
-/// Bytes the kernels read for one pass over `t`, and its weight count.
-fn matrix_cost(t: &TensorRef<'_>) -> (f64, f64) {
-    match t {
-        TensorRef::Native {
-            view,
-            row_start: _,
-            rows,
-        } => {
-            let scales = if view.has_f16_scales() {
-                2 * (view.f16_scales().len() + view.f16_mins().len())
-            } else {
-                4 * (view.scales().len() + view.mins().len())
-            };
-            let all = (view.codes().len() + scales) as f64;
-            // A member of a fused group: its share of the rows.
-            let bytes = all * *rows as f64 / view.rows() as f64;
-            (bytes, (*rows * view.cols()) as f64)
-        }
-        TensorRef::Dense { dims, bytes, .. } => {
-            (bytes.len() as f64, dims.iter().product::<u64>() as f64)
-        }
-    }
-}
-
-/// (body bytes, body MACs, head bytes, head MACs, matrices found) per token.
-fn token_cost(w: &dyn WeightSource, n_layer: usize) -> (f64, f64, f64, f64, usize) {
-    let (mut bb, mut bm, mut found) = (0.0, 0.0, 0);
-    for l in 0..n_layer {
-        for m in BLOCK_MATRICES {
-            if let Some(t) = w.tensor(&format!("blk.{l}.{m}.weight")) {
-                let (b, n) = matrix_cost(&t);
-                bb += b;
-                bm += n;
-                found += 1;
-            }
-        }
-    }
-    let head = w
-        .tensor("output.weight")
-        .or_else(|| w.tensor("token_embd.weight"));
-    let (hb, hm) = head.as_ref().map_or((0.0, 0.0), matrix_cost);
-    (bb, bm, hb, hm, found + usize::from(head.is_some()))
-}
-
-/// Anonymous resident memory of this process (`RssAnon`), in KiB.
-fn rss_anon_kib() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("RssAnon:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
 
 /// Opens `path` as `gpack run` does: by extension, else as GGUF / HF dir.
 fn open(path: &Path) -> Box<dyn WeightSource> {
@@ -124,7 +62,14 @@ fn main() {
     let m = Model::load(w.as_ref()).expect("load");
     let load = t.elapsed();
     let anon_kib = rss_anon_kib();
-    let (bb, bm, hb, hm, found) = token_cost(w.as_ref(), m.config.n_layer);
+    let c = TokenCost::of(w.as_ref(), m.config.n_layer);
+    let (bb, bm, hb, hm, found) = (
+        c.body_bytes,
+        c.body_macs,
+        c.head_bytes,
+        c.head_macs,
+        c.matrices,
+    );
     println!(
         "model {path}: {} layers, n_embd {}, fused {}, load {:.1} ms, RssAnon after load {}, threads {}, isa {}",
         m.config.n_layer,
@@ -142,29 +87,7 @@ fn main() {
         (bm + hm) / 1e9,
         hm / 1e9
     );
-    // The memory-bandwidth yardstick: a plain read loop over 512 MB on 2
-    // threads (sum of u64 words), best of 3 (crates/quant/examples/membw.rs
-    // is the fuller one: 1 GiB, median of passes, and the VNNI peak).
-    let bw = {
-        let words = 64usize << 20;
-        let buf: Vec<u64> = (0..words as u64).collect();
-        let mut best = 0f64;
-        for _ in 0..3 {
-            let t = Instant::now();
-            let s: u64 = std::thread::scope(|sc| {
-                let h: Vec<_> = buf
-                    .chunks(words / 2)
-                    .map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &v| a.wrapping_add(v))))
-                    .collect();
-                h.into_iter()
-                    .map(|h| h.join().unwrap())
-                    .fold(0u64, u64::wrapping_add)
-            });
-            std::hint::black_box(s);
-            best = best.max((words * 8) as f64 / t.elapsed().as_secs_f64() / 1e9);
-        }
-        best
-    };
+    let bw = read_bandwidth_gbs(2);
     println!("read loop: {bw:.1} GB/s (2 threads, best of 3)");
     let runs = bench(&m, p, n, r).expect("bench");
     let pp: Vec<f64> = runs.iter().map(|x| x.pp_tps).collect();

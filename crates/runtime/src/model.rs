@@ -684,6 +684,19 @@ impl<'a> Model<'a> {
         self.step(scratch, &mut [seq], &[tokens])
     }
 
+    /// Runs `tokens` like [`Model::forward`] (at positions `state.pos() ..`)
+    /// and returns each position's final hidden state after the output norm
+    /// (`[n][n_embd]`: transformers' last `hidden_states`), for embeddings.
+    pub fn hidden_states(&self, s: &mut State, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.forward(s, tokens, Logits::None)?;
+        let d = self.config.n_embd;
+        let mut out = vec![0.0; tokens.len() * d];
+        for (o, x) in out.chunks_exact_mut(d).zip(s.scratch.x.chunks_exact(d)) {
+            ops::rmsnorm(o, x, &self.output_norm, self.config.rms_eps);
+        }
+        Ok(out)
+    }
+
     /// One step for several sequences: `tokens[i]` (non-empty) is appended
     /// to `seqs[i]` at its next positions. Returns `[m][n_vocab]`: the logits
     /// of the last token of each sequence `i` with `want_logits[i]`, in order.

@@ -11,6 +11,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::constrain::{Constraint, MAX_CONSTRAINT_BYTES};
+use crate::logprobs::MAX_TOP_LOGPROBS;
+
 /// An error response in OpenAI's shape.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -118,6 +121,15 @@ pub struct Message {
     /// The content (null for an assistant message with tool calls).
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant's tool calls (`[{id, type, function: {name, arguments}}]`).
+    #[serde(default)]
+    pub tool_calls: Option<Value>,
+    /// A `tool` message's call id.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// A `tool` message's function name (some templates use it).
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// `stream_options`.
@@ -158,9 +170,22 @@ pub struct Common {
     /// Stop strings.
     #[serde(default)]
     pub stop: Option<Stop>,
-    /// Choices; only 1.
+    /// Choices (1..=8), each sampled with its own seed.
     #[serde(default)]
     pub n: Option<i64>,
+    /// Chat: `true` for log-probabilities; completions: how many
+    /// alternatives per token (0..=20).
+    #[serde(default)]
+    pub logprobs: Option<Value>,
+    /// Chat: alternatives per token (0..=20), with `logprobs: true`.
+    #[serde(default)]
+    pub top_logprobs: Option<i64>,
+    /// −2..2: lowers the logits of tokens already generated, once.
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    /// −2..2: lowers the logits of tokens already generated, per time.
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
     /// SSE streaming.
     #[serde(default)]
     pub stream: Option<bool>,
@@ -172,6 +197,12 @@ pub struct Common {
     /// the server's `--spec`. The text is the same either way.
     #[serde(default)]
     pub speculative: Option<String>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    /// Extension: a grammar (llguidance's Lark syntax) the output follows.
+    #[serde(default)]
+    pub grammar: Option<Value>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -179,6 +210,12 @@ pub struct Common {
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<Message>,
+    /// Functions the model may call.
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// `auto`, `none`, `required` or `{"type": "function", "function": {"name"}}`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
     /// Everything else.
     #[serde(flatten)]
     pub common: Common,
@@ -229,6 +266,16 @@ pub struct Params {
     pub include_usage: bool,
     /// Speculative decoding asked for (None: the server's default).
     pub spec: Option<gpack_runtime::SpecMode>,
+    /// What the output must follow (`response_format`, `grammar`).
+    pub constraint: Option<Constraint>,
+    /// Choices.
+    pub n: usize,
+    /// Log-probabilities with this many alternatives per token.
+    pub logprobs: Option<usize>,
+    /// `presence_penalty`.
+    pub presence_penalty: f32,
+    /// `frequency_penalty`.
+    pub frequency_penalty: f32,
 }
 
 impl Params {
@@ -279,6 +326,9 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("invalid request: {e}"), None))
 }
 
+/// Most choices per request (`n`): each takes a sequence slot.
+pub const MAX_N: usize = 8;
+
 /// Most stop strings (OpenAI's limit).
 const MAX_STOP: usize = 4;
 /// Longest stop string in bytes.
@@ -287,16 +337,23 @@ const MAX_STOP_LEN: usize = 256;
 impl Common {
     /// Checks ranges and fills defaults.
     pub fn params(&self) -> Result<Params, ApiError> {
-        if let Some(n) = self.n {
-            if n != 1 {
-                return Err(ApiError::invalid(
-                    format!(
-                        "n = {n} is not supported: this server returns exactly one choice (n = 1)"
-                    ),
-                    Some("n"),
-                ));
-            }
+        let n = self.n.unwrap_or(1);
+        if !(1..=MAX_N as i64).contains(&n) {
+            return Err(ApiError::invalid(
+                format!("n must be between 1 and {MAX_N}, got {n}"),
+                Some("n"),
+            ));
         }
+        let logprobs = self.logprobs()?;
+        let penalty = |v: Option<f64>, name: &'static str| match v.unwrap_or(0.0) {
+            p if (-2.0..=2.0).contains(&p) => Ok(p as f32),
+            p => Err(ApiError::invalid(
+                format!("{name} must be between -2 and 2, got {p}"),
+                Some(name),
+            )),
+        };
+        let presence_penalty = penalty(self.presence_penalty, "presence_penalty")?;
+        let frequency_penalty = penalty(self.frequency_penalty, "frequency_penalty")?;
         let max = self.max_completion_tokens.or(self.max_tokens);
         let max_tokens = match max {
             None => None,
@@ -368,6 +425,7 @@ impl Common {
                     .map_err(|e| ApiError::invalid(e, Some("speculative")))?,
             ),
         };
+        let constraint = self.constraint()?;
         Ok(Params {
             spec,
             max_tokens,
@@ -383,7 +441,130 @@ impl Common {
                     .stream_options
                     .as_ref()
                     .is_some_and(|o| o.include_usage),
+            constraint,
+            n: n as usize,
+            logprobs,
+            presence_penalty,
+            frequency_penalty,
         })
+    }
+
+    /// `logprobs` (a bool, chat; a count, completions) and `top_logprobs`.
+    fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let top = |k: i64, param: &'static str| {
+            if (0..=MAX_TOP_LOGPROBS as i64).contains(&k) {
+                Ok(k as usize)
+            } else {
+                Err(ApiError::invalid(
+                    format!("{param} must be between 0 and {MAX_TOP_LOGPROBS}, got {k}"),
+                    Some(param),
+                ))
+            }
+        };
+        let on = match &self.logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(0),
+            Some(Value::Number(k)) => Some(top(k.as_i64().unwrap_or(-1), "logprobs")?),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "logprobs must be a boolean (chat) or an integer (completions)",
+                    Some("logprobs"),
+                ))
+            }
+        };
+        match (on, self.top_logprobs) {
+            (None, Some(_)) => Err(ApiError::invalid(
+                "top_logprobs needs logprobs: true",
+                Some("top_logprobs"),
+            )),
+            (Some(_), Some(k)) => Ok(Some(top(k, "top_logprobs")?)),
+            (on, None) => Ok(on),
+        }
+    }
+
+    /// `response_format` and `grammar`, checked (shape and size; whether
+    /// the grammar engine accepts them is [`crate::constrain`]'s verdict).
+    fn constraint(&self) -> Result<Option<Constraint>, ApiError> {
+        let rf = Some("response_format");
+        let format = match &self.response_format {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(o)) => match o.get("type").and_then(Value::as_str) {
+                Some("text") => None,
+                Some("json_object") => Some(Constraint::JsonObject),
+                Some("json_schema") => {
+                    let js = o.get("json_schema").and_then(Value::as_object).ok_or_else(|| {
+                        ApiError::invalid(
+                            "response_format of type json_schema needs a json_schema object",
+                            rf,
+                        )
+                    })?;
+                    let schema = match js.get("schema") {
+                        Some(v @ Value::Object(_)) => v.clone(),
+                        Some(Value::Bool(true)) | None => json!({}),
+                        Some(_) => {
+                            return Err(ApiError::invalid(
+                                "response_format.json_schema.schema must be a JSON object",
+                                rf,
+                            ))
+                        }
+                    };
+                    if serde_json::to_vec(&schema).map_or(usize::MAX, |v| v.len())
+                        > MAX_CONSTRAINT_BYTES
+                    {
+                        return Err(ApiError::invalid(
+                            format!("the JSON schema is larger than {MAX_CONSTRAINT_BYTES} bytes"),
+                            rf,
+                        ));
+                    }
+                    Some(Constraint::JsonSchema(schema))
+                }
+                Some(t) => {
+                    return Err(ApiError::invalid(
+                        format!(
+                            "response_format type {t:?} is not supported (text, json_object, json_schema)"
+                        ),
+                        rf,
+                    ))
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        "response_format needs a \"type\"",
+                        rf,
+                    ))
+                }
+            },
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "response_format must be an object",
+                    rf,
+                ))
+            }
+        };
+        let grammar = match &self.grammar {
+            None | Some(Value::Null) => None,
+            Some(Value::String(g)) => {
+                if g.len() > MAX_CONSTRAINT_BYTES {
+                    return Err(ApiError::invalid(
+                        format!("the grammar is larger than {MAX_CONSTRAINT_BYTES} bytes"),
+                        Some("grammar"),
+                    ));
+                }
+                Some(Constraint::Lark(g.clone()))
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "grammar must be a string (llguidance's Lark syntax)",
+                    Some("grammar"),
+                ))
+            }
+        };
+        match (format, grammar) {
+            (Some(_), Some(_)) => Err(ApiError::invalid(
+                "give either response_format (json_object, json_schema) or grammar, not both",
+                Some("grammar"),
+            )),
+            (f, g) => Ok(f.or(g)),
+        }
     }
 }
 
@@ -393,6 +574,11 @@ impl Common {
 pub struct ValidChat {
     /// The conversation, text parts joined.
     pub messages: Vec<gpack_tokenizer::ChatMessage>,
+    /// With tools or tool messages: the conversation as the template gets
+    /// it (tool calls, tool results), rendered with `tools`.
+    pub tool_messages: Option<Value>,
+    /// The request's tools.
+    pub tools: Option<crate::tools::Tools>,
     /// The parameters.
     pub params: Params,
 }
@@ -426,15 +612,51 @@ pub fn chat_request(body: &[u8]) -> Result<ValidChat, ApiError> {
             Some("messages"),
         ));
     }
+    let tools = crate::tools::parse(r.tools.as_ref(), r.tool_choice.as_ref())?;
+    let uses_tools = tools.is_some()
+        || r.messages
+            .iter()
+            .any(|m| m.tool_calls.is_some() || m.role == "tool");
+    if params.constraint.is_some()
+        && tools.as_ref().is_some_and(|t| {
+            matches!(
+                t.choice,
+                crate::tools::Choice::Required | crate::tools::Choice::Named(_)
+            )
+        })
+    {
+        return Err(ApiError::invalid(
+            "tool_choice required or a named function cannot be combined with response_format or grammar",
+            Some("tool_choice"),
+        ));
+    }
     let mut messages = Vec::with_capacity(r.messages.len());
+    let mut tool_messages = Vec::new();
     for m in &r.messages {
         let text = match &m.content {
-            Some(c) => c.text()?,
-            None => String::new(),
+            Some(c) => Some(c.text()?),
+            None => None,
         };
-        messages.push(gpack_tokenizer::ChatMessage::new(m.role.as_str(), text));
+        if uses_tools {
+            tool_messages.push(crate::tools::template_message(
+                &m.role,
+                text.clone(),
+                m.tool_calls.as_ref(),
+                m.tool_call_id.as_deref(),
+                m.name.as_deref(),
+            )?);
+        }
+        messages.push(gpack_tokenizer::ChatMessage::new(
+            m.role.as_str(),
+            text.unwrap_or_default(),
+        ));
     }
-    Ok(ValidChat { messages, params })
+    Ok(ValidChat {
+        messages,
+        tool_messages: uses_tools.then_some(Value::Array(tool_messages)),
+        tools,
+        params,
+    })
 }
 
 /// Turns the bytes of a `/v1/completions` body into a checked request for a
@@ -511,7 +733,43 @@ mod tests {
     #[test]
     fn params_ranges_and_defaults() {
         let c = |v: Value| serde_json::from_value::<Common>(v).unwrap().params();
-        assert_eq!(c(json!({"n": 2})).unwrap_err().param, Some("n"));
+        assert_eq!(c(json!({"n": 9})).unwrap_err().param, Some("n"));
+        assert_eq!(c(json!({"n": 0})).unwrap_err().param, Some("n"));
+        assert_eq!(c(json!({"n": 3})).unwrap().n, 3);
+        assert_eq!(
+            c(json!({"logprobs": true, "top_logprobs": 21}))
+                .unwrap_err()
+                .param,
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            c(json!({"top_logprobs": 2})).unwrap_err().param,
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            c(json!({"logprobs": 21})).unwrap_err().param,
+            Some("logprobs")
+        );
+        assert_eq!(
+            c(json!({"logprobs": "x"})).unwrap_err().param,
+            Some("logprobs")
+        );
+        assert_eq!(
+            c(json!({"logprobs": true, "top_logprobs": 20}))
+                .unwrap()
+                .logprobs,
+            Some(20)
+        );
+        assert_eq!(c(json!({"logprobs": 3})).unwrap().logprobs, Some(3));
+        assert_eq!(c(json!({"logprobs": false})).unwrap().logprobs, None);
+        assert_eq!(
+            c(json!({"presence_penalty": 2.5})).unwrap_err().param,
+            Some("presence_penalty")
+        );
+        assert_eq!(
+            c(json!({"frequency_penalty": -3})).unwrap_err().param,
+            Some("frequency_penalty")
+        );
         assert_eq!(
             c(json!({"temperature": 2.5})).unwrap_err().param,
             Some("temperature")

@@ -16,13 +16,27 @@
 //!
 //! A panic or error inside a step fails only the jobs of that step (each
 //! gets an error event); the engine resets their slots and keeps serving.
+//!
+//! A constrained job (`response_format`, `grammar`: [`crate::constrain`])
+//! samples from logits masked by its grammar. The masks a step needs are
+//! computed on a thread beside the batched forward pass (the mask for the
+//! token sampled after this step depends only on the tokens committed
+//! before it), so the other slots wait for a mask only by the time it takes
+//! beyond the forward pass — when the runtime's pool leaves a core for that
+//! thread (`serve --threads` below the cores). When the pool has every core
+//! (its workers spin between jobs, and a thread among them stalls the
+//! whole step), the masks are computed right after the forward pass on the
+//! engine thread instead. That wait and each mask's time are in the
+//! metrics.
 
 use crate::api::ApiError;
+use crate::constrain::Guide;
 use crate::metrics::Metrics;
 use gpack_runtime::{partial_stop, Logits, Model, Scratch, Sequence};
 use gpack_runtime::{Drafter, ModelDrafter, NgramDrafter, SpecMode};
 use gpack_runtime::{Sampler, SamplerConfig};
 use gpack_tokenizer::{StreamDecoder, Tokenizer};
+use llguidance::toktrie::SimpleVob;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -53,6 +67,9 @@ impl Finish {
 pub enum Event {
     /// New text (final: never retracted).
     Text(String),
+    /// A generated token's log-probability (jobs that ask), sent before the
+    /// text it adds.
+    Logprob(crate::logprobs::TokenLogprob),
     /// The end.
     Done {
         /// Why.
@@ -86,12 +103,51 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     /// When the request was accepted.
     pub enqueued: Instant,
+    /// The grammar the output must follow, compiled.
+    pub constraint: Option<Box<Guide>>,
+    /// The token a constraint allows once its output is complete (the stop
+    /// tokens are allowed exactly then).
+    pub end_token: u32,
+    /// Send each token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+    /// `presence_penalty` / `frequency_penalty`.
+    pub penalties: crate::penalty::Penalties,
+}
+
+/// What the engine is asked to do.
+#[derive(Debug)]
+pub enum Work {
+    /// Generate.
+    Gen(Job),
+    /// Embed.
+    Embed(crate::embed::EmbedJob),
+}
+
+impl From<Job> for Work {
+    fn from(j: Job) -> Work {
+        Work::Gen(j)
+    }
+}
+
+impl From<crate::embed::EmbedJob> for Work {
+    fn from(j: crate::embed::EmbedJob) -> Work {
+        Work::Embed(j)
+    }
+}
+
+/// An embedding job in progress: the input being run, how far, its pool.
+struct Embedding {
+    job: crate::embed::EmbedJob,
+    input: usize,
+    fed: usize,
+    pool: crate::embed::Pool,
+    out: Vec<Vec<f32>>,
 }
 
 /// The HTTP side's handle: admission control and the job queue.
 #[derive(Debug)]
 pub struct EngineHandle {
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    tx: Mutex<Option<mpsc::Sender<Work>>>,
     /// Jobs queued or decoding.
     in_system: Arc<AtomicUsize>,
     /// Slots + queue length.
@@ -125,8 +181,9 @@ impl EngineHandle {
         self.alive.load(Ordering::SeqCst)
     }
 
-    /// Queues `job`, or refuses it with 503 when slots and queue are full.
-    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+    /// Queues `job` (generation or embeddings), or refuses it with 503 when
+    /// slots and queue are full.
+    pub fn submit(&self, job: impl Into<Work>) -> Result<(), ApiError> {
         let prev = self.in_system.fetch_add(1, Ordering::SeqCst);
         if prev >= self.capacity {
             self.in_system.fetch_sub(1, Ordering::SeqCst);
@@ -147,7 +204,7 @@ impl EngineHandle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|tx| tx.send(job).is_ok())
+            .map(|tx| tx.send(job.into()).is_ok())
             .unwrap_or(false);
         if !sent {
             self.in_system.fetch_sub(1, Ordering::SeqCst);
@@ -203,6 +260,12 @@ struct Active {
     next: u32,
     first_at: Option<Instant>,
     ngram: NgramDrafter,
+    /// The mask for the next sampled token (constrained jobs), computed
+    /// during the step.
+    mask: Option<Result<SimpleVob, String>>,
+    /// Whether the job has a constraint (its matcher is lent out during a
+    /// step).
+    constrained: bool,
 }
 
 /// Starts the engine thread. Returns the handle and the thread.
@@ -250,10 +313,50 @@ struct Engine {
     /// Per slot: the draft model's drafter (its own cache follows the slot's
     /// text, and like `cached` outlives a job), when there is a draft model.
     drafters: Vec<Option<ModelDrafter<'static, 'static>>>,
+    /// A masked copy of a logits row (constrained sampling).
+    masked: Vec<f32>,
+    /// Embedding jobs, first in first out, and the sequence they run in.
+    embeds: std::collections::VecDeque<Embedding>,
+    embed_state: Option<gpack_runtime::State>,
+    /// Compute grammar masks on a thread beside the forward pass (when a
+    /// core is left over by the runtime's pool), else after it on this one.
+    masks_beside: bool,
     /// Batched steps run so far, and the one that panics on purpose
     /// ([`injected_panic_step`]).
     steps: u64,
     panic_at: Option<u64>,
+}
+
+/// One compute_mask per lent matcher, timed.
+type Masks = Vec<(usize, Box<Guide>, Result<SimpleVob, String>, Duration)>;
+
+fn compute_masks(lent: Vec<(usize, Box<Guide>)>) -> Masks {
+    lent.into_iter()
+        .map(|(i, mut m)| {
+            let t = Instant::now();
+            let mask = match catch_unwind(AssertUnwindSafe(|| m.compute_mask())) {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the grammar engine panicked".to_string()),
+            };
+            (i, m, mask, t.elapsed())
+        })
+        .collect()
+}
+
+/// Whether the runtime's pool (`GPACK_THREADS`, else one thread per core)
+/// leaves a core free. Its workers spin between the forward pass's jobs, so
+/// a mask thread on a core they use preempts one of them and stalls every
+/// slot's step (measured on 2 cores: single-stream decode 0.70x with the
+/// thread, against the mask's own cost when computed after the step).
+fn spare_core() -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = std::env::var("GPACK_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(cores);
+    pool < cores
 }
 
 impl Engine {
@@ -283,6 +386,10 @@ impl Engine {
             metrics,
             handle,
             scratch: Scratch::default(),
+            masked: Vec::new(),
+            embeds: Default::default(),
+            embed_state: None,
+            masks_beside: spare_core(),
             steps: 0,
             panic_at: injected_panic_step(),
         }
@@ -316,6 +423,7 @@ impl Engine {
         self.metrics
             .prompt_tokens_cached
             .fetch_add(keep as u64, Ordering::Relaxed);
+        let constrained = job.constraint.is_some();
         self.slots[i] = Some(Active {
             ngram: NgramDrafter::new(2, 4, self.cfg.draft_max),
             sampler: Sampler::new(job.sampler.clone()),
@@ -328,6 +436,8 @@ impl Engine {
             n_gen: 0,
             next: 0,
             first_at: None,
+            mask: None,
+            constrained,
         });
     }
 
@@ -378,12 +488,77 @@ impl Engine {
         self.retire(i, Some(ev));
     }
 
-    fn run(mut self, rx: mpsc::Receiver<Job>) {
+    fn take(&mut self, w: Work) {
+        match w {
+            Work::Gen(job) => self.place(job),
+            Work::Embed(job) => self.embeds.push_back(Embedding {
+                job,
+                input: 0,
+                fed: 0,
+                pool: Default::default(),
+                out: Vec::new(),
+            }),
+        }
+    }
+
+    /// One prefill chunk of the first embedding job.
+    fn embed_chunk(&mut self) {
+        let Some(e) = self.embeds.front_mut() else {
+            return;
+        };
+        if e.job.reply.is_closed() {
+            self.embeds.pop_front();
+            self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        let (model, n_ctx) = (self.model, self.cfg.n_ctx);
+        let state = self
+            .embed_state
+            .get_or_insert_with(|| model.new_state(n_ctx));
+        let toks = &e.job.inputs[e.input];
+        if e.fed == 0 {
+            state.truncate(0);
+        }
+        let k = (toks.len() - e.fed).min(self.cfg.prefill_chunk.max(1));
+        let chunk = &toks[e.fed..e.fed + k];
+        let res = catch_unwind(AssertUnwindSafe(|| model.hidden_states(state, chunk)));
+        let err = match res {
+            Ok(Ok(h)) => {
+                e.pool.add(&h, model.config.n_embd);
+                None
+            }
+            Ok(Err(err)) => Some(crate::load::chain(&err)),
+            Err(_) => Some("internal error: the embedding step panicked".to_string()),
+        };
+        if let Some(msg) = err {
+            self.embed_state = None;
+            if let Some(e) = self.embeds.pop_front() {
+                let _ = e.job.reply.send(Err(msg));
+            }
+            self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        e.fed += k;
+        if e.fed == toks.len() {
+            let pooled = std::mem::take(&mut e.pool).finish(e.job.pooling);
+            e.out.push(pooled);
+            e.input += 1;
+            e.fed = 0;
+            if e.input == e.job.inputs.len() {
+                if let Some(e) = self.embeds.pop_front() {
+                    let _ = e.job.reply.send(Ok(e.out));
+                }
+                self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Work>) {
         loop {
-            if self.n_active() == 0 {
+            if self.n_active() == 0 && self.embeds.is_empty() {
                 self.update_gauges();
                 match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(job) => self.place(job),
+                    Ok(job) => self.take(job),
                     Err(mpsc::RecvTimeoutError::Timeout) => {
                         if self.handle.shutdown.load(Ordering::SeqCst) {
                             return;
@@ -395,10 +570,11 @@ impl Engine {
             }
             while self.slots.iter().any(Option::is_none) {
                 match rx.try_recv() {
-                    Ok(job) => self.place(job),
+                    Ok(job) => self.take(job),
                     Err(_) => break,
                 }
             }
+            self.embed_chunk();
             for i in 0..self.slots.len() {
                 if self.slots[i]
                     .as_ref()
@@ -507,15 +683,52 @@ impl Engine {
             .collect();
         self.steps += 1;
         let inject = self.panic_at == Some(self.steps);
-        let res = catch_unwind(AssertUnwindSafe(|| {
-            if inject {
-                panic!("injected fault (GPACK_TEST_PANIC_AT_STEP)");
+        // The matchers of the constrained slots that sample after this
+        // step, lent to the mask thread for its duration.
+        let mut lent: Vec<(usize, Box<Guide>)> = Vec::new();
+        for (j, &i) in idx.iter().enumerate() {
+            if let Some(a) = self.slots[i].as_mut() {
+                if wants[j] != Logits::None {
+                    if let Some(m) = a.job.constraint.take() {
+                        lent.push((i, m));
+                    }
+                }
             }
-            model
-                .forward_batch_rows(scratch, &mut refs, &slices, &wants)
-                .map(|_| ())
-        }));
+        }
+        let beside = self.masks_beside;
+        let (res, masks) = std::thread::scope(|sc| {
+            let mut lent = Some(lent).filter(|l| !l.is_empty());
+            let worker = if beside {
+                lent.take().map(|l| sc.spawn(move || compute_masks(l)))
+            } else {
+                None
+            };
+            let res = catch_unwind(AssertUnwindSafe(|| {
+                if inject {
+                    panic!("injected fault (GPACK_TEST_PANIC_AT_STEP)");
+                }
+                model
+                    .forward_batch_rows(scratch, &mut refs, &slices, &wants)
+                    .map(|_| ())
+            }));
+            let waited = Instant::now();
+            let masks = match worker {
+                Some(w) => Some(w.join().unwrap_or_default()),
+                None => lent.map(compute_masks),
+            };
+            (res, masks.map(|m| (m, waited.elapsed())))
+        });
         drop(refs);
+        if let Some((masks, waited)) = masks {
+            self.metrics.mask_wait.observe(waited.as_secs_f64());
+            for (i, m, mask, took) in masks {
+                self.metrics.mask_seconds.observe(took.as_secs_f64());
+                if let Some(a) = self.slots[i].as_mut() {
+                    a.job.constraint = Some(m);
+                    a.mask = Some(mask);
+                }
+            }
+        }
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         let err = match res {
             Ok(Ok(())) => None,
@@ -564,17 +777,27 @@ impl Engine {
                 let Some(a) = self.slots[i].as_mut() else {
                     break;
                 };
+                let masked = &mut self.masked;
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    Self::on_logits(a, row, &self.metrics, pos, self.cfg.n_ctx)
+                    let sample_row = Self::adjust(a, row, masked)?;
+                    Ok(Self::on_logits(
+                        a,
+                        sample_row,
+                        row,
+                        &self.metrics,
+                        pos,
+                        self.cfg.n_ctx,
+                    ))
                 }));
                 match outcome {
-                    Ok(None) => {
+                    Ok(Ok(None)) => {
                         if r + 1 < rows && a.next == toks[start + r + 1] {
                             accepted += 1;
                             continue;
                         }
                     }
-                    Ok(Some(f)) => self.finish(i, f),
+                    Ok(Ok(Some(f))) => self.finish(i, f),
+                    Ok(Err(e)) => self.retire(i, Some(Event::Error(e))),
                     Err(_) => self.retire(
                         i,
                         Some(Event::Error("internal error: sampling panicked".into())),
@@ -610,15 +833,51 @@ impl Engine {
         }
     }
 
-    /// Samples one token for `a`; returns how it ended, if it did.
+    /// The row to sample from: `row` itself, or a copy in `buf` with the
+    /// job's penalties applied and what its grammar forbids at −∞.
+    fn adjust<'r>(
+        a: &mut Active,
+        row: &'r [f32],
+        buf: &'r mut Vec<f32>,
+    ) -> Result<&'r [f32], String> {
+        if !a.constrained && !a.job.penalties.active() {
+            return Ok(row);
+        }
+        buf.clear();
+        buf.extend_from_slice(row);
+        a.job.penalties.apply(buf);
+        if !a.constrained {
+            return Ok(buf);
+        }
+        let mask = match a.mask.take() {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => return Err(format!("the grammar engine failed: {e}")),
+            None => return Err("internal error: no grammar mask for this step".into()),
+        };
+        crate::constrain::apply_mask(buf, &mask, a.job.end_token, &a.job.stop_tokens);
+        a.mask = Some(Ok(mask));
+        Ok(buf)
+    }
+
+    /// Samples one token for `a` from `logits` (`raw`: the model's, for
+    /// log-probabilities); returns how it ended, if it did.
     fn on_logits(
         a: &mut Active,
         logits: &[f32],
+        raw: &[f32],
         metrics: &Metrics,
         pos: usize,
         n_ctx: usize,
     ) -> Option<Finish> {
-        let tok = a.sampler.sample(logits, &a.history);
+        let mut tok = a.sampler.sample(logits, &a.history);
+        if let Some(Ok(mask)) = a.mask.take() {
+            // A sampler may fall back to its last candidate when rounding
+            // leaves its draw past the total mass: never a forbidden token.
+            let (end, stop) = (a.job.end_token, &a.job.stop_tokens);
+            if !crate::constrain::allowed(&mask, tok, end, stop) {
+                tok = gpack_runtime::argmax(logits);
+            }
+        }
         let now = Instant::now();
         if a.first_at.is_none() {
             a.first_at = Some(now);
@@ -630,6 +889,19 @@ impl Engine {
         a.n_gen += 1;
         metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
         a.history.push(tok);
+        a.job.penalties.record(tok);
+        if let Some(k) = a.job.logprobs {
+            let lp = crate::logprobs::token_logprob(raw, tok, k);
+            let _ = a.job.events.send(Event::Logprob(lp));
+        }
+        let mut complete = false;
+        if let Some(m) = a.job.constraint.as_mut() {
+            if let Err(e) = m.consume_token(tok) {
+                log::error!("the grammar engine refused its own token: {e}");
+                complete = true;
+            }
+            complete |= m.is_stopped();
+        }
         let piece = a.decoder.push(tok);
         a.text.push_str(&piece);
         let stops = &a.job.stop_strings;
@@ -656,6 +928,9 @@ impl Engine {
                 .events
                 .send(Event::Text(a.text[a.emitted..upto].to_string()));
             a.emitted = upto;
+        }
+        if complete {
+            return Some(Finish::Stop);
         }
         if a.n_gen >= a.job.max_tokens || pos >= n_ctx {
             return Some(Finish::Length);

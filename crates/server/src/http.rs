@@ -5,6 +5,7 @@
 
 use crate::api::{self, ApiError, Params, ValidPrompt};
 use crate::engine::{EngineHandle, Event, Finish, Job};
+use crate::logprobs::{self, TokenLogprob};
 use crate::metrics::Metrics;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -43,6 +44,14 @@ pub(crate) struct AppState {
     pub prep_slots: Arc<tokio::sync::Semaphore>,
     /// The background check of the weights, once started.
     pub integrity: Arc<std::sync::OnceLock<crate::Integrity>>,
+    /// Compiles `response_format` / `grammar` constraints.
+    pub grammars: crate::constrain::Grammars,
+    /// A chat template that replaces the model's (`--chat-template`).
+    pub chat_template: Option<String>,
+    /// How the template's model writes tool calls.
+    pub tool_format: crate::tools::Format,
+    /// How `/v1/embeddings` pools hidden states.
+    pub pooling: crate::embed::Pooling,
 }
 
 impl AppState {
@@ -56,11 +65,13 @@ type St = State<Arc<AppState>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
+        .route("/", get(chat_page))
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
         .fallback(not_found)
         .with_state(state)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
@@ -80,6 +91,24 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The chat page: one static file built into the binary (no CDN, no build
+/// step), which calls this server's own API from the browser.
+const CHAT_PAGE: &str = include_str!("chat.html");
+
+async fn chat_page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            ),
+        ],
+        CHAT_PAGE,
+    )
+        .into_response()
 }
 
 async fn health(State(s): St) -> Response {
@@ -181,7 +210,7 @@ async fn models(State(s): St, h: HeaderMap) -> Result<Json<Value>, ApiError> {
             "object": "model",
             "created": s.created,
             "owned_by": "gpack",
-            "meta": {"n_ctx": s.n_ctx, "n_vocab": s.tok.vocab_size()},
+            "meta": {"n_ctx": s.n_ctx, "n_vocab": s.tok.vocab_size(), "pooling": s.pooling.name()},
         }]
     })))
 }
@@ -268,16 +297,130 @@ async fn completions(State(s): St, req: Request) -> Response {
     }
 }
 
+async fn embeddings(State(s): St, req: Request) -> Response {
+    match embeddings_inner(&s, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            count_error(&s, &e);
+            e.into_response()
+        }
+    }
+}
+
+async fn embeddings_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+    use crate::embed::{EmbedInput, EmbedJob};
+    check_auth(s, req.headers())?;
+    check_integrity(s)?;
+    let (_, body) = read_body(s, req).await?;
+    let crate::embed::EmbedRequest { inputs, base64 } =
+        crate::embed::parse(&body, s.tok.vocab_size())?;
+    let inputs: Vec<Vec<u32>> = prepare(s, move |s| {
+        Ok(inputs
+            .into_iter()
+            .map(|i| match i {
+                EmbedInput::Text(t) => s.tok.encode(&t, true),
+                EmbedInput::Tokens(ids) => ids,
+            })
+            .collect())
+    })
+    .await?;
+    if let Some(long) = inputs.iter().find(|t| t.len() > s.n_ctx || t.is_empty()) {
+        return Err(ApiError::invalid(
+            format!(
+                "an input has {} tokens; this server embeds 1 to {} tokens per input",
+                long.len(),
+                s.n_ctx
+            ),
+            Some("input"),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    let n_tokens: usize = inputs.iter().map(Vec::len).sum();
+    let (tx, mut rx) = unbounded_channel();
+    s.engine.submit(EmbedJob {
+        inputs,
+        pooling: s.pooling,
+        reply: tx,
+    })?;
+    let vectors = match rx.recv().await {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e,
+            ))
+        }
+        None => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the embedding ended without a result",
+            ))
+        }
+    };
+    let data: Vec<Value> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let e = if base64 {
+                json!(crate::embed::base64_f32(&v))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": e})
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": s.model_name,
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    }))
+    .into_response())
+}
+
 async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     check_auth(s, req.headers())?;
     check_integrity(s)?;
     let (_, body) = read_body(s, req).await?;
     let api::ValidChat {
         messages: msgs,
-        params,
+        tool_messages,
+        tools,
+        mut params,
     } = api::chat_request(&body)?;
-    let prompt = prepare(s, move |s| {
-        let text = s.tok.apply_chat_template(&msgs, true).map_err(|e| {
+    // tool_choice required / named: the grammar of a call in the model's
+    // format.
+    if let Some(g) = tools
+        .as_ref()
+        .and_then(|t| crate::tools::grammar(t, s.tool_format, &s.tok))
+    {
+        params.constraint = Some(crate::constrain::Constraint::ToolCall(g));
+    }
+    let parse_calls = tools
+        .as_ref()
+        .is_some_and(|t| t.choice != crate::tools::Choice::None)
+        .then_some(s.tool_format);
+    let constraint = params.constraint.clone();
+    let (prompt, matcher) = prepare(s, move |s| {
+        let matcher = compile(s, constraint.as_ref())?;
+        let rendered = match (&tool_messages, &s.chat_template) {
+            (None, None) => s.tok.apply_chat_template(&msgs, true),
+            (m, t) => {
+                let plain;
+                let m = match m {
+                    Some(m) => m,
+                    None => {
+                        plain = serde_json::to_value(&msgs).unwrap_or_default();
+                        &plain
+                    }
+                };
+                let list = tools.as_ref().map(|t| &t.list);
+                s.tok.apply_chat_template_json(t.as_deref(), m, list, true)
+            }
+        };
+        let text = rendered.map_err(|e| {
             ApiError::invalid(
                 format!(
                     "the chat template refused these messages: {}",
@@ -286,10 +429,19 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
                 Some("messages"),
             )
         })?;
-        Ok(s.tok.encode(&text, false))
+        Ok((s.tok.encode(&text, false), matcher))
     })
     .await?;
-    run(s, prompt, params, Kind::Chat, "messages").await
+    run(
+        s,
+        prompt,
+        matcher,
+        params,
+        Kind::Chat,
+        parse_calls,
+        "messages",
+    )
+    .await
 }
 
 async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
@@ -298,11 +450,25 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
     let (_, body) = read_body(s, req).await?;
     let api::ValidCompletion { prompt, params } =
         api::completion_request(&body, s.tok.vocab_size())?;
-    let prompt = match prompt {
-        ValidPrompt::Text(t) => prepare(s, move |s| Ok(s.tok.encode(&t, true))).await?,
-        ValidPrompt::Tokens(ids) => ids,
-    };
-    run(s, prompt, params, Kind::Completion, "prompt").await
+    let constraint = params.constraint.clone();
+    let (prompt, matcher) = prepare(s, move |s| {
+        let matcher = compile(s, constraint.as_ref())?;
+        Ok(match prompt {
+            ValidPrompt::Text(t) => (s.tok.encode(&t, true), matcher),
+            ValidPrompt::Tokens(ids) => (ids, matcher),
+        })
+    })
+    .await?;
+    run(s, prompt, matcher, params, Kind::Completion, None, "prompt").await
+}
+
+/// The request's constraint compiled (on the blocking pool: a large schema
+/// takes milliseconds).
+fn compile(
+    s: &AppState,
+    c: Option<&crate::constrain::Constraint>,
+) -> Result<Option<Box<crate::constrain::Guide>>, ApiError> {
+    c.map(|c| s.grammars.compile(c).map(Box::new)).transpose()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -314,8 +480,10 @@ enum Kind {
 async fn run(
     s: &Arc<AppState>,
     prompt: Vec<u32>,
+    mut constraint: Option<Box<crate::constrain::Guide>>,
     p: Params,
     kind: Kind,
+    tools: Option<crate::tools::Format>,
     what: &'static str,
 ) -> Result<Response, ApiError> {
     if prompt.is_empty() {
@@ -335,25 +503,50 @@ async fn run(
     }
     let room = s.n_ctx - prompt.len();
     let max_tokens = p.max_tokens.unwrap_or(room).min(room);
-    let spec = p.spec.unwrap_or(s.spec);
-    if spec == gpack_runtime::SpecMode::Draft && !s.has_draft {
+    // Speculation checks drafts against the sampler's own draws; a
+    // grammar's mask depends on every token before it, so constrained jobs
+    // decode one token per step.
+    let spec = match p.spec.unwrap_or(s.spec) {
+        _ if constraint.is_some() => gpack_runtime::SpecMode::None,
+        m => m,
+    };
+    if p.spec == Some(gpack_runtime::SpecMode::Draft) && !s.has_draft {
         return Err(ApiError::invalid(
             "speculative \"draft\" needs a draft model: start the server with --draft MODEL",
             Some("speculative"),
         ));
     }
-    let (tx, rx) = unbounded_channel();
-    let n_prompt = prompt.len();
-    s.engine.submit(Job {
-        prompt,
-        max_tokens,
-        sampler: p.sampler(),
-        stop_tokens: s.stop_tokens.clone(),
-        stop_strings: p.stop.clone(),
-        spec,
-        events: tx,
-        enqueued: Instant::now(),
-    })?;
+    // One job per choice, each with its own seed (and its own copy of the
+    // grammar's state); if one is refused, the receivers of those already
+    // queued are dropped and the engine cancels them.
+    let mut rxs = Vec::with_capacity(p.n);
+    for c in 0..p.n {
+        let (tx, rx) = unbounded_channel();
+        let guide = if c + 1 == p.n {
+            constraint.take()
+        } else {
+            constraint
+                .as_ref()
+                .map(|g| Box::new(crate::constrain::Guide(g.0.deep_clone())))
+        };
+        let mut sampler = p.sampler();
+        sampler.seed = sampler.seed.wrapping_add(c as u64);
+        s.engine.submit(Job {
+            prompt: prompt.clone(),
+            max_tokens,
+            sampler,
+            stop_tokens: s.stop_tokens.clone(),
+            stop_strings: p.stop.clone(),
+            spec,
+            events: tx,
+            enqueued: Instant::now(),
+            constraint: guide,
+            end_token: s.grammars.end_token(),
+            logprobs: p.logprobs,
+            penalties: crate::penalty::Penalties::new(p.presence_penalty, p.frequency_penalty),
+        })?;
+        rxs.push(rx);
+    }
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
     let meta = Meta {
         id: match kind {
@@ -364,11 +557,14 @@ async fn run(
         model: s.model_name.clone(),
         kind,
         include_usage: p.include_usage,
+        tok: s.tok,
+        tools,
+        call_seed: p.seed ^ id,
     };
     if p.stream {
-        Ok(sse(meta, rx))
+        Ok(sse(meta, rxs))
     } else {
-        collect(s, meta, rx, n_prompt).await
+        collect(s, meta, rxs).await
     }
 }
 
@@ -378,6 +574,11 @@ struct Meta {
     model: String,
     kind: Kind,
     include_usage: bool,
+    tok: Tokenizer<'static>,
+    /// Parse tool calls out of the answers, written in this format.
+    tools: Option<crate::tools::Format>,
+    /// Seeds the tool-call ids.
+    call_seed: u64,
 }
 
 fn usage(prompt: usize, completion: usize) -> Value {
@@ -388,72 +589,135 @@ fn usage(prompt: usize, completion: usize) -> Value {
     })
 }
 
+/// One choice's answer, gathered.
+#[derive(Default)]
+struct Gathered {
+    text: String,
+    logprobs: Vec<TokenLogprob>,
+}
+
 async fn collect(
     s: &AppState,
     m: Meta,
-    mut rx: UnboundedReceiver<Event>,
-    n_prompt: usize,
+    rxs: Vec<UnboundedReceiver<Event>>,
 ) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    loop {
-        match rx.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
-            Some(Event::Done {
-                finish,
-                prompt_tokens,
-                completion_tokens,
-            }) => {
-                let choice = match m.kind {
-                    Kind::Chat => json!({
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": null,
-                        "finish_reason": finish.as_str(),
-                    }),
-                    Kind::Completion => json!({
-                        "index": 0,
-                        "text": text,
-                        "logprobs": null,
-                        "finish_reason": finish.as_str(),
-                    }),
-                };
-                let object = match m.kind {
-                    Kind::Chat => "chat.completion",
-                    Kind::Completion => "text_completion",
-                };
-                return Ok(Json(json!({
-                    "id": m.id,
-                    "object": object,
-                    "created": m.created,
-                    "model": m.model,
-                    "system_fingerprint": "gpack",
-                    "choices": [choice],
-                    "usage": usage(prompt_tokens, completion_tokens),
-                }))
-                .into_response());
-            }
-            Some(Event::Error(e)) => {
-                s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    e,
-                ));
-            }
-            None => {
-                let _ = n_prompt;
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    "the generation ended without a result",
-                ));
+    let mut choices = Vec::with_capacity(rxs.len());
+    let (mut n_prompt, mut n_completion) = (0, 0);
+    for (index, mut rx) in rxs.into_iter().enumerate() {
+        let mut g = Gathered::default();
+        loop {
+            match rx.recv().await {
+                Some(Event::Text(t)) => g.text.push_str(&t),
+                Some(Event::Logprob(l)) => g.logprobs.push(l),
+                Some(Event::Done {
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                }) => {
+                    n_prompt = prompt_tokens;
+                    n_completion += completion_tokens;
+                    choices.push(m.choice(index, g, finish));
+                    break;
+                }
+                Some(Event::Error(e)) => {
+                    s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
+                    return Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        e,
+                    ));
+                }
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        "the generation ended without a result",
+                    ));
+                }
             }
         }
     }
+    let object = match m.kind {
+        Kind::Chat => "chat.completion",
+        Kind::Completion => "text_completion",
+    };
+    Ok(Json(json!({
+        "id": m.id,
+        "object": object,
+        "created": m.created,
+        "model": m.model,
+        "system_fingerprint": "gpack",
+        "choices": choices,
+        "usage": usage(n_prompt, n_completion),
+    }))
+    .into_response())
 }
 
 impl Meta {
-    fn chunk(&self, delta: Option<&str>, first: bool, finish: Option<Finish>) -> Value {
+    fn piece(&self) -> impl Fn(u32) -> Vec<u8> + '_ {
+        move |id| self.tok.token_piece(id).into_owned()
+    }
+
+    /// The `logprobs` of a choice (or a chunk) for tokens whose text starts
+    /// at byte `offset` of the choice's text.
+    fn logprobs(&self, ts: &[TokenLogprob], offset: usize) -> Value {
+        let piece = self.piece();
+        match self.kind {
+            Kind::Chat => json!({"content": ts.iter()
+                .map(|t| logprobs::chat_entry(t, &piece)).collect::<Vec<_>>()}),
+            Kind::Completion => logprobs::completion_logprobs(ts, offset, &piece),
+        }
+    }
+
+    /// A non-streamed choice.
+    fn choice(&self, index: usize, g: Gathered, finish: Finish) -> Value {
+        let lp = if g.logprobs.is_empty() {
+            Value::Null
+        } else {
+            self.logprobs(&g.logprobs, 0)
+        };
+        let calls = self
+            .tools
+            .map(|f| crate::tools::parse_output(f, &g.text))
+            .filter(|(_, calls)| !calls.is_empty());
+        match self.kind {
+            Kind::Chat if calls.is_some() => {
+                let (content, calls) = calls.unwrap_or_default();
+                json!({
+                    "index": index,
+                    "message": {
+                        "role": "assistant",
+                        "content": (!content.is_empty()).then_some(content),
+                        "tool_calls": crate::tools::tool_calls_json(&calls, self.call_seed ^ index as u64, false),
+                    },
+                    "logprobs": lp,
+                    "finish_reason": "tool_calls",
+                })
+            }
+            Kind::Chat => json!({
+                "index": index,
+                "message": {"role": "assistant", "content": g.text},
+                "logprobs": lp,
+                "finish_reason": finish.as_str(),
+            }),
+            Kind::Completion => json!({
+                "index": index,
+                "text": g.text,
+                "logprobs": lp,
+                "finish_reason": finish.as_str(),
+            }),
+        }
+    }
+
+    /// One chunk of choice `index`: the role (`first`), text, or the end.
+    fn chunk(
+        &self,
+        index: usize,
+        delta: Option<&str>,
+        first: bool,
+        finish: Option<Finish>,
+        logprobs: Value,
+    ) -> Value {
         let fr = finish.map(Finish::as_str);
         let mut v = match self.kind {
             Kind::Chat => {
@@ -473,6 +737,8 @@ impl Meta {
                 "choices": [{"index": 0, "text": delta.unwrap_or(""), "logprobs": null, "finish_reason": fr}],
             }),
         };
+        v["choices"][0]["index"] = json!(index);
+        v["choices"][0]["logprobs"] = logprobs;
         // OpenAI: with include_usage, every chunk but the last has "usage": null.
         if self.include_usage {
             v["usage"] = Value::Null;
@@ -500,16 +766,60 @@ fn data(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// The events of all choices, merged, each tagged with its choice.
+type Merged = futures_util::stream::SelectAll<
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = (usize, Event)> + Send>>,
+>;
+
 struct Sse {
     meta: Meta,
-    rx: UnboundedReceiver<Event>,
+    events: Merged,
+    n: usize,
+    /// Per choice: log-probabilities not sent yet, and bytes of text sent.
+    pending_lp: Vec<Vec<TokenLogprob>>,
+    sent: Vec<usize>,
+    /// With tools: per choice, all its text, and whether a tool call has
+    /// begun (its text is held until the end, then sent as `tool_calls`).
+    text: Vec<String>,
+    in_call: Vec<bool>,
+    finished: usize,
+    usage: (usize, usize),
     started: bool,
     pending: std::collections::VecDeque<Bytes>,
     done: bool,
 }
 
 impl Sse {
+    /// Of new text `t` of choice `i` (tools in format `f`), what can be
+    /// sent as content now: everything before a tool call's marker (text
+    /// that may be the marker's start is held).
+    fn tool_text(&mut self, i: usize, f: crate::tools::Format, t: &str) -> String {
+        self.text[i].push_str(t);
+        if self.in_call[i] {
+            return String::new();
+        }
+        let unsent = &self.text[i][self.sent[i]..];
+        let marker = f.marker();
+        if let Some(p) = unsent.find(marker) {
+            self.in_call[i] = true;
+            return unsent[..p].to_string();
+        }
+        let hold = gpack_runtime::partial_stop(unsent, &[marker.to_string()]);
+        unsent[..unsent.len() - hold].to_string()
+    }
+
+    /// The pending log-probabilities of choice `i` as a chunk's field.
+    fn take_logprobs(&mut self, i: usize) -> Value {
+        let ts = std::mem::take(&mut self.pending_lp[i]);
+        if ts.is_empty() {
+            Value::Null
+        } else {
+            self.meta.logprobs(&ts, self.sent[i])
+        }
+    }
+
     async fn next(&mut self) -> Option<Bytes> {
+        use futures_util::StreamExt;
         loop {
             if let Some(b) = self.pending.pop_front() {
                 return Some(b);
@@ -517,34 +827,72 @@ impl Sse {
             if self.done {
                 return None;
             }
-            if !self.started && self.meta.kind == Kind::Chat {
+            if !self.started {
                 self.started = true;
-                return Some(data(&self.meta.chunk(None, true, None)));
+                if self.meta.kind == Kind::Chat {
+                    for i in 0..self.n {
+                        let c = self.meta.chunk(i, None, true, None, Value::Null);
+                        self.pending.push_back(data(&c));
+                    }
+                }
+                continue;
             }
-            self.started = true;
-            match self.rx.recv().await {
-                Some(Event::Text(t)) => {
+            match self.events.next().await {
+                Some((i, Event::Logprob(l))) => self.pending_lp[i].push(l),
+                Some((i, Event::Text(t))) => {
+                    let t = match self.meta.tools {
+                        None => t,
+                        Some(f) => self.tool_text(i, f, &t),
+                    };
                     if !t.is_empty() {
-                        return Some(data(&self.meta.chunk(Some(&t), false, None)));
+                        let lp = self.take_logprobs(i);
+                        self.sent[i] += t.len();
+                        return Some(data(&self.meta.chunk(i, Some(&t), false, None, lp)));
                     }
                 }
-                Some(Event::Done {
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                }) => {
-                    self.done = true;
-                    self.pending
-                        .push_back(data(&self.meta.chunk(None, false, Some(finish))));
-                    if self.meta.include_usage {
-                        self.pending.push_back(data(
-                            &self.meta.usage_chunk(prompt_tokens, completion_tokens),
-                        ));
+                Some((
+                    i,
+                    Event::Done {
+                        finish,
+                        prompt_tokens,
+                        completion_tokens,
+                    },
+                )) => {
+                    self.finished += 1;
+                    self.usage.0 = prompt_tokens;
+                    self.usage.1 += completion_tokens;
+                    let lp = self.take_logprobs(i);
+                    let mut end = self.meta.chunk(i, None, false, Some(finish), lp);
+                    if let Some(f) = self.meta.tools {
+                        let (_, calls) = crate::tools::parse_output(f, &self.text[i]);
+                        let rest = self.text[i][self.sent[i]..].to_string();
+                        if !calls.is_empty() {
+                            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
+                            let seed = self.meta.call_seed ^ i as u64;
+                            c["choices"][0]["delta"] = json!({
+                                "tool_calls": crate::tools::tool_calls_json(&calls, seed, true)
+                            });
+                            self.pending.push_back(data(&c));
+                            end["choices"][0]["finish_reason"] = json!("tool_calls");
+                        } else if !rest.is_empty() {
+                            // Not a call after all: the held text is content.
+                            self.sent[i] += rest.len();
+                            let c = self.meta.chunk(i, Some(&rest), false, None, Value::Null);
+                            self.pending.push_back(data(&c));
+                        }
                     }
-                    self.pending
-                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    self.pending.push_back(data(&end));
+                    if self.finished == self.n {
+                        self.done = true;
+                        if self.meta.include_usage {
+                            let (p, c) = self.usage;
+                            self.pending.push_back(data(&self.meta.usage_chunk(p, c)));
+                        }
+                        self.pending
+                            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    }
                 }
-                Some(Event::Error(e)) => {
+                Some((_, Event::Error(e))) => {
                     self.done = true;
                     let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
                     self.pending.push_back(data(&err.body()));
@@ -565,10 +913,24 @@ impl Sse {
     }
 }
 
-fn sse(meta: Meta, rx: UnboundedReceiver<Event>) -> Response {
+fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
+    let n = rxs.len();
+    let events = futures_util::stream::select_all(rxs.into_iter().enumerate().map(|(i, rx)| {
+        let s = futures_util::stream::unfold(rx, move |mut rx| async move {
+            rx.recv().await.map(|e| ((i, e), rx))
+        });
+        Box::pin(s) as std::pin::Pin<Box<dyn futures_util::Stream<Item = (usize, Event)> + Send>>
+    }));
     let st = Sse {
         meta,
-        rx,
+        events,
+        n,
+        pending_lp: vec![Vec::new(); n],
+        sent: vec![0; n],
+        text: vec![String::new(); n],
+        in_call: vec![false; n],
+        finished: 0,
+        usage: (0, 0),
         started: false,
         pending: Default::default(),
         done: false,

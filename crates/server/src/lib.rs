@@ -23,13 +23,18 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod constrain;
+pub mod embed;
 pub mod engine;
 mod error;
 mod http;
 pub mod integrity;
 mod listen;
 pub mod load;
+pub mod logprobs;
 pub mod metrics;
+pub mod penalty;
+pub mod tools;
 
 pub use error::{Error, Result};
 pub use integrity::{Integrity, VerifyMode};
@@ -93,6 +98,8 @@ pub struct Options {
     pub draft_max: usize,
     /// The draft model's confidence threshold.
     pub draft_p_min: f32,
+    /// A chat template (Jinja source) used instead of the model's.
+    pub chat_template: Option<String>,
 }
 
 impl Default for Options {
@@ -120,6 +127,7 @@ impl Default for Options {
             draft: None,
             draft_max: gpack_runtime::spec::DEFAULT_MAX_DRAFT,
             draft_p_min: gpack_runtime::spec::DEFAULT_P_MIN,
+            chat_template: None,
         }
     }
 }
@@ -191,7 +199,11 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     let bm: &'static Model<'static> = Box::leak(Box::new(bm));
     // Compile the chat template once at start: a broken one is a start-up
     // error, not a 400 on every request.
-    if tok.chat_template().is_some() {
+    if let Some(t) = &opts.chat_template {
+        let hi = serde_json::json!([{"role": "user", "content": "hi"}]);
+        tok.apply_chat_template_json(Some(t), &hi, None, true)
+            .map_err(|e| Error::Template(Box::new(e)))?;
+    } else if tok.chat_template().is_some() {
         tok.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", "hi")], true)
             .map_err(|e| Error::Template(Box::new(e)))?;
     }
@@ -219,6 +231,10 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             value: "draft".into(),
         });
     }
+    // The token a complete constrained output ends with: the first stop
+    // token (EOS, else the chat format's end of turn); the engine allows
+    // the others with it.
+    let grammars = constrain::Grammars::new(tok, stop_tokens.first().copied().unwrap_or(0));
     let metrics = Arc::new(metrics::Metrics::default());
     let (engine, thread) = engine::start(
         bm,
@@ -256,6 +272,15 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         next_id: AtomicU64::new(0),
         integrity: Arc::new(integrity),
         prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
+        grammars,
+        tool_format: tools::Format::detect(
+            opts.chat_template
+                .as_deref()
+                .or(tok.chat_template())
+                .unwrap_or(""),
+        ),
+        chat_template: opts.chat_template.clone(),
+        pooling: embed::Pooling::of(loaded.weights()),
     });
     let checks = state.integrity.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()

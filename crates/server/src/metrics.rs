@@ -79,7 +79,18 @@ pub struct Metrics {
     pub ttft: Histogram,
     /// Per-request decode speed (tokens after the first / their time).
     pub tps: Histogram,
+    /// Seconds to compute one token's grammar mask (constrained requests;
+    /// on the mask thread, beside the forward pass).
+    pub mask_seconds: Histogram,
+    /// Seconds a step waited for its grammar masks after its forward pass
+    /// (the cost constrained requests add to every slot's step).
+    pub mask_wait: Histogram,
 }
+
+/// Buckets for per-token grammar work: 10 µs to 100 ms.
+const MASK_BOUNDS: &[f64] = &[
+    1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 1e-1,
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -102,6 +113,8 @@ impl Default for Metrics {
             tps: Histogram::new(&[
                 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 500.0,
             ]),
+            mask_seconds: Histogram::new(MASK_BOUNDS),
+            mask_wait: Histogram::new(MASK_BOUNDS),
         }
     }
 }
@@ -212,6 +225,16 @@ impl Metrics {
             &mut s,
             "gpack_decode_tokens_per_second",
             "Per-request decode speed.",
+        );
+        self.mask_seconds.render(
+            &mut s,
+            "gpack_grammar_mask_seconds",
+            "Time to compute one token's grammar mask (beside the forward pass).",
+        );
+        self.mask_wait.render(
+            &mut s,
+            "gpack_grammar_mask_wait_seconds",
+            "Time a batched step waited for its grammar masks after the forward pass.",
         );
         s
     }

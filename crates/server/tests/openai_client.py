@@ -1,7 +1,7 @@
 """Tests of `gpack serve` with the real `openai` Python client, over loopback.
 
 Usage: python openai_client.py BASE_URL GROUP [API_KEY]
-  GROUP: basic | concurrency | abuse | auth
+  GROUP: basic | concurrency | abuse | auth | structured | sampling | tools | tool_format
 BASE_URL is like http://127.0.0.1:PORT (no /v1). The server must run
 SmolLM2-135M-Instruct with --ctx 512 (the abuse group relies on it).
 
@@ -215,7 +215,7 @@ def basic():
 
     @case
     def invalid_requests():
-        for kw, param in [({"n": 2}, "n"), ({"temperature": 5}, "temperature"),
+        for kw, param in [({"n": 9}, "n"), ({"temperature": 5}, "temperature"),
                           ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens")]:
             try:
                 chat("Hi", **kw)
@@ -431,7 +431,328 @@ def auth():
         assert chat("Hi", max_tokens=2).choices[0].message is not None
 
 
-{"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth}[GROUP]()
+# ---------------------------------------------------------------- structured
+
+
+def structured():
+    import re
+
+    import jsonschema
+
+    from structured_cases import CASES
+
+    def schema_format(schema, name="answer"):
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+    @case
+    def json_schema_outputs_parse_and_validate():
+        def one(c):
+            prompt, schema = c
+            r = chat(prompt, max_tokens=160, temperature=0, response_format=schema_format(schema))
+            text = r.choices[0].message.content
+            assert r.choices[0].finish_reason == "stop", (prompt, r.choices[0].finish_reason, text)
+            value = json.loads(text)
+            jsonschema.validate(value, schema)
+            return text
+
+        with cf.ThreadPoolExecutor(4) as ex:
+            outs = list(ex.map(one, CASES, timeout=600))
+        print("  e.g. " + " | ".join(outs[:3]), flush=True)
+
+    @case
+    def json_schema_streamed_equals_non_streamed():
+        prompt, schema = CASES[10]
+        full = chat(prompt, max_tokens=160, temperature=0, response_format=schema_format(schema))
+        _, text = stream_chat(prompt, max_tokens=160, temperature=0, response_format=schema_format(schema))
+        assert text == full.choices[0].message.content, (text, full.choices[0].message.content)
+        jsonschema.validate(json.loads(text), schema)
+
+    @case
+    def json_schema_on_completions():
+        prompt, schema = CASES[0]
+        r = client.completions.create(model=MODEL, prompt=prompt + "\nJSON:", max_tokens=120, temperature=0,
+                                      extra_body={"response_format": schema_format(schema)})
+        jsonschema.validate(json.loads(r.choices[0].text), schema)
+
+    @case
+    def json_object_parses():
+        r = chat("Return a JSON object with the name and age of Bob, who is 25.", max_tokens=200, temperature=0,
+                 response_format={"type": "json_object"})
+        assert r.choices[0].finish_reason == "stop", r.choices[0]
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+    @case
+    def sampled_json_schema_validates():
+        # Not only greedy: sampling at temperature 1 from the masked logits.
+        prompt, schema = CASES[14]
+        for seed in range(3):
+            r = chat(prompt, max_tokens=200, temperature=1.0, seed=seed, response_format=schema_format(schema))
+            if r.choices[0].finish_reason == "stop":
+                jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+            else:
+                # Cut by max_tokens: still a prefix the grammar allowed.
+                assert r.choices[0].message.content.startswith("{"), r.choices[0]
+
+    @case
+    def lark_grammar():
+        g = 'start: "The answer is " ("yes" | "no") ". Because " /[a-z ]{1,40}/ "."'
+        r = client.completions.create(model=MODEL, prompt="Is the sky blue?", max_tokens=60, temperature=0,
+                                      extra_body={"grammar": g})
+        text = r.choices[0].text
+        assert re.fullmatch(r"The answer is (yes|no)\. Because [a-z ]{1,40}\.", text), text
+        assert r.choices[0].finish_reason == "stop", r.choices[0]
+        r = chat("List some animals.", max_tokens=60, temperature=0,
+                 extra_body={"grammar": 'start: item ("," item){1,3}\nitem: /[a-z]{2,10}/'})
+        assert re.fullmatch(r"[a-z]{2,10}(,[a-z]{2,10}){1,3}", r.choices[0].message.content), r.choices[0]
+
+    @case
+    def refused_constraints_are_400():
+        def post(body):
+            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, **body}
+            return raw("POST", "/v1/chat/completions", json.dumps(body))
+
+        assert_error(post({"response_format": schema_format({"type": "no-such-type"})}), 400, "response_format")
+        assert_error(post({"response_format": schema_format({"type": "integer", "minimum": 5, "maximum": 1})}),
+                     400, "response_format")
+        assert_error(post({"response_format": {"type": "json_schema"}}), 400, "response_format")
+        assert_error(post({"response_format": {"type": "xml"}}), 400, "response_format")
+        assert_error(post({"response_format": schema_format({"enum": ["x" * 1000] * 100})}), 400,
+                     "response_format")
+        assert_error(post({"grammar": "start: undefined_rule"}), 400, "grammar")
+        assert_error(post({"grammar": "start: ("}), 400, "grammar")
+        assert_error(post({"grammar": 7}), 400, "grammar")
+        assert_error(post({"grammar": 'start: "a"', "response_format": {"type": "json_object"}}), 400, "grammar")
+        # The server still serves after refusals.
+        assert chat("Hi", max_tokens=2).choices[0].message is not None
+
+    @case
+    def mask_cost_in_metrics():
+        assert metric("gpack_grammar_mask_seconds_count") > 0
+        per_token = metric("gpack_grammar_mask_seconds_sum") / metric("gpack_grammar_mask_seconds_count")
+        print(f"  mask: {per_token * 1e6:.0f} us per token", flush=True)
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def sampling():
+    import math
+
+    @case
+    def chat_logprobs_and_top_logprobs():
+        r = chat("Name a color.", max_tokens=8, temperature=0, logprobs=True, top_logprobs=5)
+        c = r.choices[0]
+        content = c.logprobs.content
+        assert content and len(content) == r.usage.completion_tokens, (len(content), r.usage)
+        assert "".join(t.token for t in content) == c.message.content, (content, c.message.content)
+        for t in content:
+            assert len(t.top_logprobs) == 5, t
+            # Greedy: the sampled token is the most likely one.
+            assert t.top_logprobs[0].token == t.token and t.top_logprobs[0].logprob == t.logprob, t
+            lps = [x.logprob for x in t.top_logprobs]
+            assert lps == sorted(lps, reverse=True) and all(x <= 0 for x in lps), lps
+            assert sum(math.exp(x) for x in lps) <= 1.0 + 1e-4, lps
+            assert bytes(t.bytes).decode(errors="replace") == t.token
+
+    @case
+    def streamed_logprobs_equal_non_streamed():
+        kw = dict(max_tokens=8, temperature=0, logprobs=True, top_logprobs=2)
+        full = chat("Name a fruit.", **kw).choices[0].logprobs.content
+        chunks, _ = stream_chat("Name a fruit.", **kw)
+        streamed = [t for c in chunks if c.choices and c.choices[0].logprobs
+                    for t in c.choices[0].logprobs.content]
+        assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in full]
+
+    @case
+    def completions_logprobs_shape():
+        r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
+                                      temperature=0, logprobs=2)
+        lp = r.choices[0].logprobs
+        assert "".join(lp.tokens) == r.choices[0].text, (lp.tokens, r.choices[0].text)
+        assert len(lp.token_logprobs) == len(lp.tokens) == len(lp.top_logprobs) == len(lp.text_offset)
+        assert lp.text_offset[0] == 0 and all(len(t) == 2 for t in lp.top_logprobs), lp
+
+    @case
+    def n_choices():
+        r = chat("Write a word.", max_tokens=12, temperature=1.0, seed=5, n=4)
+        assert [c.index for c in r.choices] == [0, 1, 2, 3], r.choices
+        texts = {c.message.content for c in r.choices}
+        assert len(texts) >= 2, texts
+        assert r.usage.completion_tokens <= 4 * 12
+        # The same seed: the same choices.
+        r2 = chat("Write a word.", max_tokens=12, temperature=1.0, seed=5, n=4)
+        assert [c.message.content for c in r2.choices] == [c.message.content for c in r.choices]
+        # Greedy choices streamed: each index reassembles the greedy answer.
+        g = chat("Write a word.", max_tokens=12, temperature=0)
+        greedy = g.choices[0].message.content
+        chunks, _ = stream_chat("Write a word.", max_tokens=12, temperature=0, n=3,
+                                stream_options={"include_usage": True})
+        per = {}
+        for c in chunks:
+            for ch in c.choices:
+                per[ch.index] = per.get(ch.index, "") + (ch.delta.content or "")
+        assert per == {0: greedy, 1: greedy, 2: greedy}, per
+        finishes = [ch.index for c in chunks for ch in c.choices if ch.finish_reason]
+        assert sorted(finishes) == [0, 1, 2], finishes
+        assert chunks[-1].usage.completion_tokens == 3 * g.usage.completion_tokens, chunks[-1].usage
+
+    @case
+    def penalties_lower_greedy_repetition():
+        from collections import Counter
+
+        def tokens(**kw):
+            r = client.completions.create(model=MODEL, prompt="1, 2, 3, 1, 2, 3, 1, 2, 3,", max_tokens=24,
+                                          temperature=0, logprobs=0, extra_body=kw)
+            return r.choices[0].logprobs.tokens
+
+        plain = tokens()
+        pen = tokens(frequency_penalty=1.5, presence_penalty=1.0)
+        most = lambda ts: Counter(ts).most_common(1)[0][1]
+        assert most(pen) < most(plain), (plain, pen)
+
+    @case
+    def completions_stream_include_usage():
+        s = client.completions.create(model=MODEL, prompt="Hi", max_tokens=6, temperature=0, stream=True,
+                                      stream_options={"include_usage": True})
+        chunks = list(s)
+        assert chunks[-1].usage is not None and chunks[-1].choices == [], chunks[-1]
+        assert all(c.usage is None for c in chunks[:-1])
+        assert 0 < chunks[-1].usage.completion_tokens <= 6
+
+    @case
+    def embeddings_with_the_client():
+        r = client.embeddings.create(model=MODEL, input=["The cat sat.", "A dog ran.", "The cat sat."])
+        vs = [d.embedding for d in r.data]
+        assert [d.index for d in r.data] == [0, 1, 2] and len(vs[0]) == 576, (len(vs), len(vs[0]))
+        assert all(abs(sum(x * x for x in v) - 1) < 1e-4 for v in vs)
+        assert vs[0] == vs[2] and vs[0] != vs[1]
+        assert r.usage.prompt_tokens > 6
+
+    @case
+    def limits_are_400():
+        def post(body):
+            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, **body}
+            return raw("POST", "/v1/chat/completions", json.dumps(body))
+
+        assert_error(post({"n": 9}), 400, "n")
+        assert_error(post({"logprobs": True, "top_logprobs": 21}), 400, "top_logprobs")
+        assert_error(post({"top_logprobs": 3}), 400, "top_logprobs")
+        assert_error(post({"presence_penalty": 3}), 400, "presence_penalty")
+        assert_error(post({"frequency_penalty": -2.5}), 400, "frequency_penalty")
+
+
+# ---------------------------------------------------------------- tools
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 20},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Adds two integers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
+                                                    "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+                   "required": ["a", "b"], "additionalProperties": False}}}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def tool_round_trip():
+    """A named call, its arguments valid, its result fed back as a tool message."""
+    import jsonschema
+
+    q = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=MODEL, messages=q, tools=[WEATHER, ADD], tool_choice=NAMED,
+                                       max_tokens=80, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    call = c.message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "get_weather" and call.id, call
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    follow = q + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "name": "get_weather", "content": '{"temp": 21}'},
+    ]
+    r2 = client.chat.completions.create(model=MODEL, messages=follow, tools=[WEATHER, ADD], tool_choice="none",
+                                        max_tokens=16, temperature=0)
+    # The result was rendered into the prompt; the answer is text (which a
+    # 135M model given a foreign family's template may leave empty).
+    assert r2.choices[0].message.tool_calls is None and isinstance(r2.choices[0].message.content, str)
+    assert r2.usage.prompt_tokens > r.usage.prompt_tokens, (r2.usage, r.usage)
+    return call
+
+
+def tools():
+    import jsonschema
+
+    @case
+    def named_call_round_trip():
+        tool_round_trip()
+
+    @case
+    def required_picks_one_of_the_tools():
+        r = chat("Add 2 and 3.", tools=[WEATHER, ADD], tool_choice="required", max_tokens=80, temperature=0)
+        call = r.choices[0].message.tool_calls[0]
+        tool = {"get_weather": WEATHER, "add": ADD}[call.function.name]
+        jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+
+    @case
+    def streamed_call_deltas():
+        chunks, text = stream_chat("What is the weather in Rome?", tools=[WEATHER], tool_choice=NAMED,
+                                   max_tokens=80, temperature=0)
+        assert text == "", text
+        deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+        assert deltas and deltas[0].index == 0 and deltas[0].id and deltas[0].function.name == "get_weather"
+        args = "".join(d.function.arguments or "" for d in deltas)
+        jsonschema.validate(json.loads(args), WEATHER["function"]["parameters"])
+        assert chunks[-1].choices[0].finish_reason == "tool_calls", chunks[-1]
+        # The same call as the non-streamed answer.
+        full = chat("What is the weather in Rome?", tools=[WEATHER], tool_choice=NAMED, max_tokens=80,
+                    temperature=0).choices[0].message.tool_calls[0]
+        assert (full.function.name, full.function.arguments) == ("get_weather", args)
+
+    @case
+    def auto_answers_text_or_calls():
+        r = chat("Hello!", tools=[WEATHER], max_tokens=40, temperature=0)
+        m = r.choices[0].message
+        if m.tool_calls:
+            assert r.choices[0].finish_reason == "tool_calls" and m.tool_calls[0].function.name == "get_weather"
+            json.loads(m.tool_calls[0].function.arguments)
+        else:
+            assert m.content and "<tool_call>" not in m.content, m
+
+    @case
+    def bad_tools_are_400():
+        def post(body):
+            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, **body}
+            return raw("POST", "/v1/chat/completions", json.dumps(body))
+
+        assert_error(post({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+                     400, "tool_choice")
+        assert_error(post({"tools": [{"type": "function"}]}), 400, "tools")
+        assert_error(post({"tools": "x"}), 400, "tools")
+        bad_schema = {"type": "function", "function": {"name": "f", "parameters": {"type": "no-such-type"}}}
+        assert_error(post({"tools": [bad_schema], "tool_choice": "required"}), 400, "tools")
+        assert_error(post({"tool_choice": "required"}), 400, "tool_choice")
+        assert_error(post({"tools": [WEATHER], "tool_choice": "required",
+                           "response_format": {"type": "json_object"}}), 400, "tool_choice")
+        bad_args = [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{not json"}}]}]
+        assert_error(raw("POST", "/v1/chat/completions", json.dumps({"messages": bad_args, "tools": [WEATHER]})),
+                     400, "messages")
+
+
+def tool_format():
+    @case
+    def named_call_round_trip():
+        call = tool_round_trip()
+        print(f"  {call.function.name}({call.function.arguments})", flush=True)
+
+
+{"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth,
+ "structured": structured, "sampling": sampling, "tools": tools, "tool_format": tool_format}[GROUP]()
 failed = sum(1 for _, e in results if e is not None)
 print(f"{len(results) - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

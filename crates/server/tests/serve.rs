@@ -187,6 +187,63 @@ fn openai_client_basic_concurrency_abuse() {
     python(srv.addr, "abuse", None);
 }
 
+// Structured outputs (response_format, grammar) on 4 slots, the JSON
+// schemas of structured_cases.py decoded concurrently. One pool thread:
+// the masks are computed on their own thread beside the forward pass (with
+// the pool on every core, the tool tests' grammars take the other path,
+// masks after the forward pass).
+#[test]
+fn openai_client_structured() {
+    let m = model();
+    let srv = start(
+        &m.gpack,
+        &[
+            "--ctx",
+            "1024",
+            "--parallel",
+            "4",
+            "--name",
+            "smollm2",
+            "--threads",
+            "1",
+        ],
+    );
+    python(srv.addr, "structured", None);
+    python(srv.addr, "sampling", None);
+}
+
+// Tool calling through each supported format's real template
+// (testdata/tokenizer/tool_templates, given by --chat-template): the Qwen
+// 2.5 one (ChatML, SmolLM2's own tokens) with every case; Llama 3.1 and
+// Mistral Nemo with a named call parsed back and its result fed back.
+#[test]
+fn openai_client_tools() {
+    let m = model();
+    let dir = root().join("testdata/tokenizer/tool_templates");
+    for (template, group) in [
+        ("qwen2.5", "tools"),
+        ("llama3.1", "tool_format"),
+        ("mistral-nemo", "tool_format"),
+    ] {
+        let t = dir.join(format!("{template}.jinja"));
+        let srv = start(
+            &m.gpack,
+            &[
+                "--ctx",
+                "2048",
+                "--parallel",
+                "2",
+                "--name",
+                "smollm2",
+                "--chat-template",
+                t.to_str().unwrap(),
+            ],
+        );
+        println!("template {template}");
+        python(srv.addr, group, None);
+    }
+}
+
 #[test]
 fn openai_client_api_key() {
     let m = model();
@@ -622,4 +679,174 @@ fn speculative_streams_equal_their_solo_runs() {
         !metrics.contains("gpack_spec_accepted_tokens_total 0\n"),
         "the draft model's drafts were never accepted:\n{metrics}"
     );
+}
+
+/// `logprobs` are the log-softmax of the logits the runtime computes: the
+/// server's greedy completion (prompt as token ids) against
+/// `Model::forward` on the same weights, step by step — the sampled
+/// token's log-probability and the three best alternatives, their text and
+/// values.
+#[test]
+fn logprobs_are_the_log_softmax_of_the_runtime_logits() {
+    use gpack_runtime::{GgufWeights, LoadOptions, Logits, Model};
+    let m = model();
+    let prompt: Vec<u32> = vec![1, 504, 3458, 282, 4649, 314];
+    let srv = start(&m.gpack, &["--ctx", "256", "--parallel", "2"]);
+    let req =
+        serde_json::json!({"prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 3});
+    let resp = read_all(post(srv.addr, "/v1/completions", &req.to_string()));
+    let v: serde_json::Value =
+        serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
+    let lp = &v["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().expect("tokens");
+    assert_eq!(tokens.len(), 6, "{v}");
+    let text: String = tokens.iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(text, v["choices"][0]["text"].as_str().unwrap());
+
+    // The reference: the runtime alone, on the GGUF the .gpack was made
+    // from, with the server's f16 KV cache.
+    let w = GgufWeights::open(&m.gguf).unwrap();
+    let opts = LoadOptions {
+        kv_f16: true,
+        ..LoadOptions::default()
+    };
+    let model = Model::load_with(&w, &opts).unwrap();
+    let tk = gpack_tokenizer::load_any(&m.gguf).unwrap();
+    let tk = tk.tokenizer().unwrap();
+    let mut st = model.new_state(64);
+    let mut feed = prompt.clone();
+    for k in 0..6 {
+        let logits = model.forward(&mut st, &feed, Logits::Last).unwrap();
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lse = max + logits.iter().map(|&x| (x - max).exp()).sum::<f32>().ln();
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let best = order[0] as u32;
+        let piece = |id: usize| String::from_utf8_lossy(&tk.token_piece(id as u32)).into_owned();
+        assert_eq!(
+            tokens[k].as_str().unwrap(),
+            piece(best as usize),
+            "step {k}"
+        );
+        let got = lp["token_logprobs"][k].as_f64().unwrap() as f32;
+        assert!(
+            (got - (logits[best as usize] - lse)).abs() < 2e-3,
+            "step {k}: {got}"
+        );
+        let top = lp["top_logprobs"][k].as_object().unwrap();
+        assert_eq!(top.len(), 3, "step {k}: {top:?}");
+        for &id in &order[..3] {
+            let want = logits[id] - lse;
+            let got = top[&piece(id)].as_f64().unwrap() as f32;
+            assert!(
+                (got - want).abs() < 2e-3,
+                "step {k} token {id}: {got} vs {want}"
+            );
+        }
+        feed = vec![best];
+    }
+}
+
+/// The chat page at `/` in headless Chromium (installed by
+/// scripts/setup-chromium.sh when missing): it loads, sends a typed prompt
+/// and shows the streamed answer, checked in the DOM against the API; the
+/// screenshot is kept in the target directory.
+#[test]
+fn chat_page_in_headless_chromium() {
+    let m = model();
+    let driver = script("setup-chromium.sh");
+    let srv = start(
+        &m.gpack,
+        &["--ctx", "512", "--parallel", "2", "--name", "smollm2"],
+    );
+    let page = get(srv.addr, "/");
+    assert!(
+        page.starts_with("HTTP/1.1 200") && page.contains("text/html"),
+        "{page}"
+    );
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    let py = PY.get_or_init(|| script("setup-python.sh"));
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page.png");
+    let out = Command::new(py)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chat_page.py"))
+        .arg(format!("http://{}", srv.addr))
+        .arg(&driver)
+        .arg(&shot)
+        .output()
+        .expect("running python");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "chat_page.py failed:\n{text}");
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 1000,
+        "no screenshot"
+    );
+    println!("screenshot: {}", shot.display());
+}
+
+/// `/v1/embeddings` equals the reference pooled from transformers' hidden
+/// states: the tiny llama fixture (f16 GGUF of the HF model), its reference
+/// prompt as token ids, the last `hidden_states` entry (after the final
+/// norm) averaged over positions and L2-normalized; in a batch of inputs an
+/// input gets the same vector as alone.
+#[test]
+fn embeddings_equal_transformers_pooled_hidden_states() {
+    let dir = root().join("testdata/tiny/llama");
+    let refs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    let ids = refs["prompt_ids"].clone();
+    let rows = refs["hidden_states"]["values"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap();
+    let rows: Vec<Vec<f64>> = serde_json::from_value(rows.clone()).unwrap();
+    let d = rows[0].len();
+    let mut want: Vec<f64> = (0..d)
+        .map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / rows.len() as f64)
+        .collect();
+    let norm = want.iter().map(|x| x * x).sum::<f64>().sqrt();
+    want.iter_mut().for_each(|x| *x /= norm);
+
+    let srv = start(
+        &dir.join("llama-f16.gguf"),
+        &["--ctx", "64", "--parallel", "2"],
+    );
+    let embed = |input: serde_json::Value| -> serde_json::Value {
+        let req = serde_json::json!({"input": input, "model": "tiny"});
+        let resp = read_all(post(srv.addr, "/v1/embeddings", &req.to_string()));
+        serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"))
+    };
+    let v = embed(ids.clone());
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["usage"]["prompt_tokens"], rows.len());
+    let got: Vec<f64> = serde_json::from_value(v["data"][0]["embedding"].clone()).unwrap();
+    assert_eq!(got.len(), d);
+    let max = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    let cos: f64 = got.iter().zip(&want).map(|(a, b)| a * b).sum();
+    println!("embedding vs transformers: max |diff| {max:.2e}, cosine {cos:.7}");
+    assert!(max < 5e-3 && cos > 0.9999, "max |diff| {max}, cosine {cos}");
+    // A batch: the same vector at index 1, and another input at index 0.
+    let batch = embed(serde_json::json!([[1, 2, 3], ids]));
+    assert_eq!(batch["data"][1]["embedding"], v["data"][0]["embedding"]);
+    assert_eq!(batch["data"][1]["index"], 1);
+    assert_ne!(batch["data"][0]["embedding"], v["data"][0]["embedding"]);
+    // Refusals: too long for the context, bad ids.
+    let long: Vec<u32> = vec![5; 65];
+    let r = read_all(post(
+        srv.addr,
+        "/v1/embeddings",
+        &serde_json::json!({"input": long}).to_string(),
+    ));
+    assert!(
+        r.starts_with("HTTP/1.1 400") && r.contains("context_length_exceeded"),
+        "{r}"
+    );
+    let r = read_all(post(srv.addr, "/v1/embeddings", r#"{"input": [999999]}"#));
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
 }

@@ -316,18 +316,51 @@ impl crate::Tokenizer<'_> {
             what: "chat template",
         })?;
         let t = ChatTemplate::new(src)?;
+        t.render(messages, add_generation_prompt, &self.special_names())
+    }
+
+    /// Render `template` (the stored one when `None`) as transformers'
+    /// `apply_chat_template(messages, tools=tools)` does: `messages` as given
+    /// (assistant `tool_calls`, `tool` results...), `tools` a list of
+    /// function definitions or none.
+    pub fn apply_chat_template_json(
+        &self,
+        template: Option<&str>,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let src = template.or(self.chat_template()).ok_or(Error::Missing {
+            what: "chat template",
+        })?;
+        let t = ChatTemplate::new(src)?;
+        let mut ctx: std::collections::BTreeMap<String, Value> = self
+            .special_names()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        ctx.insert("messages".into(), Value::from_serialize(messages));
+        ctx.insert("tools".into(), Value::from_serialize(tools));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::from(add_generation_prompt),
+        );
+        t.render_value(Value::from(ctx))
+    }
+
+    /// `bos_token`, `eos_token`, `pad_token`, `unk_token` as templates see them.
+    fn special_names(&self) -> [(&'static str, Value); 4] {
         let name = |id: Option<u32>| {
             id.and_then(|i| self.token_text(i))
                 .map(Value::from)
                 .unwrap_or(Value::from(""))
         };
-        let extra = [
+        [
             ("bos_token", name(self.bos())),
             ("eos_token", name(self.eos())),
             ("pad_token", name(self.gbt1().pad())),
             ("unk_token", name(self.gbt1().unk())),
-        ];
-        t.render(messages, add_generation_prompt, &extra)
+        ]
     }
 }
 

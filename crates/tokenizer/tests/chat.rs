@@ -53,3 +53,34 @@ fn chat_template_tricky_fixture() {
         assert_eq!(tok.encode(&text, false), ids, "{name}");
     }
 }
+
+/// Tool-calling templates (Qwen2.5, Llama 3.1, Mistral Nemo) rendered with
+/// `tools`, assistant `tool_calls` and `tool` results exactly as
+/// transformers renders them (testdata/tokenizer/tool_refs.json, made by
+/// scripts/make_tool_refs.py with the tiny fixtures' special tokens).
+#[test]
+fn tool_templates_match_transformers() {
+    let refs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(testdata().join("tool_refs.json")).unwrap()).unwrap();
+    let dir = testdata().join("../tiny/qwen2/hf");
+    let loaded = gpack_tokenizer::load_any(&dir).unwrap();
+    let t = loaded.tokenizer().unwrap();
+    assert_eq!(
+        t.token_text(t.bos().unwrap()).unwrap(),
+        refs["special"]["bos_token"].as_str().unwrap()
+    );
+    let convs = refs["conversations"].as_array().unwrap();
+    let mut n = 0;
+    for name in ["qwen2.5", "llama3.1", "mistral-nemo"] {
+        let src = std::fs::read_to_string(testdata().join(format!("tool_templates/{name}.jinja")))
+            .unwrap();
+        for (k, want) in refs["renders"][name].as_array().unwrap().iter().enumerate() {
+            let got = t
+                .apply_chat_template_json(Some(&src), &convs[k], Some(&refs["tools"]), true)
+                .unwrap();
+            assert_eq!(got, want.as_str().unwrap(), "{name} conversation {k}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 9);
+}

@@ -6,18 +6,49 @@ use std::process::ExitCode;
 
 /// Serve a model over HTTP with the OpenAI API.
 ///
-/// Endpoints: GET /health, GET /v1/models, GET /metrics (Prometheus),
+/// Endpoints: GET / (a chat page: streaming answers, model and sampling
+/// settings, tokens/s per answer; built into the binary), GET /health,
+/// GET /v1/models, GET /metrics (Prometheus), POST /v1/embeddings (final
+/// hidden states pooled by mean, or last token when the model's metadata
+/// says so, L2-normalized; float or base64),
 /// POST /v1/chat/completions, POST /v1/completions (both with "stream": true
 /// as server-sent events). --parallel sequences are decoded together, one
 /// batched forward step per token; up to --queue more requests wait, and
 /// beyond that requests get 503 with Retry-After. SIGTERM or Ctrl-C stops
 /// accepting connections, finishes the requests in flight and exits 0.
+///
+/// Structured outputs: "response_format": {"type": "json_object"} or
+/// {"type": "json_schema", "json_schema": {"schema": {...}}}, or the
+/// extension "grammar": "<Lark grammar>" (llguidance's syntax), on both
+/// generation endpoints; the output is decoded under the grammar's token
+/// mask, computed beside the batched forward pass (its cost per token is
+/// /metrics' gpack_grammar_mask_seconds). A schema or grammar the engine
+/// refuses is a 400 naming the parameter.
+///
+/// Also: "logprobs" (chat: true, with "top_logprobs" up to 20; completions:
+/// the number of alternatives), "n" up to 8 choices (each its own seed and
+/// slot), "presence_penalty" / "frequency_penalty" (-2..2, OpenAI's
+/// formula over the generated tokens), and "stream_options":
+/// {"include_usage": true}.
+///
+/// Tool calling: "tools" and "tool_choice" (auto, none, required, or
+/// {"type": "function", "function": {"name": ...}}) are rendered by the
+/// model's chat template (or --chat-template); the model's tool-call text
+/// comes back as "tool_calls" (streamed as deltas), finish_reason
+/// "tool_calls"; required and named choices are decoded under a grammar of
+/// the call. Send results back as {"role": "tool", "tool_call_id", "content"}.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack serve smollm2.gpack --port 8080
   gpack serve smollm2.gpack --parallel 8 --ctx 4096 --api-key secret
   curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":32}'")]
+    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":32}'
+  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Alice is 30\"}],
+         \"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",
+         \"schema\":{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\"}}}}}}'
+  curl http://127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \\
+    -d '{\"prompt\":\"Is the sky blue?\",\"grammar\":\"start: \\\"yes\\\" | \\\"no\\\"\"}'")]
 pub struct Args {
     /// The model: .gpack, .gguf, a Hugging Face directory, or a registry
     /// reference host[:port]/repo[:tag] (pulled into the local store once,
@@ -96,6 +127,12 @@ pub struct Args {
     /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     drain_timeout: f64,
+    /// A Jinja chat template file used instead of the model's own (e.g. a
+    /// model family's tool-calling template); the tool-call format
+    /// (Hermes/Qwen <tool_call>, Llama 3 JSON, Mistral [TOOL_CALLS]) is read
+    /// from the template in use.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
 }
 
 /// A positive, finite number of seconds.
@@ -155,6 +192,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         draft: a.spec.draft.clone(),
         draft_max: a.spec.draft_max,
         draft_p_min: a.spec.draft_p_min,
+        chat_template: a
+            .chat_template
+            .as_deref()
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading the chat template {}", p.display()))
+            })
+            .transpose()?,
         ..gpack_server::Options::default()
     };
     let parallel = opts.parallel;

@@ -1,0 +1,50 @@
+//! `gpack bench`: the llama-bench shape (pp / tg tokens/s over repetitions)
+//! on the tiny llama fixture, in JSON.
+
+use crate::gpack;
+use std::path::Path;
+
+#[test]
+fn bench_reports_pp_and_tg_with_the_read_bandwidth_share() {
+    let gguf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny/llama/llama-q8_0.gguf");
+    let o = gpack()
+        .arg("bench")
+        .arg(&gguf)
+        .args(["-p", "16", "-n", "8", "-r", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tests = v["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 2, "{v}");
+    assert_eq!(
+        (tests[0]["test"].as_str(), tests[1]["test"].as_str()),
+        (Some("pp16"), Some("tg8"))
+    );
+    for t in tests {
+        let s = t["samples_ts"].as_array().unwrap();
+        assert_eq!(s.len(), 2, "{t}");
+        assert!(s.iter().all(|x| x.as_f64().unwrap() > 0.0), "{t}");
+    }
+    assert!(tests[0]["gmacs"].as_f64().unwrap() > 0.0);
+    assert!(tests[1]["read_bw_fraction"].as_f64().unwrap() > 0.0);
+    assert!(v["read_bw_gbs"].as_f64().unwrap() > 0.1);
+    // The weights the kernels read per token are (almost) the file: q8_0
+    // matrices and the f16 embedding used as the head.
+    let file = std::fs::metadata(&gguf).unwrap().len() as f64;
+    let bpt = v["bytes_per_token"].as_f64().unwrap();
+    assert!(
+        bpt > 0.5 * file && bpt < 2.0 * file,
+        "{bpt} bytes per token, file {file}"
+    );
+    // Bad usage is refused with a message.
+    let o = gpack()
+        .arg("bench")
+        .arg(&gguf)
+        .args(["-r", "0"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-r must be"));
+}
