@@ -18,8 +18,19 @@ cargo test --workspace --locked
 # AVX-512 by itself), so the AVX2 and scalar paths run end to end too: AVX2
 # on every runtime test, scalar on the tiny-fixture ones (the reference is
 # slow on SmolLM2-sized work).
-GPACK_ISA=avx2 cargo test --locked -p gpack-runtime --test tests
-GPACK_ISA=scalar cargo test --locked -p gpack-runtime --test tests -- fixtures:: generation:: moe:: ple::
+# The test binary `cargo test --workspace` built is run as it is: `cargo test
+# -p gpack-runtime` would resolve features for that package alone and rebuild
+# a dozen crates (minutes of CI) for the same code.
+RT_TESTS=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "tests" \
+            and m["manifest_path"].endswith("/crates/runtime/Cargo.toml") and m.get("executable"):
+        print(m["executable"])')
+[ -x "$RT_TESTS" ] || { echo "gpack-runtime's test binary not found" >&2; exit 1; }
+(cd crates/runtime && GPACK_ISA=avx2 "$RT_TESTS")
+(cd crates/runtime && GPACK_ISA=scalar "$RT_TESTS" fixtures:: generation:: moe:: ple::)
 # The Python package (pytest; builds the release wheel once).
 bash scripts/test-python.sh
 # Every fuzz target for a bounded time (scripts/fuzz.sh: build + 10 s each,

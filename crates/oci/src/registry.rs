@@ -52,6 +52,9 @@ impl Registry {
             use_monolithic_push: true,
             ..Default::default()
         };
+        // The process's TLS crypto (see Cargo.toml); a second install is a
+        // no-op error.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let (auth, credentials) = crate::auth::resolve(&host, &opts.auth)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

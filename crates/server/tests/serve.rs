@@ -23,9 +23,13 @@ fn gpack() -> &'static Path {
         let bin = dir.join("gpack");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         // Always ask cargo: a no-op when fresh, and never a stale binary.
+        // With the features `cargo test --workspace` resolves (every member,
+        // dev-dependencies included): `-p gpack-cli` alone would resolve
+        // others and rebuild most of the tree (5 minutes of CI) for the same
+        // binary.
         let profile_release = dir.ends_with("release");
         let mut c = Command::new(cargo);
-        c.args(["build", "-p", "gpack-cli", "--bin", "gpack"])
+        c.args(["build", "--workspace", "--tests", "--bin", "gpack"])
             .current_dir(root())
             .env("CARGO_TARGET_DIR", dir.parent().unwrap());
         if profile_release {
