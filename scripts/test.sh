@@ -13,7 +13,11 @@ fi
 bash scripts/registry.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+# The server's end-to-end tests run the `gpack` binary this build makes
+# (asking cargo from inside a test rebuilt part of the tree).
+TD=$(cargo metadata -q --locked --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+GPACK_BIN=$TD/debug/gpack cargo test --workspace --locked
 # The model-level suites again on the lesser kernel paths (this CPU picks
 # AVX-512 by itself), so the AVX2 and scalar paths run end to end too: AVX2
 # on every runtime test, scalar on the tiny-fixture ones (the reference is

@@ -13,11 +13,17 @@ use std::time::{Duration, Instant};
 
 use gpack_testkit::{root, script};
 
-/// The `gpack` binary: beside this test's `deps/` directory when the
-/// workspace was built, otherwise built now.
+/// The `gpack` binary: `GPACK_BIN` when set (scripts/test.sh sets it to the
+/// binary its `cargo test --workspace` built), otherwise built now beside
+/// this test's `deps/` directory.
 fn gpack() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("GPACK_BIN") {
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "GPACK_BIN={} is not a file", p.display());
+            return p;
+        }
         let exe = std::env::current_exe().unwrap();
         let dir = exe.parent().unwrap().parent().unwrap();
         let bin = dir.join("gpack");
