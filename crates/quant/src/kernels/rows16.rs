@@ -62,6 +62,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_decode;
 #[cfg(target_arch = "x86_64")]
+mod avx2_direct;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 
 /// How a type's blocks map onto the canonical formula.
@@ -79,20 +81,23 @@ pub(crate) struct Kind {
     pub asym: bool,
     /// `u = w + off` for the staged unsigned codes.
     pub off: i32,
+    /// The largest staged code `u` (what bounds `vpmaddubsw(u, xq)`).
+    pub umax: u32,
 }
 
 impl Kind {
     /// The kind of `t`, or `None` when `t` has no interleaved kernel.
     pub fn of(t: GgmlType) -> Option<Kind> {
         use GgmlType as T;
-        let (sub, asym, off) = match t {
-            T::Q4_0 => (32, false, 8),
-            T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => (32, true, 0),
-            T::Q5_0 => (32, false, 16),
-            T::Q8_0 | T::IQ4_NL | T::IQ4_XS | T::MXFP4 => (32, false, 128),
-            T::Q2_K => (16, true, 0),
-            T::Q3_K => (16, false, 4),
-            T::Q6_K => (16, false, 32),
+        let (sub, asym, off, umax) = match t {
+            T::Q4_0 => (32, false, 8, 15),
+            T::Q4_1 | T::Q4_K => (32, true, 0, 15),
+            T::Q5_1 | T::Q5_K => (32, true, 0, 31),
+            T::Q5_0 => (32, false, 16, 31),
+            T::Q8_0 | T::IQ4_NL | T::IQ4_XS | T::MXFP4 => (32, false, 128, 255),
+            T::Q2_K => (16, true, 0, 3),
+            T::Q3_K => (16, false, 4, 7),
+            T::Q6_K => (16, false, 32, 63),
             _ => return None,
         };
         if !crate::interleave::supports(t) || !crate::ggml::can_dequantize(t) {
@@ -108,6 +113,7 @@ impl Kind {
             sub,
             asym,
             off,
+            umax,
         })
     }
 
@@ -206,6 +212,22 @@ fn dot_stage_scalar(k: &Kind, st: &Stage, xq: &[i8], d: &[f32], acc: &mut [f32; 
                 }
             }
         }
+    }
+}
+
+/// Words (4 elements each) of one sub-block whose `vpmaddubsw(u, xq)`
+/// products can be added in 16 bits before they are widened: the most that
+/// keep `words · 2 · umax · 127 ≤ 32767` (at least 1, at most the
+/// sub-block's `words`; `|xq| ≤ 127`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) const fn words_in_i16(umax: u32, words: usize) -> usize {
+    let g = 32767 / (254 * umax as usize);
+    if g == 0 {
+        1
+    } else if g > words {
+        words
+    } else {
+        g
     }
 }
 
@@ -438,7 +460,12 @@ fn run_groups(
         let nv = VB.min(n - v0);
         for g in g0..g1 {
             acc[..nv].iter_mut().for_each(|a| *a = [0.0; R]);
-            let direct = cfg!(target_arch = "x86_64") && isa == Isa::Avx512Vnni && nv <= VT;
+            let direct = cfg!(target_arch = "x86_64")
+                && match isa {
+                    Isa::Avx512Vnni => nv <= VT,
+                    Isa::Avx2 | Isa::AvxVnni => nv <= AVX2_DIRECT,
+                    _ => false,
+                };
             if direct {
                 #[cfg(target_arch = "x86_64")]
                 {
@@ -446,9 +473,15 @@ fn run_groups(
                     // in registers, accumulators kept in registers.
                     let (pp, bs) = prep_tile(prep, nba, v0, nv, 0);
                     let grp = &codes[g * gs..(g + 1) * gs];
-                    // SAFETY: the dispatcher checked the ISA; `grp` is the
-                    // group's group-blocks; `pp` holds the tile's prep words.
-                    unsafe { avx512::dot_direct(k, grp, &mut st, pp, bs, &mut acc[..nv]) };
+                    let acc = &mut acc[..nv];
+                    if isa == Isa::Avx512Vnni {
+                        // SAFETY: the dispatcher checked the ISA; `grp` is the
+                        // group's group-blocks; `pp` holds the tile's prep words.
+                        unsafe { avx512::dot_direct(k, grp, &mut st, pp, bs, acc) };
+                    } else {
+                        // SAFETY: as above (AVX2, FMA and F16C checked).
+                        unsafe { avx2_direct::dot_direct(k, grp, &mut st, pp, bs, acc) };
+                    }
                 }
             } else {
                 for b in 0..nbg {
@@ -499,6 +532,10 @@ fn run_groups(
 
 /// Vectors per dot tile (the widest register tile of the SIMD paths).
 const VT: usize = 8;
+
+/// The most vectors the AVX2 path runs on its register path
+/// (`avx2_direct`); wider calls stage each group-block once and share it.
+const AVX2_DIRECT: usize = VT;
 
 /// Prefetch distance of the weight stream, in bytes (into L2). Measured
 /// 2026-12-01, 8B Q4_K_M decode, 2 threads, tok/s: 2 KiB 6.0, 8 KiB 7.1–7.2,

@@ -1,9 +1,15 @@
-//! AVX2 + FMA dot loops for the row-interleaved layouts: two 8-lane halves
-//! per row group, `P_h` from `vpmaddubsw(|w|, sign(xq, w))` on the signed
-//! values `w = u - OFF` (|w| ≤ 128, |xq| ≤ 127: no saturation), then the
-//! canonical formula's float steps.
+//! AVX2 + FMA dot loops over a staged group-block (the prefill path: one
+//! stage shared by every vector of the call): two 8-lane halves per row
+//! group, then the canonical formula's float steps.
+//!
+//! `P_h` as in `avx2_direct`: for the types with small codes (`UMAX <
+//! 128`), `vpmaddubsw(u, xq)` on the staged codes themselves, as many words
+//! added in 16 bits as cannot overflow ([`words_in_i16`]) before one
+//! `vpmaddwd`, each sum started at the prepared `-OFF · S_h`; for the 8-bit
+//! and lookup types, `vpmaddubsw(|w|, sign(xq, w))` on `w = u - OFF`
+//! (|w| ≤ 128, |xq| ≤ 127: no saturation), one word per `vpmaddwd`.
 
-use super::{Kind, Stage, PREP, R};
+use super::{words_in_i16, Kind, Stage, PREP, R};
 use std::arch::x86_64::*;
 
 /// Adds the stage's contribution to the accumulators of one tile of
@@ -16,8 +22,71 @@ use std::arch::x86_64::*;
 pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
     let n = acc.len();
     assert!(n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP);
-    let per = 32 / k.sub;
-    let words = k.sub / 4;
+    // SAFETY: the features are enabled here; the prep words are asserted.
+    unsafe {
+        let g = words_in_i16(k.umax, k.sub / 4);
+        match (k.umax > 127, g, k.sub == 16, k.asym) {
+            (true, _, false, false) => dot_with::<true, 1, false, false>(k, st, pp, bs, acc),
+            (false, 8, false, false) => dot_with::<false, 8, false, false>(k, st, pp, bs, acc),
+            (false, 8, false, true) => dot_with::<false, 8, false, true>(k, st, pp, bs, acc),
+            (false, 4, false, false) => dot_with::<false, 4, false, false>(k, st, pp, bs, acc),
+            (false, 4, false, true) => dot_with::<false, 4, false, true>(k, st, pp, bs, acc),
+            (false, 4, true, false) => dot_with::<false, 4, true, false>(k, st, pp, bs, acc),
+            (false, 4, true, true) => dot_with::<false, 4, true, true>(k, st, pp, bs, acc),
+            (false, 2, true, false) => dot_with::<false, 2, true, false>(k, st, pp, bs, acc),
+            // Any other kind: one word per widening is always exact.
+            (signed, _, sub16, asym) => match (signed, sub16, asym) {
+                (true, s16, a) => dot_dyn::<true>(k, st, pp, bs, acc, s16, a),
+                (false, s16, a) => dot_dyn::<false>(k, st, pp, bs, acc, s16, a),
+            },
+        }
+    }
+}
+
+/// The generic fallback of [`dot`] (no kind of [`super::Kind::of`] takes it).
+///
+/// # Safety
+/// As [`dot_with`].
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_dyn<const SIGNED: bool>(
+    k: &Kind,
+    st: &Stage,
+    pp: &[u32],
+    bs: usize,
+    acc: &mut [[f32; R]],
+    sub16: bool,
+    asym: bool,
+) {
+    // SAFETY: per this fn's contract.
+    unsafe {
+        match (sub16, asym) {
+            (true, true) => dot_with::<SIGNED, 1, true, true>(k, st, pp, bs, acc),
+            (true, false) => dot_with::<SIGNED, 1, true, false>(k, st, pp, bs, acc),
+            (false, true) => dot_with::<SIGNED, 1, false, true>(k, st, pp, bs, acc),
+            (false, false) => dot_with::<SIGNED, 1, false, false>(k, st, pp, bs, acc),
+        }
+    }
+}
+
+/// [`dot`] with the kind's shape fixed at compile time (so the word loops
+/// unroll and the codes stay in registers): `SIGNED` the sign trick, else
+/// `G` words per 16-bit sum; `SUB16` 16-element sub-blocks; `ASYM` mins.
+///
+/// # Safety
+/// As [`dot`], with its prep words checked; `G` no more than
+/// [`words_in_i16`] allows for the kind, `SUB16` and `ASYM` the kind's.
+#[inline(always)]
+unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const ASYM: bool>(
+    k: &Kind,
+    st: &Stage,
+    pp: &[u32],
+    bs: usize,
+    acc: &mut [[f32; R]],
+) {
+    debug_assert!(SUB16 == (k.sub == 16) && ASYM == k.asym);
+    let per = if SUB16 { 2 } else { 1 };
+    let words = 8 / per;
     // SAFETY: all loads are inside the stage (codes of blocks < k.blocks(),
     // scales/mins of sub-blocks < k.subs()) or the asserted prep words;
     // the stores are to `acc`.
@@ -26,16 +95,20 @@ pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut 
         let off = _mm256_set1_epi8(k.off as i8);
         for half in 0..2 {
             for kb in 0..k.blocks() {
-                // |w| and w for the 8 words of this half.
+                // The codes of this half (the sign path's |w| and w).
                 let mut aw = [_mm256_setzero_si256(); 8];
                 let mut sw = [_mm256_setzero_si256(); 8];
                 for j in 0..8 {
                     let u = _mm256_load_si256(
                         st.codes[kb].as_ptr().add(64 * j + 32 * half) as *const __m256i
                     );
-                    let w = _mm256_sub_epi8(u, off);
-                    aw[j] = _mm256_abs_epi8(w);
-                    sw[j] = w;
+                    if SIGNED {
+                        let w = _mm256_sub_epi8(u, off);
+                        aw[j] = _mm256_abs_epi8(w);
+                        sw[j] = w;
+                    } else {
+                        aw[j] = u;
+                    }
                 }
                 for hh in 0..per {
                     let h = kb * per + hh;
@@ -43,17 +116,35 @@ pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut 
                     let m = _mm256_loadu_ps(st.mins[h].as_ptr().add(8 * half));
                     for (v, a) in acc.iter_mut().enumerate() {
                         let q = pp.as_ptr().add(v * PREP + kb * bs);
-                        let mut p = _mm256_setzero_si256();
-                        for j in hh * words..(hh + 1) * words {
-                            let x = _mm256_set1_epi32(q.add(j).read() as i32);
-                            let prod = _mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(x, sw[j]));
-                            p = _mm256_add_epi32(p, _mm256_madd_epi16(prod, ones));
+                        let mut p = if SIGNED {
+                            _mm256_setzero_si256()
+                        } else {
+                            _mm256_set1_epi32(q.add(9 + hh).read() as i32)
+                        };
+                        let (mut j, end) = (hh * words, (hh + 1) * words);
+                        while j < end {
+                            let mut s16 = _mm256_setzero_si256();
+                            for t in j..(j + G).min(end) {
+                                let x = _mm256_set1_epi32(q.add(t).read() as i32);
+                                let prod = if SIGNED {
+                                    _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(x, sw[t]))
+                                } else {
+                                    _mm256_maddubs_epi16(aw[t], x)
+                                };
+                                s16 = if t == j {
+                                    prod
+                                } else {
+                                    _mm256_add_epi16(s16, prod)
+                                };
+                            }
+                            p = _mm256_add_epi32(p, _mm256_madd_epi16(s16, ones));
+                            j += G;
                         }
                         let d = _mm256_set1_ps(f32::from_bits(q.add(8).read()));
                         let ap = a.as_mut_ptr().add(8 * half);
                         let mut x = _mm256_loadu_ps(ap);
                         x = _mm256_fmadd_ps(_mm256_mul_ps(s, d), _mm256_cvtepi32_ps(p), x);
-                        if k.asym {
+                        if ASYM {
                             let ds = _mm256_set1_ps(f32::from_bits(q.add(11 + hh).read()));
                             x = _mm256_fmadd_ps(m, ds, x);
                         }

@@ -40,9 +40,19 @@ use crate::GgmlType;
 use std::arch::x86_64::*;
 
 /// A type's decoder over one group-block, one half (8 rows) at a time.
-trait Dec {
+pub(super) trait Dec: Sized {
     /// 32-element blocks per ggml block.
     const BLOCKS: usize;
+    /// Whether the kind has 16-element sub-blocks (else 32).
+    const SUB16: bool;
+    /// Whether the kind has mins (asymmetric).
+    const ASYM: bool;
+    /// The largest staged code `u` (what bounds `vpmaddubsw(u, xq)`).
+    const UMAX: u32;
+    /// The decoder of the group-block at `p`.
+    fn new(p: *const u8) -> Self;
+    /// The group-block's first byte.
+    fn ptr(&self) -> *const u8;
     /// Writes half `h`'s scales (and, for asymmetric kinds, mins) to the
     /// stage: lanes `8h .. 8h + 8` of each sub-block's row.
     ///
@@ -55,6 +65,19 @@ trait Dec {
     /// # Safety
     /// As [`Dec::scales`], and `kb < Self::BLOCKS`.
     unsafe fn block(&self, kb: usize, h: usize) -> [__m256i; 8];
+}
+
+/// `[e(0), …, e(n - 1)]` of `__m256i`, as a loop: a closure (as in
+/// `std::array::from_fn`) does not inherit the caller's target features, so
+/// its intrinsics would be calls rather than instructions.
+macro_rules! arr {
+    ($n:expr, |$j:ident| $e:expr) => {{
+        let mut out = [_mm256_setzero_si256(); $n];
+        for $j in 0..$n {
+            out[$j] = $e;
+        }
+        out
+    }};
 }
 
 /// 32 bytes at `p`.
@@ -216,9 +239,20 @@ unsafe fn nibbles(qs: *const u8, h: usize, table: Option<__m256i>) -> [__m256i; 
 }
 
 /// Q8_0: d @0, qs @32 (8 words). u = q + 128 = q ^ 0x80.
-struct Q8_0(*const u8);
+pub(super) struct Q8_0(*const u8);
 impl Dec for Q8_0 {
     const BLOCKS: usize = 1;
+    const SUB16: bool = false;
+    const ASYM: bool = false;
+    const UMAX: u32 = 255;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d inside the 544-byte group-block.
@@ -229,16 +263,27 @@ impl Dec for Q8_0 {
         // SAFETY: the 8 words of qs.
         unsafe {
             let flip = _mm256_set1_epi8(i8::MIN);
-            std::array::from_fn(|j| _mm256_xor_si256(word(self.0.add(32), j, h), flip))
+            arr!(8, |j| _mm256_xor_si256(word(self.0.add(32), j, h), flip))
         }
     }
 }
 
 /// Q4_0 (d @0, qs @32) and Q4_1 (d @0, m @32, qs @64): u = the nibble
 /// (Q4_0's OFF 8 undoes its `- 8`; Q4_1 has OFF 0).
-struct Q4<const MIN: bool>(*const u8);
+pub(super) struct Q4<const MIN: bool>(*const u8);
 impl<const MIN: bool> Dec for Q4<MIN> {
     const BLOCKS: usize = 1;
+    const SUB16: bool = false;
+    const ASYM: bool = MIN;
+    const UMAX: u32 = 15;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d (and m) inside the 288- or 320-byte group-block.
@@ -258,9 +303,20 @@ impl<const MIN: bool> Dec for Q4<MIN> {
 
 /// Q5_0 (d @0, qh @32, qs @96) and Q5_1 (d @0, m @32, qh @64, qs @128):
 /// u = nibble | (bit e of qh) << 4 (Q5_0's OFF 16 undoes its `- 16`).
-struct Q5<const MIN: bool>(*const u8);
+pub(super) struct Q5<const MIN: bool>(*const u8);
 impl<const MIN: bool> Dec for Q5<MIN> {
     const BLOCKS: usize = 1;
+    const SUB16: bool = false;
+    const ASYM: bool = MIN;
+    const UMAX: u32 = 31;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d (and m) inside the 352- or 384-byte group-block.
@@ -302,9 +358,20 @@ impl<const MIN: bool> Dec for Q5<MIN> {
 
 /// Q4_K: d @0, dmin @32, scales @64 (3 words), qs @256 (32 words).
 /// Q5_K: the same, qh @256 (8 words), qs @768. u = q (OFF 0).
-struct Q4K<const FIFTH: bool>(*const u8);
+pub(super) struct Q4K<const FIFTH: bool>(*const u8);
 impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
     const BLOCKS: usize = 8;
+    const SUB16: bool = false;
+    const ASYM: bool = true;
+    const UMAX: u32 = if FIFTH { 31 } else { 15 };
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         let p = self.0;
@@ -312,7 +379,7 @@ impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
         unsafe {
             let d = f16x8(p, h);
             let dmin = f16x8(p.add(32), h);
-            let w: [__m256i; 3] = std::array::from_fn(|i| word(p.add(64), i, h));
+            let w: [__m256i; 3] = arr!(3, |i| word(p.add(64), i, h));
             // ggml's get_scale_min_k4 on the 12 bytes (3 lanes) of each row:
             // sub-blocks 0..4 are the low 6 bits of bytes 0..4 (scale) and
             // 4..8 (min); 4..8 take their low 4 bits from the nibbles of
@@ -345,7 +412,7 @@ impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
         unsafe {
             let qs = p.add(if FIFTH { 768 } else { 256 });
             let nib = _mm256_set1_epi8(0x0F);
-            std::array::from_fn(|j| {
+            arr!(8, |j| {
                 let q = srl16(word(qs, 8 * (kb / 2) + j, h), 4 * (kb % 2) as u32);
                 let u = _mm256_and_si256(q, nib);
                 if FIFTH {
@@ -360,9 +427,20 @@ impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
 
 /// Q6_K: ql @0 (32 words), qh @2048 (16 words), scales @3072 (4 words),
 /// d @3328. u = ql nibble | qh 2 bits << 4 (OFF 32 undoes the `- 32`).
-struct Q6K(*const u8);
+pub(super) struct Q6K(*const u8);
 impl Dec for Q6K {
     const BLOCKS: usize = 8;
+    const SUB16: bool = true;
+    const ASYM: bool = false;
+    const UMAX: u32 = 63;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         let p = self.0;
@@ -390,7 +468,7 @@ impl Dec for Q6K {
             let (half, q) = (kb / 4, kb % 4);
             let nib = _mm256_set1_epi8(0x0F);
             let top = _mm256_set1_epi8(0x30);
-            std::array::from_fn(|j| {
+            arr!(8, |j| {
                 let l = srl16(word(p, 16 * half + 8 * (q % 2) + j, h), 4 * (q / 2) as u32);
                 let qh = word(p.add(2048), 8 * half + j, h);
                 // Bits 2q, 2q + 1 to bits 4, 5 (inside the byte, as in `bit_to`).
@@ -407,16 +485,27 @@ impl Dec for Q6K {
 
 /// Q3_K: hmask @0 (8 words), qs @512 (16 words), scales @1536 (3 words),
 /// d @1728. u = ql | hbit << 2 (= q + 4, OFF 4).
-struct Q3K(*const u8);
+pub(super) struct Q3K(*const u8);
 impl Dec for Q3K {
     const BLOCKS: usize = 8;
+    const SUB16: bool = true;
+    const ASYM: bool = false;
+    const UMAX: u32 = 7;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         let p = self.0;
         // SAFETY: d and scales inside the 1760-byte group-block.
         unsafe {
             let d = f16x8(p.add(1728), h);
-            let w: [__m256i; 3] = std::array::from_fn(|i| word(p.add(1536), i, h));
+            let w: [__m256i; 3] = arr!(3, |i| word(p.add(1536), i, h));
             // 6-bit scale i: low 4 bits the nibble i / 8 of byte i % 8 (words
             // 0, 1), top 2 bits 2 (i / 4) .. of byte 8 + i % 4 (word 2).
             for i in 0..16u32 {
@@ -438,7 +527,7 @@ impl Dec for Q3K {
         unsafe {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
-            std::array::from_fn(|j| {
+            arr!(8, |j| {
                 let l = srl16(word(p.add(512), 8 * half + j, h), 2 * s as u32);
                 let hb = bit_to(word(p, j, h), kb as u32, 2);
                 _mm256_or_si256(_mm256_and_si256(l, three), hb)
@@ -449,9 +538,20 @@ impl Dec for Q3K {
 
 /// Q2_K: scales @0 (4 words), qs @256 (16 words), d @1280, dmin @1312.
 /// u = q (OFF 0).
-struct Q2K(*const u8);
+pub(super) struct Q2K(*const u8);
 impl Dec for Q2K {
     const BLOCKS: usize = 8;
+    const SUB16: bool = true;
+    const ASYM: bool = true;
+    const UMAX: u32 = 3;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         let p = self.0;
@@ -480,7 +580,7 @@ impl Dec for Q2K {
         unsafe {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
-            std::array::from_fn(|j| {
+            arr!(8, |j| {
                 let q = srl16(word(p.add(256), 8 * half + j, h), 2 * s as u32);
                 _mm256_and_si256(q, three)
             })
@@ -489,9 +589,20 @@ impl Dec for Q2K {
 }
 
 /// IQ4_NL: d @0, qs @32; u = kvalues_iq4nl[nibble] + 128.
-struct Iq4Nl(*const u8);
+pub(super) struct Iq4Nl(*const u8);
 impl Dec for Iq4Nl {
     const BLOCKS: usize = 1;
+    const SUB16: bool = false;
+    const ASYM: bool = false;
+    const UMAX: u32 = 255;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d inside the 288-byte group-block.
@@ -506,9 +617,20 @@ impl Dec for Iq4Nl {
 
 /// IQ4_XS: d @0, scales_h @32 (16 × u16), scales_l @64 (1 word), qs @128
 /// (32 words, 4 per sub-block in IQ4_NL's nibble order).
-struct Iq4Xs(*const u8);
+pub(super) struct Iq4Xs(*const u8);
 impl Dec for Iq4Xs {
     const BLOCKS: usize = 8;
+    const SUB16: bool = false;
+    const ASYM: bool = false;
+    const UMAX: u32 = 255;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         let p = self.0;
@@ -537,9 +659,20 @@ impl Dec for Iq4Xs {
 /// MXFP4: e @0 (`[16][1]`), qs @16; u = kvalues_mxfp4[nibble] + 128, the
 /// scale ggml's `e8m0_to_fp32_half(e)`: `2^(e - 128)` as f32 bits, which
 /// for `e < 2` is the subnormal `0x0020_0000 << e`.
-struct Mxfp4(*const u8);
+pub(super) struct Mxfp4(*const u8);
 impl Dec for Mxfp4 {
     const BLOCKS: usize = 1;
+    const SUB16: bool = false;
+    const ASYM: bool = false;
+    const UMAX: u32 = 255;
+    #[inline(always)]
+    fn new(p: *const u8) -> Self {
+        Self(p)
+    }
+    #[inline(always)]
+    fn ptr(&self) -> *const u8 {
+        self.0
+    }
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: e inside the 272-byte group-block (8 bytes of the 16).
@@ -621,3 +754,68 @@ pub(super) unsafe fn decode(k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8
         }
     }
 }
+
+/// Evaluates `$body` with `$d` bound to the decoder of `$k`'s type for the
+/// group-block at `$p`: `Some(body)`, or `None` for a type without one.
+macro_rules! with_dec {
+    ($k:expr, $p:expr, |$d:ident| $body:expr) => {{
+        use $crate::kernels::rows16::avx2_decode as dec;
+        use $crate::GgmlType as T;
+        match $k.t {
+            T::Q8_0 => {
+                let $d = <dec::Q8_0 as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q4_0 => {
+                let $d = <dec::Q4::<false> as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q4_1 => {
+                let $d = <dec::Q4::<true> as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q5_0 => {
+                let $d = <dec::Q5::<false> as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q5_1 => {
+                let $d = <dec::Q5::<true> as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q2_K => {
+                let $d = <dec::Q2K as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q3_K => {
+                let $d = <dec::Q3K as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q4_K => {
+                let $d = <dec::Q4K::<false> as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q5_K => {
+                let $d = <dec::Q4K::<true> as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::Q6_K => {
+                let $d = <dec::Q6K as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::IQ4_NL => {
+                let $d = <dec::Iq4Nl as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::IQ4_XS => {
+                let $d = <dec::Iq4Xs as dec::Dec>::new($p);
+                Some($body)
+            }
+            T::MXFP4 => {
+                let $d = <dec::Mxfp4 as dec::Dec>::new($p);
+                Some($body)
+            }
+            _ => None,
+        }
+    }};
+}
+pub(super) use with_dec;
