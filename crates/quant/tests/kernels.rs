@@ -575,6 +575,13 @@ fn write_native_round_trips_views_and_row_ranges() {
 
 #[test]
 fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
+    for isa in Isa::available() {
+        attention_helpers_on(isa);
+    }
+}
+
+/// [`attention_helpers_equal_their_scalar_references_bit_for_bit`] on `isa`.
+fn attention_helpers_on(isa: Isa) {
     use gpack_quant::kernels::attn;
     let mut rng = Rng::new(0xA77);
     for &(hd, stride, start, len) in &[
@@ -592,23 +599,23 @@ fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
             .map(|_| rng.normal())
             .collect();
         let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
-        attn::scores_transposed(&q, 0.125, &kt, stride, start, &mut a);
+        attn::scores_transposed_on(isa, &q, 0.125, &kt, stride, start, &mut a);
         attn::scores_transposed_ref(&q, 0.125, &kt, stride, start, &mut b);
         assert_eq!(
             a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            "scores hd {hd} len {len}"
+            "{isa:?} scores hd {hd} len {len}"
         );
         for w in [1usize, 15, 16, 17, 40, 63, 64, 65, 100, 130] {
             let rows = len.min(stride / 2);
             let v: Vec<f32> = (0..(rows - 1) * stride + w).map(|_| rng.normal()).collect();
             let (mut o1, mut o2) = (vec![0f32; w], vec![2f32; w]);
-            attn::weighted_rows(&a[..rows], &v, stride, &mut o1);
+            attn::weighted_rows_on(isa, &a[..rows], &v, stride, &mut o1);
             attn::weighted_rows_ref(&a[..rows], &v, stride, &mut o2);
             assert_eq!(
                 o1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 o2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "weighted rows {rows} x {w}"
+                "{isa:?} weighted rows {rows} x {w}"
             );
             // f16 values: the f32 kernel on the widened values, bit for bit.
             let v16: Vec<u16> = v
@@ -620,11 +627,11 @@ fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
                 .map(|&b| half::f16::from_bits(b).to_f32())
                 .collect();
             let (mut h1, mut h2, mut h3) = (vec![0f32; w], vec![3f32; w], vec![4f32; w]);
-            attn::weighted_rows(&a[..rows], &v16, stride, &mut h1);
+            attn::weighted_rows_on(isa, &a[..rows], &v16, stride, &mut h1);
             attn::weighted_rows_ref(&a[..rows], &v16, stride, &mut h2);
-            attn::weighted_rows(&a[..rows], &vw, stride, &mut h3);
+            attn::weighted_rows_on(isa, &a[..rows], &vw, stride, &mut h3);
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&h1), bits(&h2), "f16 weighted rows {rows} x {w}");
+            assert_eq!(bits(&h1), bits(&h2), "{isa:?} f16 weighted rows {rows} x {w}");
             assert_eq!(bits(&h1), bits(&h3), "f16 vs widened {rows} x {w}");
         }
         // f16 keys (incl. the tail lanes the masked loads must not read).
@@ -637,11 +644,11 @@ fn attention_helpers_equal_their_scalar_references_bit_for_bit() {
             .map(|&b| half::f16::from_bits(b).to_f32())
             .collect();
         let (mut c1, mut c2, mut c3) = (vec![0f32; len], vec![5f32; len], vec![6f32; len]);
-        attn::scores_transposed(&q, 0.125, &kt16, stride, start, &mut c1);
+        attn::scores_transposed_on(isa, &q, 0.125, &kt16, stride, start, &mut c1);
         attn::scores_transposed_ref(&q, 0.125, &kt16, stride, start, &mut c2);
-        attn::scores_transposed(&q, 0.125, &ktw, stride, start, &mut c3);
+        attn::scores_transposed_on(isa, &q, 0.125, &ktw, stride, start, &mut c3);
         let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&c1), bits(&c2), "f16 scores hd {hd} len {len}");
+        assert_eq!(bits(&c1), bits(&c2), "{isa:?} f16 scores hd {hd} len {len}");
         assert_eq!(
             bits(&c1),
             bits(&c3),

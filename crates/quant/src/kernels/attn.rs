@@ -3,14 +3,23 @@
 //!
 //! Every element is computed with the same IEEE operations in the same order
 //! as the scalar reference (a separate multiply and add per term, terms in
-//! index order, no FMA), so the AVX-512 path equals the scalar one bit for
-//! bit: the vectors only run many independent elements side by side.
+//! index order, no FMA), so the AVX-512 and AVX2 paths (`attn/avx2.rs`)
+//! equal the scalar one bit for bit: the vectors only run many independent
+//! elements side by side. The path is the integer kernels' ([`Isa::best`]);
+//! the `_on` variants take one explicitly (the tests run every path).
 //!
 //! Perf log (SmolLM2-135M Q8_0, 512-token prefill, 2 threads): the safe-Rust
 //! versions (SSE2, 16 positions per block) took ~21 % of the prefill's
 //! samples; see docs/PERFORMANCE.md ("Runtime") for the gain.
 
+use super::Isa;
 use std::sync::OnceLock;
+
+/// The path of the scores and weighted rows: the kernels' ([`Isa::best`],
+/// so `GPACK_ISA` picks it as for the integer kernels).
+fn path() -> Isa {
+    Isa::best()
+}
 
 /// Whether the AVX-512F paths run (detected once; `GPACK_ISA` below
 /// `avx512vnni` turns them off, as for the integer kernels).
@@ -67,7 +76,7 @@ impl KvElem for u16 {
 
 mod sealed {
     #[cfg(target_arch = "x86_64")]
-    use std::arch::x86_64::{__m512, __mmask16};
+    use std::arch::x86_64::{__m256, __m512, __mmask16};
 
     /// What the SIMD paths need of a [`super::KvElem`]; not implementable
     /// outside this module.
@@ -78,8 +87,65 @@ mod sealed {
         /// AVX-512F/BW/VL; the lanes in `msk` are readable.
         #[cfg(target_arch = "x86_64")]
         unsafe fn load16(p: *const Self, msk: __mmask16) -> __m512;
+
+        /// 8 lanes from `p` widened to f32.
+        ///
+        /// # Safety
+        /// AVX and F16C; 8 elements readable at `p`.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn load8(p: *const Self) -> __m256;
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod loads {
+    use std::arch::x86_64::*;
+
+    impl super::sealed::Sealed for f32 {
+        #[inline(always)]
+        unsafe fn load16(p: *const f32, msk: __mmask16) -> __m512 {
+            // SAFETY: the caller's bounds; a full mask is a plain load.
+            unsafe {
+                if msk == 0xFFFF {
+                    _mm512_loadu_ps(p)
+                } else {
+                    _mm512_maskz_loadu_ps(msk, p)
+                }
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn load8(p: *const f32) -> __m256 {
+            // SAFETY: the caller's bounds.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+    }
+
+    impl super::sealed::Sealed for u16 {
+        #[inline(always)]
+        unsafe fn load16(p: *const u16, msk: __mmask16) -> __m512 {
+            // SAFETY: the caller's bounds; only the lanes in `msk` are read
+            // (masked 16-bit load), f16 → f32 is exact.
+            unsafe {
+                let h = if msk == 0xFFFF {
+                    _mm256_loadu_si256(p as *const __m256i)
+                } else {
+                    _mm256_maskz_loadu_epi16(msk, p as *const i16)
+                };
+                _mm512_cvtph_ps(h)
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn load8(p: *const u16) -> __m256 {
+            // SAFETY: the caller's bounds (16 bytes); f16 → f32 is exact.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// `sc[j] = (Σ_d q[d] · kt[d · stride + start + j]) · scale` for
 /// `j < sc.len()`, the sum taken in `d` order from 0 (each term a rounded
@@ -96,15 +162,35 @@ pub fn scores_transposed<E: KvElem>(
     start: usize,
     sc: &mut [f32],
 ) {
+    scores_transposed_on(path(), q, scale, kt, stride, start, sc)
+}
+
+/// [`scores_transposed`] on `isa`'s path (the same bits on every path).
+///
+/// # Panics
+/// As [`scores_transposed`], and if `isa` is not available.
+pub fn scores_transposed_on<E: KvElem>(
+    isa: Isa,
+    q: &[f32],
+    scale: f32,
+    kt: &[E],
+    stride: usize,
+    start: usize,
+    sc: &mut [f32],
+) {
     check_scores(q, kt, stride, start, sc.len());
-    #[cfg(target_arch = "x86_64")]
-    if use_avx512() {
-        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected (`use_avx512`);
-        // bounds checked above.
-        unsafe { avx512::scores_transposed(q, scale, kt, stride, start, sc) };
-        return;
+    assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F/BW/VL available (checked above); bounds checked.
+        Isa::Avx512Vnni => unsafe { avx512::scores_transposed(q, scale, kt, stride, start, sc) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C available (checked above); bounds checked.
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            avx2::scores_transposed(q, scale, kt, stride, start, sc)
+        },
+        _ => scores_transposed_ref(q, scale, kt, stride, start, sc),
     }
-    scores_transposed_ref(q, scale, kt, stride, start, sc)
 }
 
 /// The scalar reference of [`scores_transposed`].
@@ -157,14 +243,25 @@ pub fn scores_transposed_ref<E: KvElem>(
 /// # Panics
 /// If `v` is too short (`(a.len() - 1) · stride + out.len()`).
 pub fn weighted_rows<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut [f32]) {
+    weighted_rows_on(path(), a, v, stride, out)
+}
+
+/// [`weighted_rows`] on `isa`'s path (the same bits on every path).
+///
+/// # Panics
+/// As [`weighted_rows`], and if `isa` is not available.
+pub fn weighted_rows_on<E: KvElem>(isa: Isa, a: &[f32], v: &[E], stride: usize, out: &mut [f32]) {
     check_rows(a, v, stride, out.len());
-    #[cfg(target_arch = "x86_64")]
-    if use_avx512() {
-        // SAFETY: the AVX-512 VNNI path (F, BW, VL) detected; bounds checked above.
-        unsafe { avx512::weighted_rows(a, v, stride, out) };
-        return;
+    assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F/BW/VL available (checked above); bounds checked.
+        Isa::Avx512Vnni => unsafe { avx512::weighted_rows(a, v, stride, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C available (checked above); bounds checked.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::weighted_rows(a, v, stride, out) },
+        _ => weighted_rows_ref(a, v, stride, out),
     }
-    weighted_rows_ref(a, v, stride, out)
 }
 
 /// The scalar reference of [`weighted_rows`].
@@ -209,36 +306,6 @@ mod avx512 {
     #[inline(always)]
     fn mask(k: usize) -> __mmask16 {
         ((1u32 << k) - 1) as __mmask16
-    }
-
-    impl super::sealed::Sealed for f32 {
-        #[inline(always)]
-        unsafe fn load16(p: *const f32, msk: __mmask16) -> __m512 {
-            // SAFETY: the caller's bounds; a full mask is a plain load.
-            unsafe {
-                if msk == 0xFFFF {
-                    _mm512_loadu_ps(p)
-                } else {
-                    _mm512_maskz_loadu_ps(msk, p)
-                }
-            }
-        }
-    }
-
-    impl super::sealed::Sealed for u16 {
-        #[inline(always)]
-        unsafe fn load16(p: *const u16, msk: __mmask16) -> __m512 {
-            // SAFETY: the caller's bounds; only the lanes in `msk` are read
-            // (masked 16-bit load), f16 → f32 is exact.
-            unsafe {
-                let h = if msk == 0xFFFF {
-                    _mm256_loadu_si256(p as *const __m256i)
-                } else {
-                    _mm256_maskz_loadu_epi16(msk, p as *const i16)
-                };
-                _mm512_cvtph_ps(h)
-            }
-        }
     }
 
     /// `out[o + t] = f(Σ_r c[r] · m[r · stride + o + t])` for the `K` vectors
