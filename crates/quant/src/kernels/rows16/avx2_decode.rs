@@ -162,6 +162,26 @@ unsafe fn srl16(v: __m256i, n: u32) -> __m256i {
     unsafe { _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32)) }
 }
 
+/// [`srl16`] for the decoders' shifts of 0, 2, 4 or 6 bits (which a block
+/// index picks): immediate shifts, none for 0, behind a branch the loop
+/// predicts, instead of a shift by a register count.
+///
+/// # Safety
+/// AVX2 available.
+#[inline(always)]
+unsafe fn srl16_even(v: __m256i, n: u32) -> __m256i {
+    // SAFETY: register-only.
+    unsafe {
+        match n {
+            0 => v,
+            2 => _mm256_srli_epi16::<2>(v),
+            4 => _mm256_srli_epi16::<4>(v),
+            6 => _mm256_srli_epi16::<6>(v),
+            _ => srl16(v, n),
+        }
+    }
+}
+
 /// Bit `from` of every byte of `v` moved to bit `to`, all other bits
 /// cleared (16-bit shifts: the moved bit stays inside its byte, and the
 /// mask drops what crossed from the neighbour).
@@ -413,7 +433,7 @@ impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
             let qs = p.add(if FIFTH { 768 } else { 256 });
             let nib = _mm256_set1_epi8(0x0F);
             arr!(8, |j| {
-                let q = srl16(word(qs, 8 * (kb / 2) + j, h), 4 * (kb % 2) as u32);
+                let q = srl16_even(word(qs, 8 * (kb / 2) + j, h), 4 * (kb % 2) as u32);
                 let u = _mm256_and_si256(q, nib);
                 if FIFTH {
                     _mm256_or_si256(u, bit_to(word(p.add(256), j, h), kb as u32, 4))
@@ -469,7 +489,7 @@ impl Dec for Q6K {
             let nib = _mm256_set1_epi8(0x0F);
             let top = _mm256_set1_epi8(0x30);
             arr!(8, |j| {
-                let l = srl16(word(p, 16 * half + 8 * (q % 2) + j, h), 4 * (q / 2) as u32);
+                let l = srl16_even(word(p, 16 * half + 8 * (q % 2) + j, h), 4 * (q / 2) as u32);
                 let qh = word(p.add(2048), 8 * half + j, h);
                 // Bits 2q, 2q + 1 to bits 4, 5 (inside the byte, as in `bit_to`).
                 let hi = if q <= 2 {
@@ -528,7 +548,7 @@ impl Dec for Q3K {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
             arr!(8, |j| {
-                let l = srl16(word(p.add(512), 8 * half + j, h), 2 * s as u32);
+                let l = srl16_even(word(p.add(512), 8 * half + j, h), 2 * s as u32);
                 let hb = bit_to(word(p, j, h), kb as u32, 2);
                 _mm256_or_si256(_mm256_and_si256(l, three), hb)
             })
@@ -581,7 +601,7 @@ impl Dec for Q2K {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
             arr!(8, |j| {
-                let q = srl16(word(p.add(256), 8 * half + j, h), 2 * s as u32);
+                let q = srl16_even(word(p.add(256), 8 * half + j, h), 2 * s as u32);
                 _mm256_and_si256(q, three)
             })
         }

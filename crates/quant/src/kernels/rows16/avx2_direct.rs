@@ -21,7 +21,7 @@
 //! caller's (each row still sees its blocks in order).
 
 use super::avx2_decode::{with_dec, Dec};
-use super::{decode_scalar, prefetch_l2, words_in_i16, Kind, Stage, PF_BYTES, PREP, R, VT};
+use super::{decode_scalar, prefetch_l2, words_in_i16, Kind, Stage, PF_BYTES_AVX2, PREP, R, VT};
 use std::arch::x86_64::*;
 
 /// Adds row group `grp`'s contribution (all its group-blocks, in order) to
@@ -151,7 +151,7 @@ unsafe fn tile<const N: usize, D: Dec>(
         let flip = _mm256_set1_epi8(i8::MIN);
         for g in 0..ngb {
             let gp = first.add(g * gbs);
-            prefetch_l2(gp.wrapping_add(PF_BYTES), gbs);
+            prefetch_l2(gp.wrapping_add(PF_BYTES_AVX2), gbs);
             let d = D::new(gp);
             let p = p0.add(g * D::BLOCKS * bs);
             for h in 0..2 {
