@@ -631,7 +631,11 @@ fn attention_helpers_on(isa: Isa) {
             attn::weighted_rows_ref(&a[..rows], &v16, stride, &mut h2);
             attn::weighted_rows_on(isa, &a[..rows], &vw, stride, &mut h3);
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&h1), bits(&h2), "{isa:?} f16 weighted rows {rows} x {w}");
+            assert_eq!(
+                bits(&h1),
+                bits(&h2),
+                "{isa:?} f16 weighted rows {rows} x {w}"
+            );
             assert_eq!(bits(&h1), bits(&h3), "f16 vs widened {rows} x {w}");
         }
         // f16 keys (incl. the tail lanes the masked loads must not read).

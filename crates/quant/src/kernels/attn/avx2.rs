@@ -100,7 +100,16 @@ pub(super) unsafe fn scores_transposed<E: KvElem>(
     let n = sc.len();
     // SAFETY: kt[d·stride + start + j] for j < n is in bounds (checked by
     // the caller), as is sc[..n].
-    unsafe { sum_rows(q, kt.as_ptr().add(start), stride, sc.as_mut_ptr(), n, Some(scale)) }
+    unsafe {
+        sum_rows(
+            q,
+            kt.as_ptr().add(start),
+            stride,
+            sc.as_mut_ptr(),
+            n,
+            Some(scale),
+        )
+    }
 }
 
 /// # Safety

@@ -162,22 +162,35 @@ unsafe fn srl16(v: __m256i, n: u32) -> __m256i {
     unsafe { _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32)) }
 }
 
-/// [`srl16`] for the decoders' shifts of 0, 2, 4 or 6 bits (which a block
-/// index picks): immediate shifts, none for 0, behind a branch the loop
-/// predicts, instead of a shift by a register count.
+/// Each 16-bit lane of `v` shifted left by `n` bits (right by `-n` when
+/// negative), `|n| < 8`: the decoders' shifts, which a block index picks,
+/// as immediate shifts (none for 0) behind a branch the block loop
+/// predicts, instead of shifts by a register count.
 ///
 /// # Safety
 /// AVX2 available.
 #[inline(always)]
-unsafe fn srl16_even(v: __m256i, n: u32) -> __m256i {
+unsafe fn shift16(v: __m256i, n: i32) -> __m256i {
     // SAFETY: register-only.
     unsafe {
         match n {
             0 => v,
-            2 => _mm256_srli_epi16::<2>(v),
-            4 => _mm256_srli_epi16::<4>(v),
-            6 => _mm256_srli_epi16::<6>(v),
-            _ => srl16(v, n),
+            1 => _mm256_slli_epi16::<1>(v),
+            2 => _mm256_slli_epi16::<2>(v),
+            3 => _mm256_slli_epi16::<3>(v),
+            4 => _mm256_slli_epi16::<4>(v),
+            5 => _mm256_slli_epi16::<5>(v),
+            6 => _mm256_slli_epi16::<6>(v),
+            7 => _mm256_slli_epi16::<7>(v),
+            -1 => _mm256_srli_epi16::<1>(v),
+            -2 => _mm256_srli_epi16::<2>(v),
+            -3 => _mm256_srli_epi16::<3>(v),
+            -4 => _mm256_srli_epi16::<4>(v),
+            -5 => _mm256_srli_epi16::<5>(v),
+            -6 => _mm256_srli_epi16::<6>(v),
+            -7 => _mm256_srli_epi16::<7>(v),
+            _ if n > 0 => _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)),
+            _ => srl16(v, n.unsigned_abs()),
         }
     }
 }
@@ -192,11 +205,7 @@ unsafe fn srl16_even(v: __m256i, n: u32) -> __m256i {
 unsafe fn bit_to(v: __m256i, from: u32, to: u32) -> __m256i {
     // SAFETY: register-only.
     unsafe {
-        let moved = if from >= to {
-            srl16(v, from - to)
-        } else {
-            _mm256_sll_epi16(v, _mm_cvtsi32_si128((to - from) as i32))
-        };
+        let moved = shift16(v, to as i32 - from as i32);
         _mm256_and_si256(moved, _mm256_set1_epi8((1u8 << to) as i8))
     }
 }
@@ -433,7 +442,7 @@ impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
             let qs = p.add(if FIFTH { 768 } else { 256 });
             let nib = _mm256_set1_epi8(0x0F);
             arr!(8, |j| {
-                let q = srl16_even(word(qs, 8 * (kb / 2) + j, h), 4 * (kb % 2) as u32);
+                let q = shift16(word(qs, 8 * (kb / 2) + j, h), -4 * (kb % 2) as i32);
                 let u = _mm256_and_si256(q, nib);
                 if FIFTH {
                     _mm256_or_si256(u, bit_to(word(p.add(256), j, h), kb as u32, 4))
@@ -489,14 +498,10 @@ impl Dec for Q6K {
             let nib = _mm256_set1_epi8(0x0F);
             let top = _mm256_set1_epi8(0x30);
             arr!(8, |j| {
-                let l = srl16_even(word(p, 16 * half + 8 * (q % 2) + j, h), 4 * (q / 2) as u32);
+                let l = shift16(word(p, 16 * half + 8 * (q % 2) + j, h), -4 * (q / 2) as i32);
                 let qh = word(p.add(2048), 8 * half + j, h);
                 // Bits 2q, 2q + 1 to bits 4, 5 (inside the byte, as in `bit_to`).
-                let hi = if q <= 2 {
-                    _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - 2 * q as i32))
-                } else {
-                    srl16(qh, 2)
-                };
+                let hi = shift16(qh, 4 - 2 * q as i32);
                 _mm256_or_si256(_mm256_and_si256(l, nib), _mm256_and_si256(hi, top))
             })
         }
@@ -548,7 +553,7 @@ impl Dec for Q3K {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
             arr!(8, |j| {
-                let l = srl16_even(word(p.add(512), 8 * half + j, h), 2 * s as u32);
+                let l = shift16(word(p.add(512), 8 * half + j, h), -2 * s as i32);
                 let hb = bit_to(word(p, j, h), kb as u32, 2);
                 _mm256_or_si256(_mm256_and_si256(l, three), hb)
             })
@@ -601,7 +606,7 @@ impl Dec for Q2K {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
             arr!(8, |j| {
-                let q = srl16_even(word(p.add(256), 8 * half + j, h), 2 * s as u32);
+                let q = shift16(word(p.add(256), 8 * half + j, h), -2 * s as i32);
                 _mm256_and_si256(q, three)
             })
         }
@@ -787,19 +792,19 @@ macro_rules! with_dec {
                 Some($body)
             }
             T::Q4_0 => {
-                let $d = <dec::Q4::<false> as dec::Dec>::new($p);
+                let $d = <dec::Q4<false> as dec::Dec>::new($p);
                 Some($body)
             }
             T::Q4_1 => {
-                let $d = <dec::Q4::<true> as dec::Dec>::new($p);
+                let $d = <dec::Q4<true> as dec::Dec>::new($p);
                 Some($body)
             }
             T::Q5_0 => {
-                let $d = <dec::Q5::<false> as dec::Dec>::new($p);
+                let $d = <dec::Q5<false> as dec::Dec>::new($p);
                 Some($body)
             }
             T::Q5_1 => {
-                let $d = <dec::Q5::<true> as dec::Dec>::new($p);
+                let $d = <dec::Q5<true> as dec::Dec>::new($p);
                 Some($body)
             }
             T::Q2_K => {
@@ -811,11 +816,11 @@ macro_rules! with_dec {
                 Some($body)
             }
             T::Q4_K => {
-                let $d = <dec::Q4K::<false> as dec::Dec>::new($p);
+                let $d = <dec::Q4K<false> as dec::Dec>::new($p);
                 Some($body)
             }
             T::Q5_K => {
-                let $d = <dec::Q4K::<true> as dec::Dec>::new($p);
+                let $d = <dec::Q4K<true> as dec::Dec>::new($p);
                 Some($body)
             }
             T::Q6_K => {
