@@ -549,7 +549,10 @@ pub(crate) const PF_BYTES: usize = 16384;
 /// the bytes. Measured 2026-12-02 on a 2-vCPU AMD EPYC without AVX-512,
 /// 1B Q4_K_M decode, 2 threads, tok/s over 5 alternating rounds (median,
 /// min–max): none 12.3 (12.0–13.1), 4 KiB 16.0 (15.1–16.9), 8 KiB 15.9–16.8
-/// (14.6–18.2), 16 KiB 14.5–15.4 (13.8–17.1).
+/// (14.6–18.2), 16 KiB 14.5–15.4 (13.8–17.1). The hints are spread over a
+/// group-block's blocks (a burst of 36–53 stalled on full miss buffers:
+/// Q4_K_M 17.0 → 19.0, Q6_K 11.2 → 12.9 tok/s, medians of 4 rounds); spread,
+/// 8 and 16 KiB are within noise of each other.
 pub(crate) const PF_BYTES_AVX2: usize = 8192;
 
 /// Prefetches `len` bytes from `p` into L2, one hint per 64-byte line (the

@@ -151,7 +151,6 @@ unsafe fn tile<const N: usize, D: Dec>(
         let flip = _mm256_set1_epi8(i8::MIN);
         for g in 0..ngb {
             let gp = first.add(g * gbs);
-            prefetch_l2(gp.wrapping_add(PF_BYTES_AVX2), gbs);
             let d = D::new(gp);
             let p = p0.add(g * D::BLOCKS * bs);
             for h in 0..2 {
@@ -161,6 +160,15 @@ unsafe fn tile<const N: usize, D: Dec>(
                     *x = _mm256_loadu_ps((*a.add(v)).as_ptr().add(8 * h));
                 }
                 for kb in 0..D::BLOCKS {
+                    if h == 0 {
+                        // The look-ahead spread over the blocks: a burst of
+                        // a whole group-block's hints stalls on full miss
+                        // buffers.
+                        let part = gbs.div_ceil(64 * D::BLOCKS) * 64;
+                        let from = (kb * part).min(gbs);
+                        let len = part.min(gbs - from);
+                        prefetch_l2(gp.wrapping_add(PF_BYTES_AVX2 + from), len);
+                    }
                     let c = d.block(kb, h);
                     // The signed path's w and |w| (the codes otherwise).
                     let (mut sw, mut aw) = (c, c);
