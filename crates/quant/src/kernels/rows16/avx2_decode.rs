@@ -783,64 +783,29 @@ pub(super) unsafe fn decode(k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8
 /// Evaluates `$body` with `$d` bound to the decoder of `$k`'s type for the
 /// group-block at `$p`: `Some(body)`, or `None` for a type without one.
 macro_rules! with_dec {
-    ($k:expr, $p:expr, |$d:ident| $body:expr) => {{
+    ($k:expr, $p:expr, |$d:ident| $body:expr) => {
+        $crate::kernels::rows16::avx2_decode::dec_match!(
+            $k, $p, $d, $body,
+            Q8_0 => dec::Q8_0, Q4_0 => dec::Q4<false>, Q4_1 => dec::Q4<true>,
+            Q5_0 => dec::Q5<false>, Q5_1 => dec::Q5<true>, Q2_K => dec::Q2K,
+            Q3_K => dec::Q3K, Q4_K => dec::Q4K<false>, Q5_K => dec::Q4K<true>,
+            Q6_K => dec::Q6K, IQ4_NL => dec::Iq4Nl, IQ4_XS => dec::Iq4Xs, MXFP4 => dec::Mxfp4,
+        )
+    };
+}
+pub(super) use with_dec;
+
+/// [`with_dec`]'s match over its table of (type, decoder).
+macro_rules! dec_match {
+    ($k:expr, $p:expr, $d:ident, $body:expr, $($t:ident => $ty:ty),* $(,)?) => {{
         use $crate::kernels::rows16::avx2_decode as dec;
-        use $crate::GgmlType as T;
         match $k.t {
-            T::Q8_0 => {
-                let $d = <dec::Q8_0 as dec::Dec>::new($p);
+            $($crate::GgmlType::$t => {
+                let $d = <$ty as dec::Dec>::new($p);
                 Some($body)
-            }
-            T::Q4_0 => {
-                let $d = <dec::Q4<false> as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q4_1 => {
-                let $d = <dec::Q4<true> as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q5_0 => {
-                let $d = <dec::Q5<false> as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q5_1 => {
-                let $d = <dec::Q5<true> as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q2_K => {
-                let $d = <dec::Q2K as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q3_K => {
-                let $d = <dec::Q3K as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q4_K => {
-                let $d = <dec::Q4K<false> as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q5_K => {
-                let $d = <dec::Q4K<true> as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::Q6_K => {
-                let $d = <dec::Q6K as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::IQ4_NL => {
-                let $d = <dec::Iq4Nl as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::IQ4_XS => {
-                let $d = <dec::Iq4Xs as dec::Dec>::new($p);
-                Some($body)
-            }
-            T::MXFP4 => {
-                let $d = <dec::Mxfp4 as dec::Dec>::new($p);
-                Some($body)
-            }
+            })*
             _ => None,
         }
     }};
 }
-pub(super) use with_dec;
+pub(super) use dec_match;
