@@ -36,9 +36,12 @@
 //! per-type constant: 0 for the asymmetric types, 8 for Q4_0, 16 for Q5_0, 32
 //! for Q6_K, 4 for Q3_K, 128 for Q8_0 and the lookup types), and the 16 rows'
 //! `s_h` and `m_h`. AVX-512 VNNI runs `vpdpbusd(u, xq)` with the activation
-//! words broadcast and starts each sum at `-OFF · S_h` (exact); AVX2 takes
-//! `w = u - OFF` as i8 and uses `vpmaddubsw(|w|, sign(xq, w))` (|w| ≤ 128,
-//! no saturation). The stage is decoded once per group-block and shared by
+//! words broadcast and starts each sum at `-OFF · S_h` (exact); AVX2 runs
+//! `vpmaddubsw(u, xq)` on the small codes (`UMAX < 128`: every type but the
+//! 8-bit and lookup ones), likewise started at `-OFF · S_h`, adding as many
+//! words in 16 bits as cannot overflow ([`words_in_i16`]), and for the
+//! others takes `w = u - OFF` as i8 and uses `vpmaddubsw(|w|, sign(xq, w))`
+//! (|w| ≤ 128, no saturation). The stage is decoded once per group-block and shared by
 //! every vector of the call, which is the on-the-fly conversion to an int8
 //! interleaved form that makes prefill compute-bound rather than
 //! unpack-bound.
@@ -47,7 +50,9 @@
 //! split by `ggml::decode_block`) is the reference; the AVX-512
 //! (`avx512.rs`) and AVX2 (`avx2_decode.rs`, also the AVX-VNNI path's)
 //! decoders write its stage bit for bit, every type unpacked straight from
-//! the interleaved words, 16 or 8 rows per register.
+//! the interleaved words, 16 or 8 rows per register. For up to [`VT`]
+//! vectors (decode) both ISAs skip the stage: `avx512::dot_direct` and
+//! `avx2_direct.rs` dot the decoded registers at once.
 
 use super::{Isa, QuantizedActivations, SendPtr, QA};
 use crate::interleave::R;
@@ -460,12 +465,10 @@ fn run_groups(
         let nv = VB.min(n - v0);
         for g in g0..g1 {
             acc[..nv].iter_mut().for_each(|a| *a = [0.0; R]);
+            // Few vectors (decode): the register paths.
             let direct = cfg!(target_arch = "x86_64")
-                && match isa {
-                    Isa::Avx512Vnni => nv <= VT,
-                    Isa::Avx2 | Isa::AvxVnni => nv <= AVX2_DIRECT,
-                    _ => false,
-                };
+                && nv <= VT
+                && matches!(isa, Isa::Avx512Vnni | Isa::Avx2 | Isa::AvxVnni);
             if direct {
                 #[cfg(target_arch = "x86_64")]
                 {
@@ -532,10 +535,6 @@ fn run_groups(
 
 /// Vectors per dot tile (the widest register tile of the SIMD paths).
 const VT: usize = 8;
-
-/// The most vectors the AVX2 path runs on its register path
-/// (`avx2_direct`); wider calls stage each group-block once and share it.
-const AVX2_DIRECT: usize = VT;
 
 /// Prefetch distance of the weight stream, in bytes (into L2). Measured
 /// 2026-12-01, 8B Q4_K_M decode, 2 threads, tok/s: 2 KiB 6.0, 8 KiB 7.1–7.2,

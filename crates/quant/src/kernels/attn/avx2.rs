@@ -2,8 +2,8 @@
 //! element computed with the scalar reference's operations in its order (a
 //! rounded product, then a rounded add, terms in row order; the scale
 //! last), so the results equal it bit for bit. f16 caches are widened by
-//! `vcvtph2ps` (exact). Tails narrower than 8 lanes run the same formula
-//! element by element.
+//! `vcvtph2ps` (exact). Tails narrower than 8 lanes run the scalar
+//! reference itself.
 //!
 //! Without these, CPUs without AVX-512 ran the scalar loops, whose f16
 //! widening is a software conversion per element: long contexts were
@@ -47,8 +47,8 @@ unsafe fn sum_rows_k<const K: usize, E: KvElem>(
     }
 }
 
-/// [`sum_rows_k`] over `out[..n]`: 64 lanes per pass, then 8, then the
-/// tail element by element.
+/// [`sum_rows_k`] over the whole 8-lane vectors of `out[..n]` (64 lanes per
+/// pass, then 8); returns where they end (the tail is the caller's).
 ///
 /// # Safety
 /// AVX and F16C; `m[r · stride + t]` for `r < c.len()`, `t < n` and
@@ -61,7 +61,7 @@ unsafe fn sum_rows<E: KvElem>(
     out: *mut f32,
     n: usize,
     scale: Option<f32>,
-) {
+) -> usize {
     // SAFETY: every access stays below n (the caller's bounds).
     unsafe {
         let mut o = 0;
@@ -73,16 +73,7 @@ unsafe fn sum_rows<E: KvElem>(
             sum_rows_k::<1, E>(c, m, stride, o, out, scale);
             o += 8;
         }
-        for t in o..n {
-            let mut acc = 0f32;
-            for (r, &cr) in c.iter().enumerate() {
-                acc += cr * (*m.add(r * stride + t)).widen();
-            }
-            *out.add(t) = match scale {
-                Some(s) => acc * s,
-                None => acc,
-            };
-        }
+        o
     }
 }
 
@@ -100,16 +91,12 @@ pub(super) unsafe fn scores_transposed<E: KvElem>(
     let n = sc.len();
     // SAFETY: kt[d·stride + start + j] for j < n is in bounds (checked by
     // the caller), as is sc[..n].
-    unsafe {
-        sum_rows(
-            q,
-            kt.as_ptr().add(start),
-            stride,
-            sc.as_mut_ptr(),
-            n,
-            Some(scale),
-        )
-    }
+    let done = unsafe {
+        let kt = kt.as_ptr().add(start);
+        sum_rows(q, kt, stride, sc.as_mut_ptr(), n, Some(scale))
+    };
+    // The tail (< 8 positions): the reference, the same operations.
+    super::scores_transposed_ref(q, scale, kt, stride, start + done, &mut sc[done..]);
 }
 
 /// # Safety
@@ -119,5 +106,7 @@ pub(super) unsafe fn weighted_rows<E: KvElem>(a: &[f32], v: &[E], stride: usize,
     let w = out.len();
     // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
     // caller), as is out[..w].
-    unsafe { sum_rows(a, v.as_ptr(), stride, out.as_mut_ptr(), w, None) }
+    let done = unsafe { sum_rows(a, v.as_ptr(), stride, out.as_mut_ptr(), w, None) };
+    // The tail (< 8 lanes): the reference, the same operations.
+    super::weighted_rows_ref(a, &v[done.min(v.len())..], stride, &mut out[done..]);
 }

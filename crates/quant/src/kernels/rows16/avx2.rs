@@ -34,37 +34,7 @@ pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut 
             (false, 4, true, false) => dot_with::<false, 4, true, false>(k, st, pp, bs, acc),
             (false, 4, true, true) => dot_with::<false, 4, true, true>(k, st, pp, bs, acc),
             (false, 2, true, false) => dot_with::<false, 2, true, false>(k, st, pp, bs, acc),
-            // Any other kind: one word per widening is always exact.
-            (signed, _, sub16, asym) => match (signed, sub16, asym) {
-                (true, s16, a) => dot_dyn::<true>(k, st, pp, bs, acc, s16, a),
-                (false, s16, a) => dot_dyn::<false>(k, st, pp, bs, acc, s16, a),
-            },
-        }
-    }
-}
-
-/// The generic fallback of [`dot`] (no kind of [`super::Kind::of`] takes it).
-///
-/// # Safety
-/// As [`dot_with`].
-#[inline(never)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_dyn<const SIGNED: bool>(
-    k: &Kind,
-    st: &Stage,
-    pp: &[u32],
-    bs: usize,
-    acc: &mut [[f32; R]],
-    sub16: bool,
-    asym: bool,
-) {
-    // SAFETY: per this fn's contract.
-    unsafe {
-        match (sub16, asym) {
-            (true, true) => dot_with::<SIGNED, 1, true, true>(k, st, pp, bs, acc),
-            (true, false) => dot_with::<SIGNED, 1, true, false>(k, st, pp, bs, acc),
-            (false, true) => dot_with::<SIGNED, 1, false, true>(k, st, pp, bs, acc),
-            (false, false) => dot_with::<SIGNED, 1, false, false>(k, st, pp, bs, acc),
+            shape => unreachable!("{}: no AVX2 dot for the shape {shape:?}", k.t),
         }
     }
 }

@@ -32,11 +32,11 @@
 //! these decoders 0.054–0.115 ms (79–175× faster; 0.9–1.4× the time of the
 //! AVX-512 decoders, which do the same work in half the instructions).
 //! End to end, `GPACK_ISA=avx2 rows16_probe Q4_K 2048 2048 N` (2 threads):
-//! n = 1 9.8 → 0.27 ms, n = 64 16 → 6.6–10.6 ms. Not done: a register path
-//! for n ≤ 8 without the stage round trip (AVX-512's `dot_direct`).
+//! n = 1 9.8 → 0.27 ms, n = 64 16 → 6.6–10.6 ms. For n ≤ 8 the same
+//! decoders feed `avx2_direct.rs` (registers, no stage) through
+//! [`with_dec`].
 
 use super::{decode_scalar, prefetch_l2, Kind, Stage, LUT_IQ4NL, LUT_MXFP4, R};
-use crate::GgmlType;
 use std::arch::x86_64::*;
 
 /// A type's decoder over one group-block, one half (8 rows) at a time.
@@ -718,6 +718,36 @@ impl Dec for Mxfp4 {
     }
 }
 
+/// Evaluates `$body` with `$d` bound to the decoder of `$k`'s type for the
+/// group-block at `$p`: `Some(body)`, or `None` for a type without one.
+macro_rules! with_dec {
+    ($k:expr, $p:expr, |$d:ident| $body:expr) => {
+        $crate::kernels::rows16::avx2_decode::dec_match!(
+            $k, $p, $d, $body,
+            Q8_0 => dec::Q8_0, Q4_0 => dec::Q4<false>, Q4_1 => dec::Q4<true>,
+            Q5_0 => dec::Q5<false>, Q5_1 => dec::Q5<true>, Q2_K => dec::Q2K,
+            Q3_K => dec::Q3K, Q4_K => dec::Q4K<false>, Q5_K => dec::Q4K<true>,
+            Q6_K => dec::Q6K, IQ4_NL => dec::Iq4Nl, IQ4_XS => dec::Iq4Xs, MXFP4 => dec::Mxfp4,
+        )
+    };
+}
+pub(super) use with_dec;
+
+/// [`with_dec`]'s match over its table of (type, decoder).
+macro_rules! dec_match {
+    ($k:expr, $p:expr, $d:ident, $body:expr, $($t:ident => $ty:ty),* $(,)?) => {{
+        use $crate::kernels::rows16::avx2_decode as dec;
+        match $k.t {
+            $($crate::GgmlType::$t => {
+                let $d = <$ty as dec::Dec>::new($p);
+                Some($body)
+            })*
+            _ => None,
+        }
+    }};
+}
+pub(super) use dec_match;
+
 /// Decodes one group-block with `d` into `st`, half by half.
 ///
 /// # Safety
@@ -761,51 +791,8 @@ pub(super) unsafe fn decode(k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8
     // scaled by 16, for the group-block size asserted above) and writes
     // only the stage.
     unsafe {
-        match k.t {
-            GgmlType::Q8_0 => stage_with(&Q8_0(p), st),
-            GgmlType::Q4_0 => stage_with(&Q4::<false>(p), st),
-            GgmlType::Q4_1 => stage_with(&Q4::<true>(p), st),
-            GgmlType::Q5_0 => stage_with(&Q5::<false>(p), st),
-            GgmlType::Q5_1 => stage_with(&Q5::<true>(p), st),
-            GgmlType::Q2_K => stage_with(&Q2K(p), st),
-            GgmlType::Q3_K => stage_with(&Q3K(p), st),
-            GgmlType::Q4_K => stage_with(&Q4K::<false>(p), st),
-            GgmlType::Q5_K => stage_with(&Q4K::<true>(p), st),
-            GgmlType::Q6_K => stage_with(&Q6K(p), st),
-            GgmlType::IQ4_NL => stage_with(&Iq4Nl(p), st),
-            GgmlType::IQ4_XS => stage_with(&Iq4Xs(p), st),
-            GgmlType::MXFP4 => stage_with(&Mxfp4(p), st),
-            _ => decode_scalar(k, gb, st),
+        if with_dec!(k, p, |d| stage_with(&d, st)).is_none() {
+            decode_scalar(k, gb, st)
         }
     }
 }
-
-/// Evaluates `$body` with `$d` bound to the decoder of `$k`'s type for the
-/// group-block at `$p`: `Some(body)`, or `None` for a type without one.
-macro_rules! with_dec {
-    ($k:expr, $p:expr, |$d:ident| $body:expr) => {
-        $crate::kernels::rows16::avx2_decode::dec_match!(
-            $k, $p, $d, $body,
-            Q8_0 => dec::Q8_0, Q4_0 => dec::Q4<false>, Q4_1 => dec::Q4<true>,
-            Q5_0 => dec::Q5<false>, Q5_1 => dec::Q5<true>, Q2_K => dec::Q2K,
-            Q3_K => dec::Q3K, Q4_K => dec::Q4K<false>, Q5_K => dec::Q4K<true>,
-            Q6_K => dec::Q6K, IQ4_NL => dec::Iq4Nl, IQ4_XS => dec::Iq4Xs, MXFP4 => dec::Mxfp4,
-        )
-    };
-}
-pub(super) use with_dec;
-
-/// [`with_dec`]'s match over its table of (type, decoder).
-macro_rules! dec_match {
-    ($k:expr, $p:expr, $d:ident, $body:expr, $($t:ident => $ty:ty),* $(,)?) => {{
-        use $crate::kernels::rows16::avx2_decode as dec;
-        match $k.t {
-            $($crate::GgmlType::$t => {
-                let $d = <$ty as dec::Dec>::new($p);
-                Some($body)
-            })*
-            _ => None,
-        }
-    }};
-}
-pub(super) use dec_match;
