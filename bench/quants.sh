@@ -14,7 +14,7 @@
 #      GPACK_THREADS=2; then llama-bench -m GGUF -t 2 -p 512 -n 64 -r 1 -o json
 #      (alternating, so the machine's drift falls on both sides alike).
 # Once per run: crates/quant/examples/membw.rs, 2 threads (read bandwidth of a 1 GiB
-# buffer and the int8 `vpdpbusd` peak). Then two tables (see docs/PERFORMANCE.md,
+# buffer and the int8 peak of the kernels' path: a `vpdpbusd` or `vpmaddubsw` loop). Then two tables (see docs/PERFORMANCE.md,
 # "Quant types vs llama.cpp"). Raw outputs go to bench/logs/quants-TIMESTAMP/.
 # Run on an idle machine: other processes on 2 cores wreck -t 2 timings.
 set -euo pipefail
@@ -97,7 +97,8 @@ div() { awk -v a="$1" -v b="$2" -v re="$num" 'BEGIN { if (a !~ re || b !~ re || 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load: $(cut -d' ' -f1-3 /proc/loadavg); REPS=$REPS; code $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
 "$MB" 2 9 | tee "$LOGS/membw.txt"
 BW=$(sed -n 's/^membw: read_gbps=\([^ ]*\).*/\1/p' "$LOGS/membw.txt")
-PEAK=$(sed -n 's/.*vnni_gmacs=\([^ ]*\).*/\1/p' "$LOGS/membw.txt")
+PEAK=$(sed -n 's/.*int8_gmacs=\([^ ]*\).*/\1/p' "$LOGS/membw.txt")
+PEAK_ISA=$(sed -n 's/.*int8_isa=\([^ ]*\).*/\1/p' "$LOGS/membw.txt")
 
 SIZE_ROWS=()
 SPEED_ROWS=()
@@ -174,20 +175,20 @@ for M in "${MODELS[@]}"; do
 done
 
 echo
-echo "# done $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg); read bandwidth $BW GB/s, int8 VNNI peak $PEAK GMAC/s (2 threads); logs in $LOGS"
+echo "# done $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg); read bandwidth $BW GB/s, int8 peak $PEAK GMAC/s ($PEAK_ISA path, 2 threads); logs in $LOGS"
 echo
 echo "| model | GGUF MB | .gpack MB | .gpack/GGUF | gpack load ms | RssAnon after load MiB | decode MB/token llama.cpp | gpack | gpack/llama.cpp |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for r in "${SIZE_ROWS[@]}"; do echo "$r"; done
 echo
-echo "| model | pp512 gpack tok/s | llama.cpp | gpack/llama.cpp | pp GMAC/s gpack / llama.cpp (% of VNNI peak) | tg64 gpack tok/s | llama.cpp | gpack/llama.cpp | decode GB/s gpack / llama.cpp (% of read BW) |"
+echo "| model | pp512 gpack tok/s | llama.cpp | gpack/llama.cpp | pp GMAC/s gpack / llama.cpp (% of int8 peak) | tg64 gpack tok/s | llama.cpp | gpack/llama.cpp | decode GB/s gpack / llama.cpp (% of read BW) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for r in "${SPEED_ROWS[@]}"; do echo "$r"; done
 if [ ${#LLAMA_ONLY[@]} -gt 0 ]; then
   echo
   echo "llama.cpp alone, where gpack failed:"
   echo
-  echo "| model | pp512 tok/s | pp GMAC/s (% of VNNI peak) | tg64 tok/s | decode GB/s (% of read BW) |"
+  echo "| model | pp512 tok/s | pp GMAC/s (% of int8 peak) | tg64 tok/s | decode GB/s (% of read BW) |"
   echo "|---|---|---|---|---|"
   for r in "${LLAMA_ONLY[@]}"; do echo "$r"; done
 fi

@@ -5,7 +5,7 @@ use crate::gpack;
 use std::path::Path;
 
 #[test]
-fn bench_reports_pp_and_tg_with_the_read_bandwidth_share() {
+fn bench_reports_pp_and_tg_with_the_read_bandwidth_and_int8_peak_shares() {
     let gguf =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny/llama/llama-q8_0.gguf");
     let o = gpack()
@@ -30,6 +30,27 @@ fn bench_reports_pp_and_tg_with_the_read_bandwidth_share() {
     assert!(tests[0]["gmacs"].as_f64().unwrap() > 0.0);
     assert!(tests[1]["read_bw_fraction"].as_f64().unwrap() > 0.0);
     assert!(v["read_bw_gbs"].as_f64().unwrap() > 0.1);
+    // The int8 peak of the path the kernels ran, and pp's share of it.
+    let gmacs = tests[0]["gmacs"].as_f64().unwrap();
+    if v["isa"] == "scalar" {
+        assert!(v["int8_peak_gmacs"].is_null(), "{v}");
+        assert!(tests[0]["int8_peak_fraction"].is_null(), "{v}");
+    } else {
+        let peak = v["int8_peak_gmacs"].as_f64().unwrap();
+        assert!(peak > gmacs, "peak {peak} GMAC/s, pp {gmacs} GMAC/s");
+        let want = if v["isa"] == "avx2" {
+            "vpmaddubsw"
+        } else {
+            "vpdpbusd"
+        };
+        let instr = v["int8_peak_instruction"].as_str().unwrap();
+        assert!(instr.starts_with(want), "{instr} on {}", v["isa"]);
+        let f = tests[0]["int8_peak_fraction"].as_f64().unwrap();
+        assert!(
+            (f - gmacs / peak).abs() <= 1e-9 * f,
+            "{f} vs {gmacs} / {peak}"
+        );
+    }
     // The weights the kernels read per token are (almost) the file: q8_0
     // matrices and the f16 embedding used as the head.
     let file = std::fs::metadata(&gguf).unwrap().len() as f64;

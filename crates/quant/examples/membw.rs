@@ -5,11 +5,12 @@
 //! - read bandwidth: each thread sums its half of a 1 GiB buffer of u64
 //!   words (written first, so every page is real memory, not the shared
 //!   zero page); GB/s = 2^30 bytes / wall time of the pass;
-//! - int8 VNNI peak: each thread runs a loop of independent `vpdpbusd zmm`
-//!   (16 accumulators, 64 u8×i8 multiply-adds each); GMAC/s over all
-//!   threads. "n/a" when the CPU has no AVX-512 VNNI.
+//! - int8 peak of the best kernel path (`gpack_quant::int8_peak`: a loop of
+//!   independent `vpdpbusd zmm`, `vpdpbusd ymm` or `vpmaddubsw ymm`); GMAC/s
+//!   over all threads, best of the passes. "n/a" on the scalar path.
 //!
-//! The last line is `membw: read_gbps=… vnni_gmacs=…` (medians) for scripts.
+//! The last line is `membw: read_gbps=… int8_gmacs=… int8_isa=…` for
+//! scripts (read bandwidth: the median).
 
 use std::time::Instant;
 
@@ -81,59 +82,6 @@ fn read_bandwidth(threads: usize, passes: usize) -> (f64, f64, f64) {
     stats(gbps)
 }
 
-/// Multiply-adds of one `vnni_loop` call: `iters` × 16 accumulators × 64.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vnni")]
-fn vnni_loop(iters: u64, seed: i32) -> i32 {
-    use std::arch::x86_64::*;
-    let a = _mm512_set1_epi32(std::hint::black_box(seed));
-    let b = _mm512_set1_epi32(std::hint::black_box(seed.rotate_left(7)));
-    let mut acc = [_mm512_setzero_si512(); 16];
-    for _ in 0..iters {
-        // 16 independent chains: enough in flight to cover the latency.
-        for x in acc.iter_mut() {
-            *x = _mm512_dpbusd_epi32(*x, a, b);
-        }
-    }
-    let mut s = _mm512_setzero_si512();
-    for x in acc {
-        s = _mm512_add_epi32(s, x);
-    }
-    _mm512_reduce_add_epi32(s)
-}
-
-fn vnni_peak(threads: usize, passes: usize) -> Option<(f64, f64, f64)> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if !(std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vnni"))
-        {
-            return None;
-        }
-        let iters = 20_000_000u64;
-        let mut g = Vec::with_capacity(passes);
-        for p in 0..passes {
-            let t = Instant::now();
-            std::thread::scope(|s| {
-                for k in 0..threads {
-                    s.spawn(move || {
-                        // SAFETY: AVX-512F and AVX-512 VNNI are present (checked above).
-                        std::hint::black_box(unsafe { vnni_loop(iters, (p * 31 + k) as i32 | 1) })
-                    });
-                }
-            });
-            let dt = t.elapsed().as_secs_f64();
-            g.push((threads as u64 * iters * 16 * 64) as f64 / dt / 1e9);
-        }
-        Some(stats(g))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (threads, passes);
-        None
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let threads: usize = args.first().map_or(2, |s| s.parse().expect("THREADS"));
@@ -146,15 +94,20 @@ fn main() {
     println!(
         "read bandwidth, 1 GiB, {threads} threads: {bw:.1} GB/s (min {bmin:.1}, max {bmax:.1}; {passes} passes)"
     );
-    let vnni = vnni_peak(threads, passes);
-    match vnni {
-        Some((m, lo, hi)) => println!(
-            "int8 VNNI peak (vpdpbusd zmm), {threads} threads: {m:.1} GMAC/s (min {lo:.1}, max {hi:.1})"
+    let isa = gpack_quant::Isa::best();
+    let peak = gpack_quant::int8_peak(isa, threads, passes);
+    match peak {
+        Some(p) => println!(
+            "int8 peak ({}, {}), {threads} threads: {:.1} GMAC/s (best of {passes} passes)",
+            p.instruction,
+            isa.name(),
+            p.gmacs
         ),
-        None => println!("int8 VNNI peak: n/a (no AVX-512 VNNI)"),
+        None => println!("int8 peak: n/a ({} path)", isa.name()),
     }
     println!(
-        "membw: read_gbps={bw:.2} vnni_gmacs={}",
-        vnni.map_or("n/a".to_string(), |v| format!("{:.1}", v.0))
+        "membw: read_gbps={bw:.2} int8_gmacs={} int8_isa={}",
+        peak.map_or("n/a".to_string(), |p| format!("{:.1}", p.gmacs)),
+        isa.name()
     );
 }

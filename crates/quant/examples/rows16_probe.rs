@@ -1,5 +1,5 @@
 //! Ad-hoc timing of one matrix: Rows16 vs the widened PackedMatrix, n vectors.
-//! Usage: rows16_probe TYPE ROWS COLS N
+//! Usage: rows16_probe TYPE ROWS COLS N [rows16] (`rows16`: skip the PackedMatrix timing)
 use gpack_quant::{transcode, transcode_canonical, GgmlType, NativeView, PackedMatrix, Pool};
 use std::time::Instant;
 
@@ -65,6 +65,9 @@ fn main() {
         "rows16 {t} {rows}x{cols} n={n}: {:.1} us, {gmac:.1} GMAC/s, {gbs:.1} GB/s",
         tr * 1e6
     );
+    if a.get(5).map(String::as_str) == Some("rows16") {
+        return;
+    }
     let mut w = Vec::new();
     transcode(t, &src, rows as u64, cols as u64, &mut w).unwrap();
     let mut b = gpack_quant::AlignedBuf::zeroed(w.len());

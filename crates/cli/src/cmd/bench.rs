@@ -20,9 +20,10 @@ use std::time::Instant;
 /// Beside each figure: for tg, the bytes of weights the kernels read per
 /// token times tokens/s, and its share of this machine's memory read
 /// bandwidth measured just before (a read loop over 512 MB on the pool's
-/// threads); for pp, the multiply-accumulates per second. The int8
-/// dot-product peak to compare pp with is measured by
-/// `cargo run --release -p gpack-quant --example membw`.
+/// threads); for pp, the multiply-accumulates per second and their share of
+/// this machine's int8 dot-product peak, also measured just before (a loop
+/// of the kernel path's own instruction, `vpdpbusd` or `vpmaddubsw`, on the
+/// pool's threads; none on the scalar path).
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack bench smollm2.gpack
@@ -79,6 +80,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let threads = gpack_quant::Pool::global().threads();
     let cost = TokenCost::of(loaded.weights(), model.config.n_layer);
     let bw = read_bandwidth_gbs(threads);
+    let peak = gpack_quant::int8_peak(gpack_quant::Isa::best(), threads, 3);
     let runs = bench(&model, a.n_prompt, a.n_gen, a.reps).context("benchmarking")?;
     let pp: Vec<f64> = runs.iter().map(|r| r.pp_tps).collect();
     let tg: Vec<f64> = runs.iter().map(|r| r.tg_tps).collect();
@@ -104,7 +106,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             o["weights_gbs"] = json!(gbs);
             o["read_bw_fraction"] = json!(gbs / bw);
         } else {
-            o["gmacs"] = json!(med * pp_macs / 1e9);
+            let gmacs = med * pp_macs / 1e9;
+            o["gmacs"] = json!(gmacs);
+            o["int8_peak_fraction"] = json!(peak.map(|p| gmacs / p.gmacs));
         }
         o
     };
@@ -120,7 +124,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "model_filename": a.model.display().to_string(), "model_size": size,
             "n_layer": model.config.n_layer, "n_threads": threads, "isa": isa,
             "load_ms": load_ms, "bytes_per_token": bpt, "macs_per_token": cost.body_macs + cost.head_macs,
-            "read_bw_gbs": bw, "tests": tests,
+            "read_bw_gbs": bw, "int8_peak_gmacs": peak.map(|p| p.gmacs),
+            "int8_peak_instruction": peak.map(|p| p.instruction), "tests": tests,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
@@ -135,7 +140,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 t["weights_gbs"].as_f64().unwrap_or(0.0),
                 f.as_f64().unwrap_or(0.0) * 100.0
             ),
-            None => format!("{:.1} GMAC/s", t["gmacs"].as_f64().unwrap_or(0.0)),
+            None => {
+                let g = t["gmacs"].as_f64().unwrap_or(0.0);
+                match peak {
+                    Some(p) => format!(
+                        "{g:.1} GMAC/s = {:.0} % of {:.1} GMAC/s int8 peak ({})",
+                        100.0 * g / p.gmacs,
+                        p.gmacs,
+                        p.instruction
+                    ),
+                    None => format!("{g:.1} GMAC/s (no int8 peak on the {isa} path)"),
+                }
+            }
         };
         println!(
             "| {name} | {:.1} MiB | {threads} | {isa} | {} | {:.2} ± {:.2} | {extra} |",

@@ -65,6 +65,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod packed;
+pub mod peak;
 pub mod rows16;
 mod scalar;
 
