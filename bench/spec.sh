@@ -77,7 +77,7 @@ for GGUF in "${MODELS[@]}"; do
   tag=$(basename "$GGUF" .gguf)
   GP=${GGUF%.gguf}.gpack
   if [ ! -f "$GP" ] || [ "$GP" -ot "$GGUF" ] || [ "$GP" -ot "$G" ]; then
-    "$G" convert "$GGUF" -o "$GP" >/dev/null
+    "$G" convert "$GGUF" -o "$GP" --force >/dev/null
   fi
   echo "== $tag" >&2
   GS=("$G" serve "$GP" --host 127.0.0.1 --parallel 1 --ctx $CTX --threads 2)

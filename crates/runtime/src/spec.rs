@@ -105,12 +105,26 @@ impl SpecStats {
 
 /// The adaptive draft length every source shares: doubles after a fully
 /// accepted draft (up to `max`), becomes `accepted + 1` after a partly
-/// accepted one, halves (down to 1) after a rejected first token.
+/// accepted one, halves (down to 1) after a rejected first token. Where
+/// drafts keep failing even at length 1 (open chat under n-gram lookup), a
+/// check of two rows still costs more than one, so the source pauses: after
+/// the `m`-th such miss in a row it proposes nothing for `2^min(m, 6)`
+/// steps (2, 4, …, then 64), and any accepted token ends the streak.
+/// Measured 2026-12-02 (`bench/spec.sh`, SmolLM2 Q4_1, AVX2 EPYC VM, ngram /
+/// plain decode tok/s): without pauses chat 0.95×; pauses up to 16 steps
+/// 0.97×; up to 64 steps 1.02×, with edit 2.29× and summary 1.75×.
 #[derive(Clone, Copy, Debug)]
 pub struct DraftLength {
     k: usize,
     max: usize,
+    /// Drafts of length 1 rejected in a row.
+    misses: u32,
+    /// Steps left in the current pause.
+    pause: u32,
 }
+
+/// The longest pause is `2^MAX_PAUSE_LOG2` steps.
+const MAX_PAUSE_LOG2: u32 = 6;
 
 impl DraftLength {
     /// Starts at `start`, never above `max` (both at least 1).
@@ -119,16 +133,29 @@ impl DraftLength {
         DraftLength {
             k: start.clamp(1, max),
             max,
+            misses: 0,
+            pause: 0,
         }
     }
-    /// The current length.
-    pub fn get(&self) -> usize {
+    /// The current length (0 while paused), for the step about to run: a
+    /// source calls this once per step it could draft in.
+    pub fn next(&mut self) -> usize {
+        if self.pause > 0 {
+            self.pause -= 1;
+            return 0;
+        }
         self.k
     }
     /// Adapts to one verification's outcome.
     pub fn observe(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
             return;
+        }
+        if accepted == 0 && self.k == 1 {
+            self.misses = self.misses.saturating_add(1);
+            self.pause = 1 << self.misses.min(MAX_PAUSE_LOG2);
+        } else if accepted > 0 {
+            self.misses = 0;
         }
         self.k = if accepted == drafted {
             (self.k * 2).min(self.max)
@@ -196,7 +223,7 @@ fn lookup(history: &[u32], n: usize) -> Option<usize> {
 
 impl Drafter for NgramDrafter {
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
-        let k = self.len.get().min(max);
+        let k = self.len.next().min(max);
         if k == 0 {
             return Ok(());
         }
@@ -265,7 +292,7 @@ fn top_prob(logits: &[f32], best: u32) -> f32 {
 
 impl Drafter for ModelDrafter<'_, '_> {
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
-        let k = self.len.get().min(max);
+        let k = self.len.next().min(max);
         if k == 0 || history.is_empty() {
             return Ok(());
         }
@@ -337,17 +364,48 @@ mod tests {
     #[test]
     fn draft_length_adapts() {
         let mut l = DraftLength::new(4, 8);
+        assert_eq!(l.next(), 4);
         l.observe(4, 4);
-        assert_eq!(l.get(), 8);
+        assert_eq!(l.next(), 8);
         l.observe(8, 8);
-        assert_eq!(l.get(), 8);
+        assert_eq!(l.next(), 8);
         l.observe(8, 2);
-        assert_eq!(l.get(), 3);
+        assert_eq!(l.next(), 3);
         l.observe(3, 0);
-        assert_eq!(l.get(), 1);
-        l.observe(1, 0);
-        assert_eq!(l.get(), 1);
+        assert_eq!(l.next(), 1);
         l.observe(0, 0);
-        assert_eq!(l.get(), 1);
+        assert_eq!(l.next(), 1);
+    }
+
+    #[test]
+    fn drafts_that_keep_failing_at_length_one_pause_longer_each_time() {
+        let mut l = DraftLength::new(1, 8);
+        // Misses 1 to 7: pauses of 2, 4, …, 64, then 64 again.
+        for pause in [2, 4, 8, 16, 32, 64, 64] {
+            assert_eq!(l.next(), 1);
+            l.observe(1, 0);
+            for _ in 0..pause {
+                assert_eq!(l.next(), 0);
+            }
+        }
+        // An accepted token ends the streak: the next miss pauses 2 steps.
+        assert_eq!(l.next(), 1);
+        l.observe(1, 1);
+        assert_eq!(l.next(), 2);
+        l.observe(2, 0);
+        assert_eq!(l.next(), 1);
+        l.observe(1, 0);
+        assert_eq!((l.next(), l.next(), l.next()), (0, 0, 1));
+        // The second miss in a row pauses 4 steps; a partly accepted draft
+        // ends the streak too.
+        l.observe(1, 0);
+        assert_eq!((l.next(), l.next(), l.next(), l.next()), (0, 0, 0, 0));
+        assert_eq!(l.next(), 1);
+        l.observe(3, 1);
+        assert_eq!(l.next(), 2);
+        l.observe(2, 0);
+        assert_eq!(l.next(), 1);
+        l.observe(1, 0);
+        assert_eq!((l.next(), l.next(), l.next()), (0, 0, 1));
     }
 }
