@@ -742,14 +742,20 @@ fn activation_quantizer_equals_the_scalar_reference() {
         *v = (i as f32 - 16.0) * 0.5;
     }
     let (mut a, mut b) = (QuantizedActivations::new(), QuantizedActivations::new());
-    a.quantize(&x, n, cols);
     b.quantize_ref(&x, n, cols);
+    a.quantize(&x, n, cols);
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    for isa in Isa::available() {
+        a.quantize_isa(isa, &x, n, cols);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "{isa:?}");
+    }
     for _ in 0..20 {
         let x: Vec<f32> = (0..cols).map(|_| rng.normal() * rng.f32() * 10.0).collect();
-        a.quantize(&x, 1, cols);
         b.quantize_ref(&x, 1, cols);
-        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        for isa in Isa::available() {
+            a.quantize_isa(isa, &x, 1, cols);
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{isa:?}");
+        }
     }
 }
 

@@ -196,13 +196,21 @@ fn round_half_away(v: f32) -> i32 {
 /// `ls` (one scale and 8 lane sums per block), on AVX-512 when the kernels
 /// use it (bit-identical to [`quantize_block`]; tested), else block by block.
 fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
-    #[cfg(target_arch = "x86_64")]
-    if Isa::best() == Isa::Avx512Vnni {
-        // SAFETY: `Isa::best()` only returns available paths.
-        unsafe { avx512::quantize_blocks(x, q, d, ls) };
-        return;
+    quantize_blocks_on(Isa::best(), x, q, d, ls)
+}
+
+/// [`quantize_blocks`] on `isa`'s quantizer (`isa` must be available).
+fn quantize_blocks_on(isa: Isa, x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
+    assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: available (asserted).
+        Isa::Avx512Vnni => unsafe { avx512::quantize_blocks(x, q, d, ls) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: available (asserted): AVX2, FMA and F16C.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::quantize_blocks(x, q, d, ls) },
+        _ => quantize_blocks_scalar(x, q, d, ls),
     }
-    quantize_blocks_scalar(x, q, d, ls)
 }
 
 /// [`quantize_blocks`] block by block with [`quantize_block`].
@@ -271,6 +279,17 @@ impl QuantizedActivations {
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
         self.resize(x, n, cols);
         quantize_blocks(x, &mut self.q, &mut self.d, &mut self.ls);
+    }
+
+    /// [`QuantizedActivations::quantize`] on `isa`'s quantizer, whatever the
+    /// dispatcher would pick (each SIMD path is tested against the scalar).
+    ///
+    /// # Panics
+    /// As `quantize`, and if `isa` is not available on this CPU.
+    #[doc(hidden)]
+    pub fn quantize_isa(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
+        self.resize(x, n, cols);
+        quantize_blocks_on(isa, x, &mut self.q, &mut self.d, &mut self.ls);
     }
 
     /// [`QuantizedActivations::quantize`] on the scalar path whatever the
@@ -904,8 +923,10 @@ mod subnormal_tests {
         let (mut q, mut d, mut ls) = (vec![0i8; 64], vec![0f32; 2], vec![0i32; 16]);
         quantize_blocks_scalar(&x, &mut q, &mut d, &mut ls);
         assert_eq!(&q[..32], &want[..]);
-        let (mut q2, mut d2, mut ls2) = (vec![0i8; 64], vec![0f32; 2], vec![0i32; 16]);
-        quantize_blocks(&x, &mut q2, &mut d2, &mut ls2);
-        assert_eq!((q2, d2, ls2), (q, d, ls));
+        for isa in Isa::available() {
+            let (mut q2, mut d2, mut ls2) = (vec![0i8; 64], vec![0f32; 2], vec![0i32; 16]);
+            quantize_blocks_on(isa, &x, &mut q2, &mut d2, &mut ls2);
+            assert_eq!((&q2, &d2, &ls2), (&q, &d, &ls), "{isa:?}");
+        }
     }
 }
