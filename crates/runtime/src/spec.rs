@@ -139,7 +139,7 @@ impl DraftLength {
     }
     /// The current length (0 while paused), for the step about to run: a
     /// source calls this once per step it could draft in.
-    pub fn next(&mut self) -> usize {
+    pub fn for_step(&mut self) -> usize {
         if self.pause > 0 {
             self.pause -= 1;
             return 0;
@@ -223,7 +223,7 @@ fn lookup(history: &[u32], n: usize) -> Option<usize> {
 
 impl Drafter for NgramDrafter {
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
-        let k = self.len.next().min(max);
+        let k = self.len.for_step().min(max);
         if k == 0 {
             return Ok(());
         }
@@ -292,7 +292,7 @@ fn top_prob(logits: &[f32], best: u32) -> f32 {
 
 impl Drafter for ModelDrafter<'_, '_> {
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
-        let k = self.len.next().min(max);
+        let k = self.len.for_step().min(max);
         if k == 0 || history.is_empty() {
             return Ok(());
         }
@@ -364,17 +364,17 @@ mod tests {
     #[test]
     fn draft_length_adapts() {
         let mut l = DraftLength::new(4, 8);
-        assert_eq!(l.next(), 4);
+        assert_eq!(l.for_step(), 4);
         l.observe(4, 4);
-        assert_eq!(l.next(), 8);
+        assert_eq!(l.for_step(), 8);
         l.observe(8, 8);
-        assert_eq!(l.next(), 8);
+        assert_eq!(l.for_step(), 8);
         l.observe(8, 2);
-        assert_eq!(l.next(), 3);
+        assert_eq!(l.for_step(), 3);
         l.observe(3, 0);
-        assert_eq!(l.next(), 1);
+        assert_eq!(l.for_step(), 1);
         l.observe(0, 0);
-        assert_eq!(l.next(), 1);
+        assert_eq!(l.for_step(), 1);
     }
 
     #[test]
@@ -382,30 +382,33 @@ mod tests {
         let mut l = DraftLength::new(1, 8);
         // Misses 1 to 7: pauses of 2, 4, …, 64, then 64 again.
         for pause in [2, 4, 8, 16, 32, 64, 64] {
-            assert_eq!(l.next(), 1);
+            assert_eq!(l.for_step(), 1);
             l.observe(1, 0);
             for _ in 0..pause {
-                assert_eq!(l.next(), 0);
+                assert_eq!(l.for_step(), 0);
             }
         }
         // An accepted token ends the streak: the next miss pauses 2 steps.
-        assert_eq!(l.next(), 1);
+        assert_eq!(l.for_step(), 1);
         l.observe(1, 1);
-        assert_eq!(l.next(), 2);
+        assert_eq!(l.for_step(), 2);
         l.observe(2, 0);
-        assert_eq!(l.next(), 1);
+        assert_eq!(l.for_step(), 1);
         l.observe(1, 0);
-        assert_eq!((l.next(), l.next(), l.next()), (0, 0, 1));
+        assert_eq!((l.for_step(), l.for_step(), l.for_step()), (0, 0, 1));
         // The second miss in a row pauses 4 steps; a partly accepted draft
         // ends the streak too.
         l.observe(1, 0);
-        assert_eq!((l.next(), l.next(), l.next(), l.next()), (0, 0, 0, 0));
-        assert_eq!(l.next(), 1);
+        assert_eq!(
+            (l.for_step(), l.for_step(), l.for_step(), l.for_step()),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(l.for_step(), 1);
         l.observe(3, 1);
-        assert_eq!(l.next(), 2);
+        assert_eq!(l.for_step(), 2);
         l.observe(2, 0);
-        assert_eq!(l.next(), 1);
+        assert_eq!(l.for_step(), 1);
         l.observe(1, 0);
-        assert_eq!((l.next(), l.next(), l.next()), (0, 0, 1));
+        assert_eq!((l.for_step(), l.for_step(), l.for_step()), (0, 0, 1));
     }
 }
