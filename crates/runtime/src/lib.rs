@@ -33,6 +33,40 @@
 //! Weights are borrowed: `Model<'w>` binds views into its store and owns only
 //! the small norm/bias vectors (converted to f32 at load), its KV cache and
 //! scratch live in [`State`].
+//!
+//! # Adding a model family (checklist; keep it true)
+//!
+//! The graph lives in `model/`: `model.rs` (the types and the public entry
+//! points), `load.rs` (binding tensors by their GGUF names), `kv.rs` (the KV
+//! cache), `step.rs` (one step: embedding, blocks, head), `attention.rs`,
+//! `moe.rs`, and one file per family with weights or steps of its own
+//! (`gemma3n.rs`). A family touches:
+//!
+//! 1. `config.rs`: an [`config::Arch`] variant and its GGUF name, the
+//!    `{arch}.…` metadata keys it reads (bounded like the others), its rope
+//!    style (`LLAMA_ROPE_TYPE_NORM` or `_NEOX`, as `llama-arch.cpp` says);
+//! 2. the graph: a llama-like family whose pieces are already optional
+//!    (q/k/v biases, per-head q/k norms, post-attention/post-FFN norms,
+//!    sliding-window layers, soft-capping, embedding scale, routed experts)
+//!    needs nothing more, since `load.rs` switches them on by which tensors
+//!    exist and `step.rs` by [`config::Config`]; anything else gets its own file in
+//!    `model/` holding its own weights and scratch, called from `step.rs`;
+//! 3. Hugging Face ingest (`gpack-ingest`, `src/hf/config.rs`: the
+//!    `architectures`/`model_type` → GGUF arch name and the `config.json` keys
+//!    → GGUF metadata; `src/hf/names.rs`: HF tensor names → GGUF names);
+//! 4. the tokenizer (`gpack-tokenizer`): its pre-tokenizer
+//!    (`PreTokenizer::from_gguf_name` for GGUF's `tokenizer.ggml.pre`, the
+//!    `tokenizer.json` pattern in `src/hf.rs`), and its end-of-turn markers
+//!    if new (`Tokenizer::stop_ids`, the one stop rule of `run`, `serve` and
+//!    the Python package);
+//! 5. `gpack-convert`'s plan (`src/plan.rs`) only for new kinds of tensors
+//!    (stacked experts, per-layer embeddings);
+//! 6. a fixture: a tiny random model made with transformers
+//!    (`testdata/scripts/21_make_tiny_models.py`, or its own script as
+//!    `28_make_tiny_gemma3n.py`), converted by llama.cpp's converter
+//!    (`22_convert_all.sh`), with its references (`reference.json`, logits),
+//!    and the family added to `tests/fixtures.rs`'s `ARCHES` / `Q8_ARCHES`;
+//! 7. README's list of families (`gpack run`'s row).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

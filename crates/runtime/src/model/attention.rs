@@ -1,0 +1,145 @@
+//! Attention: q/k/v made ready and stored in the cache, then causal
+//! (optionally sliding-window) attention over each row's own sequence.
+
+use super::{Layer, Model, Scratch, Sequence, KB};
+use crate::ops;
+use gpack_quant::Pool;
+use std::sync::Mutex;
+
+impl Model<'_> {
+    /// The `n` rows' q‖k‖v in `s.qkv` made ready for attention: biases,
+    /// per-head q and k RMS norms, gemma3n's weightless v norm (`v_norm`),
+    /// rotary embeddings; then each row's k and v stored at its position in
+    /// layer `l`'s cache — unless `store` is false (gemma3n's KV-sharing
+    /// layers: queries only).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn prepare_qkv(
+        &self,
+        layer: &Layer,
+        s: &mut Scratch,
+        seqs: &mut [&mut Sequence],
+        l: usize,
+        n: usize,
+        v_norm: bool,
+        store: bool,
+    ) {
+        let c = &self.config;
+        let (qd, kd, hd, r, eps) = (c.q_dim(), c.k_dim(), c.head_dim, c.n_rot, c.rms_eps);
+        let qkv_w = qd + kd + c.v_dim();
+        let (rope, cs) = if layer.swa {
+            (&self.rope_swa, &s.cs_swa)
+        } else {
+            (&self.rope_global, &s.cs_global)
+        };
+        for t in 0..n {
+            let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
+            if let Some(b) = &layer.qkv_bias {
+                row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+            }
+            let (q, rest) = row.split_at_mut(qd);
+            let (k, v) = rest.split_at_mut(kd);
+            if let Some(w) = &layer.q_norm {
+                q.chunks_exact_mut(hd)
+                    .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
+            }
+            let cs_t = &cs[t * r..(t + 1) * r];
+            rope.apply(q, hd, cs_t);
+            if !store {
+                continue;
+            }
+            if let Some(w) = &layer.k_norm {
+                k.chunks_exact_mut(hd)
+                    .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
+            }
+            if v_norm {
+                for h in v.chunks_exact_mut(c.head_dim_v) {
+                    let inv = ops::rms_inv(h, eps);
+                    h.iter_mut().for_each(|x| *x *= inv);
+                }
+            }
+            rope.apply(k, hd, cs_t);
+            let q_seq = &mut *seqs[s.row_seq[t]];
+            let p = s.row_pos[t];
+            q_seq.put_keys(c, l, p, k);
+            q_seq.put_values(c, l, p, v);
+        }
+    }
+
+    /// Causal (optionally sliding-window) attention of the `n` rows in
+    /// `s.qkv`, each over its own sequence's cache of layer `l`, into
+    /// `s.att`. Work is split into (row, head) units run on the quant crate's
+    /// pool; each task writes its own disjoint slice of `s.att` (one `Mutex`
+    /// per task, never contended) and borrows a score buffer from
+    /// `s.score_slots`.
+    pub(super) fn attention(
+        &self,
+        s: &mut Scratch,
+        seqs: &[&mut Sequence],
+        l: usize,
+        swa: bool,
+        n: usize,
+    ) {
+        let c = &self.config;
+        let (hd, hdv) = (c.head_dim, c.head_dim_v);
+        let (qd, kd, vd) = (c.q_dim(), c.k_dim(), c.v_dim());
+        let qkv_w = qd + kd + vd;
+        let group = c.n_head / c.n_head_kv;
+        let units = n * c.n_head;
+        let pool = Pool::global();
+        let per_task = units.div_ceil(pool.threads() * 4).max(1);
+        let qkv = &s.qkv;
+        let (row_seq, row_pos) = (&s.row_seq, &s.row_pos);
+        let slots = &s.score_slots;
+        let window = if swa { c.sliding_window } else { None };
+        let chunks: Vec<Mutex<&mut [f32]>> = s.att[..units * hdv]
+            .chunks_mut(per_task * hdv)
+            .map(Mutex::new)
+            .collect();
+        let run = |task: usize| {
+            let mut out = chunks[task].lock().unwrap_or_else(|e| e.into_inner());
+            let mut slot = slots
+                .iter()
+                .find_map(|m| m.try_lock().ok())
+                .expect("more concurrent attention tasks than score slots");
+            let u0 = task * per_task;
+            for (i, o) in out.chunks_exact_mut(hdv).enumerate() {
+                let u = u0 + i;
+                let (t, h) = (u / c.n_head, u % c.n_head);
+                let q_seq = &*seqs[row_seq[t]];
+                let nc = q_seq.n_ctx;
+                let p = row_pos[t];
+                let start = window.map_or(0, |w| (p + 1).saturating_sub(w));
+                let kvh = h / group;
+                let q = &qkv[t * qkv_w + h * hd..t * qkv_w + (h + 1) * hd];
+                let sc = &mut slot[..p + 1 - start];
+                // scores = (q · K[start..=p]) * scale over the transposed
+                // cache, block by block (each position's sum is the same
+                // whatever the blocks).
+                let mut b0 = start;
+                while b0 <= p {
+                    let b1 = ((b0 / KB + 1) * KB).min(p + 1);
+                    let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
+                    let out = &mut sc[b0 - start..b1 - start];
+                    let kt = base..base + hd * KB;
+                    q_seq.k_cache.scores(q, c.attn_scale, kt, b0 % KB, out);
+                    b0 = b1;
+                }
+                if let Some(cap) = c.attn_softcap {
+                    sc.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+                }
+                ops::softmax(sc);
+                let v0 = (l * nc + start) * vd + kvh * hdv;
+                let v1 = (l + 1) * nc * vd;
+                q_seq.v_cache.weighted_rows(sc, v0..v1, vd, o);
+            }
+        };
+        // Small jobs (decode at short context) run on the caller: waking the
+        // pool costs more than it saves below ~64K multiply-adds.
+        let work: usize = (0..n).map(|t| row_pos[t] + 1).sum::<usize>() * c.n_head * (hd + hdv);
+        if work < 1 << 16 || chunks.len() == 1 {
+            (0..chunks.len()).for_each(run);
+        } else {
+            pool.run(chunks.len(), &run);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! A sequence's KV cache: keys transposed in blocks of [`KB`] positions,
+//! values by position, each as f32 or f16.
+
+use crate::config::Config;
+use crate::ops;
+
+/// Key or value storage of a sequence: f32, or IEEE half floats (as
+/// llama.cpp keeps its cache; half the bytes for attention to stream).
+#[derive(Debug)]
+pub(super) enum Kv {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+impl Kv {
+    pub(super) fn new(len: usize, f16: bool) -> Kv {
+        if f16 {
+            Kv::F16(vec![0; len])
+        } else {
+            Kv::F32(vec![0.0; len])
+        }
+    }
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Kv::F32(v) => v.len() * 4,
+            Kv::F16(v) => v.len() * 2,
+        }
+    }
+    #[inline]
+    pub(super) fn set(&mut self, i: usize, x: f32) {
+        match self {
+            Kv::F32(v) => v[i] = x,
+            Kv::F16(v) => v[i] = half::f16::from_f32(x).to_bits(),
+        }
+    }
+    /// [`ops::scores_transposed`] over one block of keys `kt` (a range of
+    /// this cache: `[head_dim][KB]`), positions from `start` in the block.
+    pub(super) fn scores(
+        &self,
+        q: &[f32],
+        scale: f32,
+        kt: std::ops::Range<usize>,
+        start: usize,
+        sc: &mut [f32],
+    ) {
+        match self {
+            Kv::F32(k) => ops::scores_transposed(q, scale, &k[kt], KB, start, sc),
+            Kv::F16(k) => ops::scores_transposed(q, scale, &k[kt], KB, start, sc),
+        }
+    }
+    /// [`ops::weighted_rows`] over the value rows in `v` (a range of this
+    /// cache, rows `stride` apart).
+    pub(super) fn weighted_rows(
+        &self,
+        a: &[f32],
+        v: std::ops::Range<usize>,
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        match self {
+            Kv::F32(x) => ops::weighted_rows(a, &x[v], stride, out),
+            Kv::F16(x) => ops::weighted_rows(a, &x[v], stride, out),
+        }
+    }
+    pub(super) fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            Kv::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+            Kv::F16(v) => v[at..at + src.len()]
+                .iter_mut()
+                .zip(src)
+                .for_each(|(d, &x)| *d = half::f16::from_f32(x).to_bits()),
+        }
+    }
+}
+
+/// One sequence's KV cache.
+#[derive(Debug)]
+pub struct Sequence {
+    /// Positions the cache holds.
+    pub(super) n_ctx: usize,
+    /// Next position.
+    pub(super) pos: usize,
+    /// `[n_layer][n_head_kv][n_ctx / KB][head_dim][KB]` keys (rotated),
+    /// transposed within blocks of [`KB`] positions so that q·K over a block
+    /// runs over contiguous positions (vectorizes without horizontal sums;
+    /// see `ops::scores_transposed`), and blocked so that one position's
+    /// write and a short context's read touch a few pages, not `head_dim`
+    /// pages `n_ctx · 4` bytes apart (perf log in [`Sequence::k_at`]).
+    pub(super) k_cache: Kv,
+    /// `[n_layer][n_ctx][v_dim]` values.
+    pub(super) v_cache: Kv,
+}
+
+/// Positions per block of the transposed key cache.
+///
+/// Perf log (SmolLM2-135M, `gpack serve --parallel 8 --ctx 1024`, 8 streams
+/// of 128 tokens): with one `[head_dim][n_ctx]` plane per head, the 192
+/// keys of a position were written 4 KiB apart and every (row, head) score
+/// pass read 64 rows 4 KiB apart — the step's key writes and
+/// `scores_transposed` took ~20 % of the server's profile.
+pub const KB: usize = 64;
+
+impl Sequence {
+    /// Index of key dim `d` of kv head `kvh`, layer `l`, position `p`.
+    #[inline]
+    pub(super) fn k_at(&self, c: &Config, l: usize, kvh: usize, d: usize, p: usize) -> usize {
+        let nb = self.n_ctx.div_ceil(KB);
+        ((l * c.n_head_kv + kvh) * nb + p / KB) * c.head_dim * KB + d * KB + p % KB
+    }
+
+    /// Writes the values `v` (`[v_dim]`) of position `p` in layer `l`.
+    #[inline]
+    pub(super) fn put_values(&mut self, c: &Config, l: usize, p: usize, v: &[f32]) {
+        let vd = c.v_dim();
+        self.v_cache.write((l * self.n_ctx + p) * vd, v);
+    }
+
+    /// Writes the rotated keys `k` (`[n_head_kv][head_dim]`) of position `p`
+    /// in layer `l`.
+    #[inline]
+    pub(super) fn put_keys(&mut self, c: &Config, l: usize, p: usize, k: &[f32]) {
+        for (kvh, kh) in k.chunks_exact(c.head_dim).enumerate() {
+            let base = self.k_at(c, l, kvh, 0, p);
+            for (d, &v) in kh.iter().enumerate() {
+                self.k_cache.set(base + d * KB, v);
+            }
+        }
+    }
+
+    /// Tokens in the cache (= the next position).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+    /// Capacity in positions.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    /// Forgets the cache after `pos` tokens (keeps the prefix).
+    pub fn truncate(&mut self, pos: usize) {
+        self.pos = self.pos.min(pos);
+    }
+    /// Empties the cache (the buffers are kept for the next sequence).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+    /// Bytes of the KV cache.
+    pub fn kv_bytes(&self) -> usize {
+        self.k_cache.bytes() + self.v_cache.bytes()
+    }
+}

@@ -1,0 +1,243 @@
+//! Binding a [`Model`] to a [`WeightSource`]: every tensor found by its GGUF
+//! name, shape-checked, the matrices in native layouts, the small vectors
+//! converted to f32.
+
+use super::{gemma3n, Ffn, Layer, LoadOptions, Model};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::experts::{ExpertSlice, ExpertStore, SliceData};
+use crate::matrix::{Matrix, Proj};
+use crate::ops::Rope;
+use crate::weights::{to_f32_vec, TensorRef, WeightSource};
+
+pub(super) fn dense_vec(
+    w: &dyn WeightSource,
+    name: &str,
+    len: usize,
+    what: &'static str,
+) -> Result<Option<Vec<f32>>> {
+    let Some(t) = w.tensor(name) else {
+        return Ok(None);
+    };
+    let v = to_f32_vec(name, &t, what)?;
+    if v.len() != len {
+        return Err(Error::Shape {
+            name: name.into(),
+            expected: vec![len as u64],
+            found: t.dims(),
+        });
+    }
+    Ok(Some(v))
+}
+
+pub(super) fn need<T>(v: Option<T>, name: &str) -> Result<T> {
+    v.ok_or_else(|| Error::MissingTensor { name: name.into() })
+}
+
+pub(super) fn tensor<'a>(w: &'a dyn WeightSource, name: &str) -> Result<TensorRef<'a>> {
+    need(w.tensor(name), name)
+}
+
+/// The required `rows × cols` matrix `name`, in a native layout.
+pub(super) fn matrix<'a>(
+    w: &'a dyn WeightSource,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<Matrix<'a>> {
+    Matrix::bind(name, tensor(w, name)?, cols, Some(rows))?.into_native(name)
+}
+
+/// The required vector `name` of `len` values (as [`dense_vec`]).
+pub(super) fn required_vec(
+    w: &dyn WeightSource,
+    name: &str,
+    len: usize,
+    what: &'static str,
+) -> Result<Vec<f32>> {
+    need(dense_vec(w, name, len, what)?, name)
+}
+
+/// Every expert slice of the model, shape-checked, in ExpertLayout order.
+pub(super) fn expert_slices<'a>(
+    w: &'a dyn WeightSource,
+    c: &Config,
+) -> Result<Vec<ExpertSlice<'a>>> {
+    // No capacity from the metadata: a bogus expert count fails at the first
+    // slice that does not exist, before any large allocation.
+    let mut out = Vec::new();
+    for l in 0..c.n_layer {
+        for e in 0..c.n_expert {
+            for part in 0..3 {
+                let s = w.expert_slice(l, e, part, c.n_expert).ok_or_else(|| {
+                    Error::MissingTensor {
+                        name: crate::experts::stacked_name(l, part),
+                    }
+                })??;
+                let want = if part == 2 {
+                    (c.n_embd, c.n_ff_exp)
+                } else {
+                    (c.n_ff_exp, c.n_embd)
+                };
+                let bad = |problem: String| Error::ExpertSlice {
+                    layer: l,
+                    expert: e,
+                    part: crate::experts::PARTS[part],
+                    origin: s.origin.clone(),
+                    problem,
+                };
+                if s.data.shape() != want {
+                    return Err(bad(format!(
+                        "shape {:?} (rows, cols), expected {want:?}",
+                        s.data.shape()
+                    )));
+                }
+                if let SliceData::Raw {
+                    ty, rows, bytes, ..
+                } = s.data
+                {
+                    let row = ty.bytes_for(want.1 as u64).map(|b| b as usize);
+                    if row.and_then(|r| r.checked_mul(rows)) != Some(bytes.len()) {
+                        return Err(bad(format!(
+                            "{} bytes for {rows} rows of {ty}",
+                            bytes.len()
+                        )));
+                    }
+                }
+                out.push(s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl<'a> Model<'a> {
+    /// Binds every tensor of `w` with [`LoadOptions::default`].
+    pub fn load(w: &'a dyn WeightSource) -> Result<Model<'a>> {
+        Self::load_with(w, &LoadOptions::default())
+    }
+
+    /// Binds every tensor of `w` (no weight is copied, except the small
+    /// norm/bias/router vectors, which are converted to f32; experts are
+    /// read as `opts.experts` says).
+    pub fn load_with(w: &'a dyn WeightSource, opts: &LoadOptions) -> Result<Model<'a>> {
+        let embd_t = tensor(w, "token_embd.weight")?;
+        let dims = embd_t.dims();
+        let n_vocab = dims.get(1).copied().unwrap_or(0) as usize;
+        let config = Config::from_metadata(w as &dyn crate::weights::MetadataSource, n_vocab)?;
+        let c = &config;
+        let d = c.n_embd;
+        let embd = Matrix::bind("token_embd.weight", embd_t, d, None)?;
+        let output = match w.tensor("output.weight") {
+            Some(t) => Matrix::bind("output.weight", t, d, Some(n_vocab))?,
+            None => embd.clone(),
+        }
+        .into_native("output.weight")?;
+        let output_norm = required_vec(w, "output_norm.weight", d, "norm")?;
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for l in 0..c.n_layer {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let mat = |s: &str, cols: usize, rows: usize| matrix(w, &n(s), cols, rows);
+            // Gemma 3n's KV-sharing layers have queries only.
+            let kv_shared = c.gemma3n.as_ref().is_some_and(|g| g.kv_source[l] != l);
+            let qkv = if kv_shared {
+                Proj::new(vec![mat("attn_q.weight", d, c.q_dim())?])
+            } else {
+                Proj::new(vec![
+                    mat("attn_q.weight", d, c.q_dim())?,
+                    mat("attn_k.weight", d, c.k_dim())?,
+                    mat("attn_v.weight", d, c.v_dim())?,
+                ])
+            };
+            let biases = [
+                dense_vec(w, &n("attn_q.bias"), c.q_dim(), "bias")?,
+                dense_vec(w, &n("attn_k.bias"), c.k_dim(), "bias")?,
+                dense_vec(w, &n("attn_v.bias"), c.v_dim(), "bias")?,
+            ];
+            let qkv_bias = if biases.iter().any(Option::is_some) {
+                let dims = [c.q_dim(), c.k_dim(), c.v_dim()];
+                Some(
+                    biases
+                        .into_iter()
+                        .zip(dims)
+                        .flat_map(|(b, len)| b.unwrap_or_else(|| vec![0.0; len]))
+                        .collect(),
+                )
+            } else {
+                None
+            };
+            let ffn = if c.n_expert > 0 {
+                let name = n("ffn_gate_inp.weight");
+                Ffn::Moe {
+                    router: required_vec(w, &name, c.n_expert * d, "router")?,
+                }
+            } else {
+                Ffn::Dense {
+                    gate_up: Box::new(Proj::new(vec![
+                        mat("ffn_gate.weight", d, c.n_ff)?,
+                        mat("ffn_up.weight", d, c.n_ff)?,
+                    ])),
+                    down: Box::new(mat("ffn_down.weight", c.n_ff, d)?),
+                }
+            };
+            layers.push(Layer {
+                attn_norm: required_vec(w, &n("attn_norm.weight"), d, "norm")?,
+                qkv,
+                qkv_bias,
+                q_norm: dense_vec(w, &n("attn_q_norm.weight"), c.head_dim, "norm")?,
+                k_norm: dense_vec(w, &n("attn_k_norm.weight"), c.head_dim, "norm")?,
+                wo: mat("attn_output.weight", c.n_head * c.head_dim_v, d)?,
+                post_attn_norm: dense_vec(w, &n("post_attention_norm.weight"), d, "norm")?,
+                ffn_norm: required_vec(w, &n("ffn_norm.weight"), d, "norm")?,
+                ffn,
+                post_ffn_norm: dense_vec(w, &n("post_ffw_norm.weight"), d, "norm")?,
+                swa: c.swa_layers[l],
+            });
+        }
+        let experts = if c.n_expert > 0 {
+            Some(ExpertStore::new(
+                w,
+                c.n_expert,
+                expert_slices(w, c)?,
+                opts.experts,
+            )?)
+        } else {
+            None
+        };
+        let g3n = match &c.gemma3n {
+            Some(g) => Some(Box::new(gemma3n::Gemma3n::load(
+                w, g, d, c.n_layer, opts.ple,
+            )?)),
+            None => None,
+        };
+        // Llama 3.1-style frequency factors (llama.cpp `rope_freqs.weight`,
+        // divided into the frequencies by `ggml_rope_ext`).
+        let freq_factors = dense_vec(w, "rope_freqs.weight", c.n_rot / 2, "rope factors")?;
+        let rope_global = Rope::new(
+            c.n_rot,
+            c.rope_base,
+            c.rope_freq_scale,
+            c.rope_style,
+            freq_factors.as_deref(),
+        );
+        let rope_swa = Rope::new(
+            c.n_rot,
+            c.rope_base_swa,
+            1.0,
+            c.rope_style,
+            freq_factors.as_deref(),
+        );
+        Ok(Model {
+            config,
+            embd,
+            layers,
+            output_norm,
+            output,
+            rope_global,
+            rope_swa,
+            experts,
+            g3n,
+            kv_f16: opts.kv_f16,
+        })
+    }
+}

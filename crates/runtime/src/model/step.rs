@@ -1,0 +1,218 @@
+//! One step of the graph: embedding, every block (attention, then the dense
+//! or routed FFN), the head.
+
+use super::{Ffn, Model, Scratch, Sequence};
+use crate::config::Activation;
+use crate::error::{Error, Result};
+use crate::ops;
+
+impl Model<'_> {
+    /// The step both entry points share; `s.head_rows` says which rows'
+    /// logits to compute.
+    pub(super) fn step<'s>(
+        &self,
+        s: &'s mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+    ) -> Result<&'s [f32]> {
+        let c = &self.config;
+        for (q, t) in seqs.iter().zip(tokens) {
+            if q.pos + t.len() > q.n_ctx {
+                return Err(Error::ContextFull {
+                    needed: q.pos + t.len(),
+                    capacity: q.n_ctx,
+                });
+            }
+            if let Some(&id) = t.iter().find(|&&t| t as usize >= c.n_vocab) {
+                return Err(Error::Token {
+                    id,
+                    n_vocab: c.n_vocab,
+                });
+            }
+        }
+        let n: usize = tokens.iter().map(|t| t.len()).sum();
+        s.logits.clear();
+        if n == 0 {
+            return Ok(&s.logits);
+        }
+        let max_ctx = seqs.iter().map(|q| q.n_ctx).max().unwrap_or(0);
+        self.reserve(s, n, max_ctx);
+        s.row_seq.clear();
+        s.row_pos.clear();
+        for (i, (q, t)) in seqs.iter().zip(tokens).enumerate() {
+            for j in 0..t.len() {
+                s.row_seq.push(i);
+                s.row_pos.push(q.pos + j);
+            }
+        }
+        let (d, qd, kd, vd) = (c.n_embd, c.q_dim(), c.k_dim(), c.v_dim());
+        let qkv_w = qd + kd + vd;
+        let att_w = c.n_head * c.head_dim_v;
+        let r = c.n_rot;
+
+        // Embedding lookup (and gemma's sqrt(n_embd) scale).
+        for (t, &tok) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
+            let x = &mut s.x[t * d..(t + 1) * d];
+            self.embd.row(tok as usize, x);
+            if let Some(scale) = c.embed_scale {
+                x.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        // Rotary tables for this step's positions.
+        for t in 0..n {
+            let p = s.row_pos[t];
+            self.rope_global
+                .cos_sin(p, &mut s.cs_global[t * r..(t + 1) * r]);
+            self.rope_swa.cos_sin(p, &mut s.cs_swa[t * r..(t + 1) * r]);
+        }
+
+        if let Some(g) = &self.g3n {
+            self.gemma3n_layers(g, s, seqs, tokens, n)?;
+        } else {
+            for (l, layer) in self.layers.iter().enumerate() {
+                // ---- attention ----
+                for t in 0..n {
+                    ops::rmsnorm(
+                        &mut s.xb[t * d..(t + 1) * d],
+                        &s.x[t * d..(t + 1) * d],
+                        &layer.attn_norm,
+                        c.rms_eps,
+                    );
+                }
+                layer
+                    .qkv
+                    .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
+                self.prepare_qkv(layer, s, seqs, l, n, false, true);
+                self.attention(s, seqs, l, layer.swa, n);
+                layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
+                self.residual(s, n, layer.post_attn_norm.as_deref());
+
+                // ---- feed-forward ----
+                for t in 0..n {
+                    ops::rmsnorm(
+                        &mut s.xb[t * d..(t + 1) * d],
+                        &s.x[t * d..(t + 1) * d],
+                        &layer.ffn_norm,
+                        c.rms_eps,
+                    );
+                }
+                match &layer.ffn {
+                    Ffn::Dense { gate_up, down } => {
+                        let n_ff = c.n_ff;
+                        gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp);
+                        for t in 0..n {
+                            let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
+                            glu(c.activation, g, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
+                        }
+                        down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
+                    }
+                    Ffn::Moe { router } => self.moe(s, l, router, n)?,
+                }
+                self.residual(s, n, layer.post_ffn_norm.as_deref());
+            }
+        }
+        for (q, t) in seqs.iter_mut().zip(tokens) {
+            q.pos += t.len();
+        }
+
+        // ---- head ----
+        let m = s.head_rows.len();
+        if m == 0 {
+            return Ok(&s.logits);
+        }
+        for (i, &t) in s.head_rows.iter().enumerate() {
+            ops::rmsnorm(
+                &mut s.xb[i * d..(i + 1) * d],
+                &s.x[t * d..(t + 1) * d],
+                &self.output_norm,
+                c.rms_eps,
+            );
+        }
+        s.logits.resize(m * c.n_vocab, 0.0);
+        self.output.matmul(&s.xb[..m * d], m, &mut s.logits);
+        if let Some(cap) = c.final_softcap {
+            s.logits
+                .iter_mut()
+                .for_each(|v| *v = cap * (*v / cap).tanh());
+        }
+        Ok(&s.logits)
+    }
+
+    /// `x += norm(out)` for the `n` rows (the norm only where the block has
+    /// one: gemma3's post-attention and post-FFN norms).
+    pub(super) fn residual(&self, s: &mut Scratch, n: usize, norm: Option<&[f32]>) {
+        let d = self.config.n_embd;
+        for t in 0..n {
+            let o = &mut s.out[t * d..(t + 1) * d];
+            if let Some(w) = norm {
+                ops::rmsnorm_inplace(o, w, self.config.rms_eps);
+            }
+            s.x[t * d..(t + 1) * d]
+                .iter_mut()
+                .zip(o.iter())
+                .for_each(|(x, o)| *x += o);
+        }
+    }
+}
+
+/// `h = act(g) · u` (SwiGLU or GeGLU). SiLU is `g / (1 + expf(-g))` with
+/// the exponentials of the whole row taken 16 at a time
+/// (`gpack_quant::kernels::attn::exp_inplace`: glibc's expf bit for bit, so
+/// on glibc it equals [`ops::silu`] element by element).
+pub(super) fn glu(act: Activation, g: &[f32], u: &[f32], h: &mut [f32]) {
+    match act {
+        Activation::Silu => {
+            h.iter_mut().zip(g).for_each(|(h, &g)| *h = -g);
+            gpack_quant::kernels::attn::exp_inplace(h);
+            h.iter_mut()
+                .zip(g.iter().zip(u))
+                .for_each(|(h, (&g, &u))| *h = g / (1.0 + *h) * u);
+        }
+        Activation::GeluTanh => h
+            .iter_mut()
+            .zip(g.iter().zip(u))
+            .for_each(|(h, (&g, &u))| *h = ops::gelu_tanh(g) * u),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row-wise SiLU GLU equals `g / (1 + expf(-g)) * u` element by
+    /// element (and `ops::silu(g) * u` where libm's expf is glibc's).
+    #[test]
+    fn silu_glu_equals_the_scalar_formula() {
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
+        };
+        for n in [1usize, 15, 16, 17, 100, 1536] {
+            for scale in [0.5f32, 8.0, 120.0] {
+                let mut g: Vec<f32> = (0..n).map(|_| next() * scale).collect();
+                if n > 20 {
+                    g[0] = -0.0;
+                    g[1] = 100.0;
+                    g[2] = -100.0;
+                    g[3] = f32::INFINITY;
+                }
+                let u: Vec<f32> = (0..n).map(|_| next()).collect();
+                let mut h = vec![0f32; n];
+                glu(Activation::Silu, &g, &u, &mut h);
+                for i in 0..n {
+                    let want = ops::silu(g[i]) * u[i];
+                    assert_eq!(
+                        h[i].to_bits(),
+                        want.to_bits(),
+                        "n={n} g={} u={}",
+                        g[i],
+                        u[i]
+                    );
+                }
+            }
+        }
+    }
+}
