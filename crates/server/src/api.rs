@@ -54,6 +54,10 @@ impl ApiError {
             retry_after: None,
         }
     }
+    /// 500 `server_error`: a fault of the server, not of the request.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
     /// With a code.
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);

@@ -154,11 +154,9 @@ impl Grammars {
             })
             .as_ref()
             .map_err(|e| {
-                ApiError::new(
-                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    format!("the grammar engine could not load this vocabulary: {e}"),
-                )
+                ApiError::internal(format!(
+                    "the grammar engine could not load this vocabulary: {e}"
+                ))
             })
     }
 

@@ -76,12 +76,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    "internal error while handling the request",
-                )
-                .into_response()
+                ApiError::internal("internal error while handling the request").into_response()
             },
         ))
 }
@@ -147,13 +142,7 @@ async fn prepare<T: Send + 'static>(
     let st = s.clone();
     tokio::task::spawn_blocking(move || f(&st))
         .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "internal error while preparing the prompt",
-            )
-        })?
+        .map_err(|_| ApiError::internal("internal error while preparing the prompt"))?
 }
 
 /// Refuses generation once the weights failed their integrity check.
@@ -344,20 +333,8 @@ async fn embeddings_inner(s: &Arc<AppState>, req: Request) -> Result<Response, A
     })?;
     let vectors = match rx.recv().await {
         Some(Ok(v)) => v,
-        Some(Err(e)) => {
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                e,
-            ))
-        }
-        None => {
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "the embedding ended without a result",
-            ))
-        }
+        Some(Err(e)) => return Err(ApiError::internal(e)),
+        None => return Err(ApiError::internal("the embedding ended without a result")),
     };
     let data: Vec<Value> = vectors
         .into_iter()
@@ -621,18 +598,10 @@ async fn collect(
                 }
                 Some(Event::Error(e)) => {
                     s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        e,
-                    ));
+                    return Err(ApiError::internal(e));
                 }
                 None => {
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        "the generation ended without a result",
-                    ));
+                    return Err(ApiError::internal("the generation ended without a result"));
                 }
             }
         }
@@ -894,18 +863,14 @@ impl Sse {
                 }
                 Some((_, Event::Error(e))) => {
                     self.done = true;
-                    let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
+                    let err = ApiError::internal(e);
                     self.pending.push_back(data(&err.body()));
                     self.pending
                         .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                 }
                 None => {
                     self.done = true;
-                    let err = ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        "the generation ended without a result",
-                    );
+                    let err = ApiError::internal("the generation ended without a result");
                     self.pending.push_back(data(&err.body()));
                 }
             }
