@@ -80,7 +80,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let threads = gpack_quant::Pool::global().threads();
     let cost = TokenCost::of(loaded.weights(), model.config.n_layer);
     let bw = read_bandwidth_gbs(threads);
-    let peak = gpack_quant::int8_peak(gpack_quant::Isa::best(), threads, 3);
+    let best = gpack_quant::Isa::best();
+    let peak = gpack_quant::int8_peak(best, threads, 3);
     let runs = bench(&model, a.n_prompt, a.n_gen, a.reps).context("benchmarking")?;
     let pp: Vec<f64> = runs.iter().map(|r| r.pp_tps).collect();
     let tg: Vec<f64> = runs.iter().map(|r| r.tg_tps).collect();
@@ -90,7 +91,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let size = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
-    let isa = gpack_quant::Isa::best().name();
+    let isa = best.name();
     let pp_macs = cost.prefill_macs_per_token(a.n_prompt);
     let bpt = cost.bytes_per_token();
     let test = |what: &str, n: usize, v: &[f64]| {
