@@ -1,6 +1,6 @@
-//! Ad-hoc timing of one matrix: Rows16 vs the widened PackedMatrix, n vectors.
-//! Usage: rows16_probe TYPE ROWS COLS N [rows16] (`rows16`: skip the PackedMatrix timing)
-use gpack_quant::{transcode, transcode_canonical, GgmlType, NativeView, PackedMatrix, Pool};
+//! Ad-hoc timing of one Rows16 matrix times n vectors on the best ISA.
+//! Usage: rows16_probe TYPE ROWS COLS N
+use gpack_quant::{transcode_canonical, GgmlType, NativeView, Pool};
 use std::time::Instant;
 
 fn main() {
@@ -65,22 +65,4 @@ fn main() {
         "rows16 {t} {rows}x{cols} n={n}: {:.1} us, {gmac:.1} GMAC/s, {gbs:.1} GB/s",
         tr * 1e6
     );
-    if a.get(5).map(String::as_str) == Some("rows16") {
-        return;
-    }
-    let mut w = Vec::new();
-    transcode(t, &src, rows as u64, cols as u64, &mut w).unwrap();
-    let mut b = gpack_quant::AlignedBuf::zeroed(w.len());
-    std::io::Write::write_all(&mut b, &w).unwrap();
-    let w = b;
-    let wv = NativeView::parse(w.as_slice()).unwrap();
-    if let Some(pm) = PackedMatrix::pack(&wv) {
-        let tp = time(&mut || pm.matmul_on(gpack_quant::Isa::best(), pool, &x, n, &mut y));
-        println!(
-            "packed {t} n={n}: {:.1} us, {:.1} GMAC/s, {:.1} GB/s",
-            tp * 1e6,
-            (rows * cols * n) as f64 / tp / 1e9,
-            pm.byte_len() as f64 / tp / 1e9
-        );
-    }
 }

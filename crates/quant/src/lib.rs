@@ -74,7 +74,6 @@ pub mod view;
 pub use aligned::AlignedBuf;
 pub use ggml::dequantize_ggml;
 pub use gpack_format::ggml::GgmlType;
-pub use kernels::packed::PackedMatrix;
 pub use kernels::peak::{int8_peak, Int8Peak};
 pub use kernels::{
     matmul, matmul_concat, matmul_concat_on, matmul_on, matmul_ref, matmul_with, matvec, matvec_on,

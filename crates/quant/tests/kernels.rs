@@ -718,43 +718,54 @@ fn matmul_tiles_equal_the_reference_for_many_vectors() {
 
 /// The SIMD activation quantizer gives the scalar one's codes, scales and
 /// lane sums, ties (x · (1/d) = k + 0.5), zeros, subnormals, huge, infinite
-/// and NaN inputs included.
+/// and NaN inputs included, for one scale per block and per span of 8
+/// blocks (each edge case in a span of its own).
 #[test]
 fn activation_quantizer_equals_the_scalar_reference() {
     let mut rng = Rng::new(13);
-    let cols = 32 * 37;
-    let n = 5;
-    let mut x: Vec<f32> = (0..n * cols).map(|_| rng.normal() * 3.0).collect();
-    // Block 1: exact ties against amax = 127 (d = 1).
-    for (i, v) in x[32..64].iter_mut().enumerate() {
-        *v = i as f32 * 4.0 - 63.5;
-    }
-    x[32] = 127.0;
-    x[64..96].fill(0.0);
-    x[96..128].iter_mut().for_each(|v| *v *= 1e-40);
-    x[128..160].iter_mut().for_each(|v| *v *= 1e30);
-    x[170] = f32::INFINITY;
-    x[200] = f32::NAN;
-    x[230] = f32::NEG_INFINITY;
-    x[231] = f32::NAN;
-    x[300] = -0.0;
-    for (i, v) in x[320..352].iter_mut().enumerate() {
-        *v = (i as f32 - 16.0) * 0.5;
-    }
-    let (mut a, mut b) = (QuantizedActivations::new(), QuantizedActivations::new());
-    b.quantize_ref(&x, n, cols);
-    a.quantize(&x, n, cols);
-    assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    for isa in Isa::available() {
-        a.quantize_isa(isa, &x, n, cols);
-        assert_eq!(format!("{a:?}"), format!("{b:?}"), "{isa:?}");
-    }
-    for _ in 0..20 {
-        let x: Vec<f32> = (0..cols).map(|_| rng.normal() * rng.f32() * 10.0).collect();
-        b.quantize_ref(&x, 1, cols);
+    for span in [1usize, 8] {
+        let cols = 32 * span * 9;
+        let n = 5;
+        let mut x: Vec<f32> = (0..n * cols).map(|_| rng.normal() * 3.0).collect();
+        // Edge case e fills block e · span.
+        let blk = |e: usize| 32 * span * e..32 * span * e + 32;
+        // Exact ties against amax = 127 (d = 1).
+        for (i, v) in x[blk(1)].iter_mut().enumerate() {
+            *v = i as f32 * 4.0 - 63.5;
+        }
+        x[blk(1).start] = 127.0;
+        if span > 1 {
+            // The rest of the tie block's span below its amax.
+            x[blk(1).end..blk(2).start]
+                .iter_mut()
+                .for_each(|v| *v = v.clamp(-100.0, 100.0));
+        }
+        x[blk(2)].fill(0.0);
+        x[blk(3)].iter_mut().for_each(|v| *v *= 1e-40);
+        x[blk(4)].iter_mut().for_each(|v| *v *= 1e30);
+        x[blk(5).start + 10] = f32::INFINITY;
+        x[blk(6).start + 8] = f32::NAN;
+        x[blk(7).start + 6] = f32::NEG_INFINITY;
+        x[blk(7).start + 7] = f32::NAN;
+        x[blk(8).start + 12] = -0.0;
+        for (i, v) in x[blk(8)].iter_mut().enumerate().skip(16) {
+            *v = (i as f32 - 16.0) * 0.5;
+        }
+        let (mut a, mut b) = (QuantizedActivations::new(), QuantizedActivations::new());
+        b.quantize_ref(&x, n, cols, span);
+        a.quantize_span(&x, n, cols, span);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "span {span}");
         for isa in Isa::available() {
-            a.quantize_isa(isa, &x, 1, cols);
-            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{isa:?}");
+            a.quantize_isa(isa, &x, n, cols, span);
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{isa:?} span {span}");
+        }
+        for _ in 0..20 {
+            let x: Vec<f32> = (0..cols).map(|_| rng.normal() * rng.f32() * 10.0).collect();
+            b.quantize_ref(&x, 1, cols, span);
+            for isa in Isa::available() {
+                a.quantize_isa(isa, &x, 1, cols, span);
+                assert_eq!(format!("{a:?}"), format!("{b:?}"), "{isa:?} span {span}");
+            }
         }
     }
 }

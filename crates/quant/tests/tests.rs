@@ -3,7 +3,6 @@
 mod common;
 mod exact;
 mod kernels;
-mod packed;
 mod parse;
 mod pool;
 mod quantizers;

@@ -426,15 +426,23 @@ pub(super) unsafe fn rows_dot_vnni(w: &NativeView, r0: usize, act: Act, out: &mu
 /// and lane sums bit for bit (the same `amax / 127`, `1 / d`, products,
 /// round-half-away and clamp); a block whose products are NaN or huge (an
 /// infinite or NaN input, a subnormal-only block) goes to the scalar
-/// [`super::quantize_block`].
+/// [`super::quantize_block_amax`]; each run of `span` blocks shares the
+/// scale of its largest `|x|`.
 ///
 /// # Safety
 /// AVX2, FMA and F16C available; `q.len() == x.len()`, `d.len() ==
 /// x.len() / 32`, `ls.len() == x.len() / 4`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
+pub(super) unsafe fn quantize_blocks(
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    ls: &mut [i32],
+    span: usize,
+) {
     let nb = x.len() / QA;
     assert!(q.len() == nb * QA && d.len() == nb && ls.len() == nb * 8);
+    assert!(span > 0 && nb.is_multiple_of(span));
     let signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
     let half = _mm256_set1_ps(0.5);
     let mhalf = _mm256_set1_ps(-0.5);
@@ -442,7 +450,22 @@ pub(super) unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls:
     let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+    let mut amax = 0f32;
     for k in 0..nb {
+        if k % span == 0 {
+            // max(|x|, acc) returns acc where |x| is NaN: NaNs are ignored, as
+            // by the scalar fold's f32::max (and the max is exact in any order).
+            let mut m = _mm256_setzero_ps();
+            for i in 0..4 * span {
+                // SAFETY: span k/span reads x[32k..32(k+span)] (asserted lengths).
+                let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(k * QA + 8 * i)) };
+                m = _mm256_max_ps(_mm256_and_ps(v, signless), m);
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
+            amax = _mm_cvtss_f32(m1);
+        }
         // SAFETY: block k reads x[32k..32k+32] (asserted lengths).
         let xs: [__m256; 4] = unsafe {
             let xp = x.as_ptr().add(k * QA);
@@ -453,16 +476,6 @@ pub(super) unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls:
                 _mm256_loadu_ps(xp.add(24)),
             ]
         };
-        // max(|x|, acc) returns acc where |x| is NaN: NaNs are ignored, as
-        // by the scalar fold's f32::max.
-        let mut m = _mm256_setzero_ps();
-        for &v in &xs {
-            m = _mm256_max_ps(_mm256_and_ps(v, signless), m);
-        }
-        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
-        let amax = _mm_cvtss_f32(m1);
         let db = amax / 127.0;
         let id = if db != 0.0 { 1.0 / db } else { 0.0 };
         let idv = _mm256_set1_ps(id);
@@ -477,11 +490,12 @@ pub(super) unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls:
             );
         }
         if _mm256_movemask_ps(bad) != 0 {
-            super::quantize_block(
+            super::quantize_block_amax(
                 &x[k * QA..(k + 1) * QA],
                 &mut q[k * QA..(k + 1) * QA],
                 &mut d[k],
                 &mut ls[k * 8..(k + 1) * 8],
+                amax,
             );
             continue;
         }

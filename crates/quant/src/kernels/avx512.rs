@@ -570,9 +570,10 @@ pub(super) unsafe fn rows_dot_multi(
     }
 }
 
-/// Activation quantization of whole blocks (`x.len()` a multiple of 32), the
-/// same operations per element as `super::quantize_block`: |x| max (NaN
-/// ignored, as `f32::max`), `d = amax / 127`, `q = roundf(x · (1/d))` as
+/// Activation quantization of whole blocks (`x.len()` a multiple of
+/// `32 · span`), the same operations per element as
+/// `super::quantize_block_amax`: |x| max over each span (NaN ignored, as
+/// `f32::max`), `d = amax / 127`, `q = roundf(x · (1/d))` as
 /// truncation plus a ±0.5 test of the exact remainder, clamp to ±127, the f16
 /// rounding of `d` (scalar, per block), lane sums by `vpdpbusd` with ones.
 /// A block with a non-finite product (NaN or infinite inputs) goes to the
@@ -582,11 +583,19 @@ pub(super) unsafe fn rows_dot_multi(
 /// `Isa::Avx512Vnni.is_available()`; `q.len() == x.len()`, `d.len() ==
 /// x.len() / 32`, `ls.len() == x.len() / 4`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
+pub(super) unsafe fn quantize_blocks(
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    ls: &mut [i32],
+    span: usize,
+) {
     let nb = x.len() / QA;
     assert!(q.len() == nb * QA && d.len() == nb && ls.len() == nb * 8);
+    assert!(span > 0 && nb.is_multiple_of(span));
     // SAFETY: block k reads x[32k..32k+32] and writes q[32k..32k+32], d[k],
-    // ls[8k..8k+8], all in bounds (asserted above).
+    // ls[8k..8k+8], and span k/span reads x[32k..32(k+span)], all in bounds
+    // (asserted above).
     unsafe {
         let signless = _mm512_set1_epi32(0x7FFF_FFFF);
         let half = _mm512_set1_ps(0.5);
@@ -594,15 +603,21 @@ pub(super) unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls:
         let one = _mm512_set1_epi32(1);
         let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
         let ones8 = _mm256_set1_epi8(1);
+        let mut amax = 0f32;
         for k in 0..nb {
             let xp = x.as_ptr().add(k * QA);
+            if k % span == 0 {
+                // max(|x|, acc) returns acc where |x| is NaN: NaNs are
+                // ignored (and the max is exact in any order).
+                let mut m = _mm512_setzero_ps();
+                for i in 0..2 * span {
+                    let a = _mm512_and_si512(_mm512_loadu_si512(xp.add(16 * i).cast()), signless);
+                    m = _mm512_max_ps(_mm512_castsi512_ps(a), m);
+                }
+                amax = _mm512_reduce_max_ps(m);
+            }
             let x0 = _mm512_loadu_ps(xp);
             let x1 = _mm512_loadu_ps(xp.add(16));
-            let a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x0), signless));
-            let a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x1), signless));
-            // max(|x|, acc) returns acc where |x| is NaN: NaNs are ignored.
-            let m = _mm512_max_ps(a1, _mm512_max_ps(a0, _mm512_setzero_ps()));
-            let amax = _mm512_reduce_max_ps(m);
             let db = amax / 127.0;
             let id = if db != 0.0 { 1.0 / db } else { 0.0 };
             let idv = _mm512_set1_ps(id);
@@ -620,11 +635,12 @@ pub(super) unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls:
             let qb = std::slice::from_raw_parts_mut(q.as_mut_ptr().add(k * QA), QA);
             let lsb = std::slice::from_raw_parts_mut(ls.as_mut_ptr().add(k * 8), 8);
             if bad != 0 {
-                super::quantize_block(
+                super::quantize_block_amax(
                     std::slice::from_raw_parts(xp, QA),
                     qb,
                     &mut *d.as_mut_ptr().add(k),
                     lsb,
+                    amax,
                 );
                 continue;
             }

@@ -64,7 +64,6 @@ pub mod attn;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-pub mod packed;
 pub mod peak;
 pub mod rows16;
 mod scalar;
@@ -160,10 +159,16 @@ pub const QA: usize = 32;
 ///
 /// Per block: `d` (f32 scale) and the eight lane sums `S[j] = Σ_k q[4j+k]`
 /// used by the asymmetric and offset corrections (see the module docs).
+/// With a span of `s` blocks ([`QuantizedActivations::quantize_span`]),
+/// each run of `s` blocks shares one scale, taken from the largest `|x|` of
+/// the whole run (every block of the run stores it): the 256-element
+/// activation blocks of the K-quant kernels (`kernels::rows16`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QuantizedActivations {
     n: usize,
     cols: usize,
+    /// Blocks of 32 sharing one scale (0 before the first quantization).
+    span: usize,
     /// `[n][cols]` codes in -127..=127.
     q: Vec<i8>,
     /// `[n][cols / 32]` scales.
@@ -192,42 +197,71 @@ fn round_half_away(v: f32) -> i32 {
         .wrapping_sub((f <= -0.5) as i32)
 }
 
-/// Quantizes whole blocks: `x` (a multiple of 32 values) into `q`, `d` and
-/// `ls` (one scale and 8 lane sums per block), on AVX-512 when the kernels
-/// use it (bit-identical to [`quantize_block`]; tested), else block by block.
-fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
-    quantize_blocks_on(Isa::best(), x, q, d, ls)
+/// Quantizes whole blocks: `x` (a multiple of `32 · span` values) into `q`,
+/// `d` and `ls` (one scale and 8 lane sums per block; each run of `span`
+/// blocks shares the scale of its largest `|x|`), on the kernels' ISA
+/// (bit-identical to [`quantize_blocks_scalar`]; tested).
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32], span: usize) {
+    quantize_blocks_on(Isa::best(), x, q, d, ls, span)
 }
 
 /// [`quantize_blocks`] on `isa`'s quantizer (`isa` must be available).
-fn quantize_blocks_on(isa: Isa, x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
+fn quantize_blocks_on(
+    isa: Isa,
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    ls: &mut [i32],
+    span: usize,
+) {
     assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+    assert!(
+        span > 0 && x.len().is_multiple_of(QA * span),
+        "whole spans of blocks"
+    );
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: available (asserted).
-        Isa::Avx512Vnni => unsafe { avx512::quantize_blocks(x, q, d, ls) },
+        Isa::Avx512Vnni => unsafe { avx512::quantize_blocks(x, q, d, ls, span) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: available (asserted): AVX2, FMA and F16C.
-        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::quantize_blocks(x, q, d, ls) },
-        _ => quantize_blocks_scalar(x, q, d, ls),
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::quantize_blocks(x, q, d, ls, span) },
+        _ => quantize_blocks_scalar(x, q, d, ls, span),
     }
 }
 
-/// [`quantize_blocks`] block by block with [`quantize_block`].
-fn quantize_blocks_scalar(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32]) {
-    for ((xb, qb), (d, ls)) in x
+/// [`quantize_blocks`] block by block with [`quantize_block_amax`].
+fn quantize_blocks_scalar(x: &[f32], q: &mut [i8], d: &mut [f32], ls: &mut [i32], span: usize) {
+    let mut amax = 0f32;
+    for (k, ((xb, qb), (d, ls))) in x
         .chunks_exact(QA)
         .zip(q.chunks_exact_mut(QA))
         .zip(d.iter_mut().zip(ls.chunks_exact_mut(8)))
+        .enumerate()
     {
-        quantize_block(xb, qb, d, ls);
+        if k % span == 0 {
+            amax = abs_max(&x[k * QA..(k + span) * QA]);
+        }
+        quantize_block_amax(xb, qb, d, ls, amax);
     }
 }
 
-/// Quantizes one block of 32 (the scheme of the module docs).
+/// The largest `|v|` of `x`, NaNs ignored (0 for none).
 #[inline(always)]
-pub(crate) fn quantize_block(xb: &[f32], qb: &mut [i8], d: &mut f32, ls: &mut [i32]) {
-    let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+pub(crate) fn abs_max(x: &[f32]) -> f32 {
+    x.iter().fold(0f32, |a, v| a.max(v.abs()))
+}
+
+/// Quantizes one block of 32 with the scale of `amax` (the scheme of the
+/// module docs; `amax` is [`abs_max`] of the block or of its span).
+#[inline(always)]
+pub(crate) fn quantize_block_amax(
+    xb: &[f32],
+    qb: &mut [i8],
+    d: &mut f32,
+    ls: &mut [i32],
+    amax: f32,
+) {
     let db = amax / 127.0;
     let id = if db != 0.0 { 1.0 / db } else { 0.0 };
     for (q, &v) in qb.iter_mut().zip(xb) {
@@ -277,35 +311,48 @@ impl QuantizedActivations {
     /// # Panics
     /// If the shapes do not match.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
-        self.resize(x, n, cols);
-        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.ls);
+        self.quantize_span(x, n, cols, 1);
     }
 
-    /// [`QuantizedActivations::quantize`] on `isa`'s quantizer, whatever the
-    /// dispatcher would pick (each SIMD path is tested against the scalar).
+    /// [`QuantizedActivations::quantize`] with each run of `span` blocks
+    /// sharing one scale (`cols % (32 · span) == 0`).
     ///
     /// # Panics
-    /// As `quantize`, and if `isa` is not available on this CPU.
-    #[doc(hidden)]
-    pub fn quantize_isa(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
-        self.resize(x, n, cols);
-        quantize_blocks_on(isa, x, &mut self.q, &mut self.d, &mut self.ls);
+    /// If the shapes do not match.
+    pub fn quantize_span(&mut self, x: &[f32], n: usize, cols: usize, span: usize) {
+        self.resize(x, n, cols, span);
+        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.ls, span);
     }
 
-    /// [`QuantizedActivations::quantize`] on the scalar path whatever the
+    /// [`QuantizedActivations::quantize_span`] on `isa`'s quantizer, whatever
+    /// the dispatcher would pick (each SIMD path is tested against the scalar).
+    ///
+    /// # Panics
+    /// As `quantize_span`, and if `isa` is not available on this CPU.
+    #[doc(hidden)]
+    pub fn quantize_isa(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize, span: usize) {
+        self.resize(x, n, cols, span);
+        quantize_blocks_on(isa, x, &mut self.q, &mut self.d, &mut self.ls, span);
+    }
+
+    /// [`QuantizedActivations::quantize_span`] on the scalar path whatever the
     /// ISA: the reference the SIMD quantizer is tested against.
     #[doc(hidden)]
-    pub fn quantize_ref(&mut self, x: &[f32], n: usize, cols: usize) {
-        self.resize(x, n, cols);
-        quantize_blocks_scalar(x, &mut self.q, &mut self.d, &mut self.ls);
+    pub fn quantize_ref(&mut self, x: &[f32], n: usize, cols: usize, span: usize) {
+        self.resize(x, n, cols, span);
+        quantize_blocks_scalar(x, &mut self.q, &mut self.d, &mut self.ls, span);
     }
 
-    fn resize(&mut self, x: &[f32], n: usize, cols: usize) {
+    fn resize(&mut self, x: &[f32], n: usize, cols: usize, span: usize) {
         assert_eq!(x.len(), n * cols, "activation length must be n * cols");
-        assert_eq!(cols % QA, 0, "activation cols must be a multiple of 32");
+        assert!(
+            span > 0 && cols.is_multiple_of(QA * span),
+            "activation cols must be a multiple of 32 × span ({span})"
+        );
         let nb = cols / QA;
         self.n = n;
         self.cols = cols;
+        self.span = span;
         self.q.resize(n * cols, 0);
         self.d.resize(n * nb, 0.0);
         self.ls.resize(n * nb * 8, 0);
@@ -322,7 +369,7 @@ impl QuantizedActivations {
         cols: usize,
         after: &(dyn Fn(usize, ActRef) + Sync),
     ) {
-        self.resize(x, n, cols);
+        self.resize(x, n, cols, 1);
         let nb = cols / QA;
         // Below ~16K elements the pool's wake-up costs more than it saves.
         let per_task = if pool.threads() > 1 && n * cols >= 16 * 1024 {
@@ -348,7 +395,7 @@ impl QuantizedActivations {
                     std::slice::from_raw_parts_mut(lp.at(v0 * nb * 8), (v1 - v0) * nb * 8),
                 )
             };
-            quantize_blocks(&x[v0 * cols..v1 * cols], q, d, ls);
+            quantize_blocks(&x[v0 * cols..v1 * cols], q, d, ls, 1);
             for v in v0..v1 {
                 let off = v - v0;
                 after(
@@ -376,6 +423,11 @@ impl QuantizedActivations {
     /// Elements per vector.
     pub fn cols(&self) -> usize {
         self.cols
+    }
+
+    /// Blocks of 32 sharing one scale.
+    pub fn span(&self) -> usize {
+        self.span
     }
 
     pub(crate) fn get(&self, i: usize) -> ActRef<'_> {
@@ -921,11 +973,11 @@ mod subnormal_tests {
             })
             .collect();
         let (mut q, mut d, mut ls) = (vec![0i8; 64], vec![0f32; 2], vec![0i32; 16]);
-        quantize_blocks_scalar(&x, &mut q, &mut d, &mut ls);
+        quantize_blocks_scalar(&x, &mut q, &mut d, &mut ls, 1);
         assert_eq!(&q[..32], &want[..]);
         for isa in Isa::available() {
             let (mut q2, mut d2, mut ls2) = (vec![0i8; 64], vec![0f32; 2], vec![0i32; 16]);
-            quantize_blocks_on(isa, &x, &mut q2, &mut d2, &mut ls2);
+            quantize_blocks_on(isa, &x, &mut q2, &mut d2, &mut ls2, 1);
             assert_eq!((&q2, &d2, &ls2), (&q, &d, &ls), "{isa:?}");
         }
     }

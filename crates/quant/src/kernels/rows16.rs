@@ -4,9 +4,11 @@
 //! # Canonical formula (normative for every ISA)
 //!
 //! Activations are quantized as for every integer kernel
-//! ([`QuantizedActivations`]: int8 codes `xq`, per 32-element block `b` an
-//! f16-rounded scale `d_b`). Each ggml type splits a 32-element activation
-//! block into sub-blocks `h` of `SUB` = 16 or 32 weights, each with an f32
+//! ([`QuantizedActivations`]: int8 codes `xq`), with one f16-rounded scale
+//! `D_B` per ggml block `B` of the weight type (32 or 256 elements: the
+//! span of [`QuantizedActivations::quantize_span`] is the block's 32-element
+//! blocks), as ggml's own `q8_0`/`q8_K` activations have. Each ggml block
+//! splits into sub-blocks `h` of `SUB` = 16 or 32 weights, each with an f32
 //! scale `s_h` and, for the asymmetric types, an f32 min `m_h`: exactly the
 //! values ggml forms before its last multiply (the same split as the
 //! row-major transcode, `ggml::decode_block`: `d * sc`, `-(dmin * m)`, …).
@@ -15,19 +17,23 @@
 //!
 //! ```text
 //! acc = 0f32
-//! for b in 0..cols/32, for h in the sub-blocks of b (in order):
-//!     P_h = Σ_{e in h} w[e] * xq[e]                 exact i32
-//!     acc = fma(s_h * d_b, P_h as f32, acc)
-//!     asym: acc = fma(m_h, d_b * (S_h as f32), acc)   S_h = Σ_{e in h} xq[e]
+//! for B in the row's ggml blocks (in order):
+//!     t = 0f32
+//!     for h in the sub-blocks of B (in order):
+//!         P_h = Σ_{e in h} w[e] * xq[e]                 exact i32
+//!         t = fma(s_h, P_h as f32, t)
+//!         asym: t = fma(m_h, S_h as f32, t)          S_h = Σ_{e in h} xq[e]
+//!     acc = fma(D_B, t, acc)
 //! y = acc
 //! ```
 //!
-//! For `SUB = 32` this is [`crate::PackedMatrix`]'s formula, so a Q4_K
-//! matrix gives the same bits as its widened, repacked I4Asym form did.
-//! `|P_h| < 2^24`, so `P_h as f32` is exact. The result does not depend on
-//! the ISA, the number of vectors in a call, the tile a vector lands in or
-//! the thread split (tests hold every path to the scalar reference bit for
-//! bit).
+//! The activation scale is applied once per ggml block: a K-quant's 8 or 16
+//! sub-blocks cost one `cvt` and one `fma` each per (16 rows × vector), not
+//! a scale product besides (the prefill tile's float steps were a quarter
+//! of its work). `|P_h| < 2^24`, so `P_h as f32` is exact. The result does
+//! not depend on the ISA, the number of vectors in a call, the tile a
+//! vector lands in or the thread split (tests hold every path to the scalar
+//! reference bit for bit).
 //!
 //! # How the kernels get `P_h`
 //!
@@ -127,6 +133,11 @@ impl Kind {
         self.qk / QA
     }
 
+    /// Blocks of 32 sharing one activation scale (the ggml block's).
+    pub fn span(&self) -> usize {
+        self.blocks()
+    }
+
     /// Sub-blocks per ggml block.
     pub fn subs(&self) -> usize {
         self.qk / self.sub
@@ -195,15 +206,16 @@ pub(crate) fn decode_scalar(k: &Kind, gb: &[u8], st: &mut Stage) {
     }
 }
 
-/// The canonical formula for one group-block's stage and one vector's
-/// activation blocks `a0 ..` (scalar, written out).
-fn dot_stage_scalar(k: &Kind, st: &Stage, xq: &[i8], d: &[f32], acc: &mut [f32; R]) {
+/// The canonical formula for one group-block's stage (one ggml block) and
+/// one vector's activation codes `xq` from the block on and its scale `db`
+/// (scalar, written out).
+fn dot_stage_scalar(k: &Kind, st: &Stage, xq: &[i8], db: f32, acc: &mut [f32; R]) {
     let per = QA / k.sub; // sub-blocks per 32-block
-    for kb in 0..k.blocks() {
-        let db = d[kb];
-        for hh in 0..per {
-            let h = kb * per + hh;
-            for (i, a) in acc.iter_mut().enumerate() {
+    for (i, a) in acc.iter_mut().enumerate() {
+        let mut t = 0f32;
+        for kb in 0..k.blocks() {
+            for hh in 0..per {
+                let h = kb * per + hh;
                 let (mut p, mut s) = (0i32, 0i32);
                 for o in hh * k.sub..(hh + 1) * k.sub {
                     let u = i32::from(st.codes[kb][(o / 4) * R * 4 + i * 4 + o % 4]);
@@ -211,12 +223,13 @@ fn dot_stage_scalar(k: &Kind, st: &Stage, xq: &[i8], d: &[f32], acc: &mut [f32; 
                     p += (u - k.off) * x;
                     s += x;
                 }
-                *a = (st.scales[h][i] * db).mul_add(p as f32, *a);
+                t = st.scales[h][i].mul_add(p as f32, t);
                 if k.asym {
-                    *a = st.mins[h][i].mul_add(db * s as f32, *a);
+                    t = st.mins[h][i].mul_add(s as f32, t);
                 }
             }
         }
+        *a = db.mul_add(t, *a);
     }
 }
 
@@ -240,9 +253,10 @@ pub(crate) const fn words_in_i16(umax: u32, words: usize) -> usize {
 /// stay in L1/L2 while a task's row groups stream past.
 const VB: usize = 64;
 
-/// Prep words per (vector, 32-block): 8 code words, `d_b`, the integer
-/// starts `-OFF·S` of the two halves (or the whole block at index 9 when
-/// `SUB = 32`), `d_b·S` likewise, padding.
+/// Prep words per (vector, 32-block): 8 code words, the ggml block's
+/// activation scale `D_B`, the integer starts `-OFF·S` of the two halves
+/// (or the whole block at index 9 when `SUB = 32`), `S` as f32 likewise,
+/// padding.
 pub(crate) const PREP: usize = 16;
 
 /// Builds the prep words of every vector, in tiles of [`VT`] vectors (the
@@ -269,8 +283,8 @@ fn build_prep(k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
             };
             p[9] = (-k.off * s0) as u32;
             p[10] = (-k.off * s1) as u32;
-            p[11] = (d * s0 as f32).to_bits();
-            p[12] = (d * s1 as f32).to_bits();
+            p[11] = (s0 as f32).to_bits();
+            p[12] = (s1 as f32).to_bits();
         }
     }
 }
@@ -278,10 +292,11 @@ fn build_prep(k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
 /// Per-call buffers reused on one thread.
 #[derive(Default)]
 struct Bufs {
-    qa: QuantizedActivations,
-    /// Prep words per distinct `(SUB, OFF)` of the call's kinds (what
+    /// The activations quantized per distinct span of the call's kinds.
+    qas: Vec<(usize, QuantizedActivations)>,
+    /// Prep words per distinct `(SUB, OFF, span)` of the call's kinds (what
     /// [`build_prep`] depends on).
-    preps: Vec<((usize, i32), Vec<u32>)>,
+    preps: Vec<((usize, i32, usize), Vec<u32>)>,
     /// Per member of the call: its kind, its prep words' index in `preps`
     /// and its first output row.
     parts: Vec<(Kind, usize, usize)>,
@@ -328,14 +343,27 @@ pub(crate) fn matmul_concat(
     assert_eq!(x.len(), n * cols, "x length must equal n * cols");
     assert_eq!(y.len(), n * total, "y length must equal n * total rows");
     let mut bufs = BUFS.with(|b| std::mem::take(&mut *b.borrow_mut()));
-    bufs.qa.quantize(x, n, cols);
-    // Prep words once per distinct (SUB, OFF); each member notes which.
-    let mut used = 0;
+    // The activations once per distinct span, prep words once per distinct
+    // (SUB, OFF, span); each member notes which.
+    let (mut spans, mut used) = (0, 0);
     let mut off = 0;
     bufs.parts.clear();
     for w in ws {
         let k = kind_of(w);
-        let key = (k.sub, k.off);
+        let span = k.span();
+        let qa = match bufs.qas[..spans].iter().position(|(s, _)| *s == span) {
+            Some(i) => i,
+            None => {
+                if spans == bufs.qas.len() {
+                    bufs.qas.push((span, QuantizedActivations::new()));
+                }
+                bufs.qas[spans].0 = span;
+                bufs.qas[spans].1.quantize_span(x, n, cols, span);
+                spans += 1;
+                spans - 1
+            }
+        };
+        let key = (k.sub, k.off, span);
         let prep = match bufs.preps[..used].iter().position(|(q, _)| *q == key) {
             Some(i) => i,
             None => {
@@ -343,7 +371,7 @@ pub(crate) fn matmul_concat(
                     bufs.preps.push((key, Vec::new()));
                 }
                 bufs.preps[used].0 = key;
-                build_prep(&k, &bufs.qa, &mut bufs.preps[used].1);
+                build_prep(&k, &bufs.qas[qa].1, &mut bufs.preps[used].1);
                 used += 1;
                 used - 1
             }
@@ -398,7 +426,7 @@ pub(crate) fn matmul_concat(
 pub(crate) fn matmul_ref(w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
     let k = kind_of(w);
     let mut qa = QuantizedActivations::new();
-    qa.quantize_ref(x, n, w.cols());
+    qa.quantize_ref(x, n, w.cols(), k.span());
     let groups = w.rows().div_ceil(R);
     let nbg = w.cols() / k.qk;
     let gs = w.rows16_group_bytes();
@@ -411,7 +439,7 @@ pub(crate) fn matmul_ref(w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
             for (v, acc) in acc.iter_mut().enumerate() {
                 let a = qa.get(v);
                 let b0 = b * k.blocks();
-                dot_stage_scalar(&k, &st, &a.q[b0 * QA..], &a.d[b0..], acc);
+                dot_stage_scalar(&k, &st, &a.q[b0 * QA..], a.d[b0], acc);
             }
         }
         for (v, acc) in acc.iter().enumerate() {
@@ -613,30 +641,30 @@ fn prep_tile(prep: &[u32], nba: usize, v: usize, nt: usize, blk: usize) -> (&[u3
     (&prep[(v * nba + blk * nt) * PREP..], nt * PREP)
 }
 
-/// The canonical formula from prep words (the scalar path of [`run`]: the
-/// same operations as [`dot_stage_scalar`], reading the prepared sums).
+/// The canonical formula from prep words (the scalar path of
+/// [`run_groups`]: the same operations as [`dot_stage_scalar`], reading the
+/// prepared sums).
 fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], bs: usize, acc: &mut [f32; R]) {
     let per = QA / k.sub;
-    for kb in 0..k.blocks() {
-        let pw = &p[kb * bs..][..PREP];
-        let xq: &[u8] = bytemuck::cast_slice(&pw[..8]);
-        let db = f32::from_bits(pw[8]);
-        for hh in 0..per {
-            let h = kb * per + hh;
-            let start = pw[9 + hh] as i32;
-            let ds = f32::from_bits(pw[11 + hh]);
-            for (i, a) in acc.iter_mut().enumerate() {
-                let mut pv = start;
+    for (i, a) in acc.iter_mut().enumerate() {
+        let mut t = 0f32;
+        for kb in 0..k.blocks() {
+            let pw = &p[kb * bs..][..PREP];
+            let xq: &[u8] = bytemuck::cast_slice(&pw[..8]);
+            for hh in 0..per {
+                let h = kb * per + hh;
+                let mut pv = pw[9 + hh] as i32;
                 for (o, &x) in xq.iter().enumerate().skip(hh * k.sub).take(k.sub) {
                     let u = i32::from(st.codes[kb][(o / 4) * R * 4 + i * 4 + o % 4]);
                     pv += u * i32::from(x as i8);
                 }
-                *a = (st.scales[h][i] * db).mul_add(pv as f32, *a);
+                t = st.scales[h][i].mul_add(pv as f32, t);
                 if k.asym {
-                    *a = st.mins[h][i].mul_add(ds, *a);
+                    t = st.mins[h][i].mul_add(f32::from_bits(pw[11 + hh]), t);
                 }
             }
         }
+        *a = f32::from_bits(p[8]).mul_add(t, *a);
     }
 }
 

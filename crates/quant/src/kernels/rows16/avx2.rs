@@ -7,9 +7,11 @@
 //! added in 16 bits as cannot overflow ([`words_in_i16`]) before one
 //! `vpmaddwd`, each sum started at the prepared `-OFF · S_h`; for the 8-bit
 //! and lookup types, `vpmaddubsw(|w|, sign(xq, w))` on `w = u - OFF`
-//! (|w| ≤ 128, |xq| ≤ 127: no saturation), one word per `vpmaddwd`.
+//! (|w| ≤ 128, |xq| ≤ 127: no saturation), one word per `vpmaddwd`. The
+//! stage is one ggml block, so each vector's sub-block sums `t` stay in
+//! registers and meet the activation scale once at its end.
 
-use super::{words_in_i16, Kind, Stage, PREP, R};
+use super::{words_in_i16, Kind, Stage, PREP, R, VT};
 use std::arch::x86_64::*;
 
 /// Adds the stage's contribution to the accumulators of one tile of
@@ -21,7 +23,7 @@ use std::arch::x86_64::*;
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
     let n = acc.len();
-    assert!(n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP);
+    assert!(n <= VT && (n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP));
     // SAFETY: the features are enabled here; the prep words are asserted.
     unsafe {
         let g = words_in_i16(k.umax, k.sub / 4);
@@ -64,6 +66,8 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
         let ones = _mm256_set1_epi16(1);
         let off = _mm256_set1_epi8(k.off as i8);
         for half in 0..2 {
+            // The ggml block's sub-block sums per vector (the formula's `t`).
+            let mut ts = [_mm256_setzero_ps(); VT];
             for kb in 0..k.blocks() {
                 // The codes of this half (the sign path's |w| and w).
                 let mut aw = [_mm256_setzero_si256(); 8];
@@ -84,7 +88,7 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                     let h = kb * per + hh;
                     let s = _mm256_loadu_ps(st.scales[h].as_ptr().add(8 * half));
                     let m = _mm256_loadu_ps(st.mins[h].as_ptr().add(8 * half));
-                    for (v, a) in acc.iter_mut().enumerate() {
+                    for (v, t) in ts.iter_mut().enumerate().take(acc.len()) {
                         let q = pp.as_ptr().add(v * PREP + kb * bs);
                         let mut p = if SIGNED {
                             _mm256_setzero_si256()
@@ -110,17 +114,19 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                             p = _mm256_add_epi32(p, _mm256_madd_epi16(s16, ones));
                             j += G;
                         }
-                        let d = _mm256_set1_ps(f32::from_bits(q.add(8).read()));
-                        let ap = a.as_mut_ptr().add(8 * half);
-                        let mut x = _mm256_loadu_ps(ap);
-                        x = _mm256_fmadd_ps(_mm256_mul_ps(s, d), _mm256_cvtepi32_ps(p), x);
+                        *t = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), *t);
                         if ASYM {
-                            let ds = _mm256_set1_ps(f32::from_bits(q.add(11 + hh).read()));
-                            x = _mm256_fmadd_ps(m, ds, x);
+                            let sx = _mm256_set1_ps(f32::from_bits(q.add(11 + hh).read()));
+                            *t = _mm256_fmadd_ps(m, sx, *t);
                         }
-                        _mm256_storeu_ps(ap, x);
                     }
                 }
+            }
+            // The block's activation scale, once per ggml block.
+            for (v, (a, t)) in acc.iter_mut().zip(&ts).enumerate() {
+                let d = _mm256_set1_ps(f32::from_bits(pp.as_ptr().add(v * PREP + 8).read()));
+                let ap = a.as_mut_ptr().add(8 * half);
+                _mm256_storeu_ps(ap, _mm256_fmadd_ps(d, *t, _mm256_loadu_ps(ap)));
             }
         }
     }

@@ -155,10 +155,8 @@ unsafe fn tile<const N: usize, D: Dec>(
             let p = p0.add(g * D::BLOCKS * bs);
             for h in 0..2 {
                 d.scales(h, st);
+                // The ggml block's sub-block sums per vector (the formula's `t`).
                 let mut acc = [_mm256_setzero_ps(); N];
-                for (v, x) in acc.iter_mut().enumerate() {
-                    *x = _mm256_loadu_ps((*a.add(v)).as_ptr().add(8 * h));
-                }
                 for kb in 0..D::BLOCKS {
                     if h == 0 {
                         // The look-ahead spread over the blocks: a burst of
@@ -214,16 +212,18 @@ unsafe fn tile<const N: usize, D: Dec>(
                                 i = _mm256_add_epi32(i, _mm256_madd_epi16(s16, ones));
                                 j += gw;
                             }
-                            let sd = _mm256_mul_ps(s, bf(q, 8));
-                            *x = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(i), *x);
+                            *x = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(i), *x);
                             if D::ASYM {
                                 *x = _mm256_fmadd_ps(m, bf(q, 11 + hh), *x);
                             }
                         }
                     }
                 }
-                for (v, x) in acc.iter().enumerate() {
-                    _mm256_storeu_ps((*a.add(v)).as_mut_ptr().add(8 * h), *x);
+                // The block's activation scale, once per ggml block.
+                for (v, t) in acc.iter().enumerate() {
+                    let ap = (*a.add(v)).as_mut_ptr().add(8 * h);
+                    let x = _mm256_fmadd_ps(bf(p, v * PREP + 8), *t, _mm256_loadu_ps(ap));
+                    _mm256_storeu_ps(ap, x);
                 }
             }
         }

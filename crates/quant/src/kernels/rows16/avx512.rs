@@ -832,13 +832,21 @@ unsafe fn tile<const N: usize, D: Dec>(
         }
         for g in 0..ngb {
             let d = d0.at(g * k.group_block());
-            if !d.ptr().is_null() {
-                prefetch_l2(d.ptr().wrapping_add(PF_BYTES), k.group_block());
-            }
             d.scales(st);
             let st: &Stage = &*st;
             let p = p0.add(g * k.blocks() * bs);
+            // The ggml block's sub-block sums, per vector (the formula's `t`).
+            let mut t = [_mm512_setzero_ps(); N];
             for kb in 0..k.blocks() {
+                if !d.ptr().is_null() {
+                    // The look-ahead spread over the blocks: a burst of a
+                    // whole group-block's hints stalls on full miss buffers.
+                    let gbs = k.group_block();
+                    let part = gbs.div_ceil(64 * k.blocks()) * 64;
+                    let from = (kb * part).min(gbs);
+                    let len = part.min(gbs - from);
+                    prefetch_l2(d.ptr().wrapping_add(PF_BYTES + from), len);
+                }
                 let c = d.block(kb);
                 if D::SUB16 {
                     let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
@@ -851,7 +859,7 @@ unsafe fn tile<const N: usize, D: Dec>(
                     } else {
                         (_mm512_setzero_ps(), _mm512_setzero_ps())
                     };
-                    for (v, x) in acc.iter_mut().enumerate() {
+                    for (v, x) in t.iter_mut().enumerate() {
                         let q = p.add(v * PREP + kb * bs);
                         // Asymmetric kinds have OFF 0: their sums start at zero.
                         let mut i0 = if D::ASYM {
@@ -868,12 +876,11 @@ unsafe fn tile<const N: usize, D: Dec>(
                             i0 = _mm512_dpbusd_epi32(i0, c[j], bi(q, j));
                             i1 = _mm512_dpbusd_epi32(i1, c[j + 4], bi(q, j + 4));
                         }
-                        let d = bf(q, 8);
-                        *x = _mm512_fmadd_ps(_mm512_mul_ps(s0, d), _mm512_cvtepi32_ps(i0), *x);
+                        *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(i0), *x);
                         if D::ASYM {
                             *x = _mm512_fmadd_ps(m0, bf(q, 11), *x);
                         }
-                        *x = _mm512_fmadd_ps(_mm512_mul_ps(s1, d), _mm512_cvtepi32_ps(i1), *x);
+                        *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(i1), *x);
                         if D::ASYM {
                             *x = _mm512_fmadd_ps(m1, bf(q, 12), *x);
                         }
@@ -885,7 +892,7 @@ unsafe fn tile<const N: usize, D: Dec>(
                     } else {
                         _mm512_setzero_ps()
                     };
-                    for (v, x) in acc.iter_mut().enumerate() {
+                    for (v, x) in t.iter_mut().enumerate() {
                         let q = p.add(v * PREP + kb * bs);
                         // Asymmetric kinds have OFF 0: their sums start at zero.
                         let mut i0 = if D::ASYM {
@@ -896,13 +903,16 @@ unsafe fn tile<const N: usize, D: Dec>(
                         for (j, cj) in c.iter().enumerate() {
                             i0 = _mm512_dpbusd_epi32(i0, *cj, bi(q, j));
                         }
-                        *x =
-                            _mm512_fmadd_ps(_mm512_mul_ps(s, bf(q, 8)), _mm512_cvtepi32_ps(i0), *x);
+                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i0), *x);
                         if D::ASYM {
                             *x = _mm512_fmadd_ps(m, bf(q, 11), *x);
                         }
                     }
                 }
+            }
+            // The block's activation scale, once per ggml block.
+            for (v, (x, t)) in acc.iter_mut().zip(&t).enumerate() {
+                *x = _mm512_fmadd_ps(bf(p, v * PREP + 8), *t, *x);
             }
         }
         for (i, x) in acc.iter().enumerate() {
