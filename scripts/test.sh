@@ -5,19 +5,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# Each step's wall time on stderr (CI's 30-minute budget is spent here).
+T0=$SECONDS
+step() {
+  local t=$SECONDS
+  "$@"
+  echo "test.sh: $(( SECONDS - t )) s for: $* (total $(( SECONDS - T0 )) s)" >&2
+}
 if [ -f scripts/fetch-models.sh ]; then
-  bash scripts/fetch-models.sh >/dev/null
+  step bash scripts/fetch-models.sh >/dev/null
 fi
 # The registry the push/pull tests start (docker-registry, htpasswd), installed
 # with apt-get when missing (the tests run the same script and fail without it).
-bash scripts/registry.sh >/dev/null
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+step bash scripts/registry.sh >/dev/null
+step cargo fmt --all -- --check
+step cargo clippy --workspace --all-targets --locked -- -D warnings
 # The server's end-to-end tests run the `gpack` binary this build makes
 # (asking cargo from inside a test rebuilt part of the tree).
 TD=$(cargo metadata -q --locked --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-GPACK_BIN=$TD/debug/gpack cargo test --workspace --locked
+GPACK_BIN=$TD/debug/gpack step cargo test --workspace --locked
 # The model-level suites again on the lesser kernel paths (this CPU picks
 # AVX-512 by itself), so the AVX2 and scalar paths run end to end too: AVX2
 # on every runtime test, scalar on the tiny-fixture ones (the reference is
@@ -33,12 +40,12 @@ for l in sys.stdin:
             and m["manifest_path"].endswith("/crates/runtime/Cargo.toml") and m.get("executable"):
         print(m["executable"])')
 [ -x "$RT_TESTS" ] || { echo "gpack-runtime's test binary not found" >&2; exit 1; }
-(cd crates/runtime && GPACK_ISA=avx2 "$RT_TESTS")
-(cd crates/runtime && GPACK_ISA=scalar "$RT_TESTS" fixtures:: generation:: moe:: ple::)
+(cd crates/runtime && GPACK_ISA=avx2 step "$RT_TESTS")
+(cd crates/runtime && GPACK_ISA=scalar step "$RT_TESTS" fixtures:: generation:: moe:: ple::)
 # The Python package (pytest; builds the release wheel once).
-bash scripts/test-python.sh
+step bash scripts/test-python.sh
 # Every fuzz target for a bounded time (scripts/fuzz.sh: build + 10 s each,
 # on the stable toolchain), in CI; locally `bash scripts/fuzz.sh [SECONDS]`.
 if [ "${CI:-}" = true ]; then
-  bash scripts/fuzz.sh "${GPACK_FUZZ_SECONDS:-10}"
+  step bash scripts/fuzz.sh "${GPACK_FUZZ_SECONDS:-10}"
 fi
