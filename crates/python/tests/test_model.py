@@ -94,7 +94,14 @@ def test_stop_strings_and_ids(smol):
     assert "\n" in whole
     assert smol.generate(p, N, stop=["\n"]) == whole[: whole.index("\n")]
     r = smol.generate_ids(p, N)
-    assert r["text"] == whole and len(r["tokens"]) == N and r["finish_reason"] == "length"
+    assert r["text"] == whole
+    if r["finish_reason"] == "length":
+        assert len(r["tokens"]) == N
+    else:
+        # The model ended the text itself (an end-of-text or end-of-turn id)
+        # within the budget: a larger budget gives the same text.
+        assert r["finish_reason"] == "stop" and len(r["tokens"]) < N, r
+        assert smol.generate(p, 2 * N) == whole
     assert smol.detokenize(r["tokens"]) == whole
     assert r["prompt_tokens"] == len(smol.tokenize(p))
 
