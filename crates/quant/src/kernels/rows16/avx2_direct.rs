@@ -65,9 +65,7 @@ pub(super) unsafe fn dot_direct(
     }
 }
 
-/// [`tile`] for `n ≤ VT` vectors as tiles of 8, 4, 2 and 1 vectors (a width
-/// between runs two or three tiles over the group's blocks, the later ones
-/// reading them from L1/L2; only four widths are compiled per decoder).
+/// [`tile`] dispatched on the width.
 ///
 /// # Safety
 /// As [`tile`].
@@ -83,26 +81,23 @@ unsafe fn tiles<D: Dec>(
     a: *mut [f32; R],
     n: usize,
 ) {
-    debug_assert!(n <= VT);
-    let first = d.ptr();
-    // SAFETY: per this fn's contract: vectors i.. of the tile have their
-    // prep words at p + i·PREP (same block stride) and accumulators at a + i.
+    macro_rules! go {
+        ($n:expr) => {
+            tile::<{ $n }, D>(k, d, st, ngb, p, bs, a)
+        };
+    }
+    // SAFETY: per this fn's contract.
     unsafe {
-        let mut i = 0;
-        if n - i >= 8 {
-            tile::<8, D>(k, D::new(first), st, ngb, p, bs, a);
-            i += 8;
-        }
-        if n - i >= 4 {
-            tile::<4, D>(k, D::new(first), st, ngb, p.add(i * PREP), bs, a.add(i));
-            i += 4;
-        }
-        if n - i >= 2 {
-            tile::<2, D>(k, D::new(first), st, ngb, p.add(i * PREP), bs, a.add(i));
-            i += 2;
-        }
-        if n - i >= 1 {
-            tile::<1, D>(k, D::new(first), st, ngb, p.add(i * PREP), bs, a.add(i));
+        match n {
+            1 => go!(1),
+            2 => go!(2),
+            3 => go!(3),
+            4 => go!(4),
+            5 => go!(5),
+            6 => go!(6),
+            7 => go!(7),
+            8 => go!(8),
+            _ => {}
         }
     }
 }

@@ -745,10 +745,7 @@ unsafe fn staged_tiles(
     }
 }
 
-/// [`tile`] for `n ≤ VT` vectors (the kind is `D`'s), as tiles of 8, 4, 2
-/// and 1 vectors: a width between runs two or three tiles, each over the
-/// group's blocks (the second reads them from L1/L2), and only four widths
-/// are compiled per decoder.
+/// [`tile`] for `n ≤ VT` vectors, dispatched on the width (the kind is `D`'s).
 ///
 /// # Safety
 /// As [`tile`].
@@ -764,25 +761,23 @@ unsafe fn tiles<D: Dec>(
     a: *mut [f32; R],
     n: usize,
 ) {
-    debug_assert!(n <= VT);
-    // SAFETY: per this fn's contract: vectors i.. of the tile have their
-    // prep words at p + i·PREP (same block stride) and accumulators at a + i.
+    macro_rules! go {
+        ($n:expr) => {
+            tile::<{ $n }, D>(k, d, st, ngb, p, bs, a)
+        };
+    }
+    // SAFETY: per this fn's contract.
     unsafe {
-        let mut i = 0;
-        if n - i >= 8 {
-            tile::<8, D>(k, d, st, ngb, p, bs, a);
-            i += 8;
-        }
-        if n - i >= 4 {
-            tile::<4, D>(k, d, st, ngb, p.add(i * PREP), bs, a.add(i));
-            i += 4;
-        }
-        if n - i >= 2 {
-            tile::<2, D>(k, d, st, ngb, p.add(i * PREP), bs, a.add(i));
-            i += 2;
-        }
-        if n - i >= 1 {
-            tile::<1, D>(k, d, st, ngb, p.add(i * PREP), bs, a.add(i));
+        match n {
+            8 => go!(8),
+            7 => go!(7),
+            6 => go!(6),
+            5 => go!(5),
+            4 => go!(4),
+            3 => go!(3),
+            2 => go!(2),
+            1 => go!(1),
+            _ => {}
         }
     }
 }
