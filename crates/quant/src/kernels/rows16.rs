@@ -351,31 +351,14 @@ pub(crate) fn matmul_concat(
     for w in ws {
         let k = kind_of(w);
         let span = k.span();
-        let qa = match bufs.qas[..spans].iter().position(|(s, _)| *s == span) {
-            Some(i) => i,
-            None => {
-                if spans == bufs.qas.len() {
-                    bufs.qas.push((span, QuantizedActivations::new()));
-                }
-                bufs.qas[spans].0 = span;
-                bufs.qas[spans].1.quantize_span(x, n, cols, span);
-                spans += 1;
-                spans - 1
-            }
-        };
-        let key = (k.sub, k.off, span);
-        let prep = match bufs.preps[..used].iter().position(|(q, _)| *q == key) {
-            Some(i) => i,
-            None => {
-                if used == bufs.preps.len() {
-                    bufs.preps.push((key, Vec::new()));
-                }
-                bufs.preps[used].0 = key;
-                build_prep(&k, &bufs.qas[qa].1, &mut bufs.preps[used].1);
-                used += 1;
-                used - 1
-            }
-        };
+        let (qa, fresh) = claim(&mut bufs.qas, &mut spans, span);
+        if fresh {
+            bufs.qas[qa].1.quantize_span(x, n, cols, span);
+        }
+        let (prep, fresh) = claim(&mut bufs.preps, &mut used, (k.sub, k.off, span));
+        if fresh {
+            build_prep(&k, &bufs.qas[qa].1, &mut bufs.preps[prep].1);
+        }
         bufs.parts.push((k, prep, off));
         off += w.rows();
     }
@@ -420,6 +403,25 @@ pub(crate) fn matmul_concat(
         pool.run(tasks.len(), &task);
     }
     BUFS.with(|b| *b.borrow_mut() = bufs);
+}
+
+/// The entry for `key` among the first `*used` of `v` (`false`), else the
+/// next one (reused or new) claimed for it (`true`: its value is stale and
+/// must be rebuilt by the caller).
+fn claim<K: PartialEq + Copy, T: Default>(
+    v: &mut Vec<(K, T)>,
+    used: &mut usize,
+    key: K,
+) -> (usize, bool) {
+    if let Some(i) = v[..*used].iter().position(|(k, _)| *k == key) {
+        return (i, false);
+    }
+    if *used == v.len() {
+        v.push((key, T::default()));
+    }
+    v[*used].0 = key;
+    *used += 1;
+    (*used - 1, true)
 }
 
 /// The scalar reference, single-threaded, from the reference quantizer.
