@@ -8,8 +8,9 @@
 //! `vpmaddwd`, each sum started at the prepared `-OFF · S_h`; for the 8-bit
 //! and lookup types, `vpmaddubsw(|w|, sign(xq, w))` on `w = u - OFF`
 //! (|w| ≤ 128, |xq| ≤ 127: no saturation), one word per `vpmaddwd`. The
-//! stage is one ggml block, so each vector's sub-block sums `t` stay in
-//! registers and meet the activation scale once at its end.
+//! stage is one ggml block, so each vector's sub-block sums `t` are kept
+//! apart from its accumulators and meet the activation scale once, at the
+//! block's end.
 
 use super::{words_in_i16, Kind, Stage, PREP, R, VT};
 use std::arch::x86_64::*;
