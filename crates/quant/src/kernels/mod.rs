@@ -167,8 +167,6 @@ pub const QA: usize = 32;
 pub struct QuantizedActivations {
     n: usize,
     cols: usize,
-    /// Blocks of 32 sharing one scale (0 before the first quantization).
-    span: usize,
     /// `[n][cols]` codes in -127..=127.
     q: Vec<i8>,
     /// `[n][cols / 32]` scales.
@@ -352,7 +350,6 @@ impl QuantizedActivations {
         let nb = cols / QA;
         self.n = n;
         self.cols = cols;
-        self.span = span;
         self.q.resize(n * cols, 0);
         self.d.resize(n * nb, 0.0);
         self.ls.resize(n * nb * 8, 0);
@@ -423,11 +420,6 @@ impl QuantizedActivations {
     /// Elements per vector.
     pub fn cols(&self) -> usize {
         self.cols
-    }
-
-    /// Blocks of 32 sharing one scale.
-    pub fn span(&self) -> usize {
-        self.span
     }
 
     pub(crate) fn get(&self, i: usize) -> ActRef<'_> {
