@@ -661,6 +661,103 @@ fn attention_helpers_on(isa: Isa) {
     }
 }
 
+/// The grouped attention helpers (the query heads sharing a KV head, 1–7 of
+/// them: every 4/3/2/1 split; widths with and without tails; f32 and f16
+/// caches) give each query exactly the single-query reference's bits, on
+/// every path.
+#[test]
+fn grouped_attention_helpers_equal_the_single_query_reference() {
+    use gpack_quant::kernels::attn;
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let mut rng = Rng::new(0x6A77);
+    for isa in Isa::available() {
+        for &(g, d, stride, start, n) in &[
+            (1usize, 64usize, 64usize, 0usize, 64usize),
+            (4, 64, 64, 0, 64),
+            (4, 64, 64, 17, 30),
+            (3, 64, 600, 5, 200),
+            (7, 20, 50, 3, 37),
+            (5, 1, 300, 7, 290),
+            (2, 128, 300, 0, 143),
+            (6, 64, 64, 0, 1),
+        ] {
+            let ld = n + 3;
+            let q: Vec<f32> = (0..g * d).map(|_| rng.normal()).collect();
+            let kt: Vec<f32> = (0..(d - 1) * stride + start + n)
+                .map(|_| rng.normal())
+                .collect();
+            let kt16: Vec<u16> = kt
+                .iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect();
+            let (mut a, mut b) = (vec![7f32; g * ld], vec![7f32; g * ld]);
+            attn::scores_transposed_group_on(isa, &q, d, 0.125, &kt, stride, start, n, &mut a, ld);
+            let (mut a16, mut b16) = (vec![7f32; g * ld], vec![7f32; g * ld]);
+            attn::scores_transposed_group_on(
+                isa, &q, d, 0.125, &kt16, stride, start, n, &mut a16, ld,
+            );
+            for i in 0..g {
+                let qi = &q[i * d..(i + 1) * d];
+                attn::scores_transposed_ref(
+                    qi,
+                    0.125,
+                    &kt,
+                    stride,
+                    start,
+                    &mut b[i * ld..i * ld + n],
+                );
+                attn::scores_transposed_ref(
+                    qi,
+                    0.125,
+                    &kt16,
+                    stride,
+                    start,
+                    &mut b16[i * ld..i * ld + n],
+                );
+            }
+            assert_eq!(
+                bits(&a),
+                bits(&b),
+                "{isa:?} grouped scores g {g} d {d} n {n}"
+            );
+            assert_eq!(
+                bits(&a16),
+                bits(&b16),
+                "{isa:?} f16 grouped scores g {g} d {d} n {n}"
+            );
+            // The probabilities over `len` value rows, `w` wide.
+            for w in [1usize, 8, 15, 16, 64, 65, 100] {
+                let len = n.min(stride / 2).max(1);
+                let p: Vec<f32> = (0..g * ld).map(|_| rng.normal().abs()).collect();
+                let v: Vec<f32> = (0..(len - 1) * stride + w).map(|_| rng.normal()).collect();
+                let v16: Vec<u16> = v
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect();
+                let (mut o1, mut o2) = (vec![1f32; g * w], vec![2f32; g * w]);
+                let (mut h1, mut h2) = (vec![3f32; g * w], vec![4f32; g * w]);
+                attn::weighted_rows_group_on(isa, &p, ld, len, &v, stride, &mut o1, w);
+                attn::weighted_rows_group_on(isa, &p, ld, len, &v16, stride, &mut h1, w);
+                for i in 0..g {
+                    let pi = &p[i * ld..i * ld + len];
+                    attn::weighted_rows_ref(pi, &v, stride, &mut o2[i * w..(i + 1) * w]);
+                    attn::weighted_rows_ref(pi, &v16, stride, &mut h2[i * w..(i + 1) * w]);
+                }
+                assert_eq!(
+                    bits(&o1),
+                    bits(&o2),
+                    "{isa:?} grouped rows g {g} len {len} w {w}"
+                );
+                assert_eq!(
+                    bits(&h1),
+                    bits(&h2),
+                    "{isa:?} f16 grouped rows g {g} len {len} w {w}"
+                );
+            }
+        }
+    }
+}
+
 /// The matmul tiles for many vectors (2 × 8 tiles, 4-row tiles of the last
 /// 1–7 vectors, blocks of 64 vectors, row chunks split over the pool, odd
 /// block counts, f16 scale copies) give every (row, vector) the scalar

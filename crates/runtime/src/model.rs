@@ -180,8 +180,11 @@ pub struct Scratch {
     row_pos: Vec<usize>,
     /// Rows whose logits the step computes.
     head_rows: Vec<usize>,
-    /// Attention score buffers, one per concurrent task.
+    /// Attention score buffers, one per concurrent task: one row of
+    /// `score_ld` scores per query head of a KV group.
     score_slots: Vec<Mutex<Vec<f32>>>,
+    /// The row length of the score buffers (the largest context reserved).
+    score_ld: usize,
     /// MoE: `[n_expert]` (row, weight) lists of one layer.
     routes: Vec<Vec<(usize, f32)>>,
     /// MoE: `[n_expert]` router probabilities of one row.
@@ -305,10 +308,13 @@ impl<'a> Model<'a> {
         if s.score_slots.len() < slots {
             s.score_slots.resize_with(slots, || Mutex::new(Vec::new()));
         }
+        // One row of max_ctx scores per query head of a KV group.
+        let group = c.n_head / c.n_head_kv.max(1);
+        s.score_ld = s.score_ld.max(max_ctx);
         for m in &mut s.score_slots {
             let v = m.get_mut().unwrap_or_else(|e| e.into_inner());
-            if v.len() < max_ctx {
-                v.resize(max_ctx, 0.0);
+            if v.len() < group * s.score_ld {
+                v.resize(group * s.score_ld, 0.0);
             }
         }
     }

@@ -68,6 +68,40 @@ pub fn weighted_rows<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut [f3
     gpack_quant::kernels::attn::weighted_rows(a, v, stride, out)
 }
 
+/// [`scores_transposed`] for the query heads that share a KV head: query `i`
+/// is `q[i·d .. (i+1)·d]`, its `n` scores go to `sc[i·ld ..]`, each the bits
+/// it gets alone; the keys are read once for up to 4 heads
+/// (`gpack_quant::kernels::attn::scores_transposed_group`).
+#[allow(clippy::too_many_arguments)]
+pub fn scores_transposed_group<E: KvElem>(
+    q: &[f32],
+    d: usize,
+    scale: f32,
+    kt: &[E],
+    stride: usize,
+    start: usize,
+    n: usize,
+    sc: &mut [f32],
+    ld: usize,
+) {
+    gpack_quant::kernels::attn::scores_transposed_group(q, d, scale, kt, stride, start, n, sc, ld)
+}
+
+/// [`weighted_rows`] for the query heads that share a KV head: probability
+/// row `i` is `a[i·lda ..][..len]`, its `w` outputs `out[i·w .. (i+1)·w]`,
+/// each the bits it gets alone (`gpack_quant::kernels::attn::weighted_rows_group`).
+pub fn weighted_rows_group<E: KvElem>(
+    a: &[f32],
+    lda: usize,
+    len: usize,
+    v: &[E],
+    stride: usize,
+    out: &mut [f32],
+    w: usize,
+) {
+    gpack_quant::kernels::attn::weighted_rows_group(a, lda, len, v, stride, out, w)
+}
+
 /// `out = x / sqrt(mean(x²) + eps) * w` (llama.cpp `ggml_rms_norm` then
 /// `ggml_mul`; HF `LlamaRMSNorm`). The sum of squares is accumulated in f32
 /// with eight partial sums.

@@ -51,6 +51,41 @@ fn check_rows<T>(a: &[f32], v: &[T], stride: usize, w: usize) {
     }
 }
 
+/// The bounds of the grouped helpers: `rows` coefficient rows of `len`
+/// (`cs` apart) against `len` rows of `m` (`stride` apart, `w` wide from
+/// `start`), outputs `w` wide `os` apart.
+#[allow(clippy::too_many_arguments)]
+fn check_group<T>(
+    what: &str,
+    c: &[f32],
+    cs: usize,
+    len: usize,
+    rows: usize,
+    m: &[T],
+    stride: usize,
+    start: usize,
+    w: usize,
+    out: usize,
+    os: usize,
+) {
+    if rows == 0 {
+        return;
+    }
+    let fits = |n: Option<usize>, have: usize| n.is_some_and(|n| n <= have);
+    let last = |k: usize, step: usize, tail: usize| {
+        (k - 1).checked_mul(step).and_then(|x| x.checked_add(tail))
+    };
+    assert!(
+        fits(last(rows, cs, len), c.len()),
+        "{what}: coefficient rows too short"
+    );
+    assert!(fits(last(rows, os, w), out), "{what}: output too short");
+    if len > 0 && w > 0 {
+        let need = last(len, stride, w).and_then(|x| x.checked_add(start));
+        assert!(fits(need, m.len()), "{what}: cache rows too short");
+    }
+}
+
 /// An element of a K/V cache: `f32`, or the bits of an IEEE half float
 /// (`u16`, an f16 cache). Every kernel widens it to f32 exactly and then
 /// runs the same operations in the same order, so an f16 cache's results
@@ -297,6 +332,222 @@ pub fn weighted_rows_ref<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut
     }
 }
 
+/// [`scores_transposed`] for several queries against the same keys (the
+/// query heads that share a KV head): query `i` is `q[i·d .. (i+1)·d]`, its
+/// `n` scores go to `sc[i·ld ..][..n]`, each with the bits
+/// [`scores_transposed`] gives it alone; the keys are read (and widened)
+/// once for up to 4 queries.
+///
+/// # Panics
+/// If `d` is 0 or does not divide `q.len()`, or a slice is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn scores_transposed_group<E: KvElem>(
+    q: &[f32],
+    d: usize,
+    scale: f32,
+    kt: &[E],
+    stride: usize,
+    start: usize,
+    n: usize,
+    sc: &mut [f32],
+    ld: usize,
+) {
+    scores_transposed_group_on(path(), q, d, scale, kt, stride, start, n, sc, ld)
+}
+
+/// [`scores_transposed_group`] on `isa`'s path (the same bits on every path).
+///
+/// # Panics
+/// As [`scores_transposed_group`], and if `isa` is not available.
+#[allow(clippy::too_many_arguments)]
+pub fn scores_transposed_group_on<E: KvElem>(
+    isa: Isa,
+    q: &[f32],
+    d: usize,
+    scale: f32,
+    kt: &[E],
+    stride: usize,
+    start: usize,
+    n: usize,
+    sc: &mut [f32],
+    ld: usize,
+) {
+    assert!(
+        d > 0 && q.len() % d == 0,
+        "scores_transposed_group: q is not rows of d"
+    );
+    let rows = q.len() / d;
+    check_group(
+        "scores_transposed_group",
+        q,
+        d,
+        d,
+        rows,
+        kt,
+        stride,
+        start,
+        n,
+        sc.len(),
+        ld,
+    );
+    assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F/BW/VL available (checked above); bounds checked.
+        Isa::Avx512Vnni => unsafe {
+            avx512::scores_group(q, d, scale, kt, stride, start, n, sc, ld)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C available (checked above); bounds checked.
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            avx2::scores_group(q, d, scale, kt, stride, start, n, sc, ld)
+        },
+        _ => scores_transposed_group_ref(q, d, scale, kt, stride, start, n, sc, ld),
+    }
+}
+
+/// The scalar reference of [`scores_transposed_group`]: [`scores_transposed_ref`]
+/// per query.
+///
+/// # Panics
+/// As [`scores_transposed_group`].
+#[allow(clippy::too_many_arguments)]
+pub fn scores_transposed_group_ref<E: KvElem>(
+    q: &[f32],
+    d: usize,
+    scale: f32,
+    kt: &[E],
+    stride: usize,
+    start: usize,
+    n: usize,
+    sc: &mut [f32],
+    ld: usize,
+) {
+    assert!(
+        d > 0 && q.len() % d == 0,
+        "scores_transposed_group: q is not rows of d"
+    );
+    let rows = q.len() / d;
+    check_group(
+        "scores_transposed_group",
+        q,
+        d,
+        d,
+        rows,
+        kt,
+        stride,
+        start,
+        n,
+        sc.len(),
+        ld,
+    );
+    for (i, q) in q.chunks_exact(d).enumerate() {
+        scores_transposed_ref(q, scale, kt, stride, start, &mut sc[i * ld..i * ld + n]);
+    }
+}
+
+/// [`weighted_rows`] for several probability rows over the same value rows
+/// (the query heads that share a KV head): row `i` is `a[i·lda ..][..len]`,
+/// its `w` outputs go to `out[i·w .. (i+1)·w]` (`out.len() / w` rows), each
+/// with the bits [`weighted_rows`] gives it alone; the values are read (and
+/// widened) once for up to 4 rows.
+///
+/// # Panics
+/// If `w` is 0 or does not divide `out.len()`, or a slice is too short.
+pub fn weighted_rows_group<E: KvElem>(
+    a: &[f32],
+    lda: usize,
+    len: usize,
+    v: &[E],
+    stride: usize,
+    out: &mut [f32],
+    w: usize,
+) {
+    weighted_rows_group_on(path(), a, lda, len, v, stride, out, w)
+}
+
+/// [`weighted_rows_group`] on `isa`'s path (the same bits on every path).
+///
+/// # Panics
+/// As [`weighted_rows_group`], and if `isa` is not available.
+#[allow(clippy::too_many_arguments)]
+pub fn weighted_rows_group_on<E: KvElem>(
+    isa: Isa,
+    a: &[f32],
+    lda: usize,
+    len: usize,
+    v: &[E],
+    stride: usize,
+    out: &mut [f32],
+    w: usize,
+) {
+    assert!(
+        w > 0 && out.len() % w == 0,
+        "weighted_rows_group: out is not rows of w"
+    );
+    let rows = out.len() / w;
+    check_group(
+        "weighted_rows_group",
+        a,
+        lda,
+        len,
+        rows,
+        v,
+        stride,
+        0,
+        w,
+        out.len(),
+        w,
+    );
+    assert!(isa.is_available(), "{isa:?} is not available on this CPU");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F/BW/VL available (checked above); bounds checked.
+        Isa::Avx512Vnni => unsafe { avx512::weighted_group(a, lda, len, v, stride, out, w) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2, FMA and F16C available (checked above); bounds checked.
+        Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::weighted_group(a, lda, len, v, stride, out, w) },
+        _ => weighted_rows_group_ref(a, lda, len, v, stride, out, w),
+    }
+}
+
+/// The scalar reference of [`weighted_rows_group`]: [`weighted_rows_ref`]
+/// per row.
+///
+/// # Panics
+/// As [`weighted_rows_group`].
+pub fn weighted_rows_group_ref<E: KvElem>(
+    a: &[f32],
+    lda: usize,
+    len: usize,
+    v: &[E],
+    stride: usize,
+    out: &mut [f32],
+    w: usize,
+) {
+    assert!(
+        w > 0 && out.len() % w == 0,
+        "weighted_rows_group: out is not rows of w"
+    );
+    let rows = out.len() / w;
+    check_group(
+        "weighted_rows_group",
+        a,
+        lda,
+        len,
+        rows,
+        v,
+        stride,
+        0,
+        w,
+        out.len(),
+        w,
+    );
+    for (i, o) in out.chunks_exact_mut(w).enumerate() {
+        weighted_rows_ref(&a[i * lda..i * lda + len], v, stride, o);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::KvElem;
@@ -308,60 +559,82 @@ mod avx512 {
         ((1u32 << k) - 1) as __mmask16
     }
 
-    /// `out[o + t] = f(Σ_r c[r] · m[r · stride + o + t])` for the `K` vectors
-    /// of 16 lanes from `o` (the last one masked to `msk`), the sum in `r`
-    /// order (a rounded product, then a rounded add), `f` a multiplication by
-    /// `scale` when given. Both attention helpers are this: the scores (c = q,
-    /// m = the transposed keys, scaled) and the weighted value rows (c = the
-    /// probabilities, m = the values).
+    /// `out[i · os + o + t] = f(Σ_r c[i · cs + r] · m[r · stride + o + t])`
+    /// for the `M` coefficient rows `i` (`r < len`) and the `K` vectors of
+    /// 16 lanes from `o` (the last one masked to `msk`), each sum in `r`
+    /// order (a rounded product, then a rounded add), `f` a multiplication
+    /// by `scale` when given. Both attention helpers are this: the scores
+    /// (c = the queries, m = the transposed keys, scaled) and the weighted
+    /// value rows (c = the probabilities, m = the values); `M` > 1 runs the
+    /// query heads that share a KV head together, each row of `m` loaded
+    /// (and widened) once for all of them, every element's operations those
+    /// of `M` = 1.
     ///
     /// # Safety
-    /// AVX-512F; every `m[r · stride + o + t]` read (`t` < 16(K-1) +
-    /// popcount(msk)) and `out[o + t]` written is in bounds.
+    /// AVX-512F; every `c[i · cs + r]` and `m[r · stride + o + t]` read (`t`
+    /// < 16(K-1) + popcount(msk)) and `out[i · os + o + t]` written is in
+    /// bounds.
     #[inline(always)]
-    unsafe fn sum_rows_k<const K: usize, E: KvElem>(
-        c: &[f32],
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sum_rows_k<const M: usize, const K: usize, E: KvElem>(
+        c: *const f32,
+        cs: usize,
+        len: usize,
         m: *const E,
         stride: usize,
         o: usize,
         out: *mut f32,
+        os: usize,
         msk: __mmask16,
         scale: Option<__m512>,
     ) {
         // SAFETY: the caller guarantees the bounds; the last vector is masked.
         unsafe {
-            let mut acc = [_mm512_setzero_ps(); K];
-            for (r, &cr) in c.iter().enumerate() {
-                let cv = _mm512_set1_ps(cr);
+            let mut acc = [[_mm512_setzero_ps(); K]; M];
+            for r in 0..len {
                 let p = m.add(r * stride + o);
-                for (k, a) in acc.iter_mut().enumerate() {
-                    let row = E::load16(p.add(16 * k), if k + 1 == K { msk } else { 0xFFFF });
-                    *a = _mm512_add_ps(*a, _mm512_mul_ps(cv, row));
+                let mut row = [_mm512_setzero_ps(); K];
+                for (k, x) in row.iter_mut().enumerate() {
+                    *x = E::load16(p.add(16 * k), if k + 1 == K { msk } else { 0xFFFF });
+                }
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let cv = _mm512_set1_ps(*c.add(i * cs + r));
+                    for (a, x) in acc.iter_mut().zip(&row) {
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(cv, *x));
+                    }
                 }
             }
-            for (k, a) in acc.iter().enumerate() {
-                let v = scale.map_or(*a, |s| _mm512_mul_ps(*a, s));
-                if k + 1 == K {
-                    _mm512_mask_storeu_ps(out.add(o + 16 * k), msk, v);
-                } else {
-                    _mm512_storeu_ps(out.add(o + 16 * k), v);
+            for (i, acc) in acc.iter().enumerate() {
+                let out = out.add(i * os + o);
+                for (k, a) in acc.iter().enumerate() {
+                    let v = scale.map_or(*a, |s| _mm512_mul_ps(*a, s));
+                    if k + 1 == K {
+                        _mm512_mask_storeu_ps(out.add(16 * k), msk, v);
+                    } else {
+                        _mm512_storeu_ps(out.add(16 * k), v);
+                    }
                 }
             }
         }
     }
 
-    /// [`sum_rows_k`] over `out[..n]`: 128 lanes per pass while `wide`
-    /// (the scores: long rows of positions), then 64, then the masked tail.
+    /// [`sum_rows_k`] over `out[i · os ..][..n]`: 128 lanes per pass for
+    /// one row of long rows (`wide`: the scores), else 64, then the masked
+    /// tail.
     ///
     /// # Safety
-    /// AVX-512F; `m[r · stride + t]` for `r < c.len()`, `t < n` and
-    /// `out[..n]` are in bounds.
+    /// AVX-512F; `c[i · cs + r]`, `m[r · stride + t]` for `i < M`, `r <
+    /// len`, `t < n` and `out[i · os ..][..n]` are in bounds.
     #[inline(always)]
-    unsafe fn sum_rows<E: KvElem>(
-        c: &[f32],
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sum_rows<const M: usize, E: KvElem>(
+        c: *const f32,
+        cs: usize,
+        len: usize,
         m: *const E,
         stride: usize,
         out: *mut f32,
+        os: usize,
         n: usize,
         scale: Option<__m512>,
         wide: bool,
@@ -369,22 +642,112 @@ mod avx512 {
         // SAFETY: every call stays below n (the caller's bounds).
         unsafe {
             let mut o = 0;
-            while wide && o + 128 <= n {
-                sum_rows_k::<8, E>(c, m, stride, o, out, 0xFFFF, scale);
+            while M == 1 && wide && o + 128 <= n {
+                sum_rows_k::<M, 8, E>(c, cs, len, m, stride, o, out, os, 0xFFFF, scale);
                 o += 128;
             }
             while o + 64 <= n {
-                sum_rows_k::<4, E>(c, m, stride, o, out, 0xFFFF, scale);
+                sum_rows_k::<M, 4, E>(c, cs, len, m, stride, o, out, os, 0xFFFF, scale);
                 o += 64;
             }
             let r = n - o;
+            let f = |k: usize| mask(r - 16 * (k - 1));
             match r.div_ceil(16) {
                 0 => {}
-                1 => sum_rows_k::<1, E>(c, m, stride, o, out, mask(r), scale),
-                2 => sum_rows_k::<2, E>(c, m, stride, o, out, mask(r - 16), scale),
-                3 => sum_rows_k::<3, E>(c, m, stride, o, out, mask(r - 32), scale),
-                _ => sum_rows_k::<4, E>(c, m, stride, o, out, mask(r - 48), scale),
+                1 => sum_rows_k::<M, 1, E>(c, cs, len, m, stride, o, out, os, f(1), scale),
+                2 => sum_rows_k::<M, 2, E>(c, cs, len, m, stride, o, out, os, f(2), scale),
+                3 => sum_rows_k::<M, 3, E>(c, cs, len, m, stride, o, out, os, f(3), scale),
+                _ => sum_rows_k::<M, 4, E>(c, cs, len, m, stride, o, out, os, f(4), scale),
             }
+        }
+    }
+
+    /// [`sum_rows`] for `rows` coefficient rows, up to 4 at a time.
+    ///
+    /// # Safety
+    /// As [`sum_rows`] for `i < rows`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sum_rows_group<E: KvElem>(
+        rows: usize,
+        c: *const f32,
+        cs: usize,
+        len: usize,
+        m: *const E,
+        stride: usize,
+        out: *mut f32,
+        os: usize,
+        n: usize,
+        scale: Option<__m512>,
+        wide: bool,
+    ) {
+        // SAFETY: each call covers rows i0 .. i0 + k <= rows.
+        unsafe {
+            let mut i0 = 0;
+            while i0 < rows {
+                let (c, out) = (c.add(i0 * cs), out.add(i0 * os));
+                macro_rules! go {
+                    ($m:literal) => {
+                        sum_rows::<$m, E>(c, cs, len, m, stride, out, os, n, scale, wide)
+                    };
+                }
+                let k = (rows - i0).min(4);
+                match k {
+                    1 => go!(1),
+                    2 => go!(2),
+                    3 => go!(3),
+                    _ => go!(4),
+                }
+                i0 += k;
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F/BW/VL; the bounds of `super::check_group` hold.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn scores_group<E: KvElem>(
+        q: &[f32],
+        d: usize,
+        scale: f32,
+        kt: &[E],
+        stride: usize,
+        start: usize,
+        n: usize,
+        sc: &mut [f32],
+        ld: usize,
+    ) {
+        let rows = q.len() / d;
+        // SAFETY: q[i·d + r], kt[r·stride + start + j] and sc[i·ld + j] for
+        // i < rows, r < d, j < n are in bounds (checked by the caller).
+        unsafe {
+            let kt = kt.as_ptr().add(start);
+            let s = Some(_mm512_set1_ps(scale));
+            let (c, out) = (q.as_ptr(), sc.as_mut_ptr());
+            sum_rows_group(rows, c, d, d, kt, stride, out, ld, n, s, true);
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F/BW/VL; the bounds of `super::check_group` hold.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn weighted_group<E: KvElem>(
+        a: &[f32],
+        lda: usize,
+        len: usize,
+        v: &[E],
+        stride: usize,
+        out: &mut [f32],
+        w: usize,
+    ) {
+        let rows = out.len() / w;
+        // SAFETY: a[i·lda + j], v[j·stride + t] and out[i·w + t] for
+        // i < rows, j < len, t < w are in bounds (checked by the caller).
+        unsafe {
+            let (c, o) = (a.as_ptr(), out.as_mut_ptr());
+            sum_rows_group(rows, c, lda, len, v.as_ptr(), stride, o, w, w, None, false);
         }
     }
 
@@ -405,7 +768,8 @@ mod avx512 {
         unsafe {
             let kt = kt.as_ptr().add(start);
             let s = Some(_mm512_set1_ps(scale));
-            sum_rows(q, kt, stride, sc.as_mut_ptr(), n, s, true);
+            let (c, len) = (q.as_ptr(), q.len());
+            sum_rows::<1, E>(c, 0, len, kt, stride, sc.as_mut_ptr(), 0, n, s, true);
         }
     }
 
@@ -461,7 +825,10 @@ mod avx512 {
         let w = out.len();
         // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
         // caller), as is out[..w].
-        unsafe { sum_rows(a, v.as_ptr(), stride, out.as_mut_ptr(), w, None, false) }
+        unsafe {
+            let (c, len, o) = (a.as_ptr(), a.len(), out.as_mut_ptr());
+            sum_rows::<1, E>(c, 0, len, v.as_ptr(), stride, o, 0, w, None, false)
+        }
     }
 }
 
@@ -542,7 +909,7 @@ const C2: f64 = f64::from_bits(0x3f962e42ff0c52d6);
 
 /// In-place softmax: `m = max x` (NaN ignored), `x[i] = expf(x[i] - m)`,
 /// `s = Σ x[i]` in index order, `x[i] *= 1 / s` — with [`expf`], 16 lanes at
-/// a time on AVX-512 (bit-identical: the same operations per element; the
+/// a time on AVX-512, 8 on AVX2 (bit-identical: the same operations per element; the
 /// sum stays sequential).
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -550,6 +917,9 @@ pub fn softmax(x: &mut [f32]) {
     if use_avx512() {
         // SAFETY: AVX-512F (and FMA, implied by the AVX-512 VNNI path) detected.
         unsafe { avx512::exp_sub(x, max) };
+    } else if use_avx2() {
+        // SAFETY: AVX2 and FMA detected.
+        unsafe { avx2::exp_sub(x, max) };
     } else if use_fma() {
         // SAFETY: FMA detected.
         unsafe { exp_sub_fma(x, max) };
@@ -578,12 +948,26 @@ pub fn exp_inplace(x: &mut [f32]) {
         // this is expf(v).
         unsafe { avx512::exp_sub(x, 0.0) };
         return;
+    } else if use_avx2() {
+        // SAFETY: AVX2 and FMA detected; `v - 0.0 == v` as above.
+        unsafe { avx2::exp_sub(x, 0.0) };
+        return;
     } else if use_fma() {
         // SAFETY: FMA detected.
         unsafe { exp_sub_fma(x, 0.0) };
         return;
     }
     x.iter_mut().for_each(|v| *v = expf(*v));
+}
+
+/// Whether the AVX2 exp path runs: the kernels' path is AVX2 or better
+/// (`GPACK_ISA=scalar` turns it off) and the CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+fn use_avx2() -> bool {
+    static USE: OnceLock<bool> = OnceLock::new();
+    *USE.get_or_init(|| {
+        path() != Isa::Scalar && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    })
 }
 
 /// Whether the CPU has FMA (detected once).

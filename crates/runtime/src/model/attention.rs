@@ -67,10 +67,13 @@ impl Model<'_> {
 
     /// Causal (optionally sliding-window) attention of the `n` rows in
     /// `s.qkv`, each over its own sequence's cache of layer `l`, into
-    /// `s.att`. Work is split into (row, head) units run on the quant crate's
-    /// pool; each task writes its own disjoint slice of `s.att` (one `Mutex`
-    /// per task, never contended) and borrows a score buffer from
-    /// `s.score_slots`.
+    /// `s.att`. Work is split into (row, KV head) units run on the quant
+    /// crate's pool: the query heads that share a KV head run together, so
+    /// each key and value row is read once for all of them (each head's
+    /// results are the bits it gets alone). Each task writes its own
+    /// disjoint slice of `s.att` (one `Mutex` per task, never contended)
+    /// and borrows a score buffer from `s.score_slots` (one row of
+    /// `max_ctx` per head of a unit).
     pub(super) fn attention(
         &self,
         s: &mut Scratch,
@@ -84,15 +87,16 @@ impl Model<'_> {
         let (qd, kd, vd) = (c.q_dim(), c.k_dim(), c.v_dim());
         let qkv_w = qd + kd + vd;
         let group = c.n_head / c.n_head_kv;
-        let units = n * c.n_head;
+        let units = n * c.n_head_kv;
         let pool = Pool::global();
         let per_task = units.div_ceil(pool.threads() * 4).max(1);
         let qkv = &s.qkv;
         let (row_seq, row_pos) = (&s.row_seq, &s.row_pos);
         let slots = &s.score_slots;
+        let ld = s.score_ld;
         let window = if swa { c.sliding_window } else { None };
-        let chunks: Vec<Mutex<&mut [f32]>> = s.att[..units * hdv]
-            .chunks_mut(per_task * hdv)
+        let chunks: Vec<Mutex<&mut [f32]>> = s.att[..n * c.n_head * hdv]
+            .chunks_mut(per_task * group * hdv)
             .map(Mutex::new)
             .collect();
         let run = |task: usize| {
@@ -102,35 +106,42 @@ impl Model<'_> {
                 .find_map(|m| m.try_lock().ok())
                 .expect("more concurrent attention tasks than score slots");
             let u0 = task * per_task;
-            for (i, o) in out.chunks_exact_mut(hdv).enumerate() {
+            for (i, o) in out.chunks_exact_mut(group * hdv).enumerate() {
                 let u = u0 + i;
-                let (t, h) = (u / c.n_head, u % c.n_head);
+                let (t, kvh) = (u / c.n_head_kv, u % c.n_head_kv);
                 let q_seq = &*seqs[row_seq[t]];
                 let nc = q_seq.n_ctx;
                 let p = row_pos[t];
                 let start = window.map_or(0, |w| (p + 1).saturating_sub(w));
-                let kvh = h / group;
-                let q = &qkv[t * qkv_w + h * hd..t * qkv_w + (h + 1) * hd];
-                let sc = &mut slot[..p + 1 - start];
+                let len = p + 1 - start;
+                let h0 = kvh * group;
+                let q = &qkv[t * qkv_w + h0 * hd..t * qkv_w + (h0 + group) * hd];
                 // scores = (q · K[start..=p]) * scale over the transposed
                 // cache, block by block (each position's sum is the same
-                // whatever the blocks).
+                // whatever the blocks), head i's into slot row i.
                 let mut b0 = start;
                 while b0 <= p {
                     let b1 = ((b0 / KB + 1) * KB).min(p + 1);
                     let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
-                    let out = &mut sc[b0 - start..b1 - start];
                     let kt = base..base + hd * KB;
-                    q_seq.k_cache.scores(q, c.attn_scale, kt, b0 % KB, out);
+                    let sc = &mut slot[b0 - start..];
+                    q_seq
+                        .k_cache
+                        .scores_group(q, hd, c.attn_scale, kt, b0 % KB, b1 - b0, sc, ld);
                     b0 = b1;
                 }
-                if let Some(cap) = c.attn_softcap {
-                    sc.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+                for sc in slot.chunks_mut(ld).take(group) {
+                    let sc = &mut sc[..len];
+                    if let Some(cap) = c.attn_softcap {
+                        sc.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+                    }
+                    ops::softmax(sc);
                 }
-                ops::softmax(sc);
                 let v0 = (l * nc + start) * vd + kvh * hdv;
                 let v1 = (l + 1) * nc * vd;
-                q_seq.v_cache.weighted_rows(sc, v0..v1, vd, o);
+                q_seq
+                    .v_cache
+                    .weighted_group(&slot, ld, len, v0..v1, vd, o, hdv);
             }
         };
         // Small jobs (decode at short context) run on the caller: waking the

@@ -33,33 +33,44 @@ impl Kv {
             Kv::F16(v) => v[i] = half::f16::from_f32(x).to_bits(),
         }
     }
-    /// [`ops::scores_transposed`] over one block of keys `kt` (a range of
-    /// this cache: `[head_dim][KB]`), positions from `start` in the block.
-    pub(super) fn scores(
+    /// [`ops::scores_transposed_group`] over one block of keys `kt` (a
+    /// range of this cache: `[head_dim][KB]`), `n` positions from `start` in
+    /// the block, for the queries `q` (`d` each), query `i`'s scores at
+    /// `sc[i · ld ..]`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scores_group(
         &self,
         q: &[f32],
+        d: usize,
         scale: f32,
         kt: std::ops::Range<usize>,
         start: usize,
+        n: usize,
         sc: &mut [f32],
+        ld: usize,
     ) {
         match self {
-            Kv::F32(k) => ops::scores_transposed(q, scale, &k[kt], KB, start, sc),
-            Kv::F16(k) => ops::scores_transposed(q, scale, &k[kt], KB, start, sc),
+            Kv::F32(k) => ops::scores_transposed_group(q, d, scale, &k[kt], KB, start, n, sc, ld),
+            Kv::F16(k) => ops::scores_transposed_group(q, d, scale, &k[kt], KB, start, n, sc, ld),
         }
     }
-    /// [`ops::weighted_rows`] over the value rows in `v` (a range of this
-    /// cache, rows `stride` apart).
-    pub(super) fn weighted_rows(
+    /// [`ops::weighted_rows_group`] over the value rows in `v` (a range of
+    /// this cache, rows `stride` apart): probability rows `a[i · lda ..][..len]`,
+    /// outputs `w` wide.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn weighted_group(
         &self,
         a: &[f32],
+        lda: usize,
+        len: usize,
         v: std::ops::Range<usize>,
         stride: usize,
         out: &mut [f32],
+        w: usize,
     ) {
         match self {
-            Kv::F32(x) => ops::weighted_rows(a, &x[v], stride, out),
-            Kv::F16(x) => ops::weighted_rows(a, &x[v], stride, out),
+            Kv::F32(x) => ops::weighted_rows_group(a, lda, len, &x[v], stride, out, w),
+            Kv::F16(x) => ops::weighted_rows_group(a, lda, len, &x[v], stride, out, w),
         }
     }
     pub(super) fn write(&mut self, at: usize, src: &[f32]) {

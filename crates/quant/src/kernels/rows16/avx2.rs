@@ -89,8 +89,8 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                     let h = kb * per + hh;
                     let s = _mm256_loadu_ps(st.scales[h].as_ptr().add(8 * half));
                     let m = _mm256_loadu_ps(st.mins[h].as_ptr().add(8 * half));
-                    for (v, t) in ts.iter_mut().enumerate().take(acc.len()) {
-                        let q = pp.as_ptr().add(v * PREP + kb * bs);
+                    // P_h of the vector whose prep words are at `q`.
+                    let psum = |q: *const u32| -> __m256i {
                         let mut p = if SIGNED {
                             _mm256_setzero_si256()
                         } else {
@@ -115,11 +115,31 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                             p = _mm256_add_epi32(p, _mm256_madd_epi16(s16, ones));
                             j += G;
                         }
+                        p
+                    };
+                    let fin = |t: &mut __m256, p: __m256i, q: *const u32| {
                         *t = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), *t);
                         if ASYM {
                             let sx = _mm256_set1_ps(f32::from_bits(q.add(11 + hh).read()));
                             *t = _mm256_fmadd_ps(m, sx, *t);
                         }
+                    };
+                    // Two vectors per step: their independent chains
+                    // (maddubs → adds → cvt → fma) overlap.
+                    let n = acc.len();
+                    let mut v = 0;
+                    while v + 2 <= n {
+                        let q0 = pp.as_ptr().add(v * PREP + kb * bs);
+                        let q1 = q0.add(PREP);
+                        let (p0, p1) = (psum(q0), psum(q1));
+                        let (t0, t1) = ts.split_at_mut(v + 1);
+                        fin(&mut t0[v], p0, q0);
+                        fin(&mut t1[0], p1, q1);
+                        v += 2;
+                    }
+                    if v < n {
+                        let q0 = pp.as_ptr().add(v * PREP + kb * bs);
+                        fin(&mut ts[v], psum(q0), q0);
                     }
                 }
             }
