@@ -758,6 +758,33 @@ fn grouped_attention_helpers_equal_the_single_query_reference() {
     }
 }
 
+/// `softmax_rows` gives each of 1–11 rows (every 8/…/1 split of the
+/// side-by-side sums) exactly the reference softmax's bits, also with
+/// overflowing, infinite and NaN scores.
+#[test]
+fn softmax_rows_equal_the_reference_per_row() {
+    use gpack_quant::kernels::attn;
+    let mut rng = Rng::new(0x50F7);
+    for rows in [1usize, 3, 4, 8, 11] {
+        for len in [0usize, 1, 7, 8, 9, 100, 257] {
+            let ld = len + 5;
+            let mut x: Vec<f32> = (0..rows * ld).map(|_| rng.normal() * 30.0).collect();
+            if len > 3 {
+                x[2] = f32::NAN;
+                x[(rows - 1) * ld + 1] = f32::INFINITY;
+                x[3] = 200.0;
+            }
+            let mut want = x.clone();
+            for r in 0..rows {
+                attn::softmax_ref(&mut want[r * ld..r * ld + len]);
+            }
+            attn::softmax_rows(&mut x, ld, len, rows);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&x), bits(&want), "rows {rows} len {len}");
+        }
+    }
+}
+
 /// The matmul tiles for many vectors (2 × 8 tiles, 4-row tiles of the last
 /// 1–7 vectors, blocks of 64 vectors, row chunks split over the pool, odd
 /// block counts, f16 scale copies) give every (row, vector) the scalar

@@ -139,6 +139,13 @@ pub fn softmax(x: &mut [f32]) {
     gpack_quant::kernels::attn::softmax(x)
 }
 
+/// [`softmax`] of `rows` rows `x[r·ld ..][..len]` (the query heads that
+/// share a KV head), each with [`softmax`]'s bits, their sums side by side
+/// (`gpack_quant::kernels::attn::softmax_rows`).
+pub fn softmax_rows(x: &mut [f32], ld: usize, len: usize, rows: usize) {
+    gpack_quant::kernels::attn::softmax_rows(x, ld, len, rows)
+}
+
 /// SiLU, `x * sigmoid(x)`.
 #[inline]
 pub fn silu(x: f32) -> f32 {

@@ -912,6 +912,51 @@ const C2: f64 = f64::from_bits(0x3f962e42ff0c52d6);
 /// a time on AVX-512, 8 on AVX2 (bit-identical: the same operations per element; the
 /// sum stays sequential).
 pub fn softmax(x: &mut [f32]) {
+    let len = x.len();
+    softmax_rows(x, len.max(1), len, 1);
+}
+
+/// [`softmax`] of `rows` rows `x[r·ld ..][..len]` (the scores of the query
+/// heads that share a KV head), each with [`softmax`]'s bits; the rows'
+/// sums (sequential, each in index order) run side by side, so their
+/// add latencies overlap.
+///
+/// # Panics
+/// If `x` is too short or `rows > 0` and `ld < len`.
+pub fn softmax_rows(x: &mut [f32], ld: usize, len: usize, rows: usize) {
+    if rows == 0 {
+        return;
+    }
+    assert!(ld >= len, "softmax_rows: ld {ld} < len {len}");
+    let need = (rows - 1).checked_mul(ld).and_then(|v| v.checked_add(len));
+    assert!(
+        need.is_some_and(|n| n <= x.len()),
+        "softmax_rows: x too short"
+    );
+    for r in 0..rows {
+        exp_sub_max(&mut x[r * ld..r * ld + len]);
+    }
+    // Up to 8 rows' sums at once, each in index order.
+    let mut r0 = 0;
+    while r0 < rows {
+        let k = (rows - r0).min(8);
+        let mut sum = [0f32; 8];
+        for i in 0..len {
+            for (j, s) in sum.iter_mut().enumerate().take(k) {
+                *s += x[(r0 + j) * ld + i];
+            }
+        }
+        for (j, s) in sum.iter().enumerate().take(k) {
+            let inv = 1.0 / s;
+            let row = &mut x[(r0 + j) * ld..(r0 + j) * ld + len];
+            row.iter_mut().for_each(|v| *v *= inv);
+        }
+        r0 += k;
+    }
+}
+
+/// `x[i] = expf(x[i] - max x)` (NaN ignored in the max) on the best path.
+fn exp_sub_max(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     #[cfg(target_arch = "x86_64")]
     if use_avx512() {
@@ -928,12 +973,6 @@ pub fn softmax(x: &mut [f32]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     x.iter_mut().for_each(|v| *v = expf(*v - max));
-    let mut sum = 0f32;
-    for &v in x.iter() {
-        sum += v;
-    }
-    let inv = 1.0 / sum;
-    x.iter_mut().for_each(|v| *v *= inv);
 }
 
 /// `x[i] = expf(x[i])` for all `i` with [`expf`] (glibc's bits), 16 lanes at

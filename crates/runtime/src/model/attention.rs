@@ -130,13 +130,14 @@ impl Model<'_> {
                         .scores_group(q, hd, c.attn_scale, kt, b0 % KB, b1 - b0, sc, ld);
                     b0 = b1;
                 }
-                for sc in slot.chunks_mut(ld).take(group) {
-                    let sc = &mut sc[..len];
-                    if let Some(cap) = c.attn_softcap {
-                        sc.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+                if let Some(cap) = c.attn_softcap {
+                    for sc in slot.chunks_mut(ld).take(group) {
+                        sc[..len]
+                            .iter_mut()
+                            .for_each(|v| *v = cap * (*v / cap).tanh());
                     }
-                    ops::softmax(sc);
                 }
+                ops::softmax_rows(&mut slot, ld, len, group);
                 let v0 = (l * nc + start) * vd + kvh * hdv;
                 let v1 = (l + 1) * nc * vd;
                 q_seq

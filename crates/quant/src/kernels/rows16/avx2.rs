@@ -91,7 +91,8 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                     let m = _mm256_loadu_ps(st.mins[h].as_ptr().add(8 * half));
                     // P_h of the vector whose prep words are at `q`.
                     let psum = |q: *const u32| -> __m256i {
-                        let mut p = if SIGNED {
+                        // Asymmetric kinds have OFF 0: their sums start at zero.
+                        let mut p = if SIGNED || ASYM {
                             _mm256_setzero_si256()
                         } else {
                             _mm256_set1_epi32(q.add(9 + hh).read() as i32)
