@@ -373,7 +373,7 @@ pub fn scores_transposed_group_on<E: KvElem>(
     ld: usize,
 ) {
     assert!(
-        d > 0 && q.len() % d == 0,
+        d > 0 && q.len().is_multiple_of(d),
         "scores_transposed_group: q is not rows of d"
     );
     let rows = q.len() / d;
@@ -424,7 +424,7 @@ pub fn scores_transposed_group_ref<E: KvElem>(
     ld: usize,
 ) {
     assert!(
-        d > 0 && q.len() % d == 0,
+        d > 0 && q.len().is_multiple_of(d),
         "scores_transposed_group: q is not rows of d"
     );
     let rows = q.len() / d;
@@ -482,7 +482,7 @@ pub fn weighted_rows_group_on<E: KvElem>(
     w: usize,
 ) {
     assert!(
-        w > 0 && out.len() % w == 0,
+        w > 0 && out.len().is_multiple_of(w),
         "weighted_rows_group: out is not rows of w"
     );
     let rows = out.len() / w;
@@ -526,7 +526,7 @@ pub fn weighted_rows_group_ref<E: KvElem>(
     w: usize,
 ) {
     assert!(
-        w > 0 && out.len() % w == 0,
+        w > 0 && out.len().is_multiple_of(w),
         "weighted_rows_group: out is not rows of w"
     );
     let rows = out.len() / w;
