@@ -86,6 +86,46 @@ fn check_group<T>(
     }
 }
 
+/// The shape and bounds of [`scores_transposed_group`] (what its `_on` and
+/// `_ref` variants both check).
+#[allow(clippy::too_many_arguments)]
+fn check_scores_group<T>(
+    q: &[f32],
+    d: usize,
+    kt: &[T],
+    stride: usize,
+    start: usize,
+    n: usize,
+    sc: usize,
+    ld: usize,
+) {
+    let what = "scores_transposed_group";
+    assert!(
+        d > 0 && q.len().is_multiple_of(d),
+        "{what}: q is not rows of d"
+    );
+    check_group(what, q, d, d, q.len() / d, kt, stride, start, n, sc, ld);
+}
+
+/// The shape and bounds of [`weighted_rows_group`] (what its `_on` and
+/// `_ref` variants both check).
+fn check_weighted_group<T>(
+    a: &[f32],
+    lda: usize,
+    len: usize,
+    v: &[T],
+    stride: usize,
+    out: usize,
+    w: usize,
+) {
+    let what = "weighted_rows_group";
+    assert!(
+        w > 0 && out.is_multiple_of(w),
+        "{what}: out is not rows of w"
+    );
+    check_group(what, a, lda, len, out / w, v, stride, 0, w, out, w);
+}
+
 /// An element of a K/V cache: `f32`, or the bits of an IEEE half float
 /// (`u16`, an f16 cache). Every kernel widens it to f32 exactly and then
 /// runs the same operations in the same order, so an f16 cache's results
@@ -372,24 +412,7 @@ pub fn scores_transposed_group_on<E: KvElem>(
     sc: &mut [f32],
     ld: usize,
 ) {
-    assert!(
-        d > 0 && q.len().is_multiple_of(d),
-        "scores_transposed_group: q is not rows of d"
-    );
-    let rows = q.len() / d;
-    check_group(
-        "scores_transposed_group",
-        q,
-        d,
-        d,
-        rows,
-        kt,
-        stride,
-        start,
-        n,
-        sc.len(),
-        ld,
-    );
+    check_scores_group(q, d, kt, stride, start, n, sc.len(), ld);
     assert!(isa.is_available(), "{isa:?} is not available on this CPU");
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -423,24 +446,7 @@ pub fn scores_transposed_group_ref<E: KvElem>(
     sc: &mut [f32],
     ld: usize,
 ) {
-    assert!(
-        d > 0 && q.len().is_multiple_of(d),
-        "scores_transposed_group: q is not rows of d"
-    );
-    let rows = q.len() / d;
-    check_group(
-        "scores_transposed_group",
-        q,
-        d,
-        d,
-        rows,
-        kt,
-        stride,
-        start,
-        n,
-        sc.len(),
-        ld,
-    );
+    check_scores_group(q, d, kt, stride, start, n, sc.len(), ld);
     for (i, q) in q.chunks_exact(d).enumerate() {
         scores_transposed_ref(q, scale, kt, stride, start, &mut sc[i * ld..i * ld + n]);
     }
@@ -481,24 +487,7 @@ pub fn weighted_rows_group_on<E: KvElem>(
     out: &mut [f32],
     w: usize,
 ) {
-    assert!(
-        w > 0 && out.len().is_multiple_of(w),
-        "weighted_rows_group: out is not rows of w"
-    );
-    let rows = out.len() / w;
-    check_group(
-        "weighted_rows_group",
-        a,
-        lda,
-        len,
-        rows,
-        v,
-        stride,
-        0,
-        w,
-        out.len(),
-        w,
-    );
+    check_weighted_group(a, lda, len, v, stride, out.len(), w);
     assert!(isa.is_available(), "{isa:?} is not available on this CPU");
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -525,24 +514,7 @@ pub fn weighted_rows_group_ref<E: KvElem>(
     out: &mut [f32],
     w: usize,
 ) {
-    assert!(
-        w > 0 && out.len().is_multiple_of(w),
-        "weighted_rows_group: out is not rows of w"
-    );
-    let rows = out.len() / w;
-    check_group(
-        "weighted_rows_group",
-        a,
-        lda,
-        len,
-        rows,
-        v,
-        stride,
-        0,
-        w,
-        out.len(),
-        w,
-    );
+    check_weighted_group(a, lda, len, v, stride, out.len(), w);
     for (i, o) in out.chunks_exact_mut(w).enumerate() {
         weighted_rows_ref(&a[i * lda..i * lda + len], v, stride, o);
     }
