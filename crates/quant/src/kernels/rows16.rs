@@ -550,12 +550,18 @@ fn run_groups(
             }
             let valid = R.min(rows - g * R);
             for (v, a) in acc[..nv].iter().enumerate() {
-                for (i, &val) in a.iter().enumerate().take(valid) {
-                    // SAFETY: v0 + v < n and g * 16 + i < rows <= stride:
-                    // inside the caller's [n][stride] output; this task owns
-                    // group g.
-                    unsafe { *out.add((v0 + v) * stride + g * R + i) = val };
-                }
+                // SAFETY: v0 + v < n and g * 16 + valid <= rows <= stride:
+                // inside the caller's [n][stride] output; this task owns
+                // group g, and `acc` is not part of it.
+                unsafe {
+                    let o = out.add((v0 + v) * stride + g * R);
+                    if valid == R {
+                        // One full line: a fixed-size copy, not a call.
+                        o.cast::<[f32; R]>().write_unaligned(*a);
+                    } else {
+                        std::ptr::copy_nonoverlapping(a.as_ptr(), o, valid);
+                    }
+                };
             }
         }
         v0 += nv;

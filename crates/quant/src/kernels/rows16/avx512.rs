@@ -15,6 +15,10 @@ trait Dec: Sized {
     const SUB16: bool;
     /// Whether the kind has mins (asymmetric).
     const ASYM: bool;
+    /// Whether a ggml block is one 32-element block (its activation scale
+    /// is then applied every block: the tile keeps its accumulators in
+    /// registers).
+    const ONE: bool;
     /// The decoder of the group-block `off` bytes further on.
     fn at(&self, off: usize) -> Self;
     /// The group-block's first byte (null for the stage).
@@ -80,6 +84,7 @@ struct Q8_0(*const u8);
 impl Dec for Q8_0 {
     const SUB16: bool = false;
     const ASYM: bool = false;
+    const ONE: bool = true;
     fn at(&self, off: usize) -> Self {
         Q8_0(self.0.wrapping_add(off))
     }
@@ -110,6 +115,7 @@ struct Q4_0<const MIN: bool>(*const u8);
 impl<const MIN: bool> Dec for Q4_0<MIN> {
     const SUB16: bool = false;
     const ASYM: bool = MIN;
+    const ONE: bool = true;
     fn at(&self, off: usize) -> Self {
         Q4_0(self.0.wrapping_add(off))
     }
@@ -139,6 +145,7 @@ struct Q4K(*const u8, bool);
 impl Dec for Q4K {
     const SUB16: bool = false;
     const ASYM: bool = true;
+    const ONE: bool = false;
     fn at(&self, off: usize) -> Self {
         Q4K(self.0.wrapping_add(off), self.1)
     }
@@ -229,6 +236,7 @@ struct Q6K(*const u8);
 impl Dec for Q6K {
     const SUB16: bool = true;
     const ASYM: bool = false;
+    const ONE: bool = false;
     fn at(&self, off: usize) -> Self {
         Q6K(self.0.wrapping_add(off))
     }
@@ -295,6 +303,7 @@ struct Q5<const MIN: bool>(*const u8);
 impl<const MIN: bool> Dec for Q5<MIN> {
     const SUB16: bool = false;
     const ASYM: bool = MIN;
+    const ONE: bool = true;
     fn at(&self, off: usize) -> Self {
         Q5(self.0.wrapping_add(off))
     }
@@ -339,6 +348,7 @@ struct Q3K(*const u8);
 impl Dec for Q3K {
     const SUB16: bool = true;
     const ASYM: bool = false;
+    const ONE: bool = false;
     fn at(&self, off: usize) -> Self {
         Q3K(self.0.wrapping_add(off))
     }
@@ -401,6 +411,7 @@ struct Q2K(*const u8);
 impl Dec for Q2K {
     const SUB16: bool = true;
     const ASYM: bool = true;
+    const ONE: bool = false;
     fn at(&self, off: usize) -> Self {
         Q2K(self.0.wrapping_add(off))
     }
@@ -468,6 +479,7 @@ struct Iq4Nl(*const u8);
 impl Dec for Iq4Nl {
     const SUB16: bool = false;
     const ASYM: bool = false;
+    const ONE: bool = true;
     fn at(&self, off: usize) -> Self {
         Iq4Nl(self.0.wrapping_add(off))
     }
@@ -491,6 +503,7 @@ struct Iq4Xs(*const u8);
 impl Dec for Iq4Xs {
     const SUB16: bool = false;
     const ASYM: bool = false;
+    const ONE: bool = false;
     fn at(&self, off: usize) -> Self {
         Iq4Xs(self.0.wrapping_add(off))
     }
@@ -533,6 +546,7 @@ struct Mxfp4(*const u8);
 impl Dec for Mxfp4 {
     const SUB16: bool = false;
     const ASYM: bool = false;
+    const ONE: bool = true;
     fn at(&self, off: usize) -> Self {
         Mxfp4(self.0.wrapping_add(off))
     }
@@ -561,10 +575,11 @@ impl Dec for Mxfp4 {
 /// The stage as a decoder (types without a SIMD decoder, and prefill,
 /// which decodes once per group-block for many vectors): one group-block,
 /// its scales already in the stage.
-struct Staged<const S16: bool, const A: bool>(*const Stage);
-impl<const S16: bool, const A: bool> Dec for Staged<S16, A> {
+struct Staged<const S16: bool, const A: bool, const O: bool>(*const Stage);
+impl<const S16: bool, const A: bool, const O: bool> Dec for Staged<S16, A, O> {
     const SUB16: bool = S16;
     const ASYM: bool = A;
+    const ONE: bool = O;
     fn at(&self, _off: usize) -> Self {
         Staged(self.0)
     }
@@ -736,11 +751,13 @@ unsafe fn staged_tiles(
 ) {
     // SAFETY: per this fn's contract.
     unsafe {
-        match (k.sub, k.asym) {
-            (16, false) => tiles(k, &Staged::<true, false>(st), st, 1, p, bs, a, n),
-            (16, true) => tiles(k, &Staged::<true, true>(st), st, 1, p, bs, a, n),
-            (_, false) => tiles(k, &Staged::<false, false>(st), st, 1, p, bs, a, n),
-            (_, true) => tiles(k, &Staged::<false, true>(st), st, 1, p, bs, a, n),
+        match (k.sub, k.asym, k.blocks() == 1) {
+            (16, false, _) => tiles(k, &Staged::<true, false, false>(st), st, 1, p, bs, a, n),
+            (16, true, _) => tiles(k, &Staged::<true, true, false>(st), st, 1, p, bs, a, n),
+            (_, false, false) => tiles(k, &Staged::<false, false, false>(st), st, 1, p, bs, a, n),
+            (_, false, true) => tiles(k, &Staged::<false, false, true>(st), st, 1, p, bs, a, n),
+            (_, true, false) => tiles(k, &Staged::<false, true, false>(st), st, 1, p, bs, a, n),
+            (_, true, true) => tiles(k, &Staged::<false, true, true>(st), st, 1, p, bs, a, n),
         }
     }
 }
@@ -811,6 +828,16 @@ unsafe fn bf(p: *const u32, i: usize) -> __m512 {
 
 /// `N` vectors over one stage: the canonical formula per (row lane, vector).
 ///
+/// The integer sums of the `N` vectors are advanced together, one code word
+/// at a time (`j` outer, vectors inner): consecutive `vpdpbusd`s belong to
+/// different chains, so the scheduler always has ready ones without a deep
+/// window (vector-major order, each vector's 8-long chain in turn, ran the
+/// tile at ~60 % of the `vpdpbusd` rate). Integer sums are exact, so the
+/// order does not change the bits. The accumulators of kinds with 256-element
+/// ggml blocks stay in memory and take each ggml block's `fma(D_B, t, acc)`
+/// there, leaving the registers to the sums; one-block kinds (`D::ONE`),
+/// which take it every 32 elements, keep them in registers.
+///
 /// # Safety
 /// As [`dot`], for `N` vectors at `p` (block stride `bs`) and accumulators at `a`.
 #[inline(always)]
@@ -826,9 +853,12 @@ unsafe fn tile<const N: usize, D: Dec>(
     // SAFETY: every read is inside the stage or the vectors' prep words for
     // blocks 0..k.blocks(); accumulators are N valid entries.
     unsafe {
-        let mut acc = [_mm512_setzero_ps(); N];
-        for (i, x) in acc.iter_mut().enumerate() {
-            *x = _mm512_loadu_ps((*a.add(i)).as_ptr());
+        // One-block kinds: the accumulators in registers across the call.
+        let mut accr = [_mm512_setzero_ps(); N];
+        if D::ONE {
+            for (v, x) in accr.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps((*a.add(v)).as_ptr());
+            }
         }
         for g in 0..ngb {
             let d = d0.at(g * k.group_block());
@@ -848,75 +878,74 @@ unsafe fn tile<const N: usize, D: Dec>(
                     prefetch_l2(d.ptr().wrapping_add(PF_BYTES + from), len);
                 }
                 let c = d.block(kb);
+                let q = |v: usize| p.add(v * PREP + kb * bs);
+                // Per vector: the first half's (or the whole block's) sum
+                // and the second half's (SUB16). Asymmetric kinds have OFF
+                // 0: their sums start at zero.
+                let mut i0 = [_mm512_setzero_si512(); N];
+                let mut i1 = [_mm512_setzero_si512(); N];
+                if !D::ASYM {
+                    for v in 0..N {
+                        i0[v] = bi(q(v), 9);
+                        if D::SUB16 {
+                            i1[v] = bi(q(v), 10);
+                        }
+                    }
+                }
                 if D::SUB16 {
+                    for j in 0..4 {
+                        for v in 0..N {
+                            i0[v] = _mm512_dpbusd_epi32(i0[v], c[j], bi(q(v), j));
+                            i1[v] = _mm512_dpbusd_epi32(i1[v], c[j + 4], bi(q(v), j + 4));
+                        }
+                    }
                     let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
                     let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
-                    let (m0, m1) = if D::ASYM {
-                        (
-                            _mm512_loadu_ps(st.mins[2 * kb].as_ptr()),
-                            _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr()),
-                        )
-                    } else {
-                        (_mm512_setzero_ps(), _mm512_setzero_ps())
-                    };
-                    for (v, x) in t.iter_mut().enumerate() {
-                        let q = p.add(v * PREP + kb * bs);
-                        // Asymmetric kinds have OFF 0: their sums start at zero.
-                        let mut i0 = if D::ASYM {
-                            _mm512_setzero_si512()
-                        } else {
-                            bi(q, 9)
-                        };
-                        let mut i1 = if D::ASYM {
-                            _mm512_setzero_si512()
-                        } else {
-                            bi(q, 10)
-                        };
-                        for j in 0..4 {
-                            i0 = _mm512_dpbusd_epi32(i0, c[j], bi(q, j));
-                            i1 = _mm512_dpbusd_epi32(i1, c[j + 4], bi(q, j + 4));
-                        }
-                        *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(i0), *x);
+                    for v in 0..N {
+                        let x = &mut t[v];
+                        *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(i0[v]), *x);
                         if D::ASYM {
-                            *x = _mm512_fmadd_ps(m0, bf(q, 11), *x);
+                            let m0 = _mm512_loadu_ps(st.mins[2 * kb].as_ptr());
+                            *x = _mm512_fmadd_ps(m0, bf(q(v), 11), *x);
                         }
-                        *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(i1), *x);
+                        *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(i1[v]), *x);
                         if D::ASYM {
-                            *x = _mm512_fmadd_ps(m1, bf(q, 12), *x);
+                            let m1 = _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr());
+                            *x = _mm512_fmadd_ps(m1, bf(q(v), 12), *x);
                         }
                     }
                 } else {
-                    let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
-                    let m = if D::ASYM {
-                        _mm512_loadu_ps(st.mins[kb].as_ptr())
-                    } else {
-                        _mm512_setzero_ps()
-                    };
-                    for (v, x) in t.iter_mut().enumerate() {
-                        let q = p.add(v * PREP + kb * bs);
-                        // Asymmetric kinds have OFF 0: their sums start at zero.
-                        let mut i0 = if D::ASYM {
-                            _mm512_setzero_si512()
-                        } else {
-                            bi(q, 9)
-                        };
-                        for (j, cj) in c.iter().enumerate() {
-                            i0 = _mm512_dpbusd_epi32(i0, *cj, bi(q, j));
+                    for (j, cj) in c.iter().enumerate() {
+                        for v in 0..N {
+                            i0[v] = _mm512_dpbusd_epi32(i0[v], *cj, bi(q(v), j));
                         }
-                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i0), *x);
+                    }
+                    let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
+                    for v in 0..N {
+                        let x = &mut t[v];
+                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i0[v]), *x);
                         if D::ASYM {
-                            *x = _mm512_fmadd_ps(m, bf(q, 11), *x);
+                            let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
+                            *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
                         }
                     }
                 }
             }
             // The block's activation scale, once per ggml block.
-            for (v, (x, t)) in acc.iter_mut().zip(&t).enumerate() {
-                *x = _mm512_fmadd_ps(bf(p, v * PREP + 8), *t, *x);
+            for (v, t) in t.iter().enumerate() {
+                if D::ONE {
+                    accr[v] = _mm512_fmadd_ps(bf(p, v * PREP + 8), *t, accr[v]);
+                } else {
+                    let acc = (*a.add(v)).as_mut_ptr();
+                    let x = _mm512_fmadd_ps(bf(p, v * PREP + 8), *t, _mm512_loadu_ps(acc));
+                    _mm512_storeu_ps(acc, x);
+                }
             }
         }
-        for (i, x) in acc.iter().enumerate() {
-            _mm512_storeu_ps((*a.add(i)).as_mut_ptr(), *x);
+        if D::ONE {
+            for (v, x) in accr.iter().enumerate() {
+                _mm512_storeu_ps((*a.add(v)).as_mut_ptr(), *x);
+            }
         }
     }
 }
