@@ -147,9 +147,18 @@ fn fetch<'a>(inner: &'a Inner, name: &str) -> PyResult<Data<'a>> {
                 Ok(Data::Compute(
                     rows * cols,
                     Box::new(move |out: &mut [f32]| {
-                        out.par_chunks_mut(cols)
+                        // Chunks of whole 16-row groups (the first may be
+                        // shorter when the tensor starts inside one), each
+                        // group decoded once.
+                        const CHUNK: usize = 64;
+                        let head = (CHUNK - row_start % CHUNK) % CHUNK;
+                        let (first, rest) = out.split_at_mut((head.min(rows)) * cols);
+                        view.dequantize_rows(row_start, first);
+                        rest.par_chunks_mut(CHUNK * cols)
                             .enumerate()
-                            .for_each(|(i, o)| view.dequantize_row(row_start + i, o));
+                            .for_each(|(i, o)| {
+                                view.dequantize_rows(row_start + head + i * CHUNK, o)
+                            });
                         Ok(())
                     }),
                 ))

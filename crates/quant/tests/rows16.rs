@@ -309,3 +309,53 @@ fn mixed_type_members_in_one_call_give_each_members_bits() {
         }
     }
 }
+
+/// Bits, with every NaN the same (its sign and payload depend on which
+/// operand an ISA propagates, not on the formula).
+fn bits_nan_as_one(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|f| if f.is_nan() { u32::MAX } else { f.to_bits() })
+        .collect()
+}
+
+#[test]
+fn whole_row_ranges_dequantize_as_ggml_on_every_isa() {
+    let mut rng = Rng::new(9);
+    for t in TYPES {
+        for &cols in cols_for(t) {
+            for (rows, extreme) in [(1usize, false), (17, false), (40, true)] {
+                let mut src = random_blocks(&mut rng, t, rows, cols);
+                if extreme {
+                    extreme_scales(&mut rng, t, &mut src);
+                }
+                let a = rows16(t, &src, rows, cols);
+                let v = NativeView::parse(a.bytes()).unwrap();
+                let row_bytes = src.len() / rows;
+                let mut want = vec![0f32; rows * cols];
+                for (r, w) in want.chunks_exact_mut(cols).enumerate() {
+                    dequantize_ggml(t, &src[r * row_bytes..(r + 1) * row_bytes], w).unwrap();
+                }
+                for isa in Isa::available() {
+                    // Whole groups, a range starting and ending inside
+                    // groups, one row, none.
+                    let ranges = [
+                        (0, rows),
+                        (rows / 3, rows - rows / 4),
+                        (rows - 1, rows),
+                        (0, 0),
+                    ];
+                    for (r0, r1) in ranges {
+                        let mut got = vec![f32::NAN; (r1 - r0) * cols];
+                        v.dequantize_rows_on(isa, r0, &mut got);
+                        assert_eq!(
+                            bits_nan_as_one(&got),
+                            bits_nan_as_one(&want[r0 * cols..r1 * cols]),
+                            "{t} {rows}x{cols} rows {r0}..{r1} on {}",
+                            isa.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

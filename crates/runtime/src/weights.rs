@@ -207,9 +207,7 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             crate::matrix::check_view_decodable(name, view)?;
             let cols = view.cols();
             let mut out = vec![0f32; cols * rows];
-            for (i, o) in out.chunks_exact_mut(cols).enumerate() {
-                view.dequantize_row(row_start + i, o);
-            }
+            view.dequantize_rows(*row_start, &mut out);
             let _ = what;
             Ok(out)
         }

@@ -743,3 +743,71 @@ pub fn stage_all(isa: Isa, w: &NativeView) -> u32 {
     }
     sum
 }
+
+/// Rows `r0 ..` of a Rows16 view dequantized into `out` (row-major,
+/// `out.len() / cols` rows), bit-identical to
+/// [`NativeView::dequantize_row`] (ggml's dequantization): each group-block
+/// is decoded once into the stage on `isa` — no gather of each row's block
+/// — and every value formed as ggml forms it from the stage's split: `s_h ·
+/// w` (symmetric kinds, `w = u - OFF`), `s_h · u + m_h` (asymmetric, `m_h`
+/// the negated min), a rounded product then a rounded add.
+///
+/// # Panics
+/// If `w` is not a Rows16 view with a kernel, `out.len()` is not a multiple
+/// of the columns, or the rows run past the view.
+pub(crate) fn dequantize_rows(isa: Isa, w: &NativeView, r0: usize, out: &mut [f32]) {
+    let k = kind_of(w);
+    let cols = w.cols();
+    assert!(
+        cols > 0 && out.len().is_multiple_of(cols),
+        "out must hold whole rows"
+    );
+    let r1 = r0 + out.len() / cols;
+    assert!(
+        r1 <= w.rows(),
+        "rows {r0}..{r1} out of range ({} rows)",
+        w.rows()
+    );
+    let mut st = STAGE
+        .with(|s| s.borrow_mut().take())
+        .unwrap_or_else(Stage::new);
+    let (gs, nbg, per) = (w.rows16_group_bytes(), cols / k.qk, QA / k.sub);
+    let mut g = r0 / R;
+    while g * R < r1 {
+        let (i0, i1) = (r0.max(g * R) - g * R, (r1 - g * R).min(R));
+        for b in 0..nbg {
+            let gb = &w.codes()[g * gs + b * k.group_block()..][..k.group_block()];
+            stage(isa, &k, gb, &mut st, std::ptr::null());
+            for i in i0..i1 {
+                let row = (g * R + i - r0) * cols + b * k.qk;
+                for (kb, ob) in out[row..row + k.qk].chunks_exact_mut(QA).enumerate() {
+                    // Row i's 32 codes of this block, out of the words.
+                    let mut c = [0u8; QA];
+                    for (j, cj) in c.chunks_exact_mut(4).enumerate() {
+                        cj.copy_from_slice(&st.codes[kb][j * R * 4 + i * 4..][..4]);
+                    }
+                    for (hh, (o, c)) in ob
+                        .chunks_exact_mut(k.sub)
+                        .zip(c.chunks_exact(k.sub))
+                        .enumerate()
+                    {
+                        let h = kb * per + hh;
+                        let s = st.scales[h][i];
+                        if k.asym {
+                            let m = st.mins[h][i];
+                            for (o, &u) in o.iter_mut().zip(c) {
+                                *o = s * f32::from(u) + m;
+                            }
+                        } else {
+                            for (o, &u) in o.iter_mut().zip(c) {
+                                *o = s * (i32::from(u) - k.off) as f32;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        g += 1;
+    }
+    STAGE.with(|s| *s.borrow_mut() = Some(st));
+}

@@ -885,30 +885,29 @@ unsafe fn tile<const N: usize, D: Dec>(
                 let mut i0 = [_mm512_setzero_si512(); N];
                 let mut i1 = [_mm512_setzero_si512(); N];
                 if !D::ASYM {
-                    for v in 0..N {
-                        i0[v] = bi(q(v), 9);
+                    for (v, (a, b)) in i0.iter_mut().zip(&mut i1).enumerate() {
+                        *a = bi(q(v), 9);
                         if D::SUB16 {
-                            i1[v] = bi(q(v), 10);
+                            *b = bi(q(v), 10);
                         }
                     }
                 }
                 if D::SUB16 {
                     for j in 0..4 {
-                        for v in 0..N {
-                            i0[v] = _mm512_dpbusd_epi32(i0[v], c[j], bi(q(v), j));
-                            i1[v] = _mm512_dpbusd_epi32(i1[v], c[j + 4], bi(q(v), j + 4));
+                        for (v, (a, b)) in i0.iter_mut().zip(&mut i1).enumerate() {
+                            *a = _mm512_dpbusd_epi32(*a, c[j], bi(q(v), j));
+                            *b = _mm512_dpbusd_epi32(*b, c[j + 4], bi(q(v), j + 4));
                         }
                     }
                     let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
                     let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
-                    for v in 0..N {
-                        let x = &mut t[v];
-                        *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(i0[v]), *x);
+                    for (v, ((x, a), b)) in t.iter_mut().zip(&i0).zip(&i1).enumerate() {
+                        *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(*a), *x);
                         if D::ASYM {
                             let m0 = _mm512_loadu_ps(st.mins[2 * kb].as_ptr());
                             *x = _mm512_fmadd_ps(m0, bf(q(v), 11), *x);
                         }
-                        *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(i1[v]), *x);
+                        *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(*b), *x);
                         if D::ASYM {
                             let m1 = _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr());
                             *x = _mm512_fmadd_ps(m1, bf(q(v), 12), *x);
@@ -916,14 +915,13 @@ unsafe fn tile<const N: usize, D: Dec>(
                     }
                 } else {
                     for (j, cj) in c.iter().enumerate() {
-                        for v in 0..N {
-                            i0[v] = _mm512_dpbusd_epi32(i0[v], *cj, bi(q(v), j));
+                        for (v, a) in i0.iter_mut().enumerate() {
+                            *a = _mm512_dpbusd_epi32(*a, *cj, bi(q(v), j));
                         }
                     }
                     let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
-                    for v in 0..N {
-                        let x = &mut t[v];
-                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i0[v]), *x);
+                    for (v, (x, a)) in t.iter_mut().zip(&i0).enumerate() {
+                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(*a), *x);
                         if D::ASYM {
                             let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
                             *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
