@@ -26,9 +26,13 @@ use gpack_quant::NativeView;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// What an export wrote.
-#[derive(Debug, Clone)]
+/// What an export wrote: `gpack export --json`'s report (schema
+/// `gpack.export.v1`, serialized as it is) and `gpack.export`'s dict in
+/// Python.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ExportReport {
+    /// `"gpack.export.v1"`.
+    pub schema: &'static str,
     /// The GGUF.
     pub output: PathBuf,
     /// Its size.
@@ -38,7 +42,10 @@ pub struct ExportReport {
     /// Tensors.
     pub tensors: usize,
     /// Tensors written as F32 because their layout has no ggml type.
+    #[serde(rename = "dequantized_to_f32")]
     pub dequantized: Vec<String>,
+    /// Wall time of the export.
+    pub seconds: f64,
 }
 
 /// How one tensor is written.
@@ -67,17 +74,27 @@ enum Plan<'a> {
 }
 
 /// Writes `gpack`'s tensors and metadata to the GGUF `out` (replacing an
-/// existing file only with `force`). `progress` gets byte counts.
+/// existing file only with `force`: without it an existing `out` is refused
+/// before `gpack` is read). `progress` gets byte counts.
 pub fn export(
     gpack: &Path,
     out: &Path,
     force: bool,
     progress: &dyn Fn(u64),
 ) -> Result<ExportReport> {
+    let start = std::time::Instant::now();
     let fail = |problem: String| Error::Export {
         file: gpack.to_path_buf(),
         problem,
     };
+    if !force && out.exists() {
+        return Err(fail(
+            gpack_format::Error::DestinationExists {
+                path: out.to_path_buf(),
+            }
+            .to_string(),
+        ));
+    }
     let g = gpack_format::Gpack::open(gpack)?;
     let w = GpackWeights::from_gpack_lazy(g)?;
     let g = w.gpack();
@@ -235,11 +252,13 @@ pub fn export(
         .len();
     file.commit()?;
     Ok(ExportReport {
+        schema: "gpack.export.v1",
         output: out.to_path_buf(),
         size,
         metadata_keys: md.len(),
         tensors: headers.len(),
         dequantized,
+        seconds: start.elapsed().as_secs_f64(),
     })
 }
 

@@ -36,33 +36,17 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    if a.output.exists() && !a.force {
-        anyhow::bail!(
-            "{} already exists (pass --force to replace it)",
-            a.output.display()
-        );
-    }
-    let start = std::time::Instant::now();
     let total = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
     let pb = bytes_bar(total, "export", !a.json && total > 64 << 20);
     let rep = gpack_runtime::export::export(&a.file, &a.output, a.force, &|n| pb.inc(n))
         .with_context(|| format!("exporting {} to {}", a.file.display(), a.output.display()));
     pb.finish_and_clear();
     let rep = rep?;
-    let secs = start.elapsed().as_secs_f64();
     if a.json {
-        super::print_json(&serde_json::json!({
-            "schema": "gpack.export.v1",
-            "output": rep.output,
-            "size": rep.size,
-            "metadata_keys": rep.metadata_keys,
-            "tensors": rep.tensors,
-            "dequantized_to_f32": rep.dequantized,
-            "seconds": secs,
-        }))?;
+        super::print_json(&serde_json::to_value(&rep)?)?;
     } else {
         println!(
-            "wrote {} ({} bytes, {} tensors, {} metadata keys{}) in {secs:.2} s",
+            "wrote {} ({} bytes, {} tensors, {} metadata keys{}) in {:.2} s",
             rep.output.display(),
             rep.size,
             rep.tensors,
@@ -71,7 +55,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 String::new()
             } else {
                 format!(", {} written as F32", rep.dequantized.len())
-            }
+            },
+            rep.seconds
         );
     }
     Ok(ExitCode::SUCCESS)
