@@ -6,8 +6,9 @@
 //! iterators their Python shape. Everything that computes lives in the other
 //! crates of the workspace: reading and verifying (gpack-format), tensor
 //! views and dequantization (gpack-runtime's `GpackWeights`, gpack-quant),
-//! tokenizers and chat templates (gpack-tokenizer), generation (gpack-runtime)
-//! and opening any model file (gpack-server's `Loaded`, as `gpack run` does).
+//! tokenizers and chat templates (gpack-tokenizer), generation (gpack-runtime),
+//! opening any model file (gpack-server's `Loaded`, as `gpack run` does),
+//! conversion (gpack-convert) and export to GGUF (gpack-runtime's `export`).
 //!
 //! No `unsafe` here: views of the mapping are handed to NumPy as an address
 //! plus the object that keeps the mapping alive (NumPy keeps that object as
@@ -22,6 +23,7 @@ use pyo3::prelude::*;
 
 mod array;
 mod convert;
+mod export;
 mod file;
 mod model;
 mod tok;
@@ -69,6 +71,7 @@ fn _gpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::Model>()?;
     m.add_class::<model::Stream>()?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(export::export, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

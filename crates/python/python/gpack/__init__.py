@@ -1,4 +1,4 @@
-"""gpack from Python: open a .gpack zero-copy, tokenize, generate, convert.
+"""gpack from Python: open a .gpack zero-copy, tokenize, generate, convert, export.
 
 >>> import gpack
 >>> with gpack.open("smollm2.gpack") as f:             # quick check (< 1 ms)
@@ -10,15 +10,17 @@
 >>> m.generate("The capital of France is", max_tokens=16)
 >>> for piece in m.generate("Once upon a time", stream=True): print(piece, end="")
 >>> m.create_chat_completion([{"role": "user", "content": "Hi"}])["choices"][0]["message"]
+>>> gpack.convert("smollm2.gguf", "smollm2.gpack")      # `gpack convert`'s JSON report as a dict
+>>> gpack.export("smollm2.gpack", "back.gguf")          # `gpack export`'s JSON report as a dict
 
 Every error from the Rust side is raised as :class:`GpackError` with its
 message (a damaged section is named). See the stubs (``__init__.pyi``) for
 every signature.
 """
 
-from ._gpack import GpackError, File, Tokenizer, Model, Stream, convert, __version__
+from ._gpack import GpackError, File, Tokenizer, Model, Stream, convert, export, __version__
 
-__all__ = ["GpackError", "File", "Tokenizer", "Model", "Stream", "open", "convert", "__version__"]
+__all__ = ["GpackError", "File", "Tokenizer", "Model", "Stream", "open", "convert", "export", "__version__"]
 
 
 def open(path, verify="quick"):  # noqa: A001 - the package's entry point, as io.open

@@ -206,3 +206,25 @@ def convert(
     draft: Optional[_Path] = None,
 ) -> Dict[str, Any]:
     """`gpack convert` as a function; returns its JSON report as a dict."""
+
+def export(src: _Path, out: _Path, *, force: bool = False) -> Dict[str, Any]:
+    """`gpack export` as a function: the .gpack `src` back to the GGUF `out`.
+
+    Every metadata key of the source comes back in its order with its value;
+    tensors stored exactly are written in their ggml type, byte for byte, so a
+    .gpack converted with ``quant="keep"`` gives back every source tensor bit
+    for bit (in name order). Tensors whose layout has no ggml type (the
+    int8/int4 transcodes of ``quant="int8"|"int4"``) are written as F32
+    values, the ones gpack computes from them. MoE models are not exported
+    yet. ``out`` is written through a temporary file and renamed into place
+    (nothing is left at ``out`` on failure); an existing ``out`` is replaced
+    only with ``force=True``, else :class:`GpackError` is raised ("already
+    exists") before ``src`` is read. Runs without holding the GIL.
+
+    Returns ``gpack export --json``'s report as a dict: ``schema``
+    (``"gpack.export.v1"``), ``output``, ``size`` (bytes), ``metadata_keys``,
+    ``tensors`` (counts), ``dequantized_to_f32`` (names of the tensors written
+    as F32) and ``seconds``. Errors (a missing or corrupt ``src``, an
+    unsupported model) are :class:`GpackError` with the Rust message, which
+    names ``src`` and ``out``.
+    """
