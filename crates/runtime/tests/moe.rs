@@ -211,7 +211,18 @@ fn corrupted_or_resized_external_shard_is_refused() {
         let m = load(&w, mode);
         let mut s = m.new_state(16);
         let e = m.forward(&mut s, &[1, 2, 3], Logits::Last).unwrap_err();
-        let msg = e.to_string();
+        let msg = gpack_format::error_chain(&e);
+        assert!(
+            matches!(
+                &e,
+                gpack_runtime::Error::ExpertSlice {
+                    layer: 0,
+                    problem: gpack_runtime::ExpertSliceProblem::Digest,
+                    ..
+                }
+            ),
+            "{mode:?}: {e:?}"
+        );
         assert!(
             msg.contains("layer 0")
                 && msg.contains("SHA-256")
