@@ -124,12 +124,13 @@ pub enum Error {
         source: gpack_quant::Error,
     },
     /// `gpack export` cannot write a tensor or the file as asked.
-    #[error("exporting {file} to GGUF: {problem}")]
+    #[error("exporting {} to GGUF", file.display())]
     Export {
         /// The .gpack.
         file: std::path::PathBuf,
         /// What is wrong.
-        problem: String,
+        #[source]
+        problem: ExportProblem,
     },
     /// The tokenizer failed to load.
     #[error("tokenizer")]
@@ -379,6 +380,63 @@ pub enum ExpertSliceProblem {
     UnknownType {
         /// The type id.
         ty: u32,
+    },
+}
+
+/// Why `gpack export` cannot write the GGUF (the [`Error::Export`] source).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportProblem {
+    /// The .gpack has no metadata to write.
+    #[error("no MetadataKv section (not converted from a GGUF-like source)")]
+    NoMetadata,
+    /// A metadata value that does not decode.
+    #[error("metadata key {key}")]
+    MetadataValue {
+        /// The key.
+        key: String,
+        /// Why (boxed: it would double the size of every `Result` here).
+        #[source]
+        source: Box<gpack_ingest::Error>,
+    },
+    /// A stacked routed expert tensor (MoE export is not implemented).
+    #[error(
+        "tensor {tensor} is a stacked routed expert (MoE); exporting MoE models is not \
+         supported yet"
+    )]
+    StackedExperts {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// A tensor's rows run past its native tensor's codes.
+    #[error("tensor {tensor}: rows {start}..+{rows} outside its codes")]
+    RowsOutsideCodes {
+        /// Tensor name.
+        tensor: String,
+        /// First row.
+        start: usize,
+        /// Rows.
+        rows: usize,
+    },
+    /// Writing a tensor's data failed.
+    #[error("writing tensor {tensor}")]
+    TensorData {
+        /// Tensor name.
+        tensor: String,
+        /// Why (boxed: it would double the size of every `Result` here).
+        #[source]
+        source: Box<gpack_ingest::Error>,
+    },
+    /// Writing or examining the output failed.
+    #[error("{op} {}", path.display())]
+    Io {
+        /// "writing" or "stat".
+        op: &'static str,
+        /// The temporary output file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
     },
 }
 

@@ -245,6 +245,30 @@ fn corrupted_or_resized_external_shard_is_refused() {
     );
 }
 
+/// `gpack export` of a MoE .gpack is refused naming the first stacked
+/// expert tensor (exporting MoE models is not implemented), and leaves no
+/// output.
+#[test]
+fn exporting_a_moe_gpack_is_refused_by_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, emb, _) = gpacks(dir.path(), "qwen3moe", "q8_0");
+    let out = dir.path().join("out.gguf");
+    let e = gpack_runtime::export::export(&emb, &out, false, &|_| {}).unwrap_err();
+    match &e {
+        gpack_runtime::Error::Export {
+            file,
+            problem: gpack_runtime::ExportProblem::StackedExperts { tensor },
+        } => assert!(*file == emb && tensor.ends_with("_exps.weight"), "{e:?}"),
+        e => panic!("{e:?}"),
+    }
+    let chain = gpack_format::error_chain(&e);
+    assert!(
+        chain.contains("exporting MoE models is not supported yet"),
+        "{chain}"
+    );
+    assert!(!out.exists());
+}
+
 /// Greedy tokens and last logits of the q8_0 MoE files against transformers
 /// and llama.cpp (`llamacpp_check.json`), printed; the limits are in
 /// fixtures.rs `tiny_q8_0_no_worse_than_llamacpp`.
