@@ -43,12 +43,310 @@ pub enum Error {
         /// Tensor name.
         tensor: String,
         /// What is wrong.
-        problem: String,
+        problem: TensorProblem,
     },
-    /// An option does not apply to this source.
-    #[error("{0}")]
-    Option(String),
+    /// The layer count in the metadata is more than gpack accepts.
+    #[error("metadata {key} is {n_layers} layers, more than the {max} gpack accepts")]
+    LayerCount {
+        /// The key (`<arch>.block_count`).
+        key: String,
+        /// Its value.
+        n_layers: u32,
+        /// [`gpack_ingest::MAX_LAYERS`].
+        max: u32,
+    },
+    /// An option does not apply to this source (or to the other options).
+    #[error(transparent)]
+    Option(#[from] OptionProblem),
     /// The output exists and `--force` was not given.
     #[error("{0} already exists (pass --force to replace it)")]
     OutputExists(PathBuf),
+}
+
+/// What is wrong with one tensor of the source: matchable, each variant
+/// carrying the values its message names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TensorProblem {
+    /// `--external-experts`: one expert's rows do not end on a block
+    /// boundary, so the slice cannot be referenced in place.
+    #[error("an expert slice of {elements} elements is not whole {ty} blocks")]
+    ExpertSliceNotWholeBlocks {
+        /// Elements of one expert (rows × cols).
+        elements: u64,
+        /// The ggml type.
+        ty: &'static str,
+    },
+    /// The expert count (the third dimension) does not fit in a u32.
+    #[error("{count} experts, more than a u32 holds")]
+    TooManyExperts {
+        /// The tensor's third dimension.
+        count: u64,
+    },
+    /// An expert tensor's layer number (from its name) is past the cap.
+    #[error("layer {layer} is beyond the {max} layers gpack accepts")]
+    LayerBeyondMax {
+        /// The layer in the name.
+        layer: u32,
+        /// [`gpack_ingest::MAX_LAYERS`].
+        max: u32,
+    },
+    /// Expert tensors disagree on the number of experts.
+    #[error("has {found} experts, others have {others}")]
+    ExpertCountMismatch {
+        /// This tensor's count.
+        found: u64,
+        /// The first expert tensor's count.
+        others: u32,
+    },
+    /// Two tensors are the same part of the same layer's experts.
+    #[error("duplicate expert tensor: layer {layer} {part} is already {other}")]
+    DuplicateExpertTensor {
+        /// Layer.
+        layer: u32,
+        /// "gate", "up" or "down".
+        part: &'static str,
+        /// The tensor seen first.
+        other: String,
+    },
+    /// A tensor the plan stores natively has no layout decision (a bug of
+    /// the plan).
+    #[error("has no native layout")]
+    NoNativeLayout,
+    /// A draft model or module (`--draft`, `--mtp-dir`) has routed experts.
+    #[error(
+        "routed experts in a draft model or module (--draft, --mtp-dir) are not supported: \
+         the Mtp section holds dense tensors"
+    )]
+    DraftExperts,
+}
+
+/// Why the options given cannot be honoured for this source: matchable,
+/// each variant carrying the paths and values its message names.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionProblem {
+    /// `--external-experts` with a safetensors source.
+    #[error(
+        "--external-experts needs a GGUF source: experts are referenced in place, and \
+         safetensors experts are not in GGUF's stacked layout"
+    )]
+    ExternalNeedsGguf,
+    /// `--external-experts` for a model without routed experts.
+    #[error("--external-experts: this model has no routed experts")]
+    ExternalWithoutExperts,
+    /// `--external-experts` with the output elsewhere than the shards.
+    #[error(
+        "--external-experts: the .gpack must be written next to its source shards (in {}), \
+         because expert files are resolved only next to it; got -o {}",
+        shard_dir.display(),
+        output.display()
+    )]
+    ExternalNotBesideShards {
+        /// The shards' directory (canonical when it could be resolved).
+        shard_dir: PathBuf,
+        /// The output asked for.
+        output: PathBuf,
+    },
+    /// `--external-experts`: a shard's file name cannot be recorded.
+    #[error("shard file name {} is not a plain UTF-8 name", shard.display())]
+    ShardFileName {
+        /// The shard.
+        shard: PathBuf,
+    },
+    /// `--draft` and `--mtp-dir` together.
+    #[error("--draft and --mtp-dir both fill the Mtp section: give one")]
+    DraftAndMtpDir,
+    /// The `--mtp-dir` directory cannot be listed.
+    #[error("--mtp-dir {}: cannot list the directory", dir.display())]
+    MtpDirUnreadable {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The draft model or module has no tensors.
+    #[error("{option} {}: no tensors found", path.display())]
+    DraftEmpty {
+        /// "--draft" or "--mtp-dir".
+        option: &'static str,
+        /// What it names.
+        path: PathBuf,
+    },
+    /// `--draft` names something without `general.architecture`.
+    #[error("--draft {}: not a model (no general.architecture)", draft.display())]
+    DraftNotAModel {
+        /// The draft.
+        draft: PathBuf,
+    },
+    /// The model or the draft has no tokenizer to compare.
+    #[error(
+        "--draft {}: the model and the draft must both carry a tokenizer (to check that they \
+         share it)",
+        draft.display()
+    )]
+    DraftWithoutTokenizer {
+        /// The draft.
+        draft: PathBuf,
+    },
+    /// The draft's vocabulary is not the model's.
+    #[error(
+        "--draft {}: its vocabulary differs from the model's at token {id} ({draft_token:?} vs \
+         {model_token:?}): a draft must share its target's tokenizer",
+        draft.display()
+    )]
+    DraftVocabulary {
+        /// The draft.
+        draft: PathBuf,
+        /// The first id whose token differs.
+        id: u32,
+        /// The draft's token text there.
+        draft_token: String,
+        /// The model's token text there.
+        model_token: String,
+    },
+    /// `prequant --target cpu` with another weights format than 12.
+    #[error("--target cpu writes weights format 12 (asked for {asked})")]
+    CpuWeightsVersion {
+        /// The format asked for.
+        asked: u16,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sidecar::{self, prequant, PrequantOptions};
+    use crate::{convert, ConvertOptions};
+    use gpack_format::giw::Target;
+    use gpack_ingest::gguf::{TensorHeader, Writer};
+    use gpack_ingest::{GgmlType, Metadata, Value};
+    use std::path::Path;
+
+    /// `testdata/tiny/<path>`.
+    fn tiny(path: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/tiny")
+            .join(path)
+    }
+
+    fn convert_err(source: PathBuf, out: &Path, f: impl FnOnce(&mut ConvertOptions)) -> Error {
+        let mut opts = ConvertOptions {
+            source,
+            output: out.to_path_buf(),
+            ..Default::default()
+        };
+        f(&mut opts);
+        let e = convert(&opts, &()).unwrap_err();
+        assert!(!out.exists());
+        e
+    }
+
+    /// A MoE GGUF whose two expert tensors of layer 0 disagree on the number
+    /// of experts (4 gates, 2 ups).
+    fn moe_with_mismatched_experts(path: &Path) {
+        let headers: Vec<TensorHeader> = [
+            ("blk.0.ffn_gate_exps.weight", 4),
+            ("blk.0.ffn_up_exps.weight", 2),
+        ]
+        .into_iter()
+        .map(|(name, n_expert)| TensorHeader {
+            name: name.into(),
+            ggml_type: GgmlType::F32,
+            dims: vec![32, 8, n_expert],
+        })
+        .collect();
+        let mut md = Metadata::new();
+        md.insert("general.architecture", Value::String("qwen3moe".into()));
+        md.insert("qwen3moe.block_count", Value::U32(1));
+        let f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+        let mut w = Writer::new(f, &md, &headers).unwrap();
+        for h in &headers {
+            let n = h.dims.iter().product::<u64>() as usize;
+            w.write_tensor_data(&vec![0u8; 4 * n]).unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn tensor_problems_name_the_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.gpack");
+        let src = dir.path().join("moe.gguf");
+        moe_with_mismatched_experts(&src);
+        match convert_err(src, &out, |_| {}) {
+            Error::Tensor {
+                tensor,
+                problem:
+                    TensorProblem::ExpertCountMismatch {
+                        found: 2,
+                        others: 4,
+                    },
+            } if tensor == "blk.0.ffn_up_exps.weight" => {}
+            e => panic!("{e:?}"),
+        }
+        // A MoE model as its own draft.
+        let moe = tiny("qwen3moe/qwen3moe-q8_0.gguf");
+        match convert_err(moe.clone(), &out, |o| o.draft = Some(moe)) {
+            Error::Tensor {
+                tensor,
+                problem: TensorProblem::DraftExperts,
+            } => assert!(tensor.contains("_exps."), "{tensor}"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn option_problems_name_the_option() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.gpack");
+        let llama = tiny("llama/llama-q8_0.gguf");
+        let e = convert_err(llama.clone(), &out, |o| o.external_experts = true);
+        assert!(
+            matches!(e, Error::Option(OptionProblem::ExternalWithoutExperts)),
+            "{e:?}"
+        );
+        let e = convert_err(tiny("llama/hf"), &out, |o| o.external_experts = true);
+        assert!(
+            matches!(e, Error::Option(OptionProblem::ExternalNeedsGguf)),
+            "{e:?}"
+        );
+        let e = convert_err(llama.clone(), &out, |o| {
+            o.draft = Some(tiny("qwen2/qwen2-q8_0.gguf"));
+            o.mtp_dir = Some(tiny("qwen2/hf"));
+        });
+        assert!(
+            matches!(e, Error::Option(OptionProblem::DraftAndMtpDir)),
+            "{e:?}"
+        );
+        // Gemma 3's SentencePiece vocabulary is not llama's byte-level one.
+        let gemma = tiny("gemma3/gemma3-q8_0.gguf");
+        match convert_err(llama.clone(), &out, |o| o.draft = Some(gemma.clone())) {
+            Error::Option(OptionProblem::DraftVocabulary {
+                draft,
+                draft_token,
+                model_token,
+                ..
+            }) => assert!(draft == gemma && draft_token != model_token),
+            e => panic!("{e:?}"),
+        }
+        let e = prequant(
+            &llama,
+            &dir.path().join("out.giw"),
+            &PrequantOptions {
+                target: Target::Cpu,
+                weights_version: Some(13),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                sidecar::Error::Option(OptionProblem::CpuWeightsVersion { asked: 13 })
+            ),
+            "{e:?}"
+        );
+    }
 }

@@ -33,7 +33,7 @@ pub(crate) fn vm_hwm_kb() -> u64 {
         .unwrap()
 }
 
-pub use error::Error;
+pub use error::{Error, OptionProblem, TensorProblem};
 pub use plan::{Fuse, Placement, Plan, PlannedTensor, FUSED_GROUPS};
 pub use policy::Quant;
 pub use write::{

@@ -2,7 +2,7 @@
 //! before anything is written.
 
 use crate::policy::{self, Container, Decision, Member, Quant};
-use crate::Error;
+use crate::{Error, TensorProblem};
 use gpack_format::payload::LAYOUT_GGML;
 use gpack_format::SectionKind;
 use gpack_ingest::{GgmlType, Source, TensorInfo, MAX_LAYERS};
@@ -160,10 +160,10 @@ fn align(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
 
-fn tensor_err(t: &TensorInfo, problem: impl Into<String>) -> Error {
+fn tensor_err(t: &TensorInfo, problem: TensorProblem) -> Error {
     Error::Tensor {
         tensor: t.name.clone(),
-        problem: problem.into(),
+        problem,
     }
 }
 
@@ -242,9 +242,15 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
                 let d = decide(t, quant);
                 let layout = d.layout;
                 let size = if external_experts {
-                    t.ggml_type
-                        .bytes_for(rows * cols)
-                        .ok_or_else(|| tensor_err(t, "expert slice is not whole blocks"))?
+                    t.ggml_type.bytes_for(rows * cols).ok_or_else(|| {
+                        tensor_err(
+                            t,
+                            TensorProblem::ExpertSliceNotWholeBlocks {
+                                elements: rows * cols,
+                                ty: t.ggml_type.name(),
+                            },
+                        )
+                    })?
                 } else {
                     native_len(t.ggml_type, layout, rows, cols).map_err(|e| Error::Quant {
                         tensor: t.name.clone(),
@@ -295,20 +301,28 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
     fuse_groups(source, &mut p)?;
     if !expert_tensors.is_empty() {
         let n_expert = source.tensors[expert_tensors[0].2].dims[2];
-        let n_expert = u32::try_from(n_expert)
-            .map_err(|_| tensor_err(&source.tensors[expert_tensors[0].2], "too many experts"))?;
+        let n_expert = u32::try_from(n_expert).map_err(|_| {
+            tensor_err(
+                &source.tensors[expert_tensors[0].2],
+                TensorProblem::TooManyExperts { count: n_expert },
+            )
+        })?;
         // Layer numbers come from tensor names and block_count from the
         // metadata: both bounded before they size the table.
         if let Some(&(layer, _, i)) = expert_tensors.iter().find(|e| e.0 >= MAX_LAYERS) {
             return Err(tensor_err(
                 &source.tensors[i],
-                format!("layer {layer} is beyond the {MAX_LAYERS} layers gpack accepts"),
+                TensorProblem::LayerBeyondMax {
+                    layer,
+                    max: MAX_LAYERS,
+                },
             ));
         }
         if n_layers > MAX_LAYERS {
-            return Err(Error::Tensor {
-                tensor: "block_count".into(),
-                problem: format!("{n_layers} layers, more than the {MAX_LAYERS} gpack accepts"),
+            return Err(Error::LayerCount {
+                key: format!("{}.block_count", source.architecture().unwrap_or("")),
+                n_layers,
+                max: MAX_LAYERS,
             });
         }
         let max_layer = expert_tensors.iter().map(|e| e.0).max().unwrap_or(0);
@@ -319,11 +333,21 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
             if t.dims[2] != u64::from(n_expert) {
                 return Err(tensor_err(
                     t,
-                    format!("has {} experts, others have {n_expert}", t.dims[2]),
+                    TensorProblem::ExpertCountMismatch {
+                        found: t.dims[2],
+                        others: n_expert,
+                    },
                 ));
             }
-            if parts[layer as usize][part].replace(i).is_some() {
-                return Err(tensor_err(t, "duplicate expert tensor"));
+            if let Some(other) = parts[layer as usize][part].replace(i) {
+                return Err(tensor_err(
+                    t,
+                    TensorProblem::DuplicateExpertTensor {
+                        layer,
+                        part: ["gate", "up", "down"][part],
+                        other: source.tensors[other].name.clone(),
+                    },
+                ));
             }
         }
         let mut blob_offsets = Vec::new();

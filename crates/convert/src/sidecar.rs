@@ -39,6 +39,7 @@
 //! tensor whose scales are all exactly representable in f16.
 
 use crate::policy::{self, Container, Decision, Member, Quant};
+use crate::OptionProblem;
 use gpack_format::giw::{Giw, GiwWriter, MemberSpec, ReadOptions, Target};
 use gpack_ingest::{Array, Metadata, Source, SourceKind, TensorInfo, Value};
 use gpack_quant::{GgmlType, NativeTensorHeader, NativeView};
@@ -80,8 +81,8 @@ pub enum Error {
         ty: &'static str,
     },
     /// An option does not apply.
-    #[error("{0}")]
-    Option(String),
+    #[error(transparent)]
+    Option(#[from] crate::OptionProblem),
 }
 
 /// Options of [`prequant`].
@@ -325,9 +326,7 @@ pub fn prequant_source(
         .weights_version
         .unwrap_or(opts.target.default_weights_version());
     if opts.target == Target::Cpu && wv != 12 {
-        return Err(Error::Option(format!(
-            "--target cpu writes weights format 12 (asked for {wv})"
-        )));
+        return Err(OptionProblem::CpuWeightsVersion { asked: wv }.into());
     }
     let fuse = opts.target == Target::Metal && wv >= gpack_format::giw::FUSED_SINCE;
     let f16 = opts.target == Target::Metal && wv >= gpack_format::giw::F16_SCALES_SINCE;

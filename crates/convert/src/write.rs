@@ -3,7 +3,7 @@
 
 use crate::plan::{self, Fuse, Placement, PlannedTensor, NATIVE_ALIGN};
 use crate::policy::Quant;
-use crate::Error;
+use crate::{Error, OptionProblem, TensorProblem};
 use gpack_format::payload::{
     self, BlobEntry, ExpertFile, ExpertLayout, ExpertSlice, KvRecord, TensorEntry,
 };
@@ -139,7 +139,7 @@ fn write_layout(
     let Some(d) = p.decision() else {
         return Err(Error::Tensor {
             tensor: name.to_string(),
-            problem: "has no native layout".into(),
+            problem: TensorProblem::NoNativeLayout,
         });
     };
     let f16 = plan::with_f16_scales(src_type, d.layout);
@@ -189,21 +189,18 @@ fn external_file_name(shard: &Path, output: &Path) -> Result<String, Error> {
         std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())
     };
     if dir_of(shard) != dir_of(output) {
-        return Err(Error::Option(format!(
-            "--external-experts: the .gpack must be written next to its source shards (in {}), because expert files are resolved only next to it; got -o {}",
-            dir_of(shard).display(),
-            output.display()
-        )));
+        return Err(OptionProblem::ExternalNotBesideShards {
+            shard_dir: dir_of(shard),
+            output: output.to_path_buf(),
+        }
+        .into());
     }
     let name = shard
         .file_name()
         .and_then(|n| n.to_str())
         .filter(|n| payload::is_plain_file_name(n))
-        .ok_or_else(|| {
-            Error::Option(format!(
-                "shard file name {} is not a plain UTF-8 name",
-                shard.display()
-            ))
+        .ok_or_else(|| OptionProblem::ShardFileName {
+            shard: shard.to_path_buf(),
         })?;
     Ok(name.to_string())
 }
@@ -216,15 +213,11 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
     }
     let source = Source::open(&opts.source)?;
     if opts.external_experts && source.kind != SourceKind::Gguf {
-        return Err(Error::Option(
-            "--external-experts needs a GGUF source: experts are referenced in place, and safetensors experts are not in GGUF's stacked layout".into(),
-        ));
+        return Err(OptionProblem::ExternalNeedsGguf.into());
     }
     let plan = plan::plan(&source, opts.quant, opts.external_experts)?;
     if opts.draft.is_some() && opts.mtp_dir.is_some() {
-        return Err(Error::Option(
-            "--draft and --mtp-dir both fill the Mtp section: give one".into(),
-        ));
+        return Err(OptionProblem::DraftAndMtpDir.into());
     }
     let draft = match &opts.draft {
         Some(d) => Some(open_draft(d, &source)?),
@@ -234,9 +227,7 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
         f.advise_sequential();
     }
     if opts.external_experts && plan.experts.n_expert == 0 {
-        return Err(Error::Option(
-            "--external-experts: this model has no routed experts".into(),
-        ));
+        return Err(OptionProblem::ExternalWithoutExperts.into());
     }
 
     let mut w = GpackWriter::create(
@@ -632,12 +623,19 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
     // 13 Mtp: the draft module, with its own tensor index.
     let mut mtp_desc = serde_json::Value::Null;
     if let Some(dir) = &opts.mtp_dir {
-        let (n, size) = write_mtp(&open_mtp(dir)?, dir, opts.quant, &mut w, progress)?;
+        let (n, size) = write_mtp(
+            &open_mtp(dir)?,
+            "--mtp-dir",
+            dir,
+            opts.quant,
+            &mut w,
+            progress,
+        )?;
         record(SectionKind::Mtp, size, n);
         mtp_desc = serde_json::json!({"path": dir.display().to_string(), "tensors": n});
     }
     if let (Some(d), Some(path)) = (&draft, &opts.draft) {
-        let (n, size) = write_mtp(d, path, opts.quant, &mut w, progress)?;
+        let (n, size) = write_mtp(d, "--draft", path, opts.quant, &mut w, progress)?;
         record(SectionKind::Mtp, size, n);
         mtp_desc = serde_json::json!({
             "role": "draft",
@@ -734,7 +732,10 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
 fn open_mtp(dir: &Path) -> Result<Source, Error> {
     if dir.is_dir() {
         let mut ggufs: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| Error::Option(format!("--mtp-dir {}: {e}", dir.display())))?
+            .map_err(|source| OptionProblem::MtpDirUnreadable {
+                dir: dir.to_path_buf(),
+                source,
+            })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
             .collect();
@@ -750,47 +751,48 @@ fn open_mtp(dir: &Path) -> Result<Source, Error> {
 /// its own (an architecture) with the target's vocabulary, token for token.
 fn open_draft(path: &Path, target: &Source) -> Result<Source, Error> {
     let d = Source::open(path)?;
-    let bad = |problem: String| Error::Option(format!("--draft {}: {problem}", path.display()));
+    let draft = || path.to_path_buf();
     if d.architecture().is_none() {
-        return Err(bad("not a model (no general.architecture)".into()));
+        return Err(OptionProblem::DraftNotAModel { draft: draft() }.into());
     }
     let (Some(t), Some(dt)) = (
         crate::tokenizer::build(target)?,
         crate::tokenizer::build(&d)?,
     ) else {
-        return Err(bad(
-            "the model and the draft must both carry a tokenizer (to check that they share it)"
-                .into(),
-        ));
+        return Err(OptionProblem::DraftWithoutTokenizer { draft: draft() }.into());
     };
     let (t, dt) = (
         gpack_tokenizer::Tokenizer::from_bytes(&t.bytes).map_err(Error::Tokenizer)?,
         gpack_tokenizer::Tokenizer::from_bytes(&dt.bytes).map_err(Error::Tokenizer)?,
     );
     if let Some(id) = t.vocab_difference(&dt) {
-        return Err(bad(format!(
-            "its vocabulary differs from the model's at token {id} ({:?} vs {:?}): a draft must share its target's tokenizer",
-            dt.token_text(id).unwrap_or_default(),
-            t.token_text(id).unwrap_or_default()
-        )));
+        return Err(OptionProblem::DraftVocabulary {
+            draft: draft(),
+            id,
+            draft_token: dt.token_text(id).unwrap_or_default(),
+            model_token: t.token_text(id).unwrap_or_default(),
+        }
+        .into());
     }
     Ok(d)
 }
 
-/// Writes the Mtp section from `src` (named `dir` in errors); returns
+/// Writes the Mtp section from `src` (given by `option` `dir`, as errors name it); returns
 /// (tensors, payload bytes).
 fn write_mtp(
     src: &Source,
+    option: &'static str,
     dir: &Path,
     quant: Quant,
     w: &mut GpackWriter,
     progress: &dyn Progress,
 ) -> Result<(u64, u64), Error> {
     if src.tensors.is_empty() {
-        return Err(Error::Option(format!(
-            "--mtp-dir {}: no tensors found",
-            dir.display()
-        )));
+        return Err(OptionProblem::DraftEmpty {
+            option,
+            path: dir.to_path_buf(),
+        }
+        .into());
     }
     let mtp_plan = plan::plan(src, quant, false)?;
     if let Some(p) = mtp_plan
@@ -800,7 +802,7 @@ fn write_mtp(
     {
         return Err(Error::Tensor {
             tensor: src.tensors[p.source].name.clone(),
-            problem: "routed experts in a draft model or module (--draft, --mtp-dir) are not supported: the Mtp section holds dense tensors".into(),
+            problem: TensorProblem::DraftExperts,
         });
     }
     // Offsets in the data area: every tensor 256-aligned; matrices native,

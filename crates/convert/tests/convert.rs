@@ -212,6 +212,14 @@ fn external_experts_must_sit_next_to_the_output() {
         &(),
     )
     .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Option(gpack_convert::OptionProblem::ExternalNotBesideShards { output, .. })
+                if *output == out
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("next to its source shards"), "{e}");
     assert!(!out.exists());
 }

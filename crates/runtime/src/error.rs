@@ -60,12 +60,13 @@ pub enum Error {
     /// A section of a .gpack holds something this runtime cannot use there
     /// (a tensor outside its section, a type it does not know, a row out of
     /// range); the container itself validated.
-    #[error("{section} section: {problem}")]
+    #[error("{section} section")]
     Section {
         /// The section's kind.
         section: gpack_format::SectionKind,
         /// What is wrong.
-        problem: String,
+        #[source]
+        problem: SectionProblem,
     },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {n_vocab}")]
@@ -93,7 +94,7 @@ pub enum Error {
     },
     /// An expert slice cannot be used (a corrupted external shard, a wrong
     /// shape, a missing slice).
-    #[error("layer {layer} expert {expert} {part} slice ({origin}): {problem}")]
+    #[error("layer {layer} expert {expert} {part} slice ({origin})")]
     ExpertSlice {
         /// Layer.
         layer: usize,
@@ -104,7 +105,8 @@ pub enum Error {
         /// Where it lives.
         origin: String,
         /// What is wrong.
-        problem: String,
+        #[source]
+        problem: ExpertSliceProblem,
     },
     /// Reading the source model failed.
     #[error("reading the model")]
@@ -122,16 +124,326 @@ pub enum Error {
         source: gpack_quant::Error,
     },
     /// `gpack export` cannot write a tensor or the file as asked.
-    #[error("exporting {file} to GGUF: {problem}")]
+    #[error("exporting {} to GGUF", file.display())]
     Export {
         /// The .gpack.
         file: std::path::PathBuf,
         /// What is wrong.
-        problem: String,
+        #[source]
+        problem: ExportProblem,
     },
     /// The tokenizer failed to load.
     #[error("tokenizer")]
     Tokenizer(#[from] gpack_tokenizer::Error),
+}
+
+/// What a section of a .gpack holds that this runtime cannot use (the
+/// [`Error::Section`] source): matchable, each variant naming the tensor,
+/// row or offset and what was expected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SectionProblem {
+    /// A TensorIndex entry's bytes run past its section.
+    #[error("tensor {tensor}: [{offset}, +{size}) outside the section ({len} bytes)")]
+    TensorOutside {
+        /// Tensor name.
+        tensor: String,
+        /// Offset in the section.
+        offset: u64,
+        /// Size.
+        size: u64,
+        /// The section's size.
+        len: u64,
+    },
+    /// A TensorIndex entry points at a section the file does not have.
+    #[error("tensor {tensor}: the file has no such section")]
+    SectionMissing {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// A ggml type id this runtime does not know.
+    #[error("tensor {tensor}: unknown ggml type {ty}")]
+    UnknownType {
+        /// Tensor name.
+        tensor: String,
+        /// The type id.
+        ty: u32,
+    },
+    /// A NativeDense entry that is not a native tensor.
+    #[error("tensor {tensor}: not a native tensor")]
+    NotNative {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// A NativeDense entry whose dims multiply past 2^64.
+    #[error(
+        "tensor {tensor}: dims {dims:?}: their product passes 2^64 (TensorIndex entry of a \
+         NativeDense tensor)"
+    )]
+    DimsOverflow {
+        /// Tensor name.
+        tensor: String,
+        /// The dims, ne0 first.
+        dims: Vec<u64>,
+    },
+    /// A NativeDense member's rows run past its native tensor.
+    #[error(
+        "tensor {tensor}: rows {row_start}..+{rows} outside its {native_rows}-row native tensor"
+    )]
+    RowsOutside {
+        /// Tensor name.
+        tensor: String,
+        /// First row.
+        row_start: u64,
+        /// Rows.
+        rows: u64,
+        /// Rows of the native tensor.
+        native_rows: usize,
+    },
+    /// A TensorIndex entry in a section that holds no tensor the model binds
+    /// by name (routed experts are served per expert by the MoE runtime).
+    #[error("tensor {tensor}: the section holds no tensor bound by name")]
+    NoTensors {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// A draft tensor the Mtp index does not list.
+    #[error("draft tensor {tensor}: absent")]
+    DraftTensorAbsent {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// A draft tensor's bytes run past the Mtp data area.
+    #[error("draft tensor {tensor}: [{offset}, +{size}) outside the data area ({len} bytes)")]
+    DraftTensorOutside {
+        /// Tensor name.
+        tensor: String,
+        /// Offset in the data area.
+        offset: u64,
+        /// Size.
+        size: u64,
+        /// The data area's size.
+        len: u64,
+    },
+    /// The file has no Ple section.
+    #[error("{} has no Ple section", path.display())]
+    NoPle {
+        /// The .gpack.
+        path: std::path::PathBuf,
+    },
+    /// The PLE table is not raw ggml rows.
+    #[error("the PLE table must be raw ggml rows (layout tag 0, found {layout})")]
+    PleNotRaw {
+        /// The layout tag found.
+        layout: u32,
+    },
+    /// The PLE table's rows do not fill its payload.
+    #[error("{rows} rows of {ne0} {ty} do not fill {bytes} bytes")]
+    PleRows {
+        /// Rows (ne1).
+        rows: u64,
+        /// Elements per row.
+        ne0: u64,
+        /// The ggml type.
+        ty: gpack_ingest::GgmlType,
+        /// Payload bytes.
+        bytes: u64,
+    },
+    /// A PLE row larger than this machine's address space.
+    #[error("a row of {bytes} bytes is too large")]
+    PleRowTooLarge {
+        /// Bytes per row.
+        bytes: u64,
+    },
+    /// The file cannot be opened for the row reads.
+    #[error("cannot open {}", path.display())]
+    PleOpen {
+        /// The .gpack.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A row number past the table.
+    #[error("row {row} out of {rows} rows")]
+    RowOutOfRange {
+        /// The row asked for.
+        row: u64,
+        /// Rows in the table.
+        rows: u64,
+    },
+    /// Reading a row failed.
+    #[error("reading row {row} at offset {offset}")]
+    PleRead {
+        /// The row.
+        row: u64,
+        /// Its file offset.
+        offset: u64,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A row read came back short (the file shrank?).
+    #[error("short read of row {row} at offset {offset}: {got} bytes of the {need} asked")]
+    PleShortRead {
+        /// The row.
+        row: u64,
+        /// Its file offset.
+        offset: u64,
+        /// Bytes read (from the aligned start).
+        got: usize,
+        /// Bytes needed (from the aligned start).
+        need: usize,
+    },
+}
+
+/// Why an expert slice cannot be used (the [`Error::ExpertSlice`] source).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExpertSliceProblem {
+    /// The slice's (rows, cols) are not the model's.
+    #[error("shape {found:?} (rows, cols), expected {expected:?}")]
+    Shape {
+        /// (rows, cols) of the slice.
+        found: (usize, usize),
+        /// (rows, cols) the model needs.
+        expected: (usize, usize),
+    },
+    /// A raw slice's byte count is not its rows of its type.
+    #[error("{bytes} bytes do not hold {rows} rows of {cols} {ty}")]
+    Size {
+        /// Bytes of the slice.
+        bytes: u64,
+        /// Rows.
+        rows: u64,
+        /// Columns.
+        cols: u64,
+        /// The ggml type.
+        ty: gpack_ingest::GgmlType,
+    },
+    /// The bytes do not hash to the recorded SHA-256.
+    #[error(
+        "its bytes do not match the SHA-256 recorded in the .gpack (the shard was modified or \
+         corrupted; `gpack verify` lists every bad slice)"
+    )]
+    Digest,
+    /// The ExpertLayout is not the model's shape.
+    #[error(
+        "the ExpertLayout has {n_layers} layers of {n_expert} experts; the model needs layer \
+         {layer} of {needed}"
+    )]
+    LayoutShape {
+        /// Layers of the layout.
+        n_layers: u32,
+        /// Experts per layer of the layout.
+        n_expert: u32,
+        /// The layer asked for.
+        layer: usize,
+        /// Experts the model has.
+        needed: usize,
+    },
+    /// The ExpertLayout marks the slice absent.
+    #[error("marked absent")]
+    Absent,
+    /// An embedded slice, but the file has no ExpertBlobs section.
+    #[error("the file has no ExpertBlobs")]
+    NoExpertBlobs,
+    /// The slice runs past the ExpertBlobs section.
+    #[error("outside the section ({len} bytes)")]
+    OutsideSection {
+        /// The section's size.
+        len: u64,
+    },
+    /// The slice runs past its external file.
+    #[error("outside the file ({len} bytes)")]
+    OutsideFile {
+        /// The file's size.
+        len: u64,
+    },
+    /// An embedded slice that is not a native tensor.
+    #[error("not a native tensor")]
+    NotNative {
+        /// Why.
+        #[source]
+        source: gpack_quant::Error,
+    },
+    /// A file index past the ExpertLayout's file list.
+    #[error("file index {index} (the ExpertLayout lists {files} files)")]
+    FileIndex {
+        /// The index.
+        index: u32,
+        /// Files listed.
+        files: usize,
+    },
+    /// A ggml type id this runtime does not know.
+    #[error("unknown ggml type {ty}")]
+    UnknownType {
+        /// The type id.
+        ty: u32,
+    },
+}
+
+/// Why `gpack export` cannot write the GGUF (the [`Error::Export`] source).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportProblem {
+    /// The output exists and `force` was not given.
+    #[error("{} already exists (pass --force to replace it)", path.display())]
+    OutputExists {
+        /// The output path.
+        path: std::path::PathBuf,
+    },
+    /// The .gpack has no metadata to write.
+    #[error("no MetadataKv section (not converted from a GGUF-like source)")]
+    NoMetadata,
+    /// A metadata value that does not decode.
+    #[error("metadata key {key}")]
+    MetadataValue {
+        /// The key.
+        key: String,
+        /// Why (boxed: it would double the size of every `Result` here).
+        #[source]
+        source: Box<gpack_ingest::Error>,
+    },
+    /// A stacked routed expert tensor (MoE export is not implemented).
+    #[error(
+        "tensor {tensor} is a stacked routed expert (MoE); exporting MoE models is not \
+         supported yet"
+    )]
+    StackedExperts {
+        /// Tensor name.
+        tensor: String,
+    },
+    /// A tensor's rows run past its native tensor's codes.
+    #[error("tensor {tensor}: rows {start}..+{rows} outside its codes")]
+    RowsOutsideCodes {
+        /// Tensor name.
+        tensor: String,
+        /// First row.
+        start: usize,
+        /// Rows.
+        rows: usize,
+    },
+    /// Writing a tensor's data failed.
+    #[error("writing tensor {tensor}")]
+    TensorData {
+        /// Tensor name.
+        tensor: String,
+        /// Why (boxed: it would double the size of every `Result` here).
+        #[source]
+        source: Box<gpack_ingest::Error>,
+    },
+    /// Writing or examining the output failed.
+    #[error("{op} {}", path.display())]
+    Io {
+        /// "writing" or "stat".
+        op: &'static str,
+        /// The temporary output file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

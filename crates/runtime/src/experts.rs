@@ -28,7 +28,7 @@
 //! forward step with an error naming the file, the slice and its offset — a
 //! corrupted shard is never computed with.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ExpertSliceProblem, Result};
 use crate::matrix::Matrix;
 use crate::weights::{AlignedBuf, TensorRef, WeightSource};
 use gpack_quant::{GgmlType, NativeView};
@@ -442,10 +442,7 @@ impl<'a> ExpertStore<'a> {
                     expert: e,
                     part,
                     origin: s.origin.clone(),
-                    problem: "its bytes do not match the SHA-256 recorded in the .gpack \
-                              (the shard was modified or corrupted; `gpack verify` lists \
-                              every bad slice)"
-                        .into(),
+                    problem: ExpertSliceProblem::Digest,
                 });
             }
             self.verified[i].store(true, Ordering::Release);

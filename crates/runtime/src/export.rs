@@ -14,7 +14,7 @@
 //! llama.cpp finds tensors by name. Stacked routed experts (MoE) are not
 //! exported yet. The output is built through gpack's atomic temporary file.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ExportProblem, Result};
 use crate::gpack::GpackWeights;
 use crate::weights::TensorRef;
 use gpack_format::payload::{self, TensorEntry};
@@ -83,28 +83,29 @@ pub fn export(
     progress: &dyn Fn(u64),
 ) -> Result<ExportReport> {
     let start = std::time::Instant::now();
-    let fail = |problem: String| Error::Export {
+    let fail = |problem: ExportProblem| Error::Export {
         file: gpack.to_path_buf(),
         problem,
     };
     if !force && out.exists() {
-        return Err(fail(
-            gpack_format::Error::DestinationExists {
-                path: out.to_path_buf(),
-            }
-            .to_string(),
-        ));
+        return Err(fail(ExportProblem::OutputExists {
+            path: out.to_path_buf(),
+        }));
     }
     let g = gpack_format::Gpack::open(gpack)?;
     let w = GpackWeights::from_gpack_lazy(g)?;
     let g = w.gpack();
-    let kv = g.section(SectionKind::MetadataKv).ok_or_else(|| {
-        fail("no MetadataKv section (not converted from a GGUF-like source)".into())
-    })?;
+    let kv = g
+        .section(SectionKind::MetadataKv)
+        .ok_or_else(|| fail(ExportProblem::NoMetadata))?;
     let mut md = Metadata::new();
     for rec in payload::parse_kv(kv.bytes)? {
-        let v = decode_value(rec.value_type, rec.value)
-            .map_err(|e| fail(format!("metadata key {}: {e}", rec.key)))?;
+        let v = decode_value(rec.value_type, rec.value).map_err(|source| {
+            fail(ExportProblem::MetadataValue {
+                key: rec.key.to_string(),
+                source: Box::new(source),
+            })
+        })?;
         md.insert(rec.key, v);
     }
     let mut entries: Vec<&TensorEntry> = w.tensor_entries().collect();
@@ -115,10 +116,9 @@ pub fn export(
     for e in &entries {
         let t = match w.try_tensor(&e.name) {
             None => {
-                return Err(fail(format!(
-                    "tensor {} is a stacked routed expert (MoE); exporting MoE models is not supported yet",
-                    e.name
-                )))
+                return Err(fail(ExportProblem::StackedExperts {
+                    tensor: e.name.clone(),
+                }))
             }
             Some(t) => t?,
         };
@@ -215,10 +215,11 @@ pub fn export(
                     let c = view.codes();
                     let (a, b) = (start * n, (start + rows) * n);
                     c.get(a..b).ok_or_else(|| {
-                        fail(format!(
-                            "tensor {}: rows {start}..+{rows} outside its codes",
-                            h.name
-                        ))
+                        fail(ExportProblem::RowsOutsideCodes {
+                            tensor: h.name.clone(),
+                            start: *start,
+                            rows: *rows,
+                        })
                     })?
                 }
                 Plan::Dequantize { view, start, rows } => {
@@ -237,18 +238,32 @@ pub fn export(
                     &scratch
                 }
             };
-            gw.write_tensor_data(data)
-                .map_err(|e| fail(format!("tensor {}: {e}", h.name)))?;
+            gw.write_tensor_data(data).map_err(|source| {
+                fail(ExportProblem::TensorData {
+                    tensor: h.name.clone(),
+                    source: Box::new(source),
+                })
+            })?;
             progress(data.len() as u64);
         }
         let buf = gw.finish()?;
+        let io = |op: &'static str| {
+            let path = tp.clone();
+            move |source| fail(ExportProblem::Io { op, path, source })
+        };
         buf.into_inner()
-            .map_err(|e| fail(format!("writing {}: {}", tp.display(), e.error())))?
+            .map_err(|e| io("writing")(e.into_error()))?
             .flush()
-            .map_err(|e| fail(format!("writing {}: {e}", tp.display())))?;
+            .map_err(io("writing"))?;
     }
     let size = std::fs::metadata(&tp)
-        .map_err(|e| fail(format!("stat {}: {e}", tp.display())))?
+        .map_err(|source| {
+            fail(ExportProblem::Io {
+                op: "stat",
+                path: tp.clone(),
+                source,
+            })
+        })?
         .len();
     file.commit()?;
     Ok(ExportReport {

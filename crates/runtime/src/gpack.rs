@@ -8,7 +8,7 @@
 //! string arrays (vocabularies, merges) are skipped without being parsed — the
 //! tokenizer comes from the TokenizerBin section instead.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ExpertSliceProblem, Result, SectionProblem};
 use crate::experts::{ExpertSlice, SliceData, PARTS};
 use crate::weights::{HasMetadata, TensorRef, WeightSource};
 use gpack_format::mmap::Mmap;
@@ -140,23 +140,33 @@ impl GpackWeights {
             // Stacked routed experts: served per expert by `expert_slice`.
             return None;
         }
-        let bad = |problem: String| Error::Section {
+        let bad = |problem: SectionProblem| Error::Section {
             section: kind,
-            problem: format!("tensor {name}: {problem}"),
+            problem,
         };
+        let tensor = || name.to_string();
         let slice = |bytes| {
-            slice_of(bytes, e)
-                .ok_or_else(|| bad(format!("[{}, +{}) outside the section", e.offset, e.size)))
+            slice_of(bytes, e).ok_or_else(|| {
+                bad(SectionProblem::TensorOutside {
+                    tensor: tensor(),
+                    offset: e.offset,
+                    size: e.size,
+                    len: bytes.len() as u64,
+                })
+            })
+        };
+        let missing = || bad(SectionProblem::SectionMissing { tensor: tensor() });
+        let unknown = |ty: u32| {
+            bad(SectionProblem::UnknownType {
+                tensor: tensor(),
+                ty,
+            })
         };
         let native = |b| native_ref(name, b);
         Some((|| match kind {
             SectionKind::DensePack => {
-                let s = self
-                    .g
-                    .section(kind)
-                    .ok_or_else(|| bad("section missing".into()))?;
-                let ggml_type = GgmlType::from_id(e.src_type)
-                    .ok_or_else(|| bad(format!("unknown type {}", e.src_type)))?;
+                let s = self.g.section(kind).ok_or_else(missing)?;
+                let ggml_type = GgmlType::from_id(e.src_type).ok_or_else(|| unknown(e.src_type))?;
                 Ok(TensorRef::Dense {
                     ggml_type,
                     dims: e.dims.clone(),
@@ -165,19 +175,16 @@ impl GpackWeights {
             }
             SectionKind::NativeDense => {
                 // Possibly one member of a fused q‖k‖v / gate‖up tensor.
-                let s = self
-                    .g
-                    .section(kind)
-                    .ok_or_else(|| bad("section missing".into()))?;
+                let s = self.g.section(kind).ok_or_else(missing)?;
                 let TensorRef::Native { view, .. } = native(slice(s.bytes)?)? else {
-                    return Err(bad("not a native tensor".into()));
+                    return Err(bad(SectionProblem::NotNative { tensor: tensor() }));
                 };
                 let Some(rows) = gpack_ingest::checked_product(e.dims.get(1..).unwrap_or(&[]))
                 else {
-                    return Err(bad(format!(
-                        "dims {:?}: their product passes 2^64 (TensorIndex entry of a NativeDense tensor)",
-                        e.dims
-                    )));
+                    return Err(bad(SectionProblem::DimsOverflow {
+                        tensor: tensor(),
+                        dims: e.dims.clone(),
+                    }));
                 };
                 match (usize::try_from(e.row_start), usize::try_from(rows)) {
                     (Ok(row_start), Ok(rows))
@@ -191,23 +198,21 @@ impl GpackWeights {
                             rows,
                         })
                     }
-                    _ => Err(bad(format!(
-                        "rows {}..+{rows} outside its {}-row native tensor",
-                        e.row_start,
-                        view.rows()
-                    ))),
+                    _ => Err(bad(SectionProblem::RowsOutside {
+                        tensor: tensor(),
+                        row_start: e.row_start,
+                        rows,
+                        native_rows: view.rows(),
+                    })),
                 }
             }
             SectionKind::Embed | SectionKind::Head | SectionKind::Ple => {
-                let s = self
-                    .g
-                    .section(kind)
-                    .ok_or_else(|| bad("section missing".into()))?;
+                let s = self.g.section(kind).ok_or_else(missing)?;
                 let (h, payload) = single_tensor(s)?;
                 if h.reserved0.get() == 0 {
                     // Raw ggml blocks (the PLE table).
-                    let ggml_type = GgmlType::from_id(h.ggml_type.get())
-                        .ok_or_else(|| bad(format!("unknown type {}", h.ggml_type.get())))?;
+                    let ty = h.ggml_type.get();
+                    let ggml_type = GgmlType::from_id(ty).ok_or_else(|| unknown(ty))?;
                     return Ok(TensorRef::Dense {
                         ggml_type,
                         dims: e.dims.clone(),
@@ -216,7 +221,7 @@ impl GpackWeights {
                 }
                 native(payload)
             }
-            _ => Err(bad("routed experts are served by the MoE runtime".into())),
+            _ => Err(bad(SectionProblem::NoTensors { tensor: tensor() })),
         })())
     }
 }
@@ -262,16 +267,30 @@ pub struct DraftWeights<'g> {
 
 impl DraftWeights<'_> {
     fn lookup(&self, name: &str) -> Result<TensorRef<'_>> {
-        let bad = |problem: String| Error::Section {
+        let bad = |problem: SectionProblem| Error::Section {
             section: SectionKind::Mtp,
-            problem: format!("draft tensor {name}: {problem}"),
+            problem,
         };
-        let e = self.index.get(name).ok_or_else(|| bad("absent".into()))?;
-        let bytes = slice_of(self.data, e)
-            .ok_or_else(|| bad(format!("[{}, +{}) outside the data area", e.offset, e.size)))?;
+        let tensor = || name.to_string();
+        let e = self
+            .index
+            .get(name)
+            .ok_or_else(|| bad(SectionProblem::DraftTensorAbsent { tensor: tensor() }))?;
+        let bytes = slice_of(self.data, e).ok_or_else(|| {
+            bad(SectionProblem::DraftTensorOutside {
+                tensor: tensor(),
+                offset: e.offset,
+                size: e.size,
+                len: self.data.len() as u64,
+            })
+        })?;
         if e.layout == payload::LAYOUT_GGML {
-            let ggml_type = GgmlType::from_id(e.src_type)
-                .ok_or_else(|| bad(format!("unknown type {}", e.src_type)))?;
+            let ggml_type = GgmlType::from_id(e.src_type).ok_or_else(|| {
+                bad(SectionProblem::UnknownType {
+                    tensor: tensor(),
+                    ty: e.src_type,
+                })
+            })?;
             return Ok(TensorRef::Dense {
                 ggml_type,
                 dims: e.dims.clone(),
@@ -360,7 +379,7 @@ impl WeightSource for GpackWeights {
         let Some((layout, maps)) = &self.experts else {
             return crate::experts::stacked_slice(self, layer, expert, part, n_expert);
         };
-        let err = |origin: String, problem: String| Error::ExpertSlice {
+        let err = |origin: String, problem: ExpertSliceProblem| Error::ExpertSlice {
             layer,
             expert,
             part: PARTS[part],
@@ -370,10 +389,12 @@ impl WeightSource for GpackWeights {
         if layout.n_expert as usize != n_expert || layer >= layout.n_layers as usize {
             return Some(Err(err(
                 "ExpertLayout".into(),
-                format!(
-                    "the ExpertLayout has {} layers of {} experts; the model needs layer {layer} of {n_expert}",
-                    layout.n_layers, layout.n_expert
-                ),
+                ExpertSliceProblem::LayoutShape {
+                    n_layers: layout.n_layers,
+                    n_expert: layout.n_expert,
+                    layer,
+                    needed: n_expert,
+                },
             )));
         }
         let s = layout.slice(layer, expert, part)?;
@@ -384,17 +405,23 @@ impl WeightSource for GpackWeights {
                 .map(|end| s.offset as usize..end as usize)
         };
         Some((|| match s.file {
-            EXPERT_ABSENT => Err(err("ExpertLayout".into(), "marked absent".into())),
+            EXPERT_ABSENT => Err(err("ExpertLayout".into(), ExpertSliceProblem::Absent)),
             EXPERT_EMBEDDED => {
                 let origin = format!("ExpertBlobs @ {}+{}", s.offset, s.size);
                 let blobs = self
                     .g
                     .section(SectionKind::ExpertBlobs)
-                    .ok_or_else(|| err(origin.clone(), "the file has no ExpertBlobs".into()))?;
-                let r = range(blobs.bytes.len())
-                    .ok_or_else(|| err(origin.clone(), "outside the section".into()))?;
-                let view = NativeView::parse(&blobs.bytes[r])
-                    .map_err(|e| err(origin.clone(), format!("not a native tensor: {e}")))?;
+                    .ok_or_else(|| err(origin.clone(), ExpertSliceProblem::NoExpertBlobs))?;
+                let len = blobs.bytes.len();
+                let r = range(len).ok_or_else(|| {
+                    err(
+                        origin.clone(),
+                        ExpertSliceProblem::OutsideSection { len: len as u64 },
+                    )
+                })?;
+                let view = NativeView::parse(&blobs.bytes[r]).map_err(|source| {
+                    err(origin.clone(), ExpertSliceProblem::NotNative { source })
+                })?;
                 let r = range(blobs.bytes.len()).expect("checked above");
                 Ok(ExpertSlice {
                     data: SliceData::Native(view),
@@ -408,12 +435,29 @@ impl WeightSource for GpackWeights {
                     .files
                     .get(f as usize)
                     .zip(maps.get(f as usize))
-                    .ok_or_else(|| err("ExpertLayout".into(), format!("file index {f}")))?;
+                    .ok_or_else(|| {
+                        err(
+                            "ExpertLayout".into(),
+                            ExpertSliceProblem::FileIndex {
+                                index: f,
+                                files: layout.files.len(),
+                            },
+                        )
+                    })?;
                 let origin = format!("{} @ {}+{}", file.name, s.offset, s.size);
-                let r = range(map.len())
-                    .ok_or_else(|| err(origin.clone(), "outside the file".into()))?;
+                let r = range(map.len()).ok_or_else(|| {
+                    err(
+                        origin.clone(),
+                        ExpertSliceProblem::OutsideFile {
+                            len: map.len() as u64,
+                        },
+                    )
+                })?;
                 let ty = GgmlType::from_id(s.src_type).ok_or_else(|| {
-                    err(origin.clone(), format!("unknown ggml type {}", s.src_type))
+                    err(
+                        origin.clone(),
+                        ExpertSliceProblem::UnknownType { ty: s.src_type },
+                    )
                 })?;
                 let (rows, cols) = (s.rows as usize, s.cols as usize);
                 let want = ty
@@ -423,7 +467,12 @@ impl WeightSource for GpackWeights {
                 if want.is_none() {
                     return Err(err(
                         origin,
-                        format!("{} bytes do not hold {rows} rows of {cols} {ty}", s.size),
+                        ExpertSliceProblem::Size {
+                            bytes: s.size,
+                            rows: s.rows,
+                            cols: s.cols,
+                            ty,
+                        },
                     ));
                 }
                 Ok(ExpertSlice {
@@ -497,6 +546,16 @@ mod tests {
             let e = GpackWeights::open(&file_with_dims(dir.path(), dims.clone()))
                 .err()
                 .unwrap_or_else(|| panic!("{dims:?} accepted"));
+            assert!(
+                matches!(
+                    &e,
+                    Error::Section {
+                        section: SectionKind::NativeDense,
+                        problem: SectionProblem::DimsOverflow { .. },
+                    }
+                ),
+                "{e:?}"
+            );
             // The message with its causes.
             let e = gpack_format::error_chain(&e);
             assert!(
@@ -504,5 +563,35 @@ mod tests {
                 "{dims:?}: {e}"
             );
         }
+    }
+
+    /// A NativeDense member whose rows run past its native tensor is refused
+    /// by name, the rows and the tensor's row count in the problem.
+    #[test]
+    fn native_rows_outside_the_tensor_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = GpackWeights::open(&file_with_dims(dir.path(), vec![32, 17]))
+            .err()
+            .expect("17 rows of a 16-row tensor accepted");
+        match &e {
+            Error::Section {
+                section: SectionKind::NativeDense,
+                problem:
+                    SectionProblem::RowsOutside {
+                        tensor,
+                        row_start: 0,
+                        rows: 17,
+                        native_rows: 16,
+                    },
+            } => assert_eq!(tensor, "blk.0.attn_q.weight"),
+            e => panic!("{e:?}"),
+        }
+        let chain = gpack_format::error_chain(&e);
+        assert!(
+            chain.ends_with(
+                " section: tensor blk.0.attn_q.weight: rows 0..+17 outside its 16-row native tensor"
+            ),
+            "{chain}"
+        );
     }
 }

@@ -88,7 +88,7 @@ pub mod spec;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
-pub use error::{Error, Result};
+pub use error::{Error, ExpertSliceProblem, ExportProblem, Result, SectionProblem};
 pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{generate, generate_with, partial_stop, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;

@@ -11,7 +11,7 @@
 //!
 //! Rows read either way are identical: the tests check it on random rows.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SectionProblem};
 use gpack_format::{single_tensor, Gpack, SectionKind};
 use gpack_quant::GgmlType;
 use std::fs::File;
@@ -157,33 +157,42 @@ impl PleTable {
     /// Opens the Ple section of `path` (quick-validated) in `io` mode.
     pub fn open(path: &Path, io: PleIo) -> Result<PleTable> {
         let g = Gpack::open(path)?;
-        let bad = |problem: String| Error::Section {
+        let bad = |problem: SectionProblem| Error::Section {
             section: SectionKind::Ple,
             problem,
         };
-        let s = g
-            .section(SectionKind::Ple)
-            .ok_or_else(|| bad(format!("{} has no Ple section", path.display())))?;
+        let s = g.section(SectionKind::Ple).ok_or_else(|| {
+            bad(SectionProblem::NoPle {
+                path: path.to_path_buf(),
+            })
+        })?;
         let (h, payload) = single_tensor(s)?;
         if h.reserved0.get() != 0 {
-            return Err(bad(
-                "the PLE table must be raw ggml rows (layout tag 0)".into()
-            ));
+            return Err(bad(SectionProblem::PleNotRaw {
+                layout: h.reserved0.get(),
+            }));
         }
-        let ggml_type = GgmlType::from_id(h.ggml_type.get())
-            .ok_or_else(|| bad(format!("unknown ggml type {}", h.ggml_type.get())))?;
+        let ggml_type = GgmlType::from_id(h.ggml_type.get()).ok_or_else(|| {
+            bad(SectionProblem::UnknownType {
+                tensor: "per_layer_token_embd.weight".into(),
+                ty: h.ggml_type.get(),
+            })
+        })?;
         crate::matrix::check_decodable("per_layer_token_embd.weight", ggml_type)?;
         let (ne0, rows) = (h.ne0.get(), h.ne1.get());
         let row_bytes = ggml_type
             .bytes_for(ne0)
             .filter(|&b| b > 0 && b.checked_mul(rows) == Some(payload.len() as u64))
             .ok_or_else(|| {
-                bad(format!(
-                    "{rows} rows of {ne0} {ggml_type} do not fill {} bytes",
-                    payload.len()
-                ))
+                bad(SectionProblem::PleRows {
+                    rows,
+                    ne0,
+                    ty: ggml_type,
+                    bytes: payload.len() as u64,
+                })
             })?;
-        let row_bytes = usize::try_from(row_bytes).map_err(|_| bad("row too large".into()))?;
+        let row_bytes = usize::try_from(row_bytes)
+            .map_err(|_| bad(SectionProblem::PleRowTooLarge { bytes: row_bytes }))?;
         let payload_offset = 64usize;
         let base = s.info.offset + 64;
         let backend = match io {
@@ -206,7 +215,12 @@ impl PleTable {
                                 path.display()
                             );
                         }
-                        let f = File::open(path).map_err(|e| bad(format!("open: {e}")))?;
+                        let f = File::open(path).map_err(|source| {
+                            bad(SectionProblem::PleOpen {
+                                path: path.to_path_buf(),
+                                source,
+                            })
+                        })?;
                         (f, false)
                     }
                 };
@@ -276,7 +290,10 @@ impl PleTable {
         if row >= self.rows {
             return Err(Error::Section {
                 section: SectionKind::Ple,
-                problem: format!("row {row} out of {} rows", self.rows),
+                problem: SectionProblem::RowOutOfRange {
+                    row,
+                    rows: self.rows,
+                },
             });
         }
         let rb = self.row_bytes;
@@ -307,15 +324,24 @@ impl PleTable {
                 let shift =
                     (BLOCK as usize - scratch.as_ptr() as usize % BLOCK as usize) % BLOCK as usize;
                 let buf = &mut scratch[shift..shift + len];
-                let n = read_full(file, buf, start).map_err(|e| Error::Section {
+                let n = read_full(file, buf, start).map_err(|source| Error::Section {
                     section: SectionKind::Ple,
-                    problem: format!("reading row {row} at offset {off}: {e}"),
+                    problem: SectionProblem::PleRead {
+                        row,
+                        offset: off,
+                        source,
+                    },
                 })?;
                 let from = (off - start) as usize;
                 if n < from + rb {
                     return Err(Error::Section {
                         section: SectionKind::Ple,
-                        problem: format!("short read of row {row} at offset {off}"),
+                        problem: SectionProblem::PleShortRead {
+                            row,
+                            offset: off,
+                            got: n,
+                            need: from + rb,
+                        },
                     });
                 }
                 let slot = cache.insert(row);

@@ -211,7 +211,18 @@ fn corrupted_or_resized_external_shard_is_refused() {
         let m = load(&w, mode);
         let mut s = m.new_state(16);
         let e = m.forward(&mut s, &[1, 2, 3], Logits::Last).unwrap_err();
-        let msg = e.to_string();
+        let msg = gpack_format::error_chain(&e);
+        assert!(
+            matches!(
+                &e,
+                gpack_runtime::Error::ExpertSlice {
+                    layer: 0,
+                    problem: gpack_runtime::ExpertSliceProblem::Digest,
+                    ..
+                }
+            ),
+            "{mode:?}: {e:?}"
+        );
         assert!(
             msg.contains("layer 0")
                 && msg.contains("SHA-256")
@@ -232,6 +243,30 @@ fn corrupted_or_resized_external_shard_is_refused() {
         msg.contains(&format!("{arch}-q8_0.gguf")) && msg.contains(&good.len().to_string()),
         "{msg}"
     );
+}
+
+/// `gpack export` of a MoE .gpack is refused naming the first stacked
+/// expert tensor (exporting MoE models is not implemented), and leaves no
+/// output.
+#[test]
+fn exporting_a_moe_gpack_is_refused_by_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, emb, _) = gpacks(dir.path(), "qwen3moe", "q8_0");
+    let out = dir.path().join("out.gguf");
+    let e = gpack_runtime::export::export(&emb, &out, false, &|_| {}).unwrap_err();
+    match &e {
+        gpack_runtime::Error::Export {
+            file,
+            problem: gpack_runtime::ExportProblem::StackedExperts { tensor },
+        } => assert!(*file == emb && tensor.ends_with("_exps.weight"), "{e:?}"),
+        e => panic!("{e:?}"),
+    }
+    let chain = gpack_format::error_chain(&e);
+    assert!(
+        chain.contains("exporting MoE models is not supported yet"),
+        "{chain}"
+    );
+    assert!(!out.exists());
 }
 
 /// Greedy tokens and last logits of the q8_0 MoE files against transformers

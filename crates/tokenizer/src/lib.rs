@@ -21,6 +21,7 @@ pub mod gguf;
 mod hf;
 mod load;
 pub mod pretok;
+mod raw;
 pub mod spec;
 mod stream;
 mod tokenizer;

@@ -2,11 +2,10 @@
 
 use crate::error::{Error, Result};
 use crate::gbt1::*;
+use crate::raw::{Header, MergeRecord, PairSlot};
 use crate::spec::{MergeMode, ModelKind, TokenizerSpec};
-
-fn put_u32(out: &mut [u8], at: usize, v: u32) {
-    out[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
+use zerocopy::little_endian::{F32, U16, U32, U64};
+use zerocopy::IntoBytes;
 
 /// Write `spec` as GBT1 bytes.
 pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
@@ -86,9 +85,7 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         crossers: crossers.len() as u32,
     };
     let l = Layout::compute(&counts)?;
-    let mut out = vec![0u8; l.total];
 
-    // Header.
     let mut flags = 0;
     if spec.add_bos {
         flags |= FLAG_ADD_BOS;
@@ -122,34 +119,42 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     if producers.iter().all(|&p| p <= 1) {
         flags |= FLAG_PAIR_UNIQUE;
     }
-    put_u32(&mut out, 0, MAGIC);
-    out[4..6].copy_from_slice(&VERSION.to_le_bytes());
-    out[6..8].copy_from_slice(&(HEADER_SIZE as u16).to_le_bytes());
-    put_u32(&mut out, 8, flags);
-    out[12] = spec.model as u8;
-    out[13] = spec.pre as u8;
-    put_u32(&mut out, 16, vocab);
-    put_u32(&mut out, 20, n_merges);
-    for (k, id) in [spec.bos, spec.eos, spec.pad, spec.unk]
-        .into_iter()
-        .enumerate()
-    {
-        put_u32(&mut out, 24 + 4 * k, id.unwrap_or(NONE));
-    }
-    put_u32(&mut out, 40, counts.blob);
-    put_u32(&mut out, 44, counts.template);
-    put_u32(&mut out, 48, token_slots);
-    put_u32(&mut out, 52, pair_slots);
-    put_u32(&mut out, 56, counts.split_lengths);
     let max_len = spec.tokens.iter().map(|t| t.bytes.len()).max().unwrap_or(0) as u32;
-    put_u32(&mut out, 60, max_len);
-    out[64..72].copy_from_slice(&(l.total as u64).to_le_bytes());
-    put_u32(&mut out, 72, counts.crossers);
+    let id = |id: Option<u32>| U32::new(id.unwrap_or(NONE));
+    let mut header = Header {
+        magic: MAGIC.into(),
+        version: VERSION.into(),
+        header_size: (HEADER_SIZE as u16).into(),
+        flags: flags.into(),
+        model: spec.model as u8,
+        pre_tokenizer: spec.pre as u8,
+        reserved0: U16::ZERO,
+        vocab_size: vocab.into(),
+        n_merges: n_merges.into(),
+        bos_id: id(spec.bos),
+        eos_id: id(spec.eos),
+        pad_id: id(spec.pad),
+        unk_id: id(spec.unk),
+        vocab_blob_bytes: counts.blob.into(),
+        chat_template_bytes: counts.template.into(),
+        token_hash_slots: token_slots.into(),
+        pair_hash_slots: pair_slots.into(),
+        n_split_lengths: counts.split_lengths.into(),
+        max_token_bytes: max_len.into(),
+        total_size: (l.total as u64).into(),
+        n_mark_crossers: counts.crossers.into(),
+        // Set once the bytes it hashes are written.
+        content_hash: U64::ZERO,
+        reserved: [0; 44],
+    };
 
     // Offsets, types, scores, blob.
-    let mut off = 0u32;
-    for (i, t) in spec.tokens.iter().enumerate() {
-        put_u32(&mut out, l.offsets + 4 * i, off);
+    let mut offsets = Vec::with_capacity(spec.tokens.len() + 1);
+    let mut types = Vec::with_capacity(spec.tokens.len());
+    let mut scores = Vec::with_capacity(spec.tokens.len());
+    let mut blob = Vec::with_capacity(blob_len as usize);
+    for t in &spec.tokens {
+        offsets.push(U32::new(blob.len() as u32));
         let mut ty = t.ty as u8;
         if t.split {
             ty |= TYPE_SPLIT;
@@ -163,26 +168,29 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         if t.split && t.rstrip {
             ty |= TYPE_RSTRIP;
         }
-        out[l.types + i] = ty;
-        put_u32(&mut out, l.scores + 4 * i, t.score.to_bits());
-        let a = l.blob + off as usize;
-        out[a..a + t.bytes.len()].copy_from_slice(&t.bytes);
-        off += t.bytes.len() as u32;
+        types.push(ty);
+        scores.push(F32::new(t.score));
+        blob.extend_from_slice(&t.bytes);
     }
-    put_u32(&mut out, l.offsets + 4 * vocab as usize, off);
+    offsets.push(U32::new(blob.len() as u32));
 
     // Merges and priorities.
-    for (r, m) in spec.merges.iter().enumerate() {
-        for (k, &x) in m.iter().enumerate() {
-            put_u32(&mut out, l.merges + 12 * r + 4 * k, x);
-        }
-        let p = spec.merge_ranks.as_ref().map_or(r as u32, |v| v[r]);
-        put_u32(&mut out, l.ranks + 4 * r, p);
-    }
+    let priority = |r: usize| spec.merge_ranks.as_ref().map_or(r as u32, |v| v[r]);
+    let merges: Vec<MergeRecord> = spec
+        .merges
+        .iter()
+        .map(|m| MergeRecord {
+            left: m[0].into(),
+            right: m[1].into(),
+            merged: m[2].into(),
+        })
+        .collect();
+    let ranks: Vec<U32> = (0..spec.merges.len()).map(|r| priority(r).into()).collect();
 
     // Token hash: split tokens first so that they win over a normal token of equal bytes,
     // then lower ids first.
     let mask = token_slots - 1;
+    let mut token_hash = vec![U32::ZERO; token_slots as usize];
     let order = (0..vocab)
         .filter(|&i| spec.tokens[i as usize].split)
         .chain((0..vocab).filter(|&i| !spec.tokens[i as usize].split));
@@ -195,9 +203,9 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         let mut i = (hash_bytes(b) as u32) & mask;
         let mut probes = 1;
         loop {
-            let at = l.token_hash + 4 * i as usize;
-            if out[at..at + 4] == [0, 0, 0, 0] {
-                put_u32(&mut out, at, id + 1);
+            let slot = &mut token_hash[i as usize];
+            if slot.get() == 0 {
+                *slot = U32::new(id + 1);
                 break;
             }
             i = (i + 1) & mask;
@@ -215,22 +223,20 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     // Pair hash. HF's merge map keeps the last of duplicate pairs; SentencePiece derivation
     // never produces duplicates.
     let pmask = pair_slots - 1;
-    for s in 0..pair_slots as usize {
-        put_u32(&mut out, l.pair_hash + 16 * s, NONE);
-    }
+    let mut pair_hash = vec![PairSlot::EMPTY; pair_slots as usize];
     for (r, m) in spec.merges.iter().enumerate() {
-        let p = spec.merge_ranks.as_ref().map_or(r as u32, |v| v[r]);
         let mut i = (hash_pair(m[0], m[1]) as u32) & pmask;
         let mut probes = 1;
         loop {
-            let at = l.pair_hash + 16 * i as usize;
-            let left = u32::from_le_bytes(out[at..at + 4].try_into().unwrap_or([0; 4]));
-            let right = u32::from_le_bytes(out[at + 4..at + 8].try_into().unwrap_or([0; 4]));
-            if left == NONE || (left == m[0] && right == m[1]) {
-                put_u32(&mut out, at, m[0]);
-                put_u32(&mut out, at + 4, m[1]);
-                put_u32(&mut out, at + 8, p);
-                put_u32(&mut out, at + 12, m[2]);
+            let slot = &mut pair_hash[i as usize];
+            let left = slot.left.get();
+            if left == NONE || (left == m[0] && slot.right.get() == m[1]) {
+                *slot = PairSlot {
+                    left: m[0].into(),
+                    right: m[1].into(),
+                    priority: priority(r).into(),
+                    merged: m[2].into(),
+                };
                 break;
             }
             i = (i + 1) & pmask;
@@ -275,22 +281,37 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
             }
         }
     }
-    for (b, id) in table.iter().enumerate() {
-        put_u32(&mut out, l.byte_table + 4 * b, *id);
-    }
+    let byte_table = table.map(U32::new);
+    let split_index = index.map(U32::new);
+    let lengths: Vec<U32> = lengths.into_iter().map(U32::new).collect();
+    let crossers: Vec<U32> = crossers.into_iter().map(U32::new).collect();
 
-    out[l.split_prefix2..l.split_prefix2 + 8192].copy_from_slice(&prefix2);
-    for (b, v) in index.iter().enumerate() {
-        put_u32(&mut out, l.split_index + 4 * b, *v);
+    // The regions in file order, each at its layout offset (zero padding between), then
+    // the header, which holds the hash of everything after it.
+    let mut out = Vec::with_capacity(l.total);
+    out.resize(HEADER_SIZE, 0);
+    for (at, bytes) in [
+        (l.offsets, offsets.as_bytes()),
+        (l.types, types.as_bytes()),
+        (l.scores, scores.as_bytes()),
+        (l.blob, blob.as_bytes()),
+        (l.merges, merges.as_bytes()),
+        (l.ranks, ranks.as_bytes()),
+        (l.token_hash, token_hash.as_bytes()),
+        (l.pair_hash, pair_hash.as_bytes()),
+        (l.byte_table, byte_table.as_bytes()),
+        (l.split_prefix2, prefix2.as_bytes()),
+        (l.split_index, split_index.as_bytes()),
+        (l.split_lengths, lengths.as_bytes()),
+        (l.crossers, crossers.as_bytes()),
+        (l.template, template),
+    ] {
+        debug_assert!(out.len() <= at, "regions out of order");
+        out.resize(at, 0);
+        out.extend_from_slice(bytes);
     }
-    for (k, len) in lengths.iter().enumerate() {
-        put_u32(&mut out, l.split_lengths + 4 * k, *len);
-    }
-    for (k, c) in crossers.iter().enumerate() {
-        put_u32(&mut out, l.crossers + 4 * k, *c);
-    }
-    out[l.template..l.template + template.len()].copy_from_slice(template);
-    let h = hash_bytes(&out[HEADER_SIZE..]);
-    out[76..84].copy_from_slice(&h.to_le_bytes());
+    out.resize(l.total, 0);
+    header.content_hash = hash_bytes(&out[HEADER_SIZE..]).into();
+    out[..HEADER_SIZE].copy_from_slice(header.as_bytes());
     Ok(out)
 }

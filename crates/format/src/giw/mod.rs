@@ -218,13 +218,84 @@ pub enum Error {
     #[error("GIW writer: {problem}")]
     Usage {
         /// What was wrong.
-        problem: String,
+        problem: UsageProblem,
     },
     /// The destination exists and replacing it was not asked for.
     #[error("{path} exists (use --force to replace it)")]
     DestinationExists {
         /// The destination.
         path: PathBuf,
+    },
+}
+
+/// How the GIW writer was used wrongly: matchable, each variant carrying
+/// the name or value it refuses and the limit it broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UsageProblem {
+    /// A weights format this writer does not write.
+    #[error("weights format v{version} cannot be written (this writer writes v{min}..=v{max})")]
+    WeightsVersion {
+        /// The format asked for.
+        version: u16,
+        /// [`MIN_WEIGHTS_VERSION`].
+        min: u16,
+        /// [`WEIGHTS_VERSION`].
+        max: u16,
+    },
+    /// A quant label that is empty, too long or not printable ASCII.
+    #[error("quant label {label:?} is not 1..={max} printable ASCII bytes")]
+    QuantLabel {
+        /// The label.
+        label: String,
+        /// [`MAX_QUANT_LEN`].
+        max: usize,
+    },
+    /// A record or member name that is empty or too long.
+    #[error("record name {name:?} is empty or longer than {max} bytes")]
+    RecordName {
+        /// The name.
+        name: String,
+        /// [`MAX_NAME_LEN`].
+        max: u32,
+    },
+    /// A dense record with no dimensions or too many.
+    #[error("dense record {name} has {dims} dims (1..={max})")]
+    DenseDims {
+        /// The record.
+        name: String,
+        /// Dimensions given.
+        dims: usize,
+        /// [`MAX_DIMS`].
+        max: u32,
+    },
+    /// A fused group in a weights format older than groups.
+    #[error("fused group {name} in a weights format v{version} file (needs v{since})")]
+    GroupFormat {
+        /// The group.
+        name: String,
+        /// The file's weights format.
+        version: u16,
+        /// [`FUSED_SINCE`].
+        since: u16,
+    },
+    /// A fused group with too few or too many members.
+    #[error("group {name} has {members} members (2..={max})")]
+    GroupMembers {
+        /// The group.
+        name: String,
+        /// Members given.
+        members: usize,
+        /// [`MAX_MEMBERS`].
+        max: u32,
+    },
+    /// A streamed payload ended before its announced length.
+    #[error("payload of record {name} ended {missing} bytes short")]
+    PayloadShort {
+        /// The record.
+        name: String,
+        /// Bytes announced but not written.
+        missing: u64,
     },
 }
 

@@ -11,8 +11,8 @@
 //! any error or drop before that unlinks it.
 
 use super::{
-    add, align, io, BundleHeader, Error, RawMember, RawRecordHeader, Result, Target, ALIGN,
-    FUSED_SINCE, HEADER_LEN, MAX_DIMS, MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN,
+    add, align, io, BundleHeader, Error, RawMember, RawRecordHeader, Result, Target, UsageProblem,
+    ALIGN, FUSED_SINCE, HEADER_LEN, MAX_DIMS, MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN,
     MIN_WEIGHTS_VERSION, WEIGHTS_VERSION,
 };
 use std::fs::File;
@@ -77,12 +77,23 @@ impl GiwWriter {
     ) -> Result<GiwWriter> {
         if !(MIN_WEIGHTS_VERSION..=WEIGHTS_VERSION).contains(&weights_version) {
             return Err(Error::Usage {
-                problem: format!("weights format v{weights_version} cannot be written"),
+                problem: UsageProblem::WeightsVersion {
+                    version: weights_version,
+                    min: MIN_WEIGHTS_VERSION,
+                    max: WEIGHTS_VERSION,
+                },
             });
         }
-        if quant.len() > MAX_QUANT_LEN || !quant.bytes().all(|b| b.is_ascii_graphic()) {
+        // Empty included: the reader refuses an empty label.
+        if quant.is_empty()
+            || quant.len() > MAX_QUANT_LEN
+            || !quant.bytes().all(|b| b.is_ascii_graphic())
+        {
             return Err(Error::Usage {
-                problem: format!("quant label {quant:?} is not 1..=12 printable ASCII bytes"),
+                problem: UsageProblem::QuantLabel {
+                    label: quant.to_string(),
+                    max: MAX_QUANT_LEN,
+                },
             });
         }
         if !replace && out.exists() {
@@ -145,7 +156,10 @@ impl GiwWriter {
     fn check_name(name: &str) -> Result<()> {
         if name.is_empty() || name.len() > MAX_NAME_LEN as usize {
             return Err(Error::Usage {
-                problem: format!("record name {name:?} is empty or longer than {MAX_NAME_LEN}"),
+                problem: UsageProblem::RecordName {
+                    name: name.to_string(),
+                    max: MAX_NAME_LEN,
+                },
             });
         }
         Ok(())
@@ -207,6 +221,7 @@ impl GiwWriter {
         self.record_header(1, name, 0, 0, payload_len, &[])?;
         Ok(PayloadWriter {
             w: self,
+            name: name.to_string(),
             left: payload_len,
         })
     }
@@ -222,6 +237,7 @@ impl GiwWriter {
         self.group_header(name, members, payload_len)?;
         Ok(PayloadWriter {
             w: self,
+            name: name.to_string(),
             left: payload_len,
         })
     }
@@ -237,7 +253,11 @@ impl GiwWriter {
     ) -> Result<()> {
         if dims.is_empty() || dims.len() > MAX_DIMS as usize {
             return Err(Error::Usage {
-                problem: format!("{name}: {} dims", dims.len()),
+                problem: UsageProblem::DenseDims {
+                    name: name.to_string(),
+                    dims: dims.len(),
+                    max: MAX_DIMS,
+                },
             });
         }
         self.record_header(
@@ -262,15 +282,20 @@ impl GiwWriter {
     fn group_header(&mut self, name: &str, members: &[MemberSpec], payload_len: u64) -> Result<()> {
         if self.header.weights_version < FUSED_SINCE {
             return Err(Error::Usage {
-                problem: format!(
-                    "fused group {name} in a weights format v{} file (needs v{FUSED_SINCE})",
-                    self.header.weights_version
-                ),
+                problem: UsageProblem::GroupFormat {
+                    name: name.to_string(),
+                    version: self.header.weights_version,
+                    since: FUSED_SINCE,
+                },
             });
         }
         if members.len() < 2 || members.len() > MAX_MEMBERS as usize {
             return Err(Error::Usage {
-                problem: format!("group {name} has {} members", members.len()),
+                problem: UsageProblem::GroupMembers {
+                    name: name.to_string(),
+                    members: members.len(),
+                    max: MAX_MEMBERS,
+                },
             });
         }
         self.record_header(3, name, members.len() as u32, 0, payload_len, &[])?;
@@ -351,6 +376,8 @@ impl GiwWriter {
 /// [`GiwWriter::begin_native`] / [`GiwWriter::begin_group`]).
 pub struct PayloadWriter<'a> {
     w: &'a mut GiwWriter,
+    /// The record's name (for errors).
+    name: String,
     left: u64,
 }
 
@@ -359,7 +386,10 @@ impl PayloadWriter<'_> {
     pub fn finish(self) -> Result<()> {
         if self.left != 0 {
             return Err(Error::Usage {
-                problem: format!("payload ended {} bytes short", self.left),
+                problem: UsageProblem::PayloadShort {
+                    name: self.name,
+                    missing: self.left,
+                },
             });
         }
         self.w.payload(&[])
@@ -393,4 +423,83 @@ pub fn write_atomic(out: &Path, bytes: &[u8]) -> Result<()> {
     crate::write::persist(&tmp, out, true)?;
     guard.disarm();
     Ok(crate::write::sync_parent(out)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage<T>(r: Result<T>) -> UsageProblem {
+        match r {
+            Err(Error::Usage { problem }) => problem,
+            Err(e) => panic!("expected a usage error, got {e:?}"),
+            Ok(_) => panic!("expected a usage error, got Ok"),
+        }
+    }
+
+    /// Every misuse the writer refuses, each matched by its variant; none
+    /// leaves a file behind.
+    #[test]
+    fn misuse_is_a_usage_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("b.giw");
+        let create =
+            |quant: &str, v: u16| GiwWriter::create(&out, false, quant, Target::Cpu, v, b"");
+        assert_eq!(
+            usage(create("int8", 99)),
+            UsageProblem::WeightsVersion {
+                version: 99,
+                min: MIN_WEIGHTS_VERSION,
+                max: WEIGHTS_VERSION
+            }
+        );
+        for label in ["", "int8 int8", "int8int8int8int8"] {
+            assert!(matches!(
+                usage(create(label, 12)),
+                UsageProblem::QuantLabel { label: l, max: MAX_QUANT_LEN } if l == label
+            ));
+        }
+        let mut w = create("int8", 12).unwrap();
+        assert_eq!(
+            usage(w.add_native("", b"")),
+            UsageProblem::RecordName {
+                name: String::new(),
+                max: MAX_NAME_LEN
+            }
+        );
+        assert!(matches!(
+            usage(w.add_dense("norm", 0, &[1; 5], &[0; 4])),
+            UsageProblem::DenseDims { dims: 5, .. }
+        ));
+        let members = [("a", 0), ("b", 1)].map(|(n, r)| MemberSpec {
+            name: n.into(),
+            row_start: r,
+            rows: 1,
+        });
+        assert!(matches!(
+            usage(w.add_group("ab", &members, b"")),
+            UsageProblem::GroupFormat {
+                version: 12,
+                since: FUSED_SINCE,
+                ..
+            }
+        ));
+        drop(w);
+        let mut w = create("int8", FUSED_SINCE).unwrap();
+        assert!(matches!(
+            usage(w.add_group("a", &members[..1], b"")),
+            UsageProblem::GroupMembers { members: 1, .. }
+        ));
+        let mut p = w.begin_native("blk.0.attn_q.weight", 10).unwrap();
+        p.write_all(&[0; 4]).unwrap();
+        assert_eq!(
+            usage(p.finish()),
+            UsageProblem::PayloadShort {
+                name: "blk.0.attn_q.weight".into(),
+                missing: 6
+            }
+        );
+        drop(w);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 }

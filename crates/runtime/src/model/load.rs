@@ -4,7 +4,7 @@
 
 use super::{gemma3n, Ffn, Layer, LoadOptions, Model};
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, ExpertSliceProblem, Result};
 use crate::experts::{ExpertSlice, ExpertStore, SliceData};
 use crate::matrix::{Matrix, Proj};
 use crate::ops::Rope;
@@ -79,7 +79,7 @@ pub(super) fn expert_slices<'a>(
                 } else {
                     (c.n_ff_exp, c.n_embd)
                 };
-                let bad = |problem: String| Error::ExpertSlice {
+                let bad = |problem: ExpertSliceProblem| Error::ExpertSlice {
                     layer: l,
                     expert: e,
                     part: crate::experts::PARTS[part],
@@ -87,10 +87,10 @@ pub(super) fn expert_slices<'a>(
                     problem,
                 };
                 if s.data.shape() != want {
-                    return Err(bad(format!(
-                        "shape {:?} (rows, cols), expected {want:?}",
-                        s.data.shape()
-                    )));
+                    return Err(bad(ExpertSliceProblem::Shape {
+                        found: s.data.shape(),
+                        expected: want,
+                    }));
                 }
                 if let SliceData::Raw {
                     ty, rows, bytes, ..
@@ -98,10 +98,12 @@ pub(super) fn expert_slices<'a>(
                 {
                     let row = ty.bytes_for(want.1 as u64).map(|b| b as usize);
                     if row.and_then(|r| r.checked_mul(rows)) != Some(bytes.len()) {
-                        return Err(bad(format!(
-                            "{} bytes for {rows} rows of {ty}",
-                            bytes.len()
-                        )));
+                        return Err(bad(ExpertSliceProblem::Size {
+                            bytes: bytes.len() as u64,
+                            rows: rows as u64,
+                            cols: want.1 as u64,
+                            ty,
+                        }));
                     }
                 }
                 out.push(s);
