@@ -1,6 +1,5 @@
 //! `gpack.convert`: `gpack convert` as a function.
 
-use crate::{err_msg, json_to_py};
 use gpack_convert::{convert as rconvert, ConvertOptions, Progress, Quant};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -51,14 +50,5 @@ pub fn convert(
         mtp_dir,
         draft,
     };
-    let report = py.detach(|| rconvert(&opts, &Quiet)).map_err(|e| {
-        err_msg(format!(
-            "converting {} to {}: {}",
-            src.display(),
-            out.display(),
-            crate::chain(&e)
-        ))
-    })?;
-    let v = serde_json::to_value(&report).map_err(|e| err_msg(e.to_string()))?;
-    json_to_py(py, &v)
+    crate::report_to_py(py, "converting", &src, &out, || rconvert(&opts, &Quiet))
 }

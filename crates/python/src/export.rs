@@ -1,6 +1,5 @@
 //! `gpack.export`: `gpack export` as a function.
 
-use crate::{err_msg, json_to_py};
 use gpack_runtime::export::export as rexport;
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -18,16 +17,7 @@ use std::path::PathBuf;
 #[pyfunction]
 #[pyo3(signature = (src, out, *, force = false))]
 pub fn export(py: Python<'_>, src: PathBuf, out: PathBuf, force: bool) -> PyResult<Py<PyAny>> {
-    let report = py
-        .detach(|| rexport(&src, &out, force, &|_| {}))
-        .map_err(|e| {
-            err_msg(format!(
-                "exporting {} to {}: {}",
-                src.display(),
-                out.display(),
-                crate::chain(&e)
-            ))
-        })?;
-    let v = serde_json::to_value(&report).map_err(|e| err_msg(e.to_string()))?;
-    json_to_py(py, &v)
+    crate::report_to_py(py, "exporting", &src, &out, || {
+        rexport(&src, &out, force, &|_| {})
+    })
 }

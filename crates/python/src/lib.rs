@@ -76,6 +76,28 @@ fn _gpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// Runs a file operation of the library without the GIL and returns its
+/// report as a dict: an error becomes a `GpackError` reading `VERB SRC to
+/// OUT: cause: cause` (what `gpack.convert` and `gpack.export` share).
+pub(crate) fn report_to_py<R: serde::Serialize + Send, E: std::error::Error + Send>(
+    py: Python<'_>,
+    verb: &str,
+    src: &std::path::Path,
+    out: &std::path::Path,
+    run: impl Send + FnOnce() -> Result<R, E>,
+) -> PyResult<Py<PyAny>> {
+    let report = py.detach(run).map_err(|e| {
+        err_msg(format!(
+            "{verb} {} to {}: {}",
+            src.display(),
+            out.display(),
+            chain(&e)
+        ))
+    })?;
+    let v = serde_json::to_value(&report).map_err(|e| err_msg(e.to_string()))?;
+    json_to_py(py, &v)
+}
+
 /// A JSON value as Python objects (dicts, lists, str, int, float, bool, None).
 pub(crate) fn json_to_py(py: Python<'_>, v: &serde_json::Value) -> PyResult<Py<PyAny>> {
     use pyo3::types::{PyDict, PyList};

@@ -1,6 +1,9 @@
 //! Ad-hoc timing of one Rows16 matrix times n vectors on the best ISA.
 //! Usage: rows16_probe TYPE ROWS COLS N
-use gpack_quant::{transcode_canonical, GgmlType, NativeView, Pool};
+use gpack_quant::{GgmlType, NativeView, Pool};
+
+#[path = "common/probe.rs"]
+mod probe;
 use std::time::Instant;
 
 fn main() {
@@ -11,33 +14,7 @@ fn main() {
         a[3].parse().unwrap(),
         a[4].parse().unwrap(),
     );
-    let (bs, ts) = t.block();
-    let nbl = rows * cols / bs as usize;
-    let mut src = vec![0u8; nbl * ts as usize];
-    let mut s = 12345u64;
-    for b in src.iter_mut() {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        *b = s as u8;
-    }
-    for blk in src.chunks_exact_mut(ts as usize) {
-        let d = half::f16::from_f32(0.01).to_le_bytes();
-        match t {
-            GgmlType::Q6_K => blk[208..210].copy_from_slice(&d),
-            _ => {
-                blk[0..2].copy_from_slice(&d);
-                if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
-                    blk[2..4].copy_from_slice(&d)
-                }
-            }
-        }
-    }
-    let mut r16 = Vec::new();
-    transcode_canonical(t, &src, rows as u64, cols as u64, &mut r16).unwrap();
-    let mut b = gpack_quant::AlignedBuf::zeroed(r16.len());
-    std::io::Write::write_all(&mut b, &r16).unwrap();
-    let r16 = b;
+    let r16 = probe::matrix(t, rows, cols);
     let v = NativeView::parse(r16.as_slice()).unwrap();
     let x: Vec<f32> = (0..n * cols)
         .map(|i| ((i * 37 % 101) as f32) / 50.0 - 1.0)

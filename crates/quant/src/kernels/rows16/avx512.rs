@@ -901,15 +901,15 @@ unsafe fn tile<const N: usize, D: Dec>(
                     }
                     let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
                     let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
+                    let m0 = _mm512_loadu_ps(st.mins[2 * kb].as_ptr());
+                    let m1 = _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr());
                     for (v, ((x, a), b)) in t.iter_mut().zip(&i0).zip(&i1).enumerate() {
                         *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(*a), *x);
                         if D::ASYM {
-                            let m0 = _mm512_loadu_ps(st.mins[2 * kb].as_ptr());
                             *x = _mm512_fmadd_ps(m0, bf(q(v), 11), *x);
                         }
                         *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(*b), *x);
                         if D::ASYM {
-                            let m1 = _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr());
                             *x = _mm512_fmadd_ps(m1, bf(q(v), 12), *x);
                         }
                     }
@@ -920,10 +920,10 @@ unsafe fn tile<const N: usize, D: Dec>(
                         }
                     }
                     let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
+                    let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
                     for (v, (x, a)) in t.iter_mut().zip(&i0).enumerate() {
                         *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(*a), *x);
                         if D::ASYM {
-                            let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
                             *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
                         }
                     }
