@@ -395,7 +395,8 @@ pub(crate) fn matmul_concat(
         // member for every vector: disjoint and inside y ([n][total]),
         // which outlives the pool run; first_row + rows of p <= total.
         let o = unsafe { out.at(*first_row) };
-        run_groups(isa, k, &ws[p], g0, g1, n, &preps[*prep].1, o, total);
+        let per = panel_groups(k, ws[p].cols() / k.qk);
+        run_groups(isa, k, &ws[p], g0, g1, n, &preps[*prep].1, o, total, per);
     };
     if !split || tasks.len() == 1 {
         (0..tasks.len()).for_each(task);
@@ -466,9 +467,35 @@ pub(crate) fn handles(w: &NativeView) -> bool {
 
 thread_local! {
     static STAGE: RefCell<Option<Box<Stage>>> = const { RefCell::new(None) };
+    /// The prefill path's decoded group-blocks (see [`run_groups`]).
+    static PANEL: RefCell<Vec<Stage>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Bytes of the stages the prefill path keeps decoded at once (counting
+/// what the dot loops read of each: its blocks' codes, its sub-blocks'
+/// scales and mins): a chunk of row groups whose group-blocks fit is decoded
+/// once and then run for every vector of the call, while each block of
+/// [`VB`] vectors' prep words (up to 256 KiB at 2048 columns) stays in L2
+/// across the chunk.
+const PANEL_BYTES: usize = 256 * 1024;
+
+/// Row groups per panel chunk for a kind with `nbg` group-blocks per row
+/// group (at least 1).
+fn panel_groups(k: &Kind, nbg: usize) -> usize {
+    let read = k.blocks() * 8 * R * 4 + 2 * k.subs() * R * 4;
+    (PANEL_BYTES / (read * nbg).max(1)).max(1)
 }
 
 /// Row groups `g0..g1` for all `n` vectors, writing `out[v * stride + r]`.
+///
+/// Up to [`VT`] vectors (decode) take the register paths: each group's codes
+/// decoded in registers and dotted at once. More vectors (prefill) take the
+/// staged path: the groups run in chunks of `per` ([`panel_groups`]); a
+/// chunk's group-blocks are decoded once into the thread's panel, then every
+/// block of [`VB`] vectors runs over the whole chunk, in tiles of [`VT`]
+/// vectors per stage. So each weight is decoded once per call whatever `n`
+/// (before 2026-12-03 once per block of 64 vectors: the decoder was 9 % of
+/// a Q5_K_M prefill).
 #[allow(clippy::too_many_arguments)]
 fn run_groups(
     isa: Isa,
@@ -480,49 +507,85 @@ fn run_groups(
     prep: &[u32],
     out: *mut f32,
     stride: usize,
+    per: usize,
 ) {
-    let mut st = STAGE
-        .with(|s| s.borrow_mut().take())
-        .unwrap_or_else(Stage::new);
     let rows = w.rows();
     let nbg = w.cols() / k.qk;
     let nba = w.cols() / QA;
     let gs = w.rows16_group_bytes();
     let codes = w.codes();
     let mut acc = vec![[0f32; R]; VB.min(n)];
-    let mut v0 = 0;
-    while v0 < n {
-        let nv = VB.min(n - v0);
-        for g in g0..g1 {
-            acc[..nv].iter_mut().for_each(|a| *a = [0.0; R]);
-            // Few vectors (decode): the register paths.
-            let direct = cfg!(target_arch = "x86_64")
-                && nv <= VT
-                && matches!(isa, Isa::Avx512Vnni | Isa::Avx2 | Isa::AvxVnni);
-            if direct {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    // Decode: the whole row group in one call, codes decoded
-                    // in registers, accumulators kept in registers.
-                    let (pp, bs) = prep_tile(prep, nba, v0, nv, 0);
-                    let grp = &codes[g * gs..(g + 1) * gs];
-                    let acc = &mut acc[..nv];
-                    if isa == Isa::Avx512Vnni {
-                        // SAFETY: the dispatcher checked the ISA; `grp` is the
-                        // group's group-blocks; `pp` holds the tile's prep words.
-                        unsafe { avx512::dot_direct(k, grp, &mut st, pp, bs, acc) };
-                    } else {
-                        // SAFETY: as above (AVX2, FMA and F16C checked).
-                        unsafe { avx2_direct::dot_direct(k, grp, &mut st, pp, bs, acc) };
-                    }
+    // The group's accumulators of vectors v0.. into the output.
+    let write = |acc: &[[f32; R]], v0: usize, g: usize| {
+        let valid = R.min(rows - g * R);
+        for (v, a) in acc.iter().enumerate() {
+            // SAFETY: v0 + v < n and g * 16 + valid <= rows <= stride:
+            // inside the caller's [n][stride] output; this task owns
+            // group g, and `acc` is not part of it.
+            unsafe {
+                let o = out.add((v0 + v) * stride + g * R);
+                if valid == R {
+                    // One full line: a fixed-size copy, not a call.
+                    o.cast::<[f32; R]>().write_unaligned(*a);
+                } else {
+                    std::ptr::copy_nonoverlapping(a.as_ptr(), o, valid);
                 }
-            } else {
+            };
+        }
+    };
+    let direct = cfg!(target_arch = "x86_64")
+        && n <= VT
+        && matches!(isa, Isa::Avx512Vnni | Isa::Avx2 | Isa::AvxVnni);
+    if direct {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut st = STAGE
+                .with(|s| s.borrow_mut().take())
+                .unwrap_or_else(Stage::new);
+            let (pp, bs) = prep_tile(prep, nba, 0, n, 0);
+            for g in g0..g1 {
+                acc.iter_mut().for_each(|a| *a = [0.0; R]);
+                // The whole row group in one call, codes decoded in
+                // registers, accumulators kept in registers.
+                let grp = &codes[g * gs..(g + 1) * gs];
+                if isa == Isa::Avx512Vnni {
+                    // SAFETY: the dispatcher checked the ISA; `grp` is the
+                    // group's group-blocks; `pp` holds the tile's prep words.
+                    unsafe { avx512::dot_direct(k, grp, &mut st, pp, bs, &mut acc) };
+                } else {
+                    // SAFETY: as above (AVX2, FMA and F16C checked).
+                    unsafe { avx2_direct::dot_direct(k, grp, &mut st, pp, bs, &mut acc) };
+                }
+                write(&acc, 0, g);
+            }
+            STAGE.with(|s| *s.borrow_mut() = Some(st));
+        }
+        return;
+    }
+    let mut panel = PANEL.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let need = per.min(g1 - g0) * nbg;
+    if panel.len() < need {
+        panel.resize_with(need, || *Stage::new());
+    }
+    let mut c0 = g0;
+    while c0 < g1 {
+        let c1 = (c0 + per).min(g1);
+        for g in c0..c1 {
+            for b in 0..nbg {
+                let at = g * gs + b * k.group_block();
+                let gb = &codes[at..][..k.group_block()];
+                let next = codes.as_ptr().wrapping_add(at + k.group_block() + PF_BYTES);
+                stage(isa, k, gb, &mut panel[(g - c0) * nbg + b], next);
+            }
+        }
+        let mut v0 = 0;
+        while v0 < n {
+            let nv = VB.min(n - v0);
+            for g in c0..c1 {
+                let acc = &mut acc[..nv];
+                acc.iter_mut().for_each(|a| *a = [0.0; R]);
                 for b in 0..nbg {
-                    let gb = &codes[g * gs + b * k.group_block()..][..k.group_block()];
-                    let next = codes
-                        .as_ptr()
-                        .wrapping_add(g * gs + (b + 1) * k.group_block() + PF_BYTES);
-                    stage(isa, k, gb, &mut st, next);
+                    let st = &mut panel[(g - c0) * nbg + b];
                     // Tiles of VT vectors, each with its prep words
                     // interleaved per block (see `build_prep`).
                     let mut t0 = 0;
@@ -534,39 +597,26 @@ fn run_groups(
                             #[cfg(target_arch = "x86_64")]
                             // SAFETY: the dispatcher checked the ISA; `pp` holds
                             // the tile's prep words from block b on.
-                            Isa::Avx512Vnni => unsafe { avx512::dot(k, &mut st, pp, bs, acc) },
+                            Isa::Avx512Vnni => unsafe { avx512::dot(k, st, pp, bs, acc) },
                             #[cfg(target_arch = "x86_64")]
                             // SAFETY: as above (AVX2 + FMA checked).
-                            Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot(k, &st, pp, bs, acc) },
+                            Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot(k, st, pp, bs, acc) },
                             _ => {
                                 for (v, a) in acc.iter_mut().enumerate() {
-                                    dot_prep_scalar(k, &st, &pp[v * PREP..], bs, a);
+                                    dot_prep_scalar(k, st, &pp[v * PREP..], bs, a);
                                 }
                             }
                         }
                         t0 += nt;
                     }
                 }
+                write(acc, v0, g);
             }
-            let valid = R.min(rows - g * R);
-            for (v, a) in acc[..nv].iter().enumerate() {
-                // SAFETY: v0 + v < n and g * 16 + valid <= rows <= stride:
-                // inside the caller's [n][stride] output; this task owns
-                // group g, and `acc` is not part of it.
-                unsafe {
-                    let o = out.add((v0 + v) * stride + g * R);
-                    if valid == R {
-                        // One full line: a fixed-size copy, not a call.
-                        o.cast::<[f32; R]>().write_unaligned(*a);
-                    } else {
-                        std::ptr::copy_nonoverlapping(a.as_ptr(), o, valid);
-                    }
-                };
-            }
+            v0 += nv;
         }
-        v0 += nv;
+        c0 = c1;
     }
-    STAGE.with(|s| *s.borrow_mut() = Some(st));
+    PANEL.with(|p| *p.borrow_mut() = panel);
 }
 
 /// Vectors per dot tile (the widest register tile of the SIMD paths).
@@ -810,4 +860,80 @@ pub(crate) fn dequantize_rows(isa: Isa, w: &NativeView, r0: usize, out: &mut [f3
         g += 1;
     }
     STAGE.with(|s| *s.borrow_mut() = Some(st));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random ggml blocks of `t` (`rows × cols`) whose f16 scale fields
+    /// (the first `f16s` of each block) are small finite values.
+    fn blocks(t: GgmlType, rows: usize, cols: usize, f16s: usize, seed: &mut u64) -> Vec<u8> {
+        let (qk, ts) = t.block();
+        let mut next = || {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (*seed >> 33) as u8
+        };
+        let mut v: Vec<u8> = (0..rows * cols / qk as usize * ts as usize)
+            .map(|_| next())
+            .collect();
+        for b in v.chunks_exact_mut(ts as usize) {
+            for f in 0..f16s {
+                // 0x2000..0x2FFF: f16 values around 0.01 to 0.1.
+                b[2 * f] = next();
+                b[2 * f + 1] = 0x20 | (next() & 0x0F);
+            }
+        }
+        v
+    }
+
+    /// Every panel chunk size (one row group per chunk, two, a ragged last
+    /// chunk, all at once) gives the reference's bits on every path, for a
+    /// one-block kind and a 256-element kind, across a vector block boundary
+    /// (70 vectors: 64 + 6).
+    #[test]
+    fn every_panel_chunk_size_gives_the_reference_bits() {
+        let mut seed = 11u64;
+        for (t, f16s) in [(GgmlType::Q8_0, 1), (GgmlType::Q4_K, 2)] {
+            let (rows, cols, n) = (100, 512, 70);
+            let src = blocks(t, rows, cols, f16s, &mut seed);
+            let mut bytes = Vec::new();
+            crate::transcode_canonical(t, &src, rows as u64, cols as u64, &mut bytes).unwrap();
+            let mut buf = crate::AlignedBuf::zeroed(bytes.len());
+            std::io::Write::write_all(&mut buf, &bytes).unwrap();
+            let w = NativeView::parse(buf.as_slice()).unwrap();
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
+                .collect();
+            let mut want = vec![0f32; n * rows];
+            matmul_ref(&w, &x, n, &mut want);
+            let k = kind_of(&w);
+            let mut qa = QuantizedActivations::new();
+            qa.quantize_span(&x, n, cols, k.span());
+            let mut prep = Vec::new();
+            build_prep(&k, &qa, &mut prep);
+            let groups = rows.div_ceil(R);
+            for isa in Isa::available() {
+                for per in [1, 2, 3, groups] {
+                    let mut got = vec![f32::NAN; n * rows];
+                    run_groups(
+                        isa,
+                        &k,
+                        &w,
+                        0,
+                        groups,
+                        n,
+                        &prep,
+                        got.as_mut_ptr(),
+                        rows,
+                        per,
+                    );
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{t} {isa:?} per {per}");
+                }
+            }
+        }
+    }
 }
