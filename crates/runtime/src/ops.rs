@@ -7,6 +7,35 @@
 
 use crate::config::RopeStyle;
 use gpack_quant::kernels::attn::KvElem;
+use gpack_quant::Pool;
+use std::sync::Mutex;
+
+/// Elements from which [`par_rows`] splits its rows over the pool (below,
+/// waking the workers costs more than the work).
+const PAR_ROWS_MIN: usize = 1 << 16;
+
+/// `f(t0, rows)` over the first `n` rows of `out` (each `w` wide), in
+/// chunks run on the quant crate's pool when there is enough work: each
+/// call gets a disjoint chunk of whole rows starting at row `t0` (one
+/// `Mutex` per chunk, never contended). Every row's values are what `f`
+/// gives it alone, whatever the split.
+pub fn par_rows(out: &mut [f32], w: usize, n: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    let out = &mut out[..n * w];
+    let pool = Pool::global();
+    let per = if pool.threads() > 1 && n * w >= PAR_ROWS_MIN {
+        n.div_ceil(pool.threads() * 4)
+    } else {
+        n
+    };
+    if per >= n || w == 0 {
+        return f(0, out);
+    }
+    let chunks: Vec<Mutex<&mut [f32]>> = out.chunks_mut(per * w).map(Mutex::new).collect();
+    pool.run(chunks.len(), &|c| {
+        let mut rows = chunks[c].lock().unwrap_or_else(|e| e.into_inner());
+        f(c * per, &mut rows);
+    });
+}
 
 /// `Σ a[i] * b[i]` with eight partial sums (vectorizes to one 256-bit lane set).
 #[inline]

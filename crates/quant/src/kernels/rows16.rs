@@ -67,6 +67,7 @@ use crate::pool::Pool;
 use crate::view::NativeView;
 use crate::GgmlType;
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -262,15 +263,45 @@ pub(crate) const PREP: usize = 16;
 /// Builds the prep words of every vector, in tiles of [`VT`] vectors (the
 /// last narrower) interleaved per block: `[tile][b][vector of the tile][PREP]`,
 /// so the broadcasts of one block's tile come from a few adjacent lines.
-fn build_prep(k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
+/// Prefill-sized calls split the tiles over `pool` (each tile's words depend
+/// on its own vectors only).
+fn build_prep(pool: &Pool, k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
     let (n, nb) = (qa.n(), qa.cols() / QA);
     prep.resize(n * nb * PREP, 0);
-    for v in 0..n {
+    let tiles = n.div_ceil(VT);
+    let per = if pool.threads() > 1 && n * qa.cols() >= PARALLEL_PREP {
+        tiles.div_ceil(pool.threads() * 4)
+    } else {
+        tiles
+    };
+    if per >= tiles {
+        return prep_vectors(k, qa, 0, prep);
+    }
+    let chunks: Vec<Mutex<&mut [u32]>> = prep
+        .chunks_mut(per * VT * nb * PREP)
+        .map(Mutex::new)
+        .collect();
+    pool.run(chunks.len(), &|c| {
+        let mut out = chunks[c].lock().unwrap_or_else(|e| e.into_inner());
+        prep_vectors(k, qa, c * per * VT, &mut out);
+    });
+}
+
+/// Activation elements from which quantizing and preparing them is split
+/// over the pool (below, waking it costs more than it saves).
+const PARALLEL_PREP: usize = 16 * 1024;
+
+/// The prep words of vectors `v0 ..` (`v0` a multiple of [`VT`]; as many
+/// whole tiles, or up to the last vector, as `out` holds).
+fn prep_vectors(k: &Kind, qa: &QuantizedActivations, v0: usize, out: &mut [u32]) {
+    let (n, nb) = (qa.n(), qa.cols() / QA);
+    let v1 = (v0 + out.len() / (nb * PREP)).min(n);
+    for v in v0..v1 {
         let a = qa.get(v);
         let t0 = v - v % VT;
         let nt = VT.min(n - t0);
         for b in 0..nb {
-            let p = &mut prep[(t0 * nb + b * nt + (v - t0)) * PREP..][..PREP];
+            let p = &mut out[((t0 - v0) * nb + b * nt + (v - t0)) * PREP..][..PREP];
             bytemuck::cast_slice_mut::<u32, u8>(&mut p[..8])
                 .copy_from_slice(bytemuck::cast_slice::<i8, u8>(&a.q[b * QA..(b + 1) * QA]));
             let d = a.d[b];
@@ -353,11 +384,11 @@ pub(crate) fn matmul_concat(
         let span = k.span();
         let (qa, fresh) = claim(&mut bufs.qas, &mut spans, span);
         if fresh {
-            bufs.qas[qa].1.quantize_span(x, n, cols, span);
+            bufs.qas[qa].1.quantize_span_on(pool, x, n, cols, span);
         }
         let (prep, fresh) = claim(&mut bufs.preps, &mut used, (k.sub, k.off, span));
         if fresh {
-            build_prep(&k, &bufs.qas[qa].1, &mut bufs.preps[prep].1);
+            build_prep(pool, &k, &bufs.qas[qa].1, &mut bufs.preps[prep].1);
         }
         bufs.parts.push((k, prep, off));
         off += w.rows();
@@ -913,7 +944,7 @@ mod tests {
             let mut qa = QuantizedActivations::new();
             qa.quantize_span(&x, n, cols, k.span());
             let mut prep = Vec::new();
-            build_prep(&k, &qa, &mut prep);
+            build_prep(Pool::global(), &k, &qa, &mut prep);
             let groups = rows.div_ceil(R);
             for isa in Isa::available() {
                 for per in [1, 2, 3, groups] {

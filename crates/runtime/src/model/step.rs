@@ -71,14 +71,7 @@ impl Model<'_> {
         } else {
             for (l, layer) in self.layers.iter().enumerate() {
                 // ---- attention ----
-                for t in 0..n {
-                    ops::rmsnorm(
-                        &mut s.xb[t * d..(t + 1) * d],
-                        &s.x[t * d..(t + 1) * d],
-                        &layer.attn_norm,
-                        c.rms_eps,
-                    );
-                }
+                norm_rows(&mut s.xb, &s.x, d, n, &layer.attn_norm, c.rms_eps);
                 layer
                     .qkv
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
@@ -88,22 +81,19 @@ impl Model<'_> {
                 self.residual(s, n, layer.post_attn_norm.as_deref());
 
                 // ---- feed-forward ----
-                for t in 0..n {
-                    ops::rmsnorm(
-                        &mut s.xb[t * d..(t + 1) * d],
-                        &s.x[t * d..(t + 1) * d],
-                        &layer.ffn_norm,
-                        c.rms_eps,
-                    );
-                }
+                norm_rows(&mut s.xb, &s.x, d, n, &layer.ffn_norm, c.rms_eps);
                 match &layer.ffn {
                     Ffn::Dense { gate_up, down } => {
                         let n_ff = c.n_ff;
                         gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp);
-                        for t in 0..n {
-                            let (g, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
-                            glu(c.activation, g, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
-                        }
+                        let gu = &s.gu;
+                        ops::par_rows(&mut s.hb, n_ff, n, &|t0, h| {
+                            for (i, h) in h.chunks_exact_mut(n_ff).enumerate() {
+                                let t = t0 + i;
+                                let (g, u) = gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
+                                glu(c.activation, g, u, h);
+                            }
+                        });
                         down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
                     }
                     Ffn::Moe { router } => self.moe(s, l, router, n)?,
@@ -153,6 +143,17 @@ impl Model<'_> {
                 .for_each(|(x, o)| *x += o);
         }
     }
+}
+
+/// `xb[t] = rmsnorm(x[t]) · w` for the `n` rows of `d` (split over the
+/// pool for prefill-sized steps: each row's values are its own).
+fn norm_rows(xb: &mut [f32], x: &[f32], d: usize, n: usize, w: &[f32], eps: f32) {
+    ops::par_rows(xb, d, n, &|t0, out| {
+        for (i, o) in out.chunks_exact_mut(d).enumerate() {
+            let t = t0 + i;
+            ops::rmsnorm(o, &x[t * d..(t + 1) * d], w, eps);
+        }
+    });
 }
 
 /// `h = act(g) · u` (SwiGLU or GeGLU). SiLU is `g / (1 + expf(-g))` with
