@@ -275,9 +275,6 @@ pub(crate) fn quantize_block_amax(
     }
 }
 
-/// What [`QuantizedActivations::quantize_on`] runs per vector once quantized.
-type AfterQuantize<'a> = dyn Fn(usize, ActRef) + Sync + 'a;
-
 /// A raw pointer that may cross threads: each pool task writes a disjoint range.
 #[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
@@ -358,32 +355,18 @@ impl QuantizedActivations {
         self.ls.resize(n * nb * 8, 0);
     }
 
-    /// [`QuantizedActivations::quantize_span`] with the vectors split over
-    /// `pool` (the same values: each vector is quantized independently).
-    pub(crate) fn quantize_span_on(
-        &mut self,
-        pool: &Pool,
-        x: &[f32],
-        n: usize,
-        cols: usize,
-        span: usize,
-    ) {
-        self.quantize_on(pool, x, n, cols, span, None)
-    }
-
-    /// [`QuantizedActivations::quantize_span`] with the vectors split over
-    /// `pool` (the same values: each vector is quantized independently), then
-    /// `after(i, vector i)`, if given, on the thread that quantized vector `i`.
+    /// [`QuantizedActivations::quantize`] with the vectors split over `pool`
+    /// (the same values: each vector is quantized independently), then
+    /// `after(i, vector i)` on the thread that quantized vector `i`.
     fn quantize_on(
         &mut self,
         pool: &Pool,
         x: &[f32],
         n: usize,
         cols: usize,
-        span: usize,
-        after: Option<&AfterQuantize>,
+        after: &(dyn Fn(usize, ActRef) + Sync),
     ) {
-        self.resize(x, n, cols, span);
+        self.resize(x, n, cols, 1);
         let nb = cols / QA;
         // Below ~16K elements the pool's wake-up costs more than it saves.
         let per_task = if pool.threads() > 1 && n * cols >= 16 * 1024 {
@@ -409,8 +392,7 @@ impl QuantizedActivations {
                     std::slice::from_raw_parts_mut(lp.at(v0 * nb * 8), (v1 - v0) * nb * 8),
                 )
             };
-            quantize_blocks(&x[v0 * cols..v1 * cols], q, d, ls, span);
-            let Some(after) = after else { return };
+            quantize_blocks(&x[v0 * cols..v1 * cols], q, d, ls, 1);
             for v in v0..v1 {
                 let off = v - v0;
                 after(
@@ -864,22 +846,15 @@ fn matmul_tiled(
     bufs.prep.resize(n * pstride, 0.0);
     let prep = SendPtr(bufs.prep.as_mut_ptr());
     let layout = w.layout();
-    bufs.qa.quantize_on(
-        pool,
-        x,
-        n,
-        cols,
-        1,
-        Some(&|v, a| {
-            // SAFETY: vector v's prepared range [v * pstride, (v + 1) * pstride)
-            // is in bounds (resized above) and written by this call only (one
-            // call per vector); AVX-512 VNNI is available (the caller checked).
-            unsafe {
-                let dst = std::slice::from_raw_parts_mut(prep.at(v * pstride), pstride);
-                avx512::prepare(layout, &a, dst);
-            }
-        }),
-    );
+    bufs.qa.quantize_on(pool, x, n, cols, &|v, a| {
+        // SAFETY: vector v's prepared range [v * pstride, (v + 1) * pstride)
+        // is in bounds (resized above) and written by this call only (one
+        // call per vector); AVX-512 VNNI is available (the caller checked).
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(prep.at(v * pstride), pstride);
+            avx512::prepare(layout, &a, dst);
+        }
+    });
     let qa = &bufs.qa;
     let acts: Vec<ActRef> = (0..n).map(|i| qa.get(i)).collect();
     let preps: Vec<*const f32> = (0..n).map(|i| bufs.prep[i * pstride..].as_ptr()).collect();

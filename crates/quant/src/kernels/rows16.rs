@@ -67,7 +67,6 @@ use crate::pool::Pool;
 use crate::view::NativeView;
 use crate::GgmlType;
 use std::cell::RefCell;
-use std::sync::Mutex;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -260,74 +259,106 @@ const VB: usize = 64;
 /// padding.
 pub(crate) const PREP: usize = 16;
 
-/// Builds the prep words of every vector, in tiles of [`VT`] vectors (the
-/// last narrower) interleaved per block: `[tile][b][vector of the tile][PREP]`,
-/// so the broadcasts of one block's tile come from a few adjacent lines.
-/// Prefill-sized calls split the tiles over `pool` (each tile's words depend
-/// on its own vectors only).
-fn build_prep(pool: &Pool, k: &Kind, qa: &QuantizedActivations, prep: &mut Vec<u32>) {
-    let (n, nb) = (qa.n(), qa.cols() / QA);
-    prep.resize(n * nb * PREP, 0);
+/// Builds the prep words of every vector for each `(SUB, OFF, span)` key of
+/// `preps`, in tiles of [`VT`] vectors (the last narrower) interleaved per
+/// block: `[tile][b][vector of the tile][PREP]`, so the broadcasts of one
+/// block's tile come from a few adjacent lines. Each vector is quantized
+/// once per distinct span ([`QuantizedActivations`]' scheme and quantizer,
+/// into a per-thread buffer of one vector) and its words written straight
+/// from it: no `[n][cols]` codes pass through memory. Prefill-sized calls
+/// split the tiles over `pool` (each tile's words depend on its own vectors
+/// only). Before 2026-12-03 the whole batch was quantized, then prepared, on
+/// the calling thread (2 % of a 1B prefill while the other core waited).
+type PrepKey = (usize, i32, usize);
+
+fn build_preps(pool: &Pool, x: &[f32], n: usize, cols: usize, preps: &mut [(PrepKey, Vec<u32>)]) {
+    assert_eq!(x.len(), n * cols, "x length must equal n * cols");
+    let nb = cols / QA;
+    let mut outs: Vec<(PrepKey, SendPtr<u32>)> = preps
+        .iter_mut()
+        .map(|(key, p)| {
+            p.resize(n * nb * PREP, 0);
+            (*key, SendPtr(p.as_mut_ptr()))
+        })
+        .collect();
+    // Keys of one span next to each other: each vector quantized once per span.
+    outs.sort_by_key(|(key, _)| key.2);
     let tiles = n.div_ceil(VT);
-    let per = if pool.threads() > 1 && n * qa.cols() >= PARALLEL_PREP {
+    if tiles == 0 {
+        return;
+    }
+    let per = if pool.threads() > 1 && n * cols >= PARALLEL_PREP {
         tiles.div_ceil(pool.threads() * 4)
     } else {
         tiles
     };
+    let task = |c: usize| {
+        let (v0, v1) = (c * per * VT, ((c + 1) * per * VT).min(n));
+        ONE.with(|one| {
+            let mut one = one.borrow_mut();
+            let one = &mut *one;
+            for v in v0..v1 {
+                let (t0, nt) = (v - v % VT, VT.min(n - (v - v % VT)));
+                let mut span = 0;
+                for &((sub, off, sp), p) in &outs {
+                    if sp != span {
+                        one.quantize_span(&x[v * cols..(v + 1) * cols], 1, cols, sp);
+                        span = sp;
+                    }
+                    // SAFETY: tile t0's words ([t0 · nb · PREP, (t0 + nt) · nb
+                    // · PREP)) are in bounds (resized above) and written only
+                    // by this task (tasks own whole tiles); the buffers
+                    // outlive the pool run, which waits for every task.
+                    let tile = unsafe {
+                        std::slice::from_raw_parts_mut(p.at(t0 * nb * PREP), nt * nb * PREP)
+                    };
+                    prep_vector(sub, off, one.get(0), v - t0, nt, tile);
+                }
+            }
+        });
+    };
     if per >= tiles {
-        return prep_vectors(k, qa, 0, prep);
+        (0..tiles.div_ceil(per)).for_each(task);
+    } else {
+        pool.run(tiles.div_ceil(per), &task);
     }
-    let chunks: Vec<Mutex<&mut [u32]>> = prep
-        .chunks_mut(per * VT * nb * PREP)
-        .map(Mutex::new)
-        .collect();
-    pool.run(chunks.len(), &|c| {
-        let mut out = chunks[c].lock().unwrap_or_else(|e| e.into_inner());
-        prep_vectors(k, qa, c * per * VT, &mut out);
-    });
 }
 
-/// Activation elements from which quantizing and preparing them is split
-/// over the pool (below, waking it costs more than it saves).
+thread_local! {
+    /// One vector's quantized activations (see [`build_preps`]).
+    static ONE: RefCell<QuantizedActivations> = RefCell::new(QuantizedActivations::new());
+}
+
+/// Activation elements from which preparing them is split over the pool
+/// (below, waking it costs more than it saves).
 const PARALLEL_PREP: usize = 16 * 1024;
 
-/// The prep words of vectors `v0 ..` (`v0` a multiple of [`VT`]; as many
-/// whole tiles, or up to the last vector, as `out` holds).
-fn prep_vectors(k: &Kind, qa: &QuantizedActivations, v0: usize, out: &mut [u32]) {
-    let (n, nb) = (qa.n(), qa.cols() / QA);
-    let v1 = (v0 + out.len() / (nb * PREP)).min(n);
-    for v in v0..v1 {
-        let a = qa.get(v);
-        let t0 = v - v % VT;
-        let nt = VT.min(n - t0);
-        for b in 0..nb {
-            let p = &mut out[((t0 - v0) * nb + b * nt + (v - t0)) * PREP..][..PREP];
-            bytemuck::cast_slice_mut::<u32, u8>(&mut p[..8])
-                .copy_from_slice(bytemuck::cast_slice::<i8, u8>(&a.q[b * QA..(b + 1) * QA]));
-            let d = a.d[b];
-            p[8] = d.to_bits();
-            let ls = &a.ls[8 * b..8 * b + 8];
-            let (s0, s1): (i32, i32) = if k.sub == 16 {
-                (ls[..4].iter().sum(), ls[4..].iter().sum())
-            } else {
-                (ls.iter().sum(), 0)
-            };
-            p[9] = (-k.off * s0) as u32;
-            p[10] = (-k.off * s1) as u32;
-            p[11] = (s0 as f32).to_bits();
-            p[12] = (s1 as f32).to_bits();
-        }
+/// Vector `i` of a tile of `nt` (its words in `tile`) from its quantized
+/// activations `a`, for sub-blocks of `sub` and offset `off`.
+fn prep_vector(sub: usize, off: i32, a: super::ActRef, i: usize, nt: usize, tile: &mut [u32]) {
+    for (b, q) in a.q.chunks_exact(QA).enumerate() {
+        let p = &mut tile[(b * nt + i) * PREP..][..PREP];
+        bytemuck::cast_slice_mut::<u32, u8>(&mut p[..8]).copy_from_slice(bytemuck::cast_slice(q));
+        p[8] = a.d[b].to_bits();
+        let ls = &a.ls[8 * b..8 * b + 8];
+        let (s0, s1): (i32, i32) = if sub == 16 {
+            (ls[..4].iter().sum(), ls[4..].iter().sum())
+        } else {
+            (ls.iter().sum(), 0)
+        };
+        p[9] = (-off * s0) as u32;
+        p[10] = (-off * s1) as u32;
+        p[11] = (s0 as f32).to_bits();
+        p[12] = (s1 as f32).to_bits();
     }
 }
 
 /// Per-call buffers reused on one thread.
 #[derive(Default)]
 struct Bufs {
-    /// The activations quantized per distinct span of the call's kinds.
-    qas: Vec<(usize, QuantizedActivations)>,
     /// Prep words per distinct `(SUB, OFF, span)` of the call's kinds (what
-    /// [`build_prep`] depends on).
-    preps: Vec<((usize, i32, usize), Vec<u32>)>,
+    /// [`build_preps`] depends on).
+    preps: Vec<(PrepKey, Vec<u32>)>,
     /// Per member of the call: its kind, its prep words' index in `preps`
     /// and its first output row.
     parts: Vec<(Kind, usize, usize)>,
@@ -374,25 +405,17 @@ pub(crate) fn matmul_concat(
     assert_eq!(x.len(), n * cols, "x length must equal n * cols");
     assert_eq!(y.len(), n * total, "y length must equal n * total rows");
     let mut bufs = BUFS.with(|b| std::mem::take(&mut *b.borrow_mut()));
-    // The activations once per distinct span, prep words once per distinct
-    // (SUB, OFF, span); each member notes which.
-    let (mut spans, mut used) = (0, 0);
+    // Prep words once per distinct (SUB, OFF, span); each member notes which.
+    let mut used = 0;
     let mut off = 0;
     bufs.parts.clear();
     for w in ws {
         let k = kind_of(w);
-        let span = k.span();
-        let (qa, fresh) = claim(&mut bufs.qas, &mut spans, span);
-        if fresh {
-            bufs.qas[qa].1.quantize_span_on(pool, x, n, cols, span);
-        }
-        let (prep, fresh) = claim(&mut bufs.preps, &mut used, (k.sub, k.off, span));
-        if fresh {
-            build_prep(pool, &k, &bufs.qas[qa].1, &mut bufs.preps[prep].1);
-        }
+        let (prep, _) = claim(&mut bufs.preps, &mut used, (k.sub, k.off, k.span()));
         bufs.parts.push((k, prep, off));
         off += w.rows();
     }
+    build_preps(pool, x, n, cols, &mut bufs.preps[..used]);
     // Tasks: each member's row groups in chunks sized as for one matrix.
     let bytes: usize = ws.iter().map(NativeView::byte_len).sum();
     let work = bytes + bytes * (n - 1) / 4;
@@ -941,26 +964,14 @@ mod tests {
             let mut want = vec![0f32; n * rows];
             matmul_ref(&w, &x, n, &mut want);
             let k = kind_of(&w);
-            let mut qa = QuantizedActivations::new();
-            qa.quantize_span(&x, n, cols, k.span());
-            let mut prep = Vec::new();
-            build_prep(Pool::global(), &k, &qa, &mut prep);
+            let mut preps = vec![((k.sub, k.off, k.span()), Vec::new())];
+            build_preps(Pool::global(), &x, n, cols, &mut preps);
+            let prep = &preps[0].1;
             let groups = rows.div_ceil(R);
             for isa in Isa::available() {
                 for per in [1, 2, 3, groups] {
                     let mut got = vec![f32::NAN; n * rows];
-                    run_groups(
-                        isa,
-                        &k,
-                        &w,
-                        0,
-                        groups,
-                        n,
-                        &prep,
-                        got.as_mut_ptr(),
-                        rows,
-                        per,
-                    );
+                    run_groups(isa, &k, &w, 0, groups, n, prep, got.as_mut_ptr(), rows, per);
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&got), bits(&want), "{t} {isa:?} per {per}");
                 }
