@@ -12,7 +12,7 @@ use gpack_quant::{GgmlType, NativeView};
 use gpack_runtime::{GpackWeights, TensorRef};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -186,29 +186,27 @@ fn fetch<'a>(inner: &'a Inner, name: &str) -> PyResult<Data<'a>> {
     }
 }
 
-/// A new float32 NumPy array of `shape` filled by `fill` without the GIL:
-/// `numpy.frombuffer` over a `bytearray` the values are written into in
-/// place (one buffer, writable, owned by the array).
+/// A new float32 NumPy array of `shape` filled by `fill` without the GIL.
+///
+/// The array comes from `numpy.zeros` (`PyArray_Zeros`: `calloc`, whose
+/// large blocks are fresh zero pages mapped lazily), so no pass writes the
+/// buffer before `fill` does: its pages are first touched by `fill`'s own
+/// threads, in parallel. (A `bytearray` is zeroed by one thread holding the
+/// GIL first, which cost about as much as the dequantization.)
 fn computed<'py>(
     py: Python<'py>,
     n: usize,
     shape: Vec<usize>,
     fill: &Fill<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let buf = PyByteArray::new_with(py, n * 4, |b| {
-        match bytemuck::try_cast_slice_mut::<u8, f32>(b) {
-            Ok(out) => py.detach(|| fill(out)).map_err(err_msg),
-            // An allocator that did not align the buffer to 4 bytes.
-            Err(_) => {
-                let mut v = vec![0f32; n];
-                py.detach(|| fill(&mut v)).map_err(err_msg)?;
-                b.copy_from_slice(bytemuck::cast_slice(&v));
-                Ok(())
-            }
-        }
-    })?;
-    let np = py.import("numpy")?;
-    np.call_method1("frombuffer", (buf, "<f4"))?
+    use numpy::PyArrayMethods;
+    let arr = numpy::PyArray1::<f32>::zeros(py, n, false);
+    {
+        let mut rw = arr.try_readwrite().map_err(|e| err_msg(e.to_string()))?;
+        let out = rw.as_slice_mut().map_err(|e| err_msg(e.to_string()))?;
+        py.detach(|| fill(out)).map_err(err_msg)?;
+    }
+    arr.into_any()
         .call_method1("reshape", (PyTuple::new(py, shape)?,))
 }
 
