@@ -527,27 +527,43 @@ thread_local! {
 
 /// Bytes of the stages the prefill path keeps decoded at once (counting
 /// what the dot loops read of each: its blocks' codes, its sub-blocks'
-/// scales and mins): a chunk of row groups whose group-blocks fit is decoded
-/// once and then run for every vector of the call, while each block of
-/// [`VB`] vectors' prep words (up to 256 KiB at 2048 columns) stays in L2
-/// across the chunk.
+/// scales and mins): a chunk of row groups whose group-blocks over one
+/// column range fit is decoded once and then run for every vector of the
+/// call, while each block of [`VB`] vectors' prep words over the range
+/// ([`RANGE_PREP_BYTES`]) stays in L2 across the chunk.
 const PANEL_BYTES: usize = 256 * 1024;
 
 /// Row groups per panel chunk for a kind with `nbg` group-blocks per row
-/// group (at least 1).
+/// group (at least 1): the groups' blocks of one column range
+/// ([`range_blocks`]) fit [`PANEL_BYTES`].
 fn panel_groups(k: &Kind, nbg: usize) -> usize {
     let read = k.blocks() * 8 * R * 4 + 2 * k.subs() * R * 4;
-    (PANEL_BYTES / (read * nbg).max(1)).max(1)
+    (PANEL_BYTES / (read * range_blocks(k).min(nbg)).max(1)).max(1)
+}
+
+/// Bytes of one block of [`VB`] vectors' prep words over a column range.
+const RANGE_PREP_BYTES: usize = 256 * 1024;
+
+/// ggml blocks per column range of the prefill path: [`VB`] vectors' prep
+/// words over the range fit [`RANGE_PREP_BYTES`] (2048 columns for every
+/// kind), so they stay in L2 while a panel's groups pass. Rows longer than
+/// that run range by range, each continuing the previous one's sums: the
+/// same operations in the same order. Before 2026-12-03 a whole row was one
+/// range, and the 8B's down projection (14336 columns: 1.8 MiB of prep
+/// words per block of vectors, read from L3 once per row group) ran at half
+/// the rate of the other matrices.
+fn range_blocks(k: &Kind) -> usize {
+    (RANGE_PREP_BYTES / (VB * k.blocks() * PREP * 4)).max(1)
 }
 
 /// Row groups `g0..g1` for all `n` vectors, writing `out[v * stride + r]`.
 ///
 /// Up to [`VT`] vectors (decode) take the register paths: each group's codes
 /// decoded in registers and dotted at once. More vectors (prefill) take the
-/// staged path: the groups run in chunks of `per` ([`panel_groups`]); a
-/// chunk's group-blocks are decoded once into the thread's panel, then every
-/// block of [`VB`] vectors runs over the whole chunk, in tiles of [`VT`]
-/// vectors per stage. So each weight is decoded once per call whatever `n`
+/// staged path: the groups run in chunks of `per` ([`panel_groups`]) and
+/// column ranges ([`range_blocks`]); a chunk's group-blocks over a range are
+/// decoded once into the thread's panel, then every block of [`VB`] vectors
+/// runs over them, in tiles of [`VT`] vectors per stage. So each weight is decoded once per call whatever `n`
 /// (before 2026-12-03 once per block of 64 vectors: the decoder was 9 % of
 /// a Q5_K_M prefill).
 #[allow(clippy::too_many_arguments)]
@@ -587,6 +603,24 @@ fn run_groups(
             };
         }
     };
+    // A column range's partial sums back from the output (the next range
+    // continues them: the same fmas in the same order as one pass).
+    let read = |acc: &mut [[f32; R]], v0: usize, g: usize| {
+        let valid = R.min(rows - g * R);
+        for (v, a) in acc.iter_mut().enumerate() {
+            // SAFETY: as `write`: the same entries, which this task wrote
+            // for the previous range.
+            unsafe {
+                let o = out.add((v0 + v) * stride + g * R);
+                if valid == R {
+                    *a = o.cast::<[f32; R]>().read_unaligned();
+                } else {
+                    *a = [0.0; R];
+                    std::ptr::copy_nonoverlapping(o, a.as_mut_ptr(), valid);
+                }
+            }
+        }
+    };
     let direct = cfg!(target_arch = "x86_64")
         && n <= VT
         && matches!(isa, Isa::Avx512Vnni | Isa::Avx2 | Isa::AvxVnni);
@@ -617,58 +651,71 @@ fn run_groups(
         return;
     }
     let mut panel = PANEL.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    let need = per.min(g1 - g0) * nbg;
+    let span = range_blocks(k).min(nbg);
+    let need = per.min(g1 - g0) * span;
     if panel.len() < need {
         panel.resize_with(need, || *Stage::new());
     }
-    let mut c0 = g0;
-    while c0 < g1 {
-        let c1 = (c0 + per).min(g1);
-        for g in c0..c1 {
-            for b in 0..nbg {
-                let at = g * gs + b * k.group_block();
-                let gb = &codes[at..][..k.group_block()];
-                let next = codes.as_ptr().wrapping_add(at + k.group_block() + PF_BYTES);
-                stage(isa, k, gb, &mut panel[(g - c0) * nbg + b], next);
-            }
-        }
-        let mut v0 = 0;
-        while v0 < n {
-            let nv = VB.min(n - v0);
+    let mut b0 = 0;
+    while b0 < nbg {
+        let b1 = (b0 + span).min(nbg);
+        let nbr = b1 - b0;
+        let mut c0 = g0;
+        while c0 < g1 {
+            let c1 = (c0 + per).min(g1);
             for g in c0..c1 {
-                let acc = &mut acc[..nv];
-                acc.iter_mut().for_each(|a| *a = [0.0; R]);
-                for b in 0..nbg {
-                    let st = &mut panel[(g - c0) * nbg + b];
-                    // Tiles of VT vectors, each with its prep words
-                    // interleaved per block (see `build_prep`).
-                    let mut t0 = 0;
-                    while t0 < nv {
-                        let nt = VT.min(nv - t0);
-                        let (pp, bs) = prep_tile(prep, nba, v0 + t0, nt, b * k.blocks());
-                        let acc = &mut acc[t0..t0 + nt];
-                        match isa {
-                            #[cfg(target_arch = "x86_64")]
-                            // SAFETY: the dispatcher checked the ISA; `pp` holds
-                            // the tile's prep words from block b on.
-                            Isa::Avx512Vnni => unsafe { avx512::dot(k, st, pp, bs, acc) },
-                            #[cfg(target_arch = "x86_64")]
-                            // SAFETY: as above (AVX2 + FMA checked).
-                            Isa::Avx2 | Isa::AvxVnni => unsafe { avx2::dot(k, st, pp, bs, acc) },
-                            _ => {
-                                for (v, a) in acc.iter_mut().enumerate() {
-                                    dot_prep_scalar(k, st, &pp[v * PREP..], bs, a);
+                for b in b0..b1 {
+                    let at = g * gs + b * k.group_block();
+                    let gb = &codes[at..][..k.group_block()];
+                    let next = codes.as_ptr().wrapping_add(at + k.group_block() + PF_BYTES);
+                    stage(isa, k, gb, &mut panel[(g - c0) * nbr + b - b0], next);
+                }
+            }
+            let mut v0 = 0;
+            while v0 < n {
+                let nv = VB.min(n - v0);
+                for g in c0..c1 {
+                    let acc = &mut acc[..nv];
+                    if b0 == 0 {
+                        acc.iter_mut().for_each(|a| *a = [0.0; R]);
+                    } else {
+                        read(acc, v0, g);
+                    }
+                    for b in b0..b1 {
+                        let st = &mut panel[(g - c0) * nbr + b - b0];
+                        // Tiles of VT vectors, each with its prep words
+                        // interleaved per block (see `build_prep`).
+                        let mut t0 = 0;
+                        while t0 < nv {
+                            let nt = VT.min(nv - t0);
+                            let (pp, bs) = prep_tile(prep, nba, v0 + t0, nt, b * k.blocks());
+                            let acc = &mut acc[t0..t0 + nt];
+                            match isa {
+                                #[cfg(target_arch = "x86_64")]
+                                // SAFETY: the dispatcher checked the ISA; `pp` holds
+                                // the tile's prep words from block b on.
+                                Isa::Avx512Vnni => unsafe { avx512::dot(k, st, pp, bs, acc) },
+                                #[cfg(target_arch = "x86_64")]
+                                // SAFETY: as above (AVX2 + FMA checked).
+                                Isa::Avx2 | Isa::AvxVnni => unsafe {
+                                    avx2::dot(k, st, pp, bs, acc)
+                                },
+                                _ => {
+                                    for (v, a) in acc.iter_mut().enumerate() {
+                                        dot_prep_scalar(k, st, &pp[v * PREP..], bs, a);
+                                    }
                                 }
                             }
+                            t0 += nt;
                         }
-                        t0 += nt;
                     }
+                    write(acc, v0, g);
                 }
-                write(acc, v0, g);
+                v0 += nv;
             }
-            v0 += nv;
+            c0 = c1;
         }
-        c0 = c1;
+        b0 = b1;
     }
     PANEL.with(|p| *p.borrow_mut() = panel);
 }
@@ -975,6 +1022,41 @@ mod tests {
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&got), bits(&want), "{t} {isa:?} per {per}");
                 }
+            }
+        }
+    }
+
+    /// Rows longer than a column range ([`range_blocks`]: 2048 columns) run
+    /// range by range, each continuing the last one's sums from the output:
+    /// the reference's bits on every path, with a ragged last range and a
+    /// ragged last row group (40 rows: its padding lanes are not stored).
+    #[test]
+    fn rows_longer_than_a_column_range_give_the_reference_bits() {
+        let mut seed = 23u64;
+        for (t, f16s) in [
+            (GgmlType::Q8_0, 1),
+            (GgmlType::IQ4_XS, 1),
+            (GgmlType::Q6_K, 1),
+        ] {
+            let (rows, cols, n) = (40, 2 * 2048 + 512, 70);
+            let k = Kind::of(t).unwrap();
+            assert!(cols / k.qk > 2 * range_blocks(&k), "{t}: three ranges");
+            let src = blocks(t, rows, cols, f16s, &mut seed);
+            let mut bytes = Vec::new();
+            crate::transcode_canonical(t, &src, rows as u64, cols as u64, &mut bytes).unwrap();
+            let mut buf = crate::AlignedBuf::zeroed(bytes.len());
+            std::io::Write::write_all(&mut buf, &bytes).unwrap();
+            let w = NativeView::parse(buf.as_slice()).unwrap();
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
+                .collect();
+            let mut want = vec![0f32; n * rows];
+            matmul_ref(&w, &x, n, &mut want);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; n * rows];
+                super::super::matmul_on(isa, Pool::global(), &w, &x, n, &mut got);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{t} {isa:?}");
             }
         }
     }
