@@ -421,23 +421,11 @@ pub(crate) fn matmul_concat(
     let work = bytes + bytes * (n - 1) / 4;
     let split = pool.threads() > 1 && work >= MIN_PARALLEL_BYTES;
     bufs.tasks.clear();
-    for (p, w) in ws.iter().enumerate() {
-        let groups = w.rows().div_ceil(R);
-        let chunk = if split {
-            let min_groups = MIN_TASK_BYTES
-                .div_ceil(w.rows16_group_bytes().max(1))
-                .max(1);
-            groups
-                .div_ceil(pool.threads() * 4)
-                .max(min_groups)
-                .min(groups)
-        } else {
-            groups
-        };
-        let mut g0 = 0;
-        while g0 < groups {
-            bufs.tasks.push((p, g0, (g0 + chunk).min(groups)));
-            g0 += chunk;
+    if split {
+        guided_tasks(ws, pool.threads(), &mut bufs.tasks);
+    } else {
+        for (p, w) in ws.iter().enumerate() {
+            bufs.tasks.push((p, 0, w.rows().div_ceil(R)));
         }
     }
     let out = SendPtr(y.as_mut_ptr());
@@ -458,6 +446,30 @@ pub(crate) fn matmul_concat(
         pool.run(tasks.len(), &task);
     }
     BUFS.with(|b| *b.borrow_mut() = bufs);
+}
+
+/// The tasks of a split call: each member's row groups in chunks that
+/// shrink as the call proceeds (guided scheduling): a chunk takes
+/// `1 / (2 · threads)` of the weight bytes still unassigned, at least
+/// [`MIN_TASK_BYTES`], so the first chunks are long streams and the last
+/// ones short, and the thread that finishes first waits for at most a short
+/// chunk. Before 2026-12-03 every member was cut into `4 · threads` equal
+/// chunks: a thread could wait up to a whole chunk (1/8 of the matrix on 2
+/// threads) at the end of each of a decode step's ~65 calls.
+fn guided_tasks(ws: &[NativeView], threads: usize, tasks: &mut Vec<(usize, usize, usize)>) {
+    let mut left: usize = ws.iter().map(NativeView::byte_len).sum();
+    for (p, w) in ws.iter().enumerate() {
+        let groups = w.rows().div_ceil(R);
+        let gb = w.rows16_group_bytes().max(1);
+        let mut g0 = 0;
+        while g0 < groups {
+            let want = (left / (2 * threads.max(1))).max(MIN_TASK_BYTES);
+            let g1 = (g0 + want.div_ceil(gb)).min(groups);
+            tasks.push((p, g0, g1));
+            left = left.saturating_sub((g1 - g0) * gb);
+            g0 = g1;
+        }
+    }
 }
 
 /// The entry for `key` among the first `*used` of `v` (`false`), else the
@@ -1023,6 +1035,61 @@ mod tests {
                     assert_eq!(bits(&got), bits(&want), "{t} {isa:?} per {per}");
                 }
             }
+        }
+    }
+
+    /// Guided tasks cover every member's row groups once, in order, and
+    /// each task is short against the work still queued after it (at most
+    /// `1 / (2 · threads - 1)` of it, up to the rounding to groups, or the
+    /// minimum task size): whoever takes it, the others have enough left to
+    /// finish together.
+    #[test]
+    fn guided_tasks_cover_every_group_once_and_shrink() {
+        let mut seed = 5u64;
+        let mut bufs = Vec::new();
+        for (t, rows) in [
+            (GgmlType::Q4_K, 1024),
+            (GgmlType::Q6_K, 256),
+            (GgmlType::Q8_0, 256),
+        ] {
+            let cols = 2048;
+            let src = blocks(t, rows, cols, 1, &mut seed);
+            let mut bytes = Vec::new();
+            crate::transcode_canonical(t, &src, rows as u64, cols as u64, &mut bytes).unwrap();
+            let mut buf = crate::AlignedBuf::zeroed(bytes.len());
+            std::io::Write::write_all(&mut buf, &bytes).unwrap();
+            bufs.push(buf);
+        }
+        let ws: Vec<NativeView> = bufs
+            .iter()
+            .map(|b| NativeView::parse(b.as_slice()).unwrap())
+            .collect();
+        for threads in [2, 3, 8] {
+            let mut tasks = Vec::new();
+            guided_tasks(&ws, threads, &mut tasks);
+            let mut next = vec![0; ws.len()];
+            let bytes =
+                |&(p, g0, g1): &(usize, usize, usize)| (g1 - g0) * ws[p].rows16_group_bytes();
+            for (i, task) in tasks.iter().enumerate() {
+                let (p, g0, g1) = *task;
+                assert!(next[..p].iter().zip(&ws).all(|(&n, w)| n == w.rows() / R));
+                assert_eq!(g0, next[p], "member {p} continues where it stopped");
+                assert!(g1 > g0);
+                next[p] = g1;
+                let after: usize = tasks[i + 1..].iter().map(bytes).sum();
+                let gb = ws[p].rows16_group_bytes();
+                // Rounding up to whole groups: at most 2t/(2t-1) groups.
+                let cap = (after / (2 * threads - 1)).max(MIN_TASK_BYTES) + 2 * gb;
+                assert!(bytes(task) <= cap, "{threads} threads, task {i}: {tasks:?}");
+            }
+            for (p, w) in ws.iter().enumerate() {
+                assert_eq!(next[p], w.rows() / R, "member {p} fully covered");
+            }
+            assert!(
+                tasks.len() > 2 * threads,
+                "{threads} threads: {} tasks",
+                tasks.len()
+            );
         }
     }
 
