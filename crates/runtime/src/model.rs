@@ -37,7 +37,7 @@ pub use gemma3n::{PleMode, PleStats};
 use kv::Kv;
 pub use kv::{Sequence, KB};
 use load::{matrix, required_vec, tensor};
-use step::glu;
+use step::{glu, norm_rows};
 
 /// The feed-forward part of a block.
 #[derive(Debug)]

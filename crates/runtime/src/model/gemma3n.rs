@@ -31,7 +31,7 @@
 //! mmap), or from the tensor of a GGUF/HF source. [`PleStats`] counts rows
 //! and cache hits; `gpack run --verbose` prints them.
 
-use super::{glu, matrix, required_vec, tensor, Ffn, Model, Scratch, Sequence};
+use super::{glu, matrix, norm_rows, required_vec, tensor, Ffn, Model, Scratch, Sequence};
 use crate::config::Gemma3nConfig;
 use crate::error::{Error, Result};
 use crate::matrix::Matrix;
@@ -416,14 +416,7 @@ impl<'a> Model<'a> {
                     .copy_from_slice(&s.g3n.pred[t * na * d..t * na * d + d]);
             }
             // ---- input norm, Laurel ----
-            for t in 0..n {
-                ops::rmsnorm(
-                    &mut s.xb[t * d..(t + 1) * d],
-                    &s.g3n.act[t * d..(t + 1) * d],
-                    &layer.attn_norm,
-                    eps,
-                );
-            }
+            norm_rows(&mut s.xb, &s.g3n.act, d, n, &layer.attn_norm, eps);
             let rank = gl.laurel_l.rows();
             grow(&mut s.g3n.small2, n * rank);
             gl.laurel_l
@@ -469,14 +462,7 @@ impl<'a> Model<'a> {
                 }
             }
             // ---- FFN (gaussian top-k gate in the sparse layers) ----
-            for t in 0..n {
-                ops::rmsnorm(
-                    &mut s.xb[t * d..(t + 1) * d],
-                    &s.x[t * d..(t + 1) * d],
-                    &layer.ffn_norm,
-                    eps,
-                );
-            }
+            norm_rows(&mut s.xb, &s.x, d, n, &layer.ffn_norm, eps);
             let Ffn::Dense { gate_up, down } = &layer.ffn else {
                 return Err(Error::Architecture {
                     arch: "gemma3n with routed experts".into(),

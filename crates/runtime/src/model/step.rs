@@ -129,25 +129,33 @@ impl Model<'_> {
     }
 
     /// `x += norm(out)` for the `n` rows (the norm only where the block has
-    /// one: gemma3's post-attention and post-FFN norms).
+    /// one: gemma3's post-attention and post-FFN norms), split by rows over
+    /// the pool for prefill-sized steps. Each element is `x + out · inv · w`
+    /// as [`ops::rmsnorm_inplace`] then the add compute it; `out` is left
+    /// as it was (nothing reads it after).
     pub(super) fn residual(&self, s: &mut Scratch, n: usize, norm: Option<&[f32]>) {
-        let d = self.config.n_embd;
-        for t in 0..n {
-            let o = &mut s.out[t * d..(t + 1) * d];
-            if let Some(w) = norm {
-                ops::rmsnorm_inplace(o, w, self.config.rms_eps);
+        let (d, eps) = (self.config.n_embd, self.config.rms_eps);
+        let out = &s.out;
+        ops::par_rows(&mut s.x, d, n, &|t0, xs| {
+            for (i, x) in xs.chunks_exact_mut(d).enumerate() {
+                let o = &out[(t0 + i) * d..(t0 + i + 1) * d];
+                match norm {
+                    Some(w) => {
+                        let inv = ops::rms_inv(o, eps);
+                        for ((x, &o), &w) in x.iter_mut().zip(o).zip(w) {
+                            *x += o * inv * w;
+                        }
+                    }
+                    None => x.iter_mut().zip(o).for_each(|(x, o)| *x += o),
+                }
             }
-            s.x[t * d..(t + 1) * d]
-                .iter_mut()
-                .zip(o.iter())
-                .for_each(|(x, o)| *x += o);
-        }
+        });
     }
 }
 
 /// `xb[t] = rmsnorm(x[t]) · w` for the `n` rows of `d` (split over the
 /// pool for prefill-sized steps: each row's values are its own).
-fn norm_rows(xb: &mut [f32], x: &[f32], d: usize, n: usize, w: &[f32], eps: f32) {
+pub(super) fn norm_rows(xb: &mut [f32], x: &[f32], d: usize, n: usize, w: &[f32], eps: f32) {
     ops::par_rows(xb, d, n, &|t0, out| {
         for (i, o) in out.chunks_exact_mut(d).enumerate() {
             let t = t0 + i;
