@@ -1002,6 +1002,16 @@ mod tests {
         v
     }
 
+    /// `src` (ggml blocks of `t`, `rows × cols`) in the canonical Rows16
+    /// layout, in an aligned buffer for [`NativeView::parse`].
+    fn rows16(t: GgmlType, src: &[u8], rows: usize, cols: usize) -> crate::AlignedBuf {
+        let mut bytes = Vec::new();
+        crate::transcode_canonical(t, src, rows as u64, cols as u64, &mut bytes).unwrap();
+        let mut buf = crate::AlignedBuf::zeroed(bytes.len());
+        std::io::Write::write_all(&mut buf, &bytes).unwrap();
+        buf
+    }
+
     /// Every panel chunk size (one row group per chunk, two, a ragged last
     /// chunk, all at once) gives the reference's bits on every path, for a
     /// one-block kind and a 256-element kind, across a vector block boundary
@@ -1011,11 +1021,7 @@ mod tests {
         let mut seed = 11u64;
         for (t, f16s) in [(GgmlType::Q8_0, 1), (GgmlType::Q4_K, 2)] {
             let (rows, cols, n) = (100, 512, 70);
-            let src = blocks(t, rows, cols, f16s, &mut seed);
-            let mut bytes = Vec::new();
-            crate::transcode_canonical(t, &src, rows as u64, cols as u64, &mut bytes).unwrap();
-            let mut buf = crate::AlignedBuf::zeroed(bytes.len());
-            std::io::Write::write_all(&mut buf, &bytes).unwrap();
+            let buf = rows16(t, &blocks(t, rows, cols, f16s, &mut seed), rows, cols);
             let w = NativeView::parse(buf.as_slice()).unwrap();
             let x: Vec<f32> = (0..n * cols)
                 .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
@@ -1053,11 +1059,7 @@ mod tests {
             (GgmlType::Q8_0, 256),
         ] {
             let cols = 2048;
-            let src = blocks(t, rows, cols, 1, &mut seed);
-            let mut bytes = Vec::new();
-            crate::transcode_canonical(t, &src, rows as u64, cols as u64, &mut bytes).unwrap();
-            let mut buf = crate::AlignedBuf::zeroed(bytes.len());
-            std::io::Write::write_all(&mut buf, &bytes).unwrap();
+            let buf = rows16(t, &blocks(t, rows, cols, 1, &mut seed), rows, cols);
             bufs.push(buf);
         }
         let ws: Vec<NativeView> = bufs
@@ -1108,11 +1110,7 @@ mod tests {
             let (rows, cols, n) = (40, 2 * 2048 + 512, 70);
             let k = Kind::of(t).unwrap();
             assert!(cols / k.qk > 2 * range_blocks(&k), "{t}: three ranges");
-            let src = blocks(t, rows, cols, f16s, &mut seed);
-            let mut bytes = Vec::new();
-            crate::transcode_canonical(t, &src, rows as u64, cols as u64, &mut bytes).unwrap();
-            let mut buf = crate::AlignedBuf::zeroed(bytes.len());
-            std::io::Write::write_all(&mut buf, &bytes).unwrap();
+            let buf = rows16(t, &blocks(t, rows, cols, f16s, &mut seed), rows, cols);
             let w = NativeView::parse(buf.as_slice()).unwrap();
             let x: Vec<f32> = (0..n * cols)
                 .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
