@@ -575,9 +575,9 @@ fn range_blocks(k: &Kind) -> usize {
 /// staged path: the groups run in chunks of `per` ([`panel_groups`]) and
 /// column ranges ([`range_blocks`]); a chunk's group-blocks over a range are
 /// decoded once into the thread's panel, then every block of [`VB`] vectors
-/// runs over them, in tiles of [`VT`] vectors per stage. So each weight is decoded once per call whatever `n`
-/// (before 2026-12-03 once per block of 64 vectors: the decoder was 9 % of
-/// a Q5_K_M prefill).
+/// runs over them, in tiles of [`VT`] vectors per stage. So each weight is
+/// decoded once per call whatever `n` (before 2026-12-03 once per block of
+/// 64 vectors: the decoder was 9 % of a Q5_K_M prefill).
 #[allow(clippy::too_many_arguments)]
 fn run_groups(
     isa: Isa,
