@@ -1012,6 +1012,21 @@ mod tests {
         buf
     }
 
+    /// `n` activation vectors for `w` (a fixed spread of values) and the
+    /// scalar reference's product with them.
+    fn inputs_and_reference(w: &NativeView, n: usize) -> (Vec<f32>, Vec<f32>) {
+        let x: Vec<f32> = (0..n * w.cols())
+            .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
+            .collect();
+        let mut want = vec![0f32; n * w.rows()];
+        matmul_ref(w, &x, n, &mut want);
+        (x, want)
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
+    }
+
     /// Every panel chunk size (one row group per chunk, two, a ragged last
     /// chunk, all at once) gives the reference's bits on every path, for a
     /// one-block kind and a 256-element kind, across a vector block boundary
@@ -1023,11 +1038,7 @@ mod tests {
             let (rows, cols, n) = (100, 512, 70);
             let buf = rows16(t, &blocks(t, rows, cols, f16s, &mut seed), rows, cols);
             let w = NativeView::parse(buf.as_slice()).unwrap();
-            let x: Vec<f32> = (0..n * cols)
-                .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
-                .collect();
-            let mut want = vec![0f32; n * rows];
-            matmul_ref(&w, &x, n, &mut want);
+            let (x, want) = inputs_and_reference(&w, n);
             let k = kind_of(&w);
             let mut preps = vec![((k.sub, k.off, k.span()), Vec::new())];
             build_preps(Pool::global(), &x, n, cols, &mut preps);
@@ -1037,7 +1048,6 @@ mod tests {
                 for per in [1, 2, 3, groups] {
                     let mut got = vec![f32::NAN; n * rows];
                     run_groups(isa, &k, &w, 0, groups, n, prep, got.as_mut_ptr(), rows, per);
-                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&got), bits(&want), "{t} {isa:?} per {per}");
                 }
             }
@@ -1112,15 +1122,10 @@ mod tests {
             assert!(cols / k.qk > 2 * range_blocks(&k), "{t}: three ranges");
             let buf = rows16(t, &blocks(t, rows, cols, f16s, &mut seed), rows, cols);
             let w = NativeView::parse(buf.as_slice()).unwrap();
-            let x: Vec<f32> = (0..n * cols)
-                .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
-                .collect();
-            let mut want = vec![0f32; n * rows];
-            matmul_ref(&w, &x, n, &mut want);
+            let (x, want) = inputs_and_reference(&w, n);
             for isa in Isa::available() {
                 let mut got = vec![f32::NAN; n * rows];
                 super::super::matmul_on(isa, Pool::global(), &w, &x, n, &mut got);
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{t} {isa:?}");
             }
         }
