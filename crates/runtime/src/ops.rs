@@ -158,6 +158,15 @@ pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// `x += rmsnorm(o) · w` without writing `o`: each element is what
+/// [`rmsnorm_inplace`] of `o` and then the add give it.
+pub fn add_rmsnorm(x: &mut [f32], o: &[f32], w: &[f32], eps: f32) {
+    let inv = rms_inv(o, eps);
+    for ((xv, &ov), &wv) in x.iter_mut().zip(o).zip(w) {
+        *xv += ov * inv * wv;
+    }
+}
+
 /// In-place softmax: `exp(x - max)` (glibc's `expf`, bit for bit, as
 /// `gpack_quant::kernels::attn::expf`), summed in index order, scaled by
 /// `1 / sum`; the exponentials run 16 at a time on AVX-512

@@ -130,9 +130,8 @@ impl Model<'_> {
 
     /// `x += norm(out)` for the `n` rows (the norm only where the block has
     /// one: gemma3's post-attention and post-FFN norms), split by rows over
-    /// the pool for prefill-sized steps. Each element is `x + out · inv · w`
-    /// as [`ops::rmsnorm_inplace`] then the add compute it; `out` is left
-    /// as it was (nothing reads it after).
+    /// the pool for prefill-sized steps ([`ops::add_rmsnorm`]: `out` is left
+    /// as it was, nothing reads it after).
     pub(super) fn residual(&self, s: &mut Scratch, n: usize, norm: Option<&[f32]>) {
         let (d, eps) = (self.config.n_embd, self.config.rms_eps);
         let out = &s.out;
@@ -140,12 +139,7 @@ impl Model<'_> {
             for (i, x) in xs.chunks_exact_mut(d).enumerate() {
                 let o = &out[(t0 + i) * d..(t0 + i + 1) * d];
                 match norm {
-                    Some(w) => {
-                        let inv = ops::rms_inv(o, eps);
-                        for ((x, &o), &w) in x.iter_mut().zip(o).zip(w) {
-                            *x += o * inv * w;
-                        }
-                    }
+                    Some(w) => ops::add_rmsnorm(x, o, w, eps),
                     None => x.iter_mut().zip(o).for_each(|(x, o)| *x += o),
                 }
             }
