@@ -86,7 +86,9 @@ pub struct Options {
     pub body_timeout: std::time::Duration,
     /// Open connections at most; beyond, new ones wait to be accepted.
     pub max_connections: usize,
-    /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish.
+    /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish;
+    /// generations still running then are ended (their responses end with
+    /// an error, code `server_shutting_down`).
     pub drain_timeout: std::time::Duration,
     /// Speculative decoding of requests that do not choose (`speculative`
     /// in the body): drafts checked in the batched step, the text unchanged.
@@ -154,8 +156,10 @@ fn load_draft(
 }
 
 /// Serves `model` until SIGTERM or SIGINT, then stops accepting
-/// connections, lets in-flight requests finish (streams included) and
-/// returns `Ok`. `on_ready` gets the bound address once the socket listens.
+/// connections, lets in-flight requests finish (streams included) for at
+/// most `opts.drain_timeout`, ends the generations still running (each
+/// response ends with a 503 error, code `server_shutting_down`) and returns
+/// `Ok`. `on_ready` gets the bound address once the socket listens.
 ///
 /// The model is leaked: it lives as long as the process, and handlers on
 /// the runtime's threads borrow its weights and tokenizer without reference
@@ -283,6 +287,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         pooling: embed::Pooling::of(loaded.weights()),
     });
     let checks = state.integrity.clone();
+    let deadline_engine = engine.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -314,11 +319,21 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             max_connections: opts.max_connections,
             drain_timeout: opts.drain_timeout,
         };
-        listen::serve(listener, http::router(state), limits, shutdown_signal()).await;
+        let at_deadline = move || deadline_engine.abort();
+        listen::serve(
+            listener,
+            http::router(state),
+            limits,
+            shutdown_signal(),
+            at_deadline,
+        )
+        .await;
         Ok::<(), Error>(())
     });
-    log::info!("draining: waiting for the decoding thread");
-    engine.close();
+    // Every connection is closed (or past the deadline): what the engine
+    // still holds has no client waiting; end it rather than finish it.
+    log::info!("draining: stopping the decoding thread");
+    engine.abort();
     let joined = thread.join();
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     res?;

@@ -15,7 +15,9 @@ use std::process::ExitCode;
 /// as server-sent events). --parallel sequences are decoded together, one
 /// batched forward step per token; up to --queue more requests wait, and
 /// beyond that requests get 503 with Retry-After. SIGTERM or Ctrl-C stops
-/// accepting connections, finishes the requests in flight and exits 0.
+/// accepting connections, lets the requests in flight finish for up to
+/// --drain-timeout, ends those still generating (their responses end with
+/// an error, code server_shutting_down) and exits 0.
 ///
 /// Structured outputs: "response_format": {"type": "json_object"} or
 /// {"type": "json_schema", "json_schema": {"schema": {...}}}, or the
@@ -124,7 +126,8 @@ pub struct Args {
     /// Open connections at most; beyond, new ones wait to be accepted.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_connections: usize,
-    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C.
+    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C;
+    /// generations still running then are ended with an error.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     drain_timeout: f64,
     /// A Jinja chat template file used instead of the model's own (e.g. a
