@@ -60,7 +60,8 @@ pub(crate) struct AppState {
 impl AppState {
     /// The integrity failure, if the weights failed their check.
     fn integrity_failure(&self) -> Option<String> {
-        self.integrity.get().and_then(crate::Integrity::failure)
+        let p = self.integrity.get().and_then(crate::Integrity::failure)?;
+        Some(crate::load::chain(&p))
     }
 }
 

@@ -191,7 +191,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .unwrap_or_else(|| "model".into())
     });
     if opts.verify == VerifyMode::Before {
-        integrity::verify_now(&model).map_err(Error::Integrity)?;
+        integrity::verify_now(&model)?;
     }
     let loaded: &'static Loaded = Box::leak(Box::new(model));
     let integrity = std::sync::OnceLock::new();
@@ -293,19 +293,16 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         .enable_all()
         .build()
         .map_err(|source| Error::Io {
-            what: "starting the async runtime".into(),
+            what: "starting the async runtime",
             source,
         })?;
     let res = rt.block_on(async move {
         let addr = format!("{}:{}", opts.host, opts.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
-            .map_err(|source| Error::Io {
-                what: format!("binding {addr}"),
-                source,
-            })?;
+            .map_err(|source| Error::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| Error::Io {
-            what: "reading the bound address".into(),
+            what: "reading the bound address",
             source,
         })?;
         if opts.verify == VerifyMode::Background {

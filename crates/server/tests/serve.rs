@@ -1160,3 +1160,58 @@ fn a_burst_beyond_the_queue_is_refused_before_tokenization() {
     );
     assert!(worst_health < Duration::from_secs(1), "{worst_health:?}");
 }
+
+/// `--verify before`'s and the background check's failures are typed: a
+/// flipped byte is `Problem::Mismatch` with the section's kind and offset
+/// as data (its message names the section once); a file gone by the time
+/// it is checked is `Problem::Invalid` with the format error as its source.
+/// See: issue 15 (typed server errors).
+#[test]
+fn integrity_problems_are_typed() {
+    use gpack_server::integrity::{verify_now, Problem, Status};
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.gpack");
+    let mut bytes = std::fs::read(&m.gpack).unwrap();
+    let off = {
+        let g = gpack_format::Gpack::open(&m.gpack).unwrap();
+        let s = g.section(gpack_format::SectionKind::NativeDense).unwrap();
+        bytes[(s.info.offset + s.info.size / 2) as usize] ^= 0x10;
+        s.info.offset
+    };
+    std::fs::write(&bad, &bytes).unwrap();
+    let loaded = gpack_server::Loaded::open(&bad, None).unwrap();
+    let e = verify_now(&loaded).unwrap_err();
+    let Problem::Mismatch { path, sections } = &e else {
+        panic!("not a mismatch: {e:?}");
+    };
+    assert_eq!(path, &bad);
+    assert_eq!(sections.len(), 1, "{sections:?}");
+    assert_eq!(sections[0].kind, gpack_format::SectionKind::NativeDense);
+    assert_eq!(sections[0].offset, off);
+    let msg = gpack_format::error_chain(&e);
+    assert_eq!(msg.matches("native_dense").count(), 1, "{msg}");
+    assert_eq!(msg.matches(bad.to_str().unwrap()).count(), 1, "{msg}");
+    // The background check of the same file says the same.
+    let check = gpack_server::Integrity::start(&loaded).unwrap();
+    match check.wait() {
+        Status::Failed(Problem::Mismatch { sections, .. }) => {
+            assert_eq!(sections[0].offset, off)
+        }
+        s => panic!("{s:?}"),
+    }
+    // The file removed after it was opened: it no longer validates.
+    std::fs::remove_file(&bad).unwrap();
+    let e = verify_now(&loaded).unwrap_err();
+    let Problem::Invalid { path, source } = &e else {
+        panic!("not invalid: {e:?}");
+    };
+    assert_eq!(path, &bad);
+    assert!(
+        matches!(**source, gpack_format::Error::Io { .. }),
+        "{source:?}"
+    );
+    let msg = gpack_format::error_chain(&e);
+    assert!(msg.contains("No such file"), "{msg}");
+    assert_eq!(msg.matches(bad.to_str().unwrap()).count(), 1, "{msg}");
+}

@@ -156,13 +156,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
     let t0 = std::time::Instant::now();
+    // No context naming the model: the errors of opening it name it (once).
     let loaded = super::open_model(
         &a.model,
         a.fallback_gguf.as_deref(),
         a.stream_weights.as_deref(),
         &a.registry,
-    )
-    .with_context(|| format!("opening {}", a.model.display()))?;
+    )?;
     let spec = a.spec.mode(loaded.packed_draft().is_some())?;
     let opts = gpack_server::Options {
         host: a.host,
