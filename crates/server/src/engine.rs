@@ -346,13 +346,19 @@ struct Active {
     constrained: bool,
 }
 
-/// Starts the engine thread. Returns the handle and the thread.
+/// Runs once, on the engine thread, after its first output: the first
+/// token sampled or the first embedding done.
+pub type FirstOutput = Box<dyn FnOnce() + Send>;
+
+/// Starts the engine thread (which calls `first_output`, if given, after
+/// its first output). Returns the handle and the thread.
 pub fn start(
     model: &'static Model<'static>,
     draft: Option<&'static Model<'static>>,
     tok: Tokenizer<'static>,
     cfg: EngineConfig,
     metrics: Arc<Metrics>,
+    first_output: Option<FirstOutput>,
 ) -> (Arc<EngineHandle>, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel();
     let handle = Arc::new(EngineHandle {
@@ -369,7 +375,9 @@ pub fn start(
         .name("gpack-engine".into())
         .spawn(move || {
             let _alive = AliveGuard(h.clone());
-            Engine::new(model, draft, tok, cfg, metrics, h).run(rx)
+            let mut e = Engine::new(model, draft, tok, cfg, metrics, h);
+            e.first_output = first_output;
+            e.run(rx)
         })
         .expect("spawning the engine thread");
     (handle, thread)
@@ -406,6 +414,8 @@ struct Engine {
     panic_at: Option<u64>,
     /// The step the thread returns at instead ([`injected_exit_step`]).
     exit_at: Option<u64>,
+    /// Called after the first output, then `None` ([`start`]).
+    first_output: Option<FirstOutput>,
 }
 
 /// One compute_mask per lent matcher, timed.
@@ -474,6 +484,7 @@ impl Engine {
             steps: 0,
             panic_at: injected_panic_step(),
             exit_at: injected_exit_step(),
+            first_output: None,
         }
     }
 
@@ -631,7 +642,16 @@ impl Engine {
                     let _ = e.job.reply.send(Ok(e.out));
                 }
                 self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+                self.output_done();
             }
+        }
+    }
+
+    /// After an output (a token sampled, an embedding done): the
+    /// [`FirstOutput`] hook's turn, once.
+    fn output_done(&mut self) {
+        if let Some(f) = self.first_output.take() {
+            f();
         }
     }
 
@@ -874,6 +894,7 @@ impl Engine {
         let n_vocab = self.model.config.n_vocab;
         let mut k = 0;
         let mut off = 0;
+        let mut sampled = false;
         for (j, &i) in idx.iter().enumerate() {
             let a = self.slots[i].as_mut().expect("active slot");
             let start = off;
@@ -909,6 +930,7 @@ impl Engine {
                         self.cfg.n_ctx,
                     ))
                 }));
+                sampled = true;
                 match outcome {
                     Ok(Ok(None)) => {
                         if r + 1 < rows && a.next == toks[start + r + 1] {
@@ -950,6 +972,9 @@ impl Engine {
                 self.seqs[i].truncate(base + used);
                 self.cached[i].truncate(base + used);
             }
+        }
+        if sampled {
+            self.output_done();
         }
     }
 

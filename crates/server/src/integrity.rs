@@ -27,8 +27,9 @@ pub const PACE: Duration = Duration::from_millis(40);
 pub enum VerifyMode {
     /// Never.
     Off,
-    /// On a background thread, started after the first token (`run`) or
-    /// once the server listens (`serve`): never delays a token.
+    /// On a background thread, started after the first token (`run`; in
+    /// `serve`, the first token or embedding of any request): never delays
+    /// a first token.
     #[default]
     Background,
     /// Before the model is loaded, on every core; a mismatch is a start-up

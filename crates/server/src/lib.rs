@@ -75,7 +75,7 @@ pub struct Options {
     /// file or at the transcode of a GGUF/HF source): nothing is repacked.
     pub load: gpack_runtime::LoadOptions,
     /// When the .gpack's sections are hashed ([`VerifyMode`]): by default in
-    /// the background once the server listens; on a mismatch `/health`
+    /// the background once the first token is out; on a mismatch `/health`
     /// reports the failure (503) and generation requests are refused.
     pub verify: VerifyMode,
     /// A request's headers must arrive within this; a keep-alive connection
@@ -194,7 +194,6 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         integrity::verify_now(&model)?;
     }
     let loaded: &'static Loaded = Box::leak(Box::new(model));
-    let integrity = std::sync::OnceLock::new();
     let tok = loaded.tokenizer()?;
     let bm = Model::load_with(loaded.weights(), &opts.load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
@@ -240,6 +239,19 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     // the others with it.
     let grammars = constrain::Grammars::new(tok, stop_tokens.first().copied().unwrap_or(0));
     let metrics = Arc::new(metrics::Metrics::default());
+    // `--verify background`: hashing starts once the first token (or
+    // embedding) is out, as in `gpack run`, so it never delays a first
+    // token; before, /health reports ok (nothing found yet).
+    let integrity = Arc::new(std::sync::OnceLock::new());
+    let start_check: Option<engine::FirstOutput> =
+        (opts.verify == VerifyMode::Background).then(|| {
+            let checks = integrity.clone();
+            Box::new(move || {
+                if let Some(i) = Integrity::start(loaded) {
+                    let _ = checks.set(i);
+                }
+            }) as engine::FirstOutput
+        });
     let (engine, thread) = engine::start(
         bm,
         draft,
@@ -253,6 +265,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             draft_p_min: opts.draft_p_min,
         },
         metrics.clone(),
+        start_check,
     );
     let state = Arc::new(http::AppState {
         tok,
@@ -274,7 +287,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map(|d| d.as_secs())
             .unwrap_or(0),
         next_id: AtomicU64::new(0),
-        integrity: Arc::new(integrity),
+        integrity,
         prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
         grammars,
         tool_format: tools::Format::detect(
@@ -286,7 +299,6 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         chat_template: opts.chat_template.clone(),
         pooling: embed::Pooling::of(loaded.weights()),
     });
-    let checks = state.integrity.clone();
     let deadline_engine = engine.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -305,11 +317,6 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             what: "reading the bound address",
             source,
         })?;
-        if opts.verify == VerifyMode::Background {
-            if let Some(i) = Integrity::start(loaded) {
-                let _ = checks.set(i);
-            }
-        }
         on_ready(local);
         let limits = listen::Limits {
             header_timeout: opts.header_timeout,

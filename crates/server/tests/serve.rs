@@ -462,8 +462,11 @@ fn get(addr: SocketAddr, path: &str) -> String {
 }
 
 /// A flipped byte in the weights of the served .gpack: the background check
-/// finds it, `/health` turns 503 naming the section, and generation requests
-/// are refused with 503; `--verify before` refuses to start at all.
+/// starts after the first token (none before: `/health` stays ok while no
+/// request came), finds it, `/health` turns 503 naming the section, and
+/// generation requests are refused with 503; `--verify before` refuses to
+/// start at all.
+/// See: issue 15 (background hashing after the first token).
 #[test]
 fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     let m = model();
@@ -478,6 +481,19 @@ fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     };
     std::fs::write(&bad, &bytes).unwrap();
     let srv = start(&bad, &[]);
+    // No token yet, no hashing (it would take well under 2 s).
+    std::thread::sleep(Duration::from_secs(2));
+    let h = get(srv.addr, "/health");
+    assert!(
+        h.starts_with("HTTP/1.1 200"),
+        "checked before any token: {h}"
+    );
+    let r = read_all(post(
+        srv.addr,
+        "/v1/completions",
+        r#"{"prompt":"Hello","max_tokens":2}"#,
+    ));
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     let t0 = Instant::now();
     let health = loop {
         let h = get(srv.addr, "/health");
@@ -510,6 +526,12 @@ fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     assert!(err.contains("native_dense"), "{err}");
     // The intact file stays healthy once its check is done.
     let srv = start(&m.gpack, &[]);
+    let r = read_all(post(
+        srv.addr,
+        "/v1/completions",
+        r#"{"prompt":"Hello","max_tokens":2}"#,
+    ));
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     std::thread::sleep(Duration::from_millis(1500));
     let h = get(srv.addr, "/health");
     assert!(h.starts_with("HTTP/1.1 200") && h.contains("\"ok\""), "{h}");

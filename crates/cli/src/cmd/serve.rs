@@ -107,8 +107,8 @@ pub struct Args {
     #[arg(long)]
     kv_f32: bool,
     /// When a .gpack's sections are checked against their SHA-256 digests:
-    /// `background` (default) hashes them on one thread once the server
-    /// listens; `before` hashes them on every core before loading (a
+    /// `background` (default) hashes them on one thread once the first
+    /// token (or embedding) is out; `before` hashes them on every core before loading (a
     /// mismatch is a start-up error); `off` trusts the file. After a failed
     /// background check `/health` answers 503 naming the damaged section and
     /// generation requests are refused with 503.
