@@ -312,10 +312,10 @@ fn exit_within(srv: &mut Server, within: Duration) -> std::process::ExitStatus {
     }
 }
 
-/// SIGTERM during a generation longer than `--drain-timeout`: at the
-/// deadline the generation is ended, its stream gets an error event (code
-/// `server_shutting_down`) and its end, and the process exits 0 soon after
-/// instead of generating on.
+/// SIGTERM during a generation longer than `--drain-timeout`, with a second
+/// request queued behind it (one slot): at the deadline both are ended,
+/// each stream gets an error event (code `server_shutting_down`) and its
+/// end, and the process exits 0 soon after instead of generating on.
 /// See: issue 15 (the drain must be bounded for requests still generating).
 #[test]
 fn sigterm_ends_a_generation_that_outlives_the_drain_timeout() {
@@ -329,14 +329,26 @@ fn sigterm_ends_a_generation_that_outlives_the_drain_timeout() {
     let mut s = post(srv.addr, "/v1/completions", body);
     let mut first = [0u8; 64];
     assert!(s.read(&mut first).unwrap() > 0);
+    let mut queued = post(srv.addr, "/v1/completions", body);
+    assert!(queued.read(&mut first).unwrap() > 0);
     let t = Instant::now();
     let st = Command::new("kill")
         .args(["-TERM", &srv.child.id().to_string()])
         .status()
         .unwrap();
     assert!(st.success());
+    let queued = std::thread::spawn(move || read_all(queued));
     let rest = read_all(s);
     let ended = t.elapsed();
+    let queued = queued.join().unwrap();
+    assert!(
+        queued.contains("\"server_shutting_down\"") && queued.trim_end().ends_with("\r\n0"),
+        "the queued request's stream: {queued}"
+    );
+    assert!(
+        !queued.contains("\"text\":\""),
+        "the queued request ran: {queued}"
+    );
     // Within the drain timeout + 5 s of the signal.
     let status = exit_within(&mut srv, Duration::from_secs(6).saturating_sub(t.elapsed()));
     assert_eq!(status.code(), Some(0));
