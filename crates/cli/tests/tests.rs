@@ -9,6 +9,7 @@ mod oci;
 mod ple;
 mod quant_types;
 mod run;
+mod serve;
 mod spec;
 mod tokenize;
 mod unsupported;

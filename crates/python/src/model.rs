@@ -92,8 +92,8 @@ impl Shared {
                         match &*c {
                             None => *c = Integrity::start(loaded),
                             Some(i) => {
-                                if let Some(m) = i.failure() {
-                                    damaged = Some(m);
+                                if let Some(p) = i.failure() {
+                                    damaged = Some(crate::chain(&p));
                                     return false;
                                 }
                             }
@@ -112,7 +112,8 @@ impl Shared {
 
     fn failure(&self) -> Option<String> {
         let c = self.integrity.lock().unwrap_or_else(|p| p.into_inner());
-        c.as_ref().and_then(Integrity::failure)
+        let p = c.as_ref().and_then(Integrity::failure)?;
+        Some(crate::chain(&p))
     }
 }
 
@@ -409,7 +410,7 @@ impl Model {
             let loaded =
                 Loaded::open(&path, fallback_gguf.as_deref()).map_err(|e| crate::chain(&e))?;
             if verify == VerifyMode::Before {
-                gpack_server::integrity::verify_now(&loaded)?;
+                gpack_server::integrity::verify_now(&loaded).map_err(|e| crate::chain(&e))?;
             }
             Cell::try_new(loaded, |l| {
                 let model = RModel::load_with(l.weights(), &opts)

@@ -81,6 +81,9 @@ pub enum Event {
     },
     /// The job failed.
     Error(String),
+    /// The server stopped the job unfinished: the drain deadline passed
+    /// (`--drain-timeout`) while it was still queued or generating.
+    Shutdown,
 }
 
 /// One generation request, tokenized and validated.
@@ -148,15 +151,37 @@ struct Embedding {
 #[derive(Debug)]
 pub struct EngineHandle {
     tx: Mutex<Option<mpsc::Sender<Work>>>,
-    /// Jobs queued or decoding.
+    /// Jobs queued or decoding, and places admitted for jobs being prepared.
     in_system: Arc<AtomicUsize>,
     /// Slots + queue length.
     capacity: usize,
     /// Set when the server drains: the engine exits once idle.
     shutdown: Arc<AtomicBool>,
+    /// Set at the drain deadline: the engine ends every job it holds
+    /// ([`Event::Shutdown`]) before its next step and exits.
+    abort: AtomicBool,
     metrics: Arc<Metrics>,
     /// Cleared when the engine thread ends, however it ends.
     alive: AtomicBool,
+}
+
+/// Places in the engine ([`EngineHandle::admit`]) held for a request
+/// between its admission and the submission of its jobs; those not taken
+/// by a job are released when it is dropped (a request refused while being
+/// prepared, or whose client left).
+#[derive(Debug)]
+#[must_use = "an admission holds places until its jobs are submitted"]
+pub struct Admission {
+    in_system: Arc<AtomicUsize>,
+    places: usize,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.places > 0 {
+            self.in_system.fetch_sub(self.places, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Clears [`EngineHandle::alive`] when dropped (the thread's end or unwind).
@@ -175,18 +200,49 @@ fn injected_panic_step() -> Option<u64> {
     std::env::var("GPACK_TEST_PANIC_AT_STEP").ok()?.parse().ok()
 }
 
+/// Test hook: `GPACK_TEST_ENGINE_EXIT_AT_STEP=N` makes the engine thread
+/// return instead of running its N-th batched step (counted from 1), as if
+/// it had died, to exercise `/health` and the refusals that follow from
+/// outside the process (`tests/serve.rs`).
+fn injected_exit_step() -> Option<u64> {
+    std::env::var("GPACK_TEST_ENGINE_EXIT_AT_STEP")
+        .ok()?
+        .parse()
+        .ok()
+}
+
 impl EngineHandle {
     /// Whether the decoding thread is still running.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }
 
-    /// Queues `job` (generation or embeddings), or refuses it with 503 when
-    /// slots and queue are full.
-    pub fn submit(&self, job: impl Into<Work>) -> Result<(), ApiError> {
-        let prev = self.in_system.fetch_add(1, Ordering::SeqCst);
-        if prev >= self.capacity {
-            self.in_system.fetch_sub(1, Ordering::SeqCst);
+    /// The refusal of a job the engine cannot take: 503, the server is
+    /// shutting down or its decoding thread has stopped.
+    pub fn unavailable(&self) -> ApiError {
+        let why = if self.shutdown.load(Ordering::SeqCst) {
+            "the server is shutting down"
+        } else {
+            "the decoding thread has stopped"
+        };
+        ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            why,
+        )
+    }
+
+    /// Reserves `n` places (sequence slots or queue places) for a request's
+    /// jobs, or refuses it with 503 (`Retry-After`) when they are taken.
+    /// Handlers admit a request before tokenizing or rendering it, so a
+    /// burst beyond the capacity costs no CPU, and at most `capacity`
+    /// requests wait to be prepared. The places are released when the
+    /// [`Admission`] is dropped, except those its jobs took
+    /// ([`EngineHandle::submit`]).
+    pub fn admit(&self, n: usize) -> Result<Admission, ApiError> {
+        let prev = self.in_system.fetch_add(n, Ordering::SeqCst);
+        if prev + n > self.capacity {
+            self.in_system.fetch_sub(n, Ordering::SeqCst);
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             let mut e = ApiError::new(
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -199,6 +255,21 @@ impl EngineHandle {
             e.retry_after = Some(1);
             return Err(e);
         }
+        Ok(Admission {
+            in_system: self.in_system.clone(),
+            places: n,
+        })
+    }
+
+    /// Queues `job` (generation or embeddings) in one of the places of
+    /// `adm`; a 503 when the engine no longer takes jobs (then the place
+    /// is released with `adm`).
+    pub fn submit(&self, adm: &mut Admission, job: impl Into<Work>) -> Result<(), ApiError> {
+        if adm.places == 0 {
+            return Err(ApiError::internal(
+                "internal error: a job submitted without an admission",
+            ));
+        }
         let sent = self
             .tx
             .lock()
@@ -207,13 +278,10 @@ impl EngineHandle {
             .map(|tx| tx.send(job.into()).is_ok())
             .unwrap_or(false);
         if !sent {
-            self.in_system.fetch_sub(1, Ordering::SeqCst);
-            return Err(ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "the server is shutting down",
-            ));
+            return Err(self.unavailable());
         }
+        // The engine holds the place now, and frees it when the job ends.
+        adm.places -= 1;
         Ok(())
     }
 
@@ -221,6 +289,16 @@ impl EngineHandle {
     pub fn close(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Stops accepting jobs and ends those queued or generating: each gets
+    /// [`Event::Shutdown`] (an embedding, an error) before the engine's next
+    /// step, and the thread exits. Joining it then waits one step at most.
+    pub fn abort(&self) {
+        // Closed first: a job sent before is in the channel when the engine
+        // sees the flag, and none can be sent after.
+        self.close();
+        self.abort.store(true, Ordering::SeqCst);
     }
 }
 
@@ -268,13 +346,19 @@ struct Active {
     constrained: bool,
 }
 
-/// Starts the engine thread. Returns the handle and the thread.
+/// Runs once, on the engine thread, after its first output: the first
+/// token sampled or the first embedding done.
+pub type FirstOutput = Box<dyn FnOnce() + Send>;
+
+/// Starts the engine thread (which calls `first_output`, if given, after
+/// its first output). Returns the handle and the thread.
 pub fn start(
     model: &'static Model<'static>,
     draft: Option<&'static Model<'static>>,
     tok: Tokenizer<'static>,
     cfg: EngineConfig,
     metrics: Arc<Metrics>,
+    first_output: Option<FirstOutput>,
 ) -> (Arc<EngineHandle>, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel();
     let handle = Arc::new(EngineHandle {
@@ -282,6 +366,7 @@ pub fn start(
         in_system: Arc::new(AtomicUsize::new(0)),
         capacity: cfg.parallel + cfg.queue,
         shutdown: Arc::new(AtomicBool::new(false)),
+        abort: AtomicBool::new(false),
         metrics: metrics.clone(),
         alive: AtomicBool::new(true),
     });
@@ -290,7 +375,9 @@ pub fn start(
         .name("gpack-engine".into())
         .spawn(move || {
             let _alive = AliveGuard(h.clone());
-            Engine::new(model, draft, tok, cfg, metrics, h).run(rx)
+            let mut e = Engine::new(model, draft, tok, cfg, metrics, h);
+            e.first_output = first_output;
+            e.run(rx)
         })
         .expect("spawning the engine thread");
     (handle, thread)
@@ -325,6 +412,10 @@ struct Engine {
     /// ([`injected_panic_step`]).
     steps: u64,
     panic_at: Option<u64>,
+    /// The step the thread returns at instead ([`injected_exit_step`]).
+    exit_at: Option<u64>,
+    /// Called after the first output, then `None` ([`start`]).
+    first_output: Option<FirstOutput>,
 }
 
 /// One compute_mask per lent matcher, timed.
@@ -392,6 +483,8 @@ impl Engine {
             masks_beside: spare_core(),
             steps: 0,
             panic_at: injected_panic_step(),
+            exit_at: injected_exit_step(),
+            first_output: None,
         }
     }
 
@@ -549,12 +642,53 @@ impl Engine {
                     let _ = e.job.reply.send(Ok(e.out));
                 }
                 self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+                self.output_done();
             }
         }
     }
 
+    /// After an output (a token sampled, an embedding done): the
+    /// [`FirstOutput`] hook's turn, once.
+    fn output_done(&mut self) {
+        if let Some(f) = self.first_output.take() {
+            f();
+        }
+    }
+
+    /// Ends every job held (active, embedding, queued in `rx`) with
+    /// [`Event::Shutdown`] ([`EngineHandle::abort`]).
+    fn cancel_all(&mut self, rx: &mpsc::Receiver<Work>) {
+        const WHY: &str = "the server shut down before the embedding finished";
+        let active = self.n_active();
+        for i in 0..self.slots.len() {
+            self.retire(i, Some(Event::Shutdown));
+        }
+        let queued = rx.try_iter();
+        let embeds: Vec<_> = self.embeds.drain(..).map(|e| e.job).collect();
+        let mut n = 0;
+        for w in queued.chain(embeds.into_iter().map(Work::Embed)) {
+            match w {
+                Work::Gen(j) => {
+                    let _ = j.events.send(Event::Shutdown);
+                }
+                Work::Embed(j) => {
+                    let _ = j.reply.send(Err(WHY.into()));
+                }
+            }
+            n += 1;
+        }
+        self.handle.in_system.fetch_sub(n, Ordering::SeqCst);
+        self.metrics
+            .cancelled
+            .fetch_add((active + n) as u64, Ordering::Relaxed);
+        self.update_gauges();
+    }
+
     fn run(mut self, rx: mpsc::Receiver<Work>) {
         loop {
+            if self.handle.abort.load(Ordering::SeqCst) {
+                return self.cancel_all(&rx);
+            }
             if self.n_active() == 0 && self.embeds.is_empty() {
                 self.update_gauges();
                 match rx.recv_timeout(Duration::from_millis(100)) {
@@ -585,6 +719,12 @@ impl Engine {
                 }
             }
             self.update_gauges();
+            if self.exit_at == Some(self.steps + 1) {
+                log::error!(
+                    "injected exit of the decoding thread (GPACK_TEST_ENGINE_EXIT_AT_STEP)"
+                );
+                return;
+            }
             self.step();
         }
     }
@@ -754,6 +894,7 @@ impl Engine {
         let n_vocab = self.model.config.n_vocab;
         let mut k = 0;
         let mut off = 0;
+        let mut sampled = false;
         for (j, &i) in idx.iter().enumerate() {
             let a = self.slots[i].as_mut().expect("active slot");
             let start = off;
@@ -789,6 +930,7 @@ impl Engine {
                         self.cfg.n_ctx,
                     ))
                 }));
+                sampled = true;
                 match outcome {
                     Ok(Ok(None)) => {
                         if r + 1 < rows && a.next == toks[start + r + 1] {
@@ -830,6 +972,9 @@ impl Engine {
                 self.seqs[i].truncate(base + used);
                 self.cached[i].truncate(base + used);
             }
+        }
+        if sampled {
+            self.output_done();
         }
     }
 

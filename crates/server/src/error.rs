@@ -6,7 +6,7 @@
 #[non_exhaustive]
 pub enum Error {
     /// A model file could not be opened or bound.
-    #[error("loading model {path}")]
+    #[error("{}", named(("loading model", "loading the model"), path, &**source))]
     Model {
         /// The file.
         path: String,
@@ -25,7 +25,7 @@ pub enum Error {
         source: Box<gpack_oci::Error>,
     },
     /// A prequantized .giw bundle could not be opened.
-    #[error("loading bundle {path}")]
+    #[error("{}", named(("loading bundle", "loading the bundle"), path, &**source))]
     Giw {
         /// The file.
         path: String,
@@ -34,7 +34,7 @@ pub enum Error {
         source: Box<gpack_runtime::giw::GiwError>,
     },
     /// The model's tokenizer could not be read.
-    #[error("tokenizer of {path}")]
+    #[error("{}", named(("reading the tokenizer of", "reading the tokenizer"), path, &**source))]
     Tokenizer {
         /// The file.
         path: String,
@@ -59,11 +59,20 @@ pub enum Error {
         /// Its value.
         value: String,
     },
-    /// Binding the listening socket or serving failed.
+    /// The listening socket could not be bound.
+    #[error("binding {addr}")]
+    Bind {
+        /// The address asked for (`host:port`).
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An I/O operation of serving failed.
     #[error("{what}")]
     Io {
-        /// What was being done.
-        what: String,
+        /// What was being done ("starting the async runtime"...).
+        what: &'static str,
         /// Why.
         #[source]
         source: std::io::Error,
@@ -71,9 +80,25 @@ pub enum Error {
     /// The decoding thread panicked.
     #[error("the decoding thread panicked")]
     EnginePanic,
-    /// `--verify before`: a section does not match its digest.
-    #[error("{0}")]
-    Integrity(String),
+    /// `--verify before`: a section does not match its digest, or the file
+    /// no longer validates.
+    #[error(transparent)]
+    Integrity(#[from] crate::integrity::Problem),
+}
+
+/// `what.0 path`, or `what.1` alone when a cause below names `path`
+/// already (a file's open error does): each path is printed once along an
+/// error chain, whichever layer knows it.
+pub(crate) fn named(
+    what: (&str, &str),
+    path: &str,
+    source: &(dyn std::error::Error + 'static),
+) -> String {
+    if crate::load::chain(source).contains(path) {
+        what.1.to_string()
+    } else {
+        format!("{} {path}", what.0)
+    }
 }
 
 /// `Result` with this crate's [`Error`].

@@ -40,7 +40,10 @@ pub(crate) struct AppState {
     pub has_draft: bool,
     pub created: u64,
     pub next_id: AtomicU64,
-    /// Tokenization and template rendering at once (on the blocking pool).
+    /// Requests tokenized or rendered at once (on the blocking pool). Its
+    /// waiters are bounded: a request waits here only once admitted
+    /// ([`crate::engine::EngineHandle::admit`]), so at most the engine's
+    /// slots plus queue places wait.
     pub prep_slots: Arc<tokio::sync::Semaphore>,
     /// The background check of the weights, once started.
     pub integrity: Arc<std::sync::OnceLock<crate::Integrity>>,
@@ -57,7 +60,8 @@ pub(crate) struct AppState {
 impl AppState {
     /// The integrity failure, if the weights failed their check.
     fn integrity_failure(&self) -> Option<String> {
-        self.integrity.get().and_then(crate::Integrity::failure)
+        let p = self.integrity.get().and_then(crate::Integrity::failure)?;
+        Some(crate::load::chain(&p))
     }
 }
 
@@ -145,8 +149,23 @@ async fn prepare<T: Send + 'static>(
         .map_err(|_| ApiError::internal("internal error while preparing the prompt"))?
 }
 
-/// Refuses generation once the weights failed their integrity check.
-fn check_integrity(s: &AppState) -> Result<(), ApiError> {
+/// A job the drain deadline ended ([`Event::Shutdown`]): 503, retry
+/// elsewhere.
+fn shut_down() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        "the server shut down before the generation finished (its drain timeout passed)",
+    )
+    .with_code("server_shutting_down")
+}
+
+/// Refuses generation once the decoding thread has stopped or the weights
+/// failed their integrity check (what `/health` reports).
+fn check_ready(s: &AppState) -> Result<(), ApiError> {
+    if !s.engine.is_alive() {
+        return Err(s.engine.unavailable());
+    }
     match s.integrity_failure() {
         None => Ok(()),
         Some(m) => Err(
@@ -172,13 +191,7 @@ fn check_auth(s: &AppState, h: &HeaderMap) -> Result<(), ApiError> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    // Compare fixed-length digests in time independent of where the first
-    // difference is (and of either key's length).
-    let ok = given.is_some_and(|g| {
-        let d: [u8; 32] = sha2::Sha256::digest(g.as_bytes()).into();
-        d.iter().zip(key).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-    });
-    if ok {
+    if given.is_some_and(|g| key_matches(key, g)) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -188,6 +201,14 @@ fn check_auth(s: &AppState, h: &HeaderMap) -> Result<(), ApiError> {
         )
         .with_code("invalid_api_key"))
     }
+}
+
+/// Whether `given` is the key whose SHA-256 is `key`: fixed-length digests
+/// compared in time independent of where the first difference is (and of
+/// either key's length).
+fn key_matches(key: &[u8; 32], given: &str) -> bool {
+    let d: [u8; 32] = sha2::Sha256::digest(given.as_bytes()).into();
+    d.iter().zip(key).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 async fn models(State(s): St, h: HeaderMap) -> Result<Json<Value>, ApiError> {
@@ -299,10 +320,11 @@ async fn embeddings(State(s): St, req: Request) -> Response {
 async fn embeddings_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     use crate::embed::{EmbedInput, EmbedJob};
     check_auth(s, req.headers())?;
-    check_integrity(s)?;
+    check_ready(s)?;
     let (_, body) = read_body(s, req).await?;
     let crate::embed::EmbedRequest { inputs, base64 } =
         crate::embed::parse(&body, s.tok.vocab_size())?;
+    let mut adm = s.engine.admit(1)?;
     let inputs: Vec<Vec<u32>> = prepare(s, move |s| {
         Ok(inputs
             .into_iter()
@@ -326,11 +348,14 @@ async fn embeddings_inner(s: &Arc<AppState>, req: Request) -> Result<Response, A
     }
     let n_tokens: usize = inputs.iter().map(Vec::len).sum();
     let (tx, mut rx) = unbounded_channel();
-    s.engine.submit(EmbedJob {
-        inputs,
-        pooling: s.pooling,
-        reply: tx,
-    })?;
+    s.engine.submit(
+        &mut adm,
+        EmbedJob {
+            inputs,
+            pooling: s.pooling,
+            reply: tx,
+        },
+    )?;
     let vectors = match rx.recv().await {
         Some(Ok(v)) => v,
         Some(Err(e)) => return Err(ApiError::internal(e)),
@@ -359,7 +384,7 @@ async fn embeddings_inner(s: &Arc<AppState>, req: Request) -> Result<Response, A
 
 async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     check_auth(s, req.headers())?;
-    check_integrity(s)?;
+    check_ready(s)?;
     let (_, body) = read_body(s, req).await?;
     let api::ValidChat {
         messages: msgs,
@@ -367,20 +392,22 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
         tools,
         mut params,
     } = api::chat_request(&body)?;
-    // tool_choice required / named: the grammar of a call in the model's
-    // format.
-    if let Some(g) = tools
-        .as_ref()
-        .and_then(|t| crate::tools::grammar(t, s.tool_format, &s.tok))
-    {
-        params.constraint = Some(crate::constrain::Constraint::ToolCall(g));
-    }
+    let adm = s.engine.admit(params.n)?;
     let parse_calls = tools
         .as_ref()
         .is_some_and(|t| t.choice != crate::tools::Choice::None)
         .then_some(s.tool_format);
-    let constraint = params.constraint.clone();
+    let mut constraint = params.constraint.take();
     let (prompt, matcher) = prepare(s, move |s| {
+        // tool_choice required / named: the grammar of a call in the
+        // model's format (built from the tools' schemas: CPU work in the
+        // size of the request, so here and not on an async worker).
+        if let Some(g) = tools
+            .as_ref()
+            .and_then(|t| crate::tools::grammar(t, s.tool_format, &s.tok))
+        {
+            constraint = Some(crate::constrain::Constraint::ToolCall(g));
+        }
         let matcher = compile(s, constraint.as_ref())?;
         let rendered = match (&tool_messages, &s.chat_template) {
             (None, None) => s.tok.apply_chat_template(&msgs, true),
@@ -411,6 +438,7 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
     .await?;
     run(
         s,
+        adm,
         prompt,
         matcher,
         params,
@@ -423,10 +451,11 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
 
 async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     check_auth(s, req.headers())?;
-    check_integrity(s)?;
+    check_ready(s)?;
     let (_, body) = read_body(s, req).await?;
     let api::ValidCompletion { prompt, params } =
         api::completion_request(&body, s.tok.vocab_size())?;
+    let adm = s.engine.admit(params.n)?;
     let constraint = params.constraint.clone();
     let (prompt, matcher) = prepare(s, move |s| {
         let matcher = compile(s, constraint.as_ref())?;
@@ -436,7 +465,8 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
         })
     })
     .await?;
-    run(s, prompt, matcher, params, Kind::Completion, None, "prompt").await
+    let kind = Kind::Completion;
+    run(s, adm, prompt, matcher, params, kind, None, "prompt").await
 }
 
 /// The request's constraint compiled (on the blocking pool: a large schema
@@ -454,8 +484,12 @@ enum Kind {
     Completion,
 }
 
+/// Checks the prepared `prompt` against the context and submits one job
+/// per choice in the places of `adm`; the response, streamed or whole.
+#[allow(clippy::too_many_arguments)]
 async fn run(
     s: &Arc<AppState>,
+    mut adm: crate::engine::Admission,
     prompt: Vec<u32>,
     mut constraint: Option<Box<crate::constrain::Guide>>,
     p: Params,
@@ -508,7 +542,7 @@ async fn run(
         };
         let mut sampler = p.sampler();
         sampler.seed = sampler.seed.wrapping_add(c as u64);
-        s.engine.submit(Job {
+        let job = Job {
             prompt: prompt.clone(),
             max_tokens,
             sampler,
@@ -521,7 +555,8 @@ async fn run(
             end_token: s.grammars.end_token(),
             logprobs: p.logprobs,
             penalties: crate::penalty::Penalties::new(p.presence_penalty, p.frequency_penalty),
-        })?;
+        };
+        s.engine.submit(&mut adm, job)?;
         rxs.push(rx);
     }
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
@@ -600,6 +635,7 @@ async fn collect(
                     s.metrics.errors_5xx.fetch_add(1, Ordering::Relaxed);
                     return Err(ApiError::internal(e));
                 }
+                Some(Event::Shutdown) => return Err(shut_down()),
                 None => {
                     return Err(ApiError::internal("the generation ended without a result"));
                 }
@@ -868,6 +904,13 @@ impl Sse {
                     self.pending
                         .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                 }
+                Some((_, Event::Shutdown)) => {
+                    // Like an engine error: the error event, then the end.
+                    self.done = true;
+                    self.pending.push_back(data(&shut_down().body()));
+                    self.pending
+                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                }
                 None => {
                     self.done = true;
                     let err = ApiError::internal("the generation ended without a result");
@@ -911,4 +954,42 @@ fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_matches;
+    use sha2::Digest;
+
+    /// The right key passes; its prefixes, extensions, a same-length key
+    /// differing in one byte (first or last), other cases and the empty
+    /// key are all refused.
+    #[test]
+    fn api_key_comparison_accepts_only_the_exact_key() {
+        let key: [u8; 32] = sha2::Sha256::digest(b"s3cret-key").into();
+        assert!(key_matches(&key, "s3cret-key"));
+        for wrong in [
+            "",
+            "s",
+            "s3cret",
+            "s3cret-ke",
+            "s3cret-key ",
+            "s3cret-keyy",
+            "s3cret-key\0",
+            "s3cret-kez",
+            "t3cret-key",
+            "S3CRET-KEY",
+            " s3cret-key",
+        ] {
+            assert!(!key_matches(&key, wrong), "{wrong:?} accepted");
+        }
+        // The digest compared, not a prefix of it: a key whose digest
+        // shares the first bytes is still refused.
+        let mut near = key;
+        near[31] ^= 1;
+        assert!(!key_matches(&near, "s3cret-key"));
+        let mut near = key;
+        near[0] ^= 0x80;
+        assert!(!key_matches(&near, "s3cret-key"));
+    }
 }

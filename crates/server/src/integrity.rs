@@ -13,7 +13,8 @@
 //! directories, GIW bundles) have nothing to check.
 
 use crate::Loaded;
-use std::path::Path;
+use gpack_format::DigestFailure;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -26,8 +27,9 @@ pub const PACE: Duration = Duration::from_millis(40);
 pub enum VerifyMode {
     /// Never.
     Off,
-    /// On a background thread, started after the first token (`run`) or
-    /// once the server listens (`serve`): never delays a token.
+    /// On a background thread, started after the first token (`run`; in
+    /// `serve`, the first token or embedding of any request): never delays
+    /// a first token.
     #[default]
     Background,
     /// Before the model is loaded, on every core; a mismatch is a start-up
@@ -49,16 +51,83 @@ impl std::str::FromStr for VerifyMode {
     }
 }
 
+/// Why a check failed. `Display` says what failed; the cause, if any, is
+/// its `source()` (printed once by a chain printer).
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Problem {
+    /// Sections whose bytes do not hash to their digests: the file's
+    /// weights are not the ones it was written with.
+    #[error(
+        "integrity check of {} failed: {}; its weights are not the ones it was written \
+         with (a damaged disk or copy): output produced from it may be wrong",
+        path.display(),
+        list(sections)
+    )]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// Each failing section (kind, name, offset, both digests), by
+        /// offset.
+        sections: Vec<DigestFailure>,
+    },
+    /// The file no longer opens or validates as a .gpack (removed,
+    /// truncated, or damaged outside the sections: header, table,
+    /// padding).
+    #[error("{} failed", crate::error::named(
+        ("integrity check of", "integrity check"),
+        &path.display().to_string(),
+        &**source,
+    ))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Arc<gpack_format::Error>,
+    },
+    /// The hashing thread (or its pool) could not be started.
+    #[error("starting the integrity check")]
+    Start {
+        /// Why.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+fn list(sections: &[DigestFailure]) -> String {
+    let each: Vec<String> = sections.iter().map(ToString::to_string).collect();
+    format!(
+        "{} section(s) do not match their SHA-256: {}",
+        each.len(),
+        each.join("; ")
+    )
+}
+
+impl Problem {
+    fn of(path: &Path, e: gpack_format::Error) -> Problem {
+        match e {
+            gpack_format::Error::DigestMismatch { failed } => Problem::Mismatch {
+                path: path.to_path_buf(),
+                sections: failed,
+            },
+            e => Problem::Invalid {
+                path: path.to_path_buf(),
+                source: Arc::new(e),
+            },
+        }
+    }
+}
+
 /// Where a check stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Status {
     /// Hashing.
     Running,
     /// Every section matched its digest.
     Ok,
-    /// A section did not (the message names it, its offset and both
-    /// digests), or the file could no longer be read.
-    Failed(String),
+    /// A section did not, or the file could no longer be read.
+    Failed(Problem),
 }
 
 /// A background check of one file's sections.
@@ -95,7 +164,9 @@ impl Integrity {
                 cv.notify_all();
             });
         if let Err(e) = spawned {
-            it.set(Status::Failed(format!("starting the integrity check: {e}")));
+            it.set(Status::Failed(Problem::Start {
+                source: Arc::new(e),
+            }));
         }
         Some(it)
     }
@@ -116,7 +187,7 @@ impl Integrity {
     }
 
     /// The failure, if the check has failed.
-    pub fn failure(&self) -> Option<String> {
+    pub fn failure(&self) -> Option<Problem> {
         match self.status() {
             Status::Failed(m) => Some(m),
             _ => None,
@@ -128,7 +199,7 @@ impl Integrity {
         self.urgent.store(true, Ordering::Relaxed);
         let (m, cv) = &*self.inner;
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-        while *g == Status::Running {
+        while matches!(*g, Status::Running) {
             g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
         g.clone()
@@ -137,7 +208,7 @@ impl Integrity {
 
 /// Hashes every section of the .gpack behind `loaded` now, on every core
 /// (`--verify=before`); `Ok` for inputs without section digests.
-pub fn verify_now(loaded: &Loaded) -> Result<(), String> {
+pub fn verify_now(loaded: &Loaded) -> Result<(), Problem> {
     match loaded {
         Loaded::Gpack { path, .. } => check(path, 0, None),
         _ => Ok(()),
@@ -147,15 +218,8 @@ pub fn verify_now(loaded: &Loaded) -> Result<(), String> {
 /// Opens `path` afresh and hashes its sections on `threads` threads (0: the
 /// default pool, every core), pausing [`PACE`] after each chunk while
 /// `urgent` (when given) is unset.
-fn check(path: &Path, threads: usize, urgent: Option<&AtomicBool>) -> Result<(), String> {
-    let fail = |e: gpack_format::Error| {
-        format!(
-            "integrity check of {} failed: {}; its weights are not the ones it was \
-             written with (a damaged disk or copy): output produced from it may be wrong",
-            path.display(),
-            crate::load::chain(&e)
-        )
-    };
+fn check(path: &Path, threads: usize, urgent: Option<&AtomicBool>) -> Result<(), Problem> {
+    let fail = |e| Problem::of(path, e);
     let g = gpack_format::Gpack::open(path).map_err(fail)?;
     if threads == 0 {
         return g.verify_full(&|_| {}).map_err(fail);
@@ -165,7 +229,9 @@ fn check(path: &Path, threads: usize, urgent: Option<&AtomicBool>) -> Result<(),
         .thread_name(|_| "gpack-verify".into())
         .start_handler(|_| lowest_priority())
         .build()
-        .map_err(|e| format!("starting the integrity check: {e}"))?;
+        .map_err(|e| Problem::Start {
+            source: Arc::new(e),
+        })?;
     let pace = |_| {
         if urgent.is_some_and(|u| !u.load(Ordering::Relaxed)) {
             std::thread::sleep(PACE);

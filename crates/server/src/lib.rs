@@ -75,7 +75,7 @@ pub struct Options {
     /// file or at the transcode of a GGUF/HF source): nothing is repacked.
     pub load: gpack_runtime::LoadOptions,
     /// When the .gpack's sections are hashed ([`VerifyMode`]): by default in
-    /// the background once the server listens; on a mismatch `/health`
+    /// the background once the first token is out; on a mismatch `/health`
     /// reports the failure (503) and generation requests are refused.
     pub verify: VerifyMode,
     /// A request's headers must arrive within this; a keep-alive connection
@@ -86,7 +86,9 @@ pub struct Options {
     pub body_timeout: std::time::Duration,
     /// Open connections at most; beyond, new ones wait to be accepted.
     pub max_connections: usize,
-    /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish.
+    /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish;
+    /// generations still running then are ended (their responses end with
+    /// an error, code `server_shutting_down`).
     pub drain_timeout: std::time::Duration,
     /// Speculative decoding of requests that do not choose (`speculative`
     /// in the body): drafts checked in the batched step, the text unchanged.
@@ -154,8 +156,10 @@ fn load_draft(
 }
 
 /// Serves `model` until SIGTERM or SIGINT, then stops accepting
-/// connections, lets in-flight requests finish (streams included) and
-/// returns `Ok`. `on_ready` gets the bound address once the socket listens.
+/// connections, lets in-flight requests finish (streams included) for at
+/// most `opts.drain_timeout`, ends the generations still running (each
+/// response ends with a 503 error, code `server_shutting_down`) and returns
+/// `Ok`. `on_ready` gets the bound address once the socket listens.
 ///
 /// The model is leaked: it lives as long as the process, and handlers on
 /// the runtime's threads borrow its weights and tokenizer without reference
@@ -187,10 +191,9 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .unwrap_or_else(|| "model".into())
     });
     if opts.verify == VerifyMode::Before {
-        integrity::verify_now(&model).map_err(Error::Integrity)?;
+        integrity::verify_now(&model)?;
     }
     let loaded: &'static Loaded = Box::leak(Box::new(model));
-    let integrity = std::sync::OnceLock::new();
     let tok = loaded.tokenizer()?;
     let bm = Model::load_with(loaded.weights(), &opts.load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
@@ -236,6 +239,19 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     // the others with it.
     let grammars = constrain::Grammars::new(tok, stop_tokens.first().copied().unwrap_or(0));
     let metrics = Arc::new(metrics::Metrics::default());
+    // `--verify background`: hashing starts once the first token (or
+    // embedding) is out, as in `gpack run`, so it never delays a first
+    // token; before, /health reports ok (nothing found yet).
+    let integrity = Arc::new(std::sync::OnceLock::new());
+    let start_check: Option<engine::FirstOutput> =
+        (opts.verify == VerifyMode::Background).then(|| {
+            let checks = integrity.clone();
+            Box::new(move || {
+                if let Some(i) = Integrity::start(loaded) {
+                    let _ = checks.set(i);
+                }
+            }) as engine::FirstOutput
+        });
     let (engine, thread) = engine::start(
         bm,
         draft,
@@ -249,6 +265,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             draft_p_min: opts.draft_p_min,
         },
         metrics.clone(),
+        start_check,
     );
     let state = Arc::new(http::AppState {
         tok,
@@ -270,7 +287,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map(|d| d.as_secs())
             .unwrap_or(0),
         next_id: AtomicU64::new(0),
-        integrity: Arc::new(integrity),
+        integrity,
         prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
         grammars,
         tool_format: tools::Format::detect(
@@ -282,43 +299,45 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         chat_template: opts.chat_template.clone(),
         pooling: embed::Pooling::of(loaded.weights()),
     });
-    let checks = state.integrity.clone();
+    let deadline_engine = engine.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|source| Error::Io {
-            what: "starting the async runtime".into(),
+            what: "starting the async runtime",
             source,
         })?;
     let res = rt.block_on(async move {
         let addr = format!("{}:{}", opts.host, opts.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
-            .map_err(|source| Error::Io {
-                what: format!("binding {addr}"),
-                source,
-            })?;
+            .map_err(|source| Error::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| Error::Io {
-            what: "reading the bound address".into(),
+            what: "reading the bound address",
             source,
         })?;
-        if opts.verify == VerifyMode::Background {
-            if let Some(i) = Integrity::start(loaded) {
-                let _ = checks.set(i);
-            }
-        }
         on_ready(local);
         let limits = listen::Limits {
             header_timeout: opts.header_timeout,
             max_connections: opts.max_connections,
             drain_timeout: opts.drain_timeout,
         };
-        listen::serve(listener, http::router(state), limits, shutdown_signal()).await;
+        let at_deadline = move || deadline_engine.abort();
+        listen::serve(
+            listener,
+            http::router(state),
+            limits,
+            shutdown_signal(),
+            at_deadline,
+        )
+        .await;
         Ok::<(), Error>(())
     });
-    log::info!("draining: waiting for the decoding thread");
-    engine.close();
+    // Every connection is closed (or past the deadline): what the engine
+    // still holds has no client waiting; end it rather than finish it.
+    log::info!("draining: stopping the decoding thread");
+    engine.abort();
     let joined = thread.join();
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     res?;

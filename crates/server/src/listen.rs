@@ -28,15 +28,23 @@ pub(crate) struct Limits {
     pub drain_timeout: Duration,
 }
 
+/// After the drain deadline, how long the responses that `at_deadline`
+/// ended get to reach their clients (their last event and the stream's
+/// end) before the connections are dropped.
+pub(crate) const FLUSH: Duration = Duration::from_secs(1);
+
 /// Serves `app` on `listener` until `shutdown` completes, then stops
-/// accepting, lets in-flight requests finish (idle and half-sent
-/// connections are closed at once) and returns after at most
-/// `limits.drain_timeout`.
+/// accepting and lets in-flight requests finish (idle and half-sent
+/// connections are closed at once). At `limits.drain_timeout` it calls
+/// `at_deadline` (which ends the generations still running, so that their
+/// responses end) and returns once every connection is closed, or
+/// [`FLUSH`] later.
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
+    at_deadline: impl FnOnce(),
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -76,13 +84,20 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
+    if tokio::time::timeout(limits.drain_timeout, &mut drained)
         .await
-        .is_err()
+        .is_ok()
     {
-        log::warn!(
-            "shutdown: requests still running after {:?}; closing their connections",
-            limits.drain_timeout
-        );
+        return;
+    }
+    log::warn!(
+        "shutdown: requests still running after {:?}; ending them",
+        limits.drain_timeout
+    );
+    at_deadline();
+    if tokio::time::timeout(FLUSH, &mut drained).await.is_err() {
+        log::warn!("shutdown: closing the connections still open");
     }
 }

@@ -69,7 +69,8 @@ pub struct Metrics {
     pub spec_drafted: AtomicU64,
     /// Speculative decoding: draft tokens accepted.
     pub spec_accepted: AtomicU64,
-    /// Requests waiting for a slot.
+    /// Requests admitted and waiting for a slot (queued, or being
+    /// tokenized).
     pub queue_depth: AtomicU64,
     /// Slots decoding.
     pub active: AtomicU64,
@@ -199,7 +200,7 @@ impl Metrics {
         );
         counter(
             "gpack_queue_depth",
-            "Requests waiting for a sequence slot.",
+            "Requests admitted and waiting for a sequence slot (queued or being tokenized).",
             "gauge",
             &[("", self.queue_depth.load(Relaxed))],
         );

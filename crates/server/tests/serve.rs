@@ -297,6 +297,75 @@ fn sigterm_drains_in_flight_stream_and_exits_zero() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// Waits for the server to exit (at most `within`); its status.
+fn exit_within(srv: &mut Server, within: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(
+            t0.elapsed() < within,
+            "the server did not exit within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM during a generation longer than `--drain-timeout`, with a second
+/// request queued behind it (one slot): at the deadline both are ended,
+/// each stream gets an error event (code `server_shutting_down`) and its
+/// end, and the process exits 0 soon after instead of generating on.
+/// See: issue 15 (the drain must be bounded for requests still generating).
+#[test]
+fn sigterm_ends_a_generation_that_outlives_the_drain_timeout() {
+    let m = model();
+    let mut srv = start(
+        &m.gpack,
+        &["--ctx", "2048", "--parallel", "1", "--drain-timeout", "1"],
+    );
+    // Counting goes on greedily for far longer than the drain timeout.
+    let body = r#"{"prompt":"1, 2, 3, 4, 5, 6, 7, 8, 9, 10,","max_tokens":2000,"temperature":0,"stream":true}"#;
+    let mut s = post(srv.addr, "/v1/completions", body);
+    let mut first = [0u8; 64];
+    assert!(s.read(&mut first).unwrap() > 0);
+    let mut queued = post(srv.addr, "/v1/completions", body);
+    assert!(queued.read(&mut first).unwrap() > 0);
+    let t = Instant::now();
+    let st = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let queued = std::thread::spawn(move || read_all(queued));
+    let rest = read_all(s);
+    let ended = t.elapsed();
+    let queued = queued.join().unwrap();
+    assert!(
+        queued.contains("\"server_shutting_down\"") && queued.trim_end().ends_with("\r\n0"),
+        "the queued request's stream: {queued}"
+    );
+    assert!(
+        !queued.contains("\"text\":\""),
+        "the queued request ran: {queued}"
+    );
+    // Within the drain timeout + 5 s of the signal.
+    let status = exit_within(&mut srv, Duration::from_secs(6).saturating_sub(t.elapsed()));
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        rest.contains("\"server_shutting_down\"")
+            && rest.contains("data: [DONE]\n\n")
+            && rest.trim_end().ends_with("\r\n0"),
+        "the stream did not end with the shutdown error: {rest}"
+    );
+    assert!(!rest.contains("\"finish_reason\":\"length\""), "{rest}");
+    assert!(
+        ended < Duration::from_secs(4),
+        "stream ended after {ended:?}"
+    );
+    println!("stream ended {ended:?} after SIGTERM");
+}
+
 #[test]
 fn serves_gguf_and_falls_back_from_a_corrupt_gpack() {
     let m = model();
@@ -405,8 +474,11 @@ fn get(addr: SocketAddr, path: &str) -> String {
 }
 
 /// A flipped byte in the weights of the served .gpack: the background check
-/// finds it, `/health` turns 503 naming the section, and generation requests
-/// are refused with 503; `--verify before` refuses to start at all.
+/// starts after the first token (none before: `/health` stays ok while no
+/// request came), finds it, `/health` turns 503 naming the section, and
+/// generation requests are refused with 503; `--verify before` refuses to
+/// start at all.
+/// See: issue 15 (background hashing after the first token).
 #[test]
 fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     let m = model();
@@ -421,6 +493,19 @@ fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     };
     std::fs::write(&bad, &bytes).unwrap();
     let srv = start(&bad, &[]);
+    // No token yet, no hashing (it would take well under 2 s).
+    std::thread::sleep(Duration::from_secs(2));
+    let h = get(srv.addr, "/health");
+    assert!(
+        h.starts_with("HTTP/1.1 200"),
+        "checked before any token: {h}"
+    );
+    let r = read_all(post(
+        srv.addr,
+        "/v1/completions",
+        r#"{"prompt":"Hello","max_tokens":2}"#,
+    ));
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     let t0 = Instant::now();
     let health = loop {
         let h = get(srv.addr, "/health");
@@ -453,6 +538,12 @@ fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     assert!(err.contains("native_dense"), "{err}");
     // The intact file stays healthy once its check is done.
     let srv = start(&m.gpack, &[]);
+    let r = read_all(post(
+        srv.addr,
+        "/v1/completions",
+        r#"{"prompt":"Hello","max_tokens":2}"#,
+    ));
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     std::thread::sleep(Duration::from_millis(1500));
     let h = get(srv.addr, "/health");
     assert!(h.starts_with("HTTP/1.1 200") && h.contains("\"ok\""), "{h}");
@@ -859,4 +950,302 @@ fn embeddings_equal_transformers_pooled_hidden_states() {
     );
     let r = read_all(post(srv.addr, "/v1/embeddings", r#"{"input": [999999]}"#));
     assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+}
+
+/// Reads one HTTP/1.1 response with a `Content-Length` body from a
+/// connection that stays open (keep-alive).
+fn read_response(s: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "closed mid-headers: {buf:?}");
+        buf.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"));
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    head + &String::from_utf8_lossy(&body)
+}
+
+/// A client that sends its headers (`Content-Length: 100`) and part of the
+/// body, then stalls, gets 408 once `--body-timeout` has passed.
+#[test]
+fn a_stalled_body_gets_408_after_the_body_timeout() {
+    let m = model();
+    let srv = start(
+        &m.gpack,
+        &[
+            "--ctx",
+            "256",
+            "--body-timeout",
+            "1",
+            "--header-timeout",
+            "30",
+        ],
+    );
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t = Instant::now();
+    s.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 100\r\nConnection: close\r\n\r\n{\"prompt\":",
+    )
+    .unwrap();
+    let r = read_all(s);
+    let took = t.elapsed();
+    assert!(r.starts_with("HTTP/1.1 408"), "{r}");
+    assert!(r.contains("did not arrive within 1 s"), "{r}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "408 after {took:?}"
+    );
+}
+
+/// A keep-alive connection serves a second request, and once idle for
+/// `--header-timeout` the server closes it (not before).
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
+    let m = model();
+    let srv = start(&m.gpack, &["--ctx", "256", "--header-timeout", "2"]);
+    let mut s = TcpStream::connect(srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    for _ in 0..2 {
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let r = read_response(&mut s);
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let idle = Instant::now();
+    assert!(
+        !closed_within(&mut s, Duration::from_millis(1000)),
+        "closed after {:?} idle, before the header timeout",
+        idle.elapsed()
+    );
+    assert!(
+        closed_within(&mut s, Duration::from_secs(4)),
+        "still open after {:?} idle",
+        idle.elapsed()
+    );
+}
+
+/// With `--max-connections 2` and two connections open, a third is not
+/// served; once the two close, its request is.
+#[test]
+fn connections_beyond_max_connections_wait_until_others_close() {
+    let m = model();
+    let srv = start(
+        &m.gpack,
+        &[
+            "--ctx",
+            "256",
+            "--max-connections",
+            "2",
+            "--header-timeout",
+            "30",
+        ],
+    );
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(srv.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(srv.addr).unwrap();
+    extra
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let mut b = [0u8; 64];
+    match extra.read(&mut b) {
+        Ok(n) => panic!(
+            "served beyond the cap: {}",
+            String::from_utf8_lossy(&b[..n])
+        ),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        ),
+    }
+    drop(held);
+    extra
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let r = read_all(extra);
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+}
+
+/// The decoding thread gone (the test hook makes it return at its first
+/// step): the request it held fails, `/health` answers 503 saying so, and
+/// generation requests are refused with 503.
+#[test]
+fn a_stopped_engine_makes_health_fail_and_requests_refused() {
+    let m = model();
+    let srv = start_with_env(
+        &m.gpack,
+        &["--ctx", "256"],
+        &[("GPACK_TEST_ENGINE_EXIT_AT_STEP", "1")],
+    );
+    let body = r#"{"prompt":"Hello","max_tokens":4,"temperature":0}"#;
+    let first = read_all(post(srv.addr, "/v1/completions", body));
+    assert!(first.starts_with("HTTP/1.1 500"), "{first}");
+    let t0 = Instant::now();
+    let h = loop {
+        let h = get(srv.addr, "/health");
+        if !h.starts_with("HTTP/1.1 200") || t0.elapsed() > Duration::from_secs(10) {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(h.starts_with("HTTP/1.1 503"), "{h}");
+    assert!(h.contains("the decoding thread has stopped"), "{h}");
+    for path in ["/v1/completions", "/v1/chat/completions"] {
+        let body = if path == "/v1/completions" {
+            body.to_string()
+        } else {
+            r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4}"#.to_string()
+        };
+        let r = read_all(post(srv.addr, path, &body));
+        assert!(r.starts_with("HTTP/1.1 503"), "{path}: {r}");
+        assert!(r.contains("the decoding thread has stopped"), "{path}: {r}");
+    }
+}
+
+/// Admission comes before tokenization: with 2 places (`--parallel 1
+/// --queue 1`), a burst of 12 requests with 4 MB prompts (longer than the
+/// context) gets the queue-full 503 (`Retry-After`) for the requests beyond
+/// the places at once, without tokenizing them; only the admitted ones are
+/// tokenized (and then refused for their length, 400). `/health` answers
+/// promptly throughout.
+/// See: issue 15 (admission before tokenization).
+#[test]
+fn a_burst_beyond_the_queue_is_refused_before_tokenization() {
+    let m = model();
+    let srv = start(
+        &m.gpack,
+        &[
+            "--ctx",
+            "256",
+            "--parallel",
+            "1",
+            "--queue",
+            "1",
+            "--max-body",
+            "8000000",
+        ],
+    );
+    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(4_000_000 / 44);
+    let body = serde_json::json!({"prompt": prompt, "max_tokens": 4}).to_string();
+    let n = 12;
+    let go = std::sync::Barrier::new(n + 1);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (statuses, worst_health) = std::thread::scope(|sc| {
+        let health = sc.spawn(|| {
+            go.wait();
+            let mut worst = Duration::ZERO;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let t = Instant::now();
+                let h = get(srv.addr, "/health");
+                assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+                worst = worst.max(t.elapsed());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            worst
+        });
+        let reqs: Vec<_> = (0..n)
+            .map(|_| {
+                sc.spawn(|| {
+                    go.wait();
+                    read_all(post(srv.addr, "/v1/completions", &body))
+                })
+            })
+            .collect();
+        let r: Vec<String> = reqs.into_iter().map(|h| h.join().unwrap()).collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        (r, health.join().unwrap())
+    });
+    let (mut too_long, mut full) = (0, 0);
+    for r in &statuses {
+        if r.starts_with("HTTP/1.1 400") && r.contains("context_length_exceeded") {
+            too_long += 1;
+        } else if r.starts_with("HTTP/1.1 503") && r.contains("server_overloaded") {
+            assert!(r.to_ascii_lowercase().contains("retry-after: 1"), "{r}");
+            full += 1;
+        } else {
+            panic!("unexpected response: {}", &r[..r.len().min(400)]);
+        }
+    }
+    println!("{too_long} tokenized and refused for length, {full} refused as queue full; worst /health {worst_health:?}");
+    assert!(too_long >= 1, "no request was admitted");
+    assert!(
+        full >= n / 2,
+        "only {full} of {n} refused before tokenization"
+    );
+    assert!(worst_health < Duration::from_secs(1), "{worst_health:?}");
+}
+
+/// `--verify before`'s and the background check's failures are typed: a
+/// flipped byte is `Problem::Mismatch` with the section's kind and offset
+/// as data (its message names the section once); a file gone by the time
+/// it is checked is `Problem::Invalid` with the format error as its source.
+/// See: issue 15 (typed server errors).
+#[test]
+fn integrity_problems_are_typed() {
+    use gpack_server::integrity::{verify_now, Problem, Status};
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.gpack");
+    let mut bytes = std::fs::read(&m.gpack).unwrap();
+    let off = {
+        let g = gpack_format::Gpack::open(&m.gpack).unwrap();
+        let s = g.section(gpack_format::SectionKind::NativeDense).unwrap();
+        bytes[(s.info.offset + s.info.size / 2) as usize] ^= 0x10;
+        s.info.offset
+    };
+    std::fs::write(&bad, &bytes).unwrap();
+    let loaded = gpack_server::Loaded::open(&bad, None).unwrap();
+    let e = verify_now(&loaded).unwrap_err();
+    let Problem::Mismatch { path, sections } = &e else {
+        panic!("not a mismatch: {e:?}");
+    };
+    assert_eq!(path, &bad);
+    assert_eq!(sections.len(), 1, "{sections:?}");
+    assert_eq!(sections[0].kind, gpack_format::SectionKind::NativeDense);
+    assert_eq!(sections[0].offset, off);
+    let msg = gpack_format::error_chain(&e);
+    assert_eq!(msg.matches("native_dense").count(), 1, "{msg}");
+    assert_eq!(msg.matches(bad.to_str().unwrap()).count(), 1, "{msg}");
+    // The background check of the same file says the same.
+    let check = gpack_server::Integrity::start(&loaded).unwrap();
+    match check.wait() {
+        Status::Failed(Problem::Mismatch { sections, .. }) => {
+            assert_eq!(sections[0].offset, off)
+        }
+        s => panic!("{s:?}"),
+    }
+    // The file removed after it was opened: it no longer validates.
+    std::fs::remove_file(&bad).unwrap();
+    let e = verify_now(&loaded).unwrap_err();
+    let Problem::Invalid { path, source } = &e else {
+        panic!("not invalid: {e:?}");
+    };
+    assert_eq!(path, &bad);
+    assert!(
+        matches!(**source, gpack_format::Error::Io { .. }),
+        "{source:?}"
+    );
+    let msg = gpack_format::error_chain(&e);
+    assert!(msg.contains("No such file"), "{msg}");
+    assert_eq!(msg.matches(bad.to_str().unwrap()).count(), 1, "{msg}");
 }

@@ -222,7 +222,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         &a.registry,
     )?;
     if a.verify == gpack_server::VerifyMode::Before {
-        gpack_server::integrity::verify_now(&loaded).map_err(anyhow::Error::msg)?;
+        gpack_server::integrity::verify_now(&loaded)?;
     }
     let opts = LoadOptions {
         experts: a.experts.mode(),
@@ -352,7 +352,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     }
     if let Some(m) = damaged {
-        bail!("{m}");
+        return Err(m.into());
     }
     eprintln!(
         "load {:.1} ms · prompt {} tokens at {:.1} tok/s · generated {} tokens at {:.1} tok/s",

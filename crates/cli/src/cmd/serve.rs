@@ -15,7 +15,9 @@ use std::process::ExitCode;
 /// as server-sent events). --parallel sequences are decoded together, one
 /// batched forward step per token; up to --queue more requests wait, and
 /// beyond that requests get 503 with Retry-After. SIGTERM or Ctrl-C stops
-/// accepting connections, finishes the requests in flight and exits 0.
+/// accepting connections, lets the requests in flight finish for up to
+/// --drain-timeout, ends those still generating (their responses end with
+/// an error, code server_shutting_down) and exits 0.
 ///
 /// Structured outputs: "response_format": {"type": "json_object"} or
 /// {"type": "json_schema", "json_schema": {"schema": {...}}}, or the
@@ -105,8 +107,8 @@ pub struct Args {
     #[arg(long)]
     kv_f32: bool,
     /// When a .gpack's sections are checked against their SHA-256 digests:
-    /// `background` (default) hashes them on one thread once the server
-    /// listens; `before` hashes them on every core before loading (a
+    /// `background` (default) hashes them on one thread once the first
+    /// token (or embedding) is out; `before` hashes them on every core before loading (a
     /// mismatch is a start-up error); `off` trusts the file. After a failed
     /// background check `/health` answers 503 naming the damaged section and
     /// generation requests are refused with 503.
@@ -124,7 +126,8 @@ pub struct Args {
     /// Open connections at most; beyond, new ones wait to be accepted.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_connections: usize,
-    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C.
+    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C;
+    /// generations still running then are ended with an error.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     drain_timeout: f64,
     /// A Jinja chat template file used instead of the model's own (e.g. a
@@ -153,13 +156,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
     let t0 = std::time::Instant::now();
+    // No context naming the model: the errors of opening it name it (once).
     let loaded = super::open_model(
         &a.model,
         a.fallback_gguf.as_deref(),
         a.stream_weights.as_deref(),
         &a.registry,
-    )
-    .with_context(|| format!("opening {}", a.model.display()))?;
+    )?;
     let spec = a.spec.mode(loaded.packed_draft().is_some())?;
     let opts = gpack_server::Options {
         host: a.host,
