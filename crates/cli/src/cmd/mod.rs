@@ -232,6 +232,7 @@ pub fn open_model(
             SidecarStatus::Reused => {}
             SidecarStatus::Built => eprintln!("built sidecar {}", side.display()),
             SidecarStatus::Rebuilt { reason } => {
+                let reason = gpack_format::error_chain(&reason);
                 eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
             }
         }
