@@ -7,7 +7,7 @@
 //! downloads the GGUF into the store like any layer and converts it on
 //! arrival; `gpack push M.gguf REF` publishes a GGUF in the same layout.
 
-use crate::error::{io, Error, Result};
+use crate::error::{io, ArtifactProblem, Error, Result};
 use crate::pull::PullOptions;
 use crate::store::Store;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
@@ -46,14 +46,11 @@ pub fn gguf_layer(shown: &str, m: &OciImageManifest) -> Result<OciDescriptor> {
         [one] => Ok((*one).clone()),
         [] => Err(Error::BadArtifact {
             what: format!("model artifact {shown}"),
-            problem: format!("no GGUF layer (media type {GGUF_MEDIA_TYPE})"),
+            problem: ArtifactProblem::NoGguf,
         }),
         many => Err(Error::BadArtifact {
             what: format!("model artifact {shown}"),
-            problem: format!(
-                "{} GGUF layers (a split GGUF); gpack pulls single-file GGUF artifacts",
-                many.len()
-            ),
+            problem: ArtifactProblem::SplitGguf { count: many.len() },
         }),
     }
 }
@@ -120,7 +117,7 @@ pub fn describe_gguf(gguf: &Path, size: u64, digest: &str) -> Result<(Vec<u8>, O
     });
     let config = serde_json::to_vec(&config).map_err(|e| Error::BadArtifact {
         what: "docker model config".into(),
-        problem: e.to_string(),
+        problem: ArtifactProblem::Serialize(e),
     })?;
     let m = OciImageManifest {
         schema_version: 2,

@@ -11,7 +11,7 @@
 
 use crate::artifact::{self, Plan};
 use crate::docker;
-use crate::error::{io, Error, Result};
+use crate::error::{io, ArtifactProblem, Error, Operation, Result};
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::{RefEntry, Store};
@@ -110,33 +110,36 @@ pub fn pull(
     let (body, manifest_digest) = reg
         .rt
         .block_on(reg.client.pull_manifest_raw(r, &reg.auth, ACCEPT))
-        .map_err(|e| reg.err(&format!("fetching the manifest of {shown}"), e))?;
+        .map_err(|e| {
+            reg.err(
+                Operation::FetchManifest {
+                    reference: shown.clone(),
+                },
+                e,
+            )
+        })?;
     if body.len() > artifact::MAX_MANIFEST_BYTES {
         return Err(Error::BadArtifact {
             what: format!("manifest of {shown}"),
-            problem: format!(
-                "{} bytes, more than the {} accepted",
-                body.len(),
-                artifact::MAX_MANIFEST_BYTES
-            ),
+            problem: ArtifactProblem::TooLarge {
+                size: body.len(),
+                max: artifact::MAX_MANIFEST_BYTES,
+            },
         });
     }
     let manifest: OciImageManifest =
         serde_json::from_slice(&body).map_err(|e| Error::BadArtifact {
             what: format!("manifest of {shown}"),
-            problem: format!("not an OCI image manifest: {e}"),
+            problem: ArtifactProblem::NotManifest(e),
         })?;
     let fetched = Arc::new(AtomicU64::new(0));
     let is_docker = docker::is_model_config(&manifest.config.media_type);
     if manifest.config.media_type != artifact::CONFIG_MEDIA_TYPE && !is_docker {
         return Err(Error::BadArtifact {
             what: format!("manifest of {shown}"),
-            problem: format!(
-                "config media type {}, expected {} (a gpack) or {} (a Docker model)",
-                manifest.config.media_type,
-                artifact::CONFIG_MEDIA_TYPE,
-                docker::CONFIG_MEDIA_TYPE
-            ),
+            problem: ArtifactProblem::ConfigMediaType {
+                found: manifest.config.media_type.clone(),
+            },
         });
     }
     let config = fetch_small(
@@ -181,11 +184,10 @@ pub fn pull(
             if *want != plan.digest {
                 return Err(Error::BadArtifact {
                     what: format!("manifest of {shown}"),
-                    problem: format!(
-                        "annotation {} = {want} but the config's footer digest is {}",
-                        artifact::ANN_DIGEST,
-                        plan.digest
-                    ),
+                    problem: ArtifactProblem::AnnotationDigest {
+                        annotation: want.clone(),
+                        footer: plan.digest.clone(),
+                    },
                 });
             }
         }
@@ -293,24 +295,34 @@ fn fetch_small(
         .filter(|&s| s <= cap)
         .ok_or_else(|| Error::BadArtifact {
             what: what.clone(),
-            problem: format!("size {} outside 0..={cap}", desc.size),
+            problem: ArtifactProblem::Size {
+                size: desc.size,
+                max: cap,
+            },
         })?;
     let mut stream = reg
         .rt
         .block_on(reg.client.pull_blob_stream(r, desc))
-        .map_err(|e| reg.err(&format!("fetching the {what}"), e))?;
+        .map_err(|e| {
+            reg.err(
+                Operation::FetchConfig {
+                    digest: desc.digest.clone(),
+                },
+                e,
+            )
+        })?;
     let mut out = Vec::with_capacity(size as usize);
     let mut hasher = Sha256::new();
     reg.rt.block_on(async {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| Error::BadArtifact {
                 what: what.clone(),
-                problem: format!("download failed: {e}"),
+                problem: ArtifactProblem::Download(e),
             })?;
             if out.len() as u64 + chunk.len() as u64 > size {
                 return Err(Error::BadArtifact {
                     what: what.clone(),
-                    problem: format!("more than the {size} bytes its descriptor gives"),
+                    problem: ArtifactProblem::TooLong { size },
                 });
             }
             hasher.update(&chunk);
@@ -323,7 +335,7 @@ fn fetch_small(
     if got != desc.digest {
         return Err(Error::BadArtifact {
             what,
-            problem: format!("the bytes received hash to {got}"),
+            problem: ArtifactProblem::Digest { found: got },
         });
     }
     Ok(out)
@@ -347,11 +359,11 @@ impl Ctx<'_> {
         for (d, _) in layers {
             let s = u64::try_from(d.size).map_err(|_| Error::BadArtifact {
                 what: format!("layer {}", d.digest),
-                problem: format!("negative size {}", d.size),
+                problem: ArtifactProblem::NegativeSize { size: d.size },
             })?;
             total = total.checked_add(s).ok_or_else(|| Error::BadArtifact {
                 what: "layers".into(),
-                problem: "their sizes overflow 2^64".into(),
+                problem: ArtifactProblem::SizesOverflow,
             })?;
             if self.store.blob_path(&d.digest)?.is_file() {
                 done += s;
@@ -385,11 +397,11 @@ impl Ctx<'_> {
             match res {
                 Ok(Ok(rep)) => out.push(rep),
                 Ok(Err(JobError::Gpack(e))) => return Err(e),
-                Ok(Err(JobError::Client(what, e))) => return Err(self.reg.err(&what, e)),
+                Ok(Err(JobError::Client(op, e))) => return Err(self.reg.err(op, e)),
                 Err(join) => {
                     return Err(Error::BadArtifact {
                         what: "a download task".into(),
-                        problem: join.to_string(),
+                        problem: ArtifactProblem::Task(join),
                     })
                 }
             }
@@ -400,7 +412,7 @@ impl Ctx<'_> {
 
 enum JobError {
     Gpack(Error),
-    Client(String, oci_client::errors::OciDistributionError),
+    Client(Operation, oci_client::errors::OciDistributionError),
 }
 
 impl From<Error> for JobError {
@@ -453,10 +465,9 @@ impl Job {
         if f.try_lock().is_err() {
             return Err(Error::BadArtifact {
                 what: format!("blob {id}"),
-                problem: format!(
-                    "{} is locked: another gpack pull is downloading it",
-                    partial.display()
-                ),
+                problem: ArtifactProblem::Locked {
+                    path: partial.clone(),
+                },
             }
             .into());
         }
@@ -482,7 +493,10 @@ impl Job {
         rep.resumed_from = have;
         rep.status = if have > 0 { "resumed" } else { "downloaded" };
         if have < size {
-            let what = format!("downloading section {} ({id})", self.section);
+            let what = Operation::Download {
+                section: self.section.clone(),
+                digest: id.clone(),
+            };
             let resp = self
                 .client
                 .pull_blob_stream_partial(&self.r, &self.desc, have, None)

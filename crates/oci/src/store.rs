@@ -13,7 +13,7 @@
 //!   registry known to hold it (pushed or pulled), the candidates of a
 //!   cross-repository mount.
 
-use crate::error::{io, Error, Result};
+use crate::error::{io, ArtifactProblem, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -85,7 +85,7 @@ impl Store {
     pub fn blob_path(&self, digest: &str) -> Result<PathBuf> {
         let h = hex_of(digest).ok_or_else(|| Error::BadArtifact {
             what: format!("digest {digest:?}"),
-            problem: "expected sha256: and 64 lower-case hex digits".into(),
+            problem: ArtifactProblem::BadDigest,
         })?;
         Ok(self.root.join("blobs/sha256").join(h))
     }
@@ -126,7 +126,7 @@ impl Store {
                 .map(Some)
                 .map_err(|e| Error::BadArtifact {
                     what: p.display().to_string(),
-                    problem: format!("not a store entry: {e}"),
+                    problem: ArtifactProblem::NotStoreEntry(e),
                 }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io("read", &p)(e)),
@@ -138,7 +138,7 @@ impl Store {
         let p = self.ref_path(r);
         let body = serde_json::to_vec_pretty(e).map_err(|err| Error::BadArtifact {
             what: "store entry".into(),
-            problem: err.to_string(),
+            problem: ArtifactProblem::Serialize(err),
         })?;
         write_atomic(&p, &body)
     }
@@ -227,7 +227,7 @@ impl Store {
         }
         let body = serde_json::to_vec(&k).map_err(|err| Error::BadArtifact {
             what: "known blobs".into(),
-            problem: err.to_string(),
+            problem: ArtifactProblem::Serialize(err),
         })?;
         write_atomic(&self.known_path(host), &body)
     }
