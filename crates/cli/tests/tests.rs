@@ -11,6 +11,7 @@ mod ple;
 mod quant_types;
 mod run;
 mod spec;
+mod temps;
 mod tokenize;
 mod unsupported;
 mod verify_inspect;

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// checked), a safetensors file, a `model.safetensors.index.json`, or a Hugging
 /// Face model directory. Tensors are streamed one at a time into their
 /// sections (peak memory: about one tensor), the file is written to
-/// `<OUT>.tmp.<pid>`, verified, and renamed into place: an interrupted
+/// `.<OUT>.gpack-tmp.<pid>.<n>`, verified, and renamed into place: an interrupted
 /// conversion never leaves a partial file, and an existing OUT is kept unless
 /// --force is given.
 #[derive(clap::Args)]

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 /// model, and loading it with another quant is an error. Build one bundle per
 /// quant. Tensors are read, quantized, written and freed one at a time (peak
 /// memory: about the largest tensor plus a fixed budget), into
-/// `<OUT>.tmp.<pid>.<n>`, which is checked and renamed into place.
+/// `.<OUT>.gpack-tmp.<pid>.<n>`, which is checked and renamed into place.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack prequant SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.giw
