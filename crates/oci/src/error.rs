@@ -433,6 +433,12 @@ pub enum ArtifactProblem {
         /// The partial blob.
         path: PathBuf,
     },
+    /// The partial blob's path is a symbolic link (refused, not followed).
+    #[error("{} is a symbolic link; gpack does not follow it (remove it to download the blob)", path.display())]
+    PartialIsSymlink {
+        /// The partial blob.
+        path: PathBuf,
+    },
     /// A digest that is not `sha256:` + 64 lower-case hex digits.
     #[error("expected sha256: and 64 lower-case hex digits")]
     BadDigest,

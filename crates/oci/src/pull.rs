@@ -433,6 +433,34 @@ struct Job {
     limit: Option<(u64, Instant)>,
 }
 
+/// Opens (creating it if absent, never truncating it) the partial blob
+/// `p` for resuming, without following a symbolic link at `p`: a link
+/// planted there would otherwise have the download appended to, and the
+/// resume hash read from, whatever it points at.
+fn open_partial(p: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    #[cfg(not(unix))]
+    if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(std::io::Error::other("the partial blob is a symbolic link"));
+    }
+    o.open(p)
+}
+
+/// Whether `e` is [`open_partial`] refusing a symbolic link (`O_NOFOLLOW`
+/// fails with `ELOOP`).
+fn is_symlink_refusal(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    return e.raw_os_error() == Some(libc::ELOOP);
+    #[cfg(not(unix))]
+    return e.kind() == std::io::ErrorKind::Other;
+}
+
 /// Bytes read per chunk when hashing an existing partial blob.
 const HASH_CHUNK: usize = 1 << 20;
 
@@ -455,13 +483,18 @@ impl Job {
                 return Ok(rep);
             }
         }
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&partial)
-            .map_err(io("open", &partial))?;
+        let mut f = open_partial(&partial).map_err(|e| {
+            if is_symlink_refusal(&e) {
+                JobError::Gpack(Error::BadArtifact {
+                    what: format!("blob {id}"),
+                    problem: ArtifactProblem::PartialIsSymlink {
+                        path: partial.clone(),
+                    },
+                })
+            } else {
+                io("open", &partial)(e).into()
+            }
+        })?;
         if f.try_lock().is_err() {
             return Err(Error::BadArtifact {
                 what: format!("blob {id}"),
