@@ -9,7 +9,7 @@
 //! which are untrusted: sizes are capped and every offset is checked with
 //! overflow-checked arithmetic; nothing panics.
 
-use crate::error::{ArtifactProblem, Error, Result};
+use crate::error::{ArtifactProblem, Document, Error, Result};
 use gpack_format::raw::{
     FooterV1, HeaderV1, SectionEntryV1, FOOTER_SIZE, HEADER_SIZE, SECTION_ENTRY_SIZE,
     SECTION_NAME_LEN,
@@ -139,7 +139,7 @@ pub fn describe(g: &Gpack) -> Result<(Vec<u8>, OciImageManifest)> {
         manifest: manifest_value,
     };
     let config_bytes = serde_json::to_vec(&config).map_err(|e| Error::BadArtifact {
-        what: "config".into(),
+        what: Document::Config,
         problem: ArtifactProblem::Serialize(e),
     })?;
     let layers = l
@@ -199,14 +199,16 @@ pub fn sha256_hex(b: &[u8]) -> String {
 }
 
 /// Checks a gpack manifest and its config against each other and returns
-/// the plan to rebuild the file. `what` names the reference in errors.
+/// the plan to rebuild the file. `reference` names the artifact in errors.
 ///
 /// The header, table entries and footer are read through the format
 /// crate's zerocopy structs ([`HeaderV1`], [`SectionEntryV1`],
 /// [`FooterV1`]), whose sizes the hex lengths are checked against first.
-pub fn plan(what: &str, manifest: &OciImageManifest, config: &[u8]) -> Result<Plan> {
+pub fn plan(reference: &str, manifest: &OciImageManifest, config: &[u8]) -> Result<Plan> {
     let bad = |problem| Error::BadArtifact {
-        what: what.to_string(),
+        what: Document::Artifact {
+            reference: reference.to_string(),
+        },
         problem,
     };
     let c: Config =
@@ -387,12 +389,12 @@ mod tests {
         };
         let e = plan("r", &m, b"{\"schema\":\"x\"}").unwrap_err();
         assert!(
-            matches!(&e, Error::BadArtifact { what, problem: ArtifactProblem::NotGpackConfig(_) } if what == "r"),
+            matches!(&e, Error::BadArtifact { what: Document::Artifact { reference }, problem: ArtifactProblem::NotGpackConfig(_) } if reference == "r"),
             "{e:?}"
         );
         let chain = gpack_format::error_chain(&e);
         assert!(
-            chain.starts_with("r: config blob is not a gpack config: "),
+            chain.starts_with("artifact r: config blob is not a gpack config: "),
             "{chain}"
         );
         let config = |header: String, table: &str| {
@@ -417,7 +419,7 @@ mod tests {
         );
         assert_eq!(
             gpack_format::error_chain(&e),
-            "r: header section_count 0, expected 1..=15"
+            "artifact r: header section_count 0, expected 1..=15"
         );
         let e = plan("r", &m, config("00".repeat(63), "").as_bytes()).unwrap_err();
         assert!(

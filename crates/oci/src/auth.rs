@@ -8,7 +8,7 @@
 //! the registry token flow (the token endpoint is asked with them).
 //! Credential helpers (`credsStore`, `credHelpers`) are not run.
 
-use crate::error::{io, DockerConfigProblem, Error, Result};
+use crate::error::{io, Credentials, DockerConfigProblem, Error, Result};
 use base64::Engine;
 use oci_client::secrets::RegistryAuth;
 use std::path::{Path, PathBuf};
@@ -29,11 +29,11 @@ const MAX_DOCKER_CONFIG: u64 = 1 << 20;
 
 /// The credentials for `registry` and a description of their source (for
 /// error messages; never the secret).
-pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, String)> {
+pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, Credentials)> {
     if let (Some(u), Some(p)) = (&flags.username, &flags.password) {
         return Ok((
             RegistryAuth::Basic(u.clone(), p.clone()),
-            format!("user {u} from the flags"),
+            Credentials::Flags { user: u.clone() },
         ));
     }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -44,14 +44,11 @@ pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, String)> 
     if let (Some(u), Some(p)) = (&user, env("GPACK_REGISTRY_PASSWORD")) {
         return Ok((
             RegistryAuth::Basic(u.clone(), p),
-            format!("user {u} from the environment"),
+            Credentials::Environment { user: u.clone() },
         ));
     }
     if let Some(t) = env("GPACK_REGISTRY_TOKEN") {
-        return Ok((
-            RegistryAuth::Bearer(t),
-            "a bearer token from GPACK_REGISTRY_TOKEN".into(),
-        ));
+        return Ok((RegistryAuth::Bearer(t), Credentials::Token));
     }
     let path = match &flags.docker_config {
         Some(p) => Some(p.clone()),
@@ -59,11 +56,14 @@ pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, String)> 
     };
     if let Some(path) = path.filter(|p| p.is_file()) {
         if let Some((u, p)) = from_docker_config(&path, registry)? {
-            let what = format!("user {u} from {}", path.display());
+            let what = Credentials::DockerConfig {
+                user: u.clone(),
+                path,
+            };
             return Ok((RegistryAuth::Basic(u, p), what));
         }
     }
-    Ok((RegistryAuth::Anonymous, "none (anonymous)".into()))
+    Ok((RegistryAuth::Anonymous, Credentials::Anonymous))
 }
 
 fn default_docker_config() -> Option<PathBuf> {
@@ -134,6 +134,24 @@ pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flags_come_first_and_are_named_as_the_source() {
+        let flags = Flags {
+            username: Some("alice".into()),
+            password: Some("pw".into()),
+            docker_config: None,
+        };
+        let (auth, from) = resolve("reg.example.com", &flags).unwrap();
+        assert!(matches!(auth, RegistryAuth::Basic(u, p) if u == "alice" && p == "pw"));
+        assert_eq!(
+            from,
+            Credentials::Flags {
+                user: "alice".into()
+            }
+        );
+        assert_eq!(from.to_string(), "user alice from the flags");
+    }
 
     #[test]
     fn docker_config_auth_entries() {

@@ -33,8 +33,9 @@ pub enum Error {
         registry: String,
         /// The operation.
         op: Operation,
-        /// Where the credentials came from ("none (anonymous)", "flags", …).
-        credentials: String,
+        /// Where the credentials came from (boxed: it would make every
+        /// `Result` of this crate larger).
+        credentials: Box<Credentials>,
     },
     /// Any other registry or transport failure.
     #[error(
@@ -56,8 +57,8 @@ pub enum Error {
     /// A manifest or config from the registry is not what gpack expects.
     #[error("{what}")]
     BadArtifact {
-        /// Which document ("manifest of REF", "config blob sha256:…").
-        what: String,
+        /// Which document or blob.
+        what: Document,
         /// What is wrong, with the expected and found values.
         #[source]
         problem: ArtifactProblem,
@@ -149,6 +150,114 @@ pub enum ReferenceProblem {
     /// The OCI reference grammar refuses it.
     #[error("{0}")]
     Syntax(oci_client::ParseError),
+}
+
+/// Which document or blob an [`Error::BadArtifact`] is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Document {
+    /// The manifest of a reference, as received.
+    #[error("manifest of {reference}")]
+    Manifest {
+        /// The reference.
+        reference: String,
+    },
+    /// A gpack artifact (its manifest and config checked together).
+    #[error("artifact {reference}")]
+    Artifact {
+        /// The reference.
+        reference: String,
+    },
+    /// A Docker model artifact.
+    #[error("model artifact {reference}")]
+    ModelArtifact {
+        /// The reference.
+        reference: String,
+    },
+    /// The config blob, as received.
+    #[error("config blob {digest}")]
+    ConfigBlob {
+        /// Its digest.
+        digest: String,
+    },
+    /// A layer's descriptor.
+    #[error("layer {digest}")]
+    Layer {
+        /// Its digest.
+        digest: String,
+    },
+    /// The layers together.
+    #[error("layers")]
+    Layers,
+    /// A layer's download task.
+    #[error("a download task")]
+    DownloadTask,
+    /// A blob being downloaded.
+    #[error("blob {digest}")]
+    Blob {
+        /// Its digest.
+        digest: String,
+    },
+    /// A digest given to the store.
+    #[error("digest {digest:?}")]
+    Digest {
+        /// The digest as given.
+        digest: String,
+    },
+    /// A store entry file, as read.
+    #[error("{}", path.display())]
+    StoreEntry {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A store entry gpack writes.
+    #[error("store entry")]
+    NewStoreEntry,
+    /// The store's list of known blobs.
+    #[error("known blobs")]
+    KnownBlobs,
+    /// The config blob gpack pushes.
+    #[error("config")]
+    Config,
+    /// The Docker model config gpack writes for a pulled GGUF.
+    #[error("docker model config")]
+    DockerModelConfig,
+    /// The manifest gpack pushes.
+    #[error("manifest")]
+    PushedManifest,
+}
+
+/// Where the credentials sent to a registry came from (never the secret):
+/// what [`Error::Unauthorized`] reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Credentials {
+    /// `--username` and `--password`.
+    #[error("user {user} from the flags")]
+    Flags {
+        /// The user name.
+        user: String,
+    },
+    /// `GPACK_REGISTRY_USERNAME` and `GPACK_REGISTRY_PASSWORD`.
+    #[error("user {user} from the environment")]
+    Environment {
+        /// The user name.
+        user: String,
+    },
+    /// `GPACK_REGISTRY_TOKEN`.
+    #[error("a bearer token from GPACK_REGISTRY_TOKEN")]
+    Token,
+    /// A docker config file's `auths` entry.
+    #[error("user {user} from {}", path.display())]
+    DockerConfig {
+        /// The user name.
+        user: String,
+        /// The docker config file.
+        path: PathBuf,
+    },
+    /// None: anonymous.
+    #[error("none (anonymous)")]
+    Anonymous,
 }
 
 /// What gpack was doing with the registry (the operation of

@@ -11,7 +11,7 @@
 
 use crate::artifact::{self, Plan};
 use crate::docker;
-use crate::error::{io, ArtifactProblem, Error, Operation, Result};
+use crate::error::{io, ArtifactProblem, Document, Error, Operation, Result};
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::{RefEntry, Store};
@@ -120,7 +120,9 @@ pub fn pull(
         })?;
     if body.len() > artifact::MAX_MANIFEST_BYTES {
         return Err(Error::BadArtifact {
-            what: format!("manifest of {shown}"),
+            what: Document::Manifest {
+                reference: shown.clone(),
+            },
             problem: ArtifactProblem::TooLarge {
                 size: body.len(),
                 max: artifact::MAX_MANIFEST_BYTES,
@@ -129,14 +131,18 @@ pub fn pull(
     }
     let manifest: OciImageManifest =
         serde_json::from_slice(&body).map_err(|e| Error::BadArtifact {
-            what: format!("manifest of {shown}"),
+            what: Document::Manifest {
+                reference: shown.clone(),
+            },
             problem: ArtifactProblem::NotManifest(e),
         })?;
     let fetched = Arc::new(AtomicU64::new(0));
     let is_docker = docker::is_model_config(&manifest.config.media_type);
     if manifest.config.media_type != artifact::CONFIG_MEDIA_TYPE && !is_docker {
         return Err(Error::BadArtifact {
-            what: format!("manifest of {shown}"),
+            what: Document::Manifest {
+                reference: shown.clone(),
+            },
             problem: ArtifactProblem::ConfigMediaType {
                 found: manifest.config.media_type.clone(),
             },
@@ -175,7 +181,7 @@ pub fn pull(
             seconds: 0.0,
         }
     } else {
-        let plan = artifact::plan(&format!("artifact {shown}"), &manifest, &config)?;
+        let plan = artifact::plan(&shown, &manifest, &config)?;
         if let Some(want) = manifest
             .annotations
             .as_ref()
@@ -183,7 +189,9 @@ pub fn pull(
         {
             if *want != plan.digest {
                 return Err(Error::BadArtifact {
-                    what: format!("manifest of {shown}"),
+                    what: Document::Manifest {
+                        reference: shown.clone(),
+                    },
                     problem: ArtifactProblem::AnnotationDigest {
                         annotation: want.clone(),
                         footer: plan.digest.clone(),
@@ -289,7 +297,9 @@ fn fetch_small(
     cap: u64,
     fetched: &AtomicU64,
 ) -> Result<Vec<u8>> {
-    let what = format!("config blob {}", desc.digest);
+    let what = Document::ConfigBlob {
+        digest: desc.digest.clone(),
+    };
     let size = u64::try_from(desc.size)
         .ok()
         .filter(|&s| s <= cap)
@@ -358,11 +368,13 @@ impl Ctx<'_> {
         let mut done = 0u64;
         for (d, _) in layers {
             let s = u64::try_from(d.size).map_err(|_| Error::BadArtifact {
-                what: format!("layer {}", d.digest),
+                what: Document::Layer {
+                    digest: d.digest.clone(),
+                },
                 problem: ArtifactProblem::NegativeSize { size: d.size },
             })?;
             total = total.checked_add(s).ok_or_else(|| Error::BadArtifact {
-                what: "layers".into(),
+                what: Document::Layers,
                 problem: ArtifactProblem::SizesOverflow,
             })?;
             if self.store.blob_path(&d.digest)?.is_file() {
@@ -400,7 +412,7 @@ impl Ctx<'_> {
                 Ok(Err(JobError::Client(op, e))) => return Err(self.reg.err(op, e)),
                 Err(join) => {
                     return Err(Error::BadArtifact {
-                        what: "a download task".into(),
+                        what: Document::DownloadTask,
                         problem: ArtifactProblem::Task(join),
                     })
                 }
@@ -486,7 +498,7 @@ impl Job {
         let mut f = open_partial(&partial).map_err(|e| {
             if is_symlink_refusal(&e) {
                 JobError::Gpack(Error::BadArtifact {
-                    what: format!("blob {id}"),
+                    what: Document::Blob { digest: id.clone() },
                     problem: ArtifactProblem::PartialIsSymlink {
                         path: partial.clone(),
                     },
@@ -497,7 +509,7 @@ impl Job {
         })?;
         if f.try_lock().is_err() {
             return Err(Error::BadArtifact {
-                what: format!("blob {id}"),
+                what: Document::Blob { digest: id.clone() },
                 problem: ArtifactProblem::Locked {
                     path: partial.clone(),
                 },

@@ -8,7 +8,7 @@
 //! Then the config blob and the manifest.
 
 use crate::artifact;
-use crate::error::{io, ArtifactProblem, Error, Operation, Result};
+use crate::error::{io, ArtifactProblem, Document, Error, Operation, Result};
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::Store;
@@ -161,7 +161,7 @@ pub fn push(
 
 fn push_manifest(reg: &Registry, r: &Reference, m: &OciImageManifest) -> Result<String> {
     let body = serde_json::to_vec(m).map_err(|e| Error::BadArtifact {
-        what: "manifest".into(),
+        what: Document::PushedManifest,
         problem: ArtifactProblem::Serialize(e),
     })?;
     let digest = format!("sha256:{}", artifact::sha256_hex(&body));

@@ -8,7 +8,7 @@
 //! manifests, and `pull_blob_stream_partial`, a ranged `GET` (`Range:
 //! bytes=N-`) that resumes a blob — so no request is hand-written here.
 
-use crate::error::{Error, Operation, Result};
+use crate::error::{Credentials, Error, Operation, Result};
 use crate::reference::is_loopback;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
@@ -28,7 +28,7 @@ pub struct Options {
 pub struct Registry {
     pub(crate) client: Client,
     pub(crate) auth: RegistryAuth,
-    pub(crate) credentials: String,
+    pub(crate) credentials: Credentials,
     pub(crate) host: String,
     pub(crate) insecure: bool,
     pub(crate) rt: tokio::runtime::Runtime,
@@ -89,7 +89,7 @@ impl Registry {
             return Error::Unauthorized {
                 registry: self.host.clone(),
                 op,
-                credentials: self.credentials.clone(),
+                credentials: Box::new(self.credentials.clone()),
             };
         }
         Error::Registry {
