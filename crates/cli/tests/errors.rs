@@ -40,6 +40,23 @@ fn export_onto_an_existing_file_names_each_path_once() {
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
 }
 
+// See: issue 15 ("exporting A to B: reading the .gpack file: open A: …").
+#[test]
+fn export_of_a_missing_file_names_each_path_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.gpack");
+    let out2 = dir.path().join("new.gguf");
+    let err = fails(&[
+        "export".as_ref(),
+        missing.as_ref(),
+        "-o".as_ref(),
+        out2.as_ref(),
+    ]);
+    assert!(err.contains("No such file"), "{err}");
+    assert_eq!(times(&err, &missing), 1, "{err}");
+    assert_eq!(times(&err, &out2), 1, "{err}");
+}
+
 // See: issue 15 ("X: open X: …").
 #[test]
 fn inspect_of_a_missing_or_malformed_file_names_it_once() {
