@@ -57,6 +57,45 @@ fn export_of_a_missing_file_names_each_path_once() {
     assert_eq!(times(&err, &out2), 1, "{err}");
 }
 
+// See: issue 15 (convert said "converting A to B: B already exists" and
+// "converting A to B: A: cannot open").
+#[test]
+fn convert_names_each_path_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny/llama/llama-q8_0.gguf");
+    let out = dir.path().join("m.gpack");
+    std::fs::write(&out, b"keep me").unwrap();
+    let err = fails(&[
+        "convert".as_ref(),
+        src.as_ref(),
+        "-o".as_ref(),
+        out.as_ref(),
+    ]);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(times(&err, &src), 1, "{err}");
+    assert_eq!(times(&err, &out), 1, "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    let new = dir.path().join("new.gpack");
+    for (name, bytes) in [
+        ("missing.gguf", None),
+        ("junk.gguf", Some(&b"GGUF but nothing after the magic"[..])),
+    ] {
+        let bad = dir.path().join(name);
+        if let Some(b) = bytes {
+            std::fs::write(&bad, b).unwrap();
+        }
+        let err = fails(&[
+            "convert".as_ref(),
+            bad.as_ref(),
+            "-o".as_ref(),
+            new.as_ref(),
+        ]);
+        assert_eq!(times(&err, &bad), 1, "{err}");
+        assert_eq!(times(&err, &new), 1, "{err}");
+    }
+}
+
 // See: issue 15 ("X: open X: …").
 #[test]
 fn inspect_of_a_missing_or_malformed_file_names_it_once() {

@@ -434,6 +434,50 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The file (or directory) this error names in its message, if any:
+    /// what a caller's context need not repeat.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::Io { file, .. }
+            | Error::UnknownFormat { file, .. }
+            | Error::Truncated { file, .. }
+            | Error::BadMagic { file, .. }
+            | Error::UnsupportedVersion { file, .. }
+            | Error::TooLarge { file, .. }
+            | Error::NotUtf8 { file, .. }
+            | Error::UnknownValueType { file, .. }
+            | Error::InvalidBool { file, .. }
+            | Error::NestingTooDeep { file, .. }
+            | Error::DuplicateKey { file, .. }
+            | Error::WrongValueType { file, .. }
+            | Error::BadAlignment { file, .. }
+            | Error::UnknownGgmlType { file, .. }
+            | Error::TooManyDims { file, .. }
+            | Error::BadShape { file, .. }
+            | Error::DuplicateTensor { file, .. }
+            | Error::MisalignedTensor { file, .. }
+            | Error::TensorOutOfBounds { file, .. }
+            | Error::UnexpectedOffset { file, .. }
+            | Error::MissingShard { file, .. }
+            | Error::SplitInconsistent { file, .. }
+            | Error::HeaderTooLarge { file, .. }
+            | Error::BadJson { file, .. }
+            | Error::UnsupportedDtype { file, .. }
+            | Error::TensorSizeMismatch { file, .. }
+            | Error::OffsetsNotTiled { file, .. }
+            | Error::TrailingBytes { file, .. }
+            | Error::UnsafeShardPath { file, .. }
+            | Error::IndexMismatch { file, .. }
+            | Error::NoWeights { file, .. }
+            | Error::BadConfig { file, .. }
+            | Error::BadTransform { file, .. }
+            | Error::Overflow { file, .. } => Some(file),
+            Error::BadTensorInfo { .. } | Error::Write { .. } => None,
+        }
+    }
+}
+
 /// A tensor shape that cannot be valid for its type (the reason of [`Error::BadShape`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
