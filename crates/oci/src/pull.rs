@@ -16,6 +16,7 @@ use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::{RefEntry, Store};
 use futures_util::StreamExt;
+use gpack_format::raw::FOOTER_SIZE;
 use oci_client::client::BlobResponse;
 use oci_client::manifest::{OciDescriptor, OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
 use oci_client::Reference;
@@ -666,7 +667,7 @@ pub fn assemble(store: &Store, plan: &Plan, out: &Path, replace: bool) -> Result
             std::io::copy(&mut b, f).map_err(io("copy into", &tp))?;
         }
         at(plan.table.0, &plan.table.1, f)?;
-        at(plan.size - 64, &plan.footer, f)?;
+        at(plan.size - FOOTER_SIZE, &plan.footer, f)?;
         f.sync_all().map_err(io("fsync", &tp))?;
     }
     let g = gpack_format::Gpack::open(&tp)?;
