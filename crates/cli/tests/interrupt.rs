@@ -69,7 +69,7 @@ fn sigkill_during_prequant_leaves_nothing_after_the_next_run() {
         std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.contains(".tmp."))
+            .filter(|n| n.contains(".gpack-tmp."))
             .collect()
     };
     let mut killed = 0;

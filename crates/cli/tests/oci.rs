@@ -642,3 +642,41 @@ fn run_accepts_a_reference_and_ls_rm_manage_the_store() {
     let o = gp(&store, &["rm", &rb]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("not in the local store"));
 }
+
+// See: issue 15 (the resumable `<blob>.partial` was opened following a
+// symlink planted at its name: the download went into the link's target).
+#[cfg(unix)]
+#[test]
+fn a_symlink_planted_at_a_partial_blob_is_refused_not_followed() {
+    let reg = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let a = tiny_gpack(work.path(), "keep");
+    let r = format!("{}/models/link:v1", reg.host);
+    push(&work.path().join("cache"), &a, &r);
+    let g = gpack_format::Gpack::open(&a).unwrap();
+    let s = g.layout().sections.iter().max_by_key(|s| s.size).unwrap();
+    let store = work.path().join("store");
+    let partial_dir = store.join("blobs/partial");
+    std::fs::create_dir_all(&partial_dir).unwrap();
+    let victim = work.path().join("victim");
+    std::fs::write(&victim, b"keep me").unwrap();
+    let link = partial_dir.join(hex::encode(s.sha256));
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let out = work.path().join("m.gpack");
+    let o = gp(&store, &["pull", &r, "-o", out.to_str().unwrap()])
+        .args(AUTH)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is a symbolic link") && err.contains(&*link.to_string_lossy()),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!out.exists());
+}

@@ -2,6 +2,7 @@
 
 mod bench;
 mod convert_inspect;
+mod errors;
 mod export;
 mod interrupt;
 mod moe;
@@ -11,6 +12,7 @@ mod quant_types;
 mod run;
 mod serve;
 mod spec;
+mod temps;
 mod tokenize;
 mod unsupported;
 mod verify_inspect;

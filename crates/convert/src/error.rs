@@ -58,8 +58,10 @@ pub enum Error {
     /// An option does not apply to this source (or to the other options).
     #[error(transparent)]
     Option(#[from] OptionProblem),
-    /// The output exists and `--force` was not given.
-    #[error("{0} already exists (pass --force to replace it)")]
+    /// The output exists and `--force` was not given. The message does not
+    /// repeat the path: the caller, who gave it, says it once
+    /// (`converting A to B: …`).
+    #[error("the output already exists (pass --force to replace it)")]
     OutputExists(PathBuf),
 }
 

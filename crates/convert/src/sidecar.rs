@@ -452,7 +452,7 @@ pub fn sidecar_for(gguf: &Path, quant: Quant, target: Target) -> PathBuf {
 }
 
 /// What [`ensure_sidecar`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum SidecarStatus {
     /// It was valid and newer than the source: reused as is.
     Reused,
@@ -462,35 +462,81 @@ pub enum SidecarStatus {
     /// caller to report (a rebuild is never silent).
     Rebuilt {
         /// Why the old one was not used.
-        reason: String,
+        reason: StaleSidecar,
+    },
+}
+
+/// Why an existing sidecar is not used (the reason of
+/// [`SidecarStatus::Rebuilt`], the error of [`check_sidecar`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaleSidecar {
+    /// It does not open as a valid bundle (corrupted, truncated, another
+    /// format version).
+    #[error("it is not a valid bundle")]
+    Invalid(#[source] gpack_format::giw::Error),
+    /// It is a bundle of another quant or target.
+    #[error(
+        "it holds quant {quant} for {}, not {} for {}",
+        target.name(),
+        want_quant.name(),
+        want_target.name()
+    )]
+    OtherQuant {
+        /// The quant it holds (its header's name, which may be one this
+        /// build does not know).
+        quant: String,
+        /// The target it holds.
+        target: Target,
+        /// The quant asked for.
+        want_quant: Quant,
+        /// The target asked for.
+        want_target: Target,
+    },
+    /// The source was modified after the sidecar was written.
+    #[error("the source is newer than the sidecar")]
+    SourceNewer,
+    /// The modification time of the sidecar or the source cannot be read.
+    #[error("cannot read the modification time of {}", path.display())]
+    Mtime {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
     },
 }
 
 /// Checks that `giw` is a valid bundle of `quant` for `target` that is not
-/// older than `source`; `Err(reason)` otherwise.
+/// older than `source`; why it is not otherwise.
 pub fn check_sidecar(
     giw: &Path,
     source: &Path,
     quant: Quant,
     target: Target,
-) -> Result<(), String> {
-    let g =
-        Giw::open_with(giw, &ReadOptions::default()).map_err(|e| gpack_format::error_chain(&e))?;
+) -> Result<(), StaleSidecar> {
+    let g = Giw::open_with(giw, &ReadOptions::default()).map_err(StaleSidecar::Invalid)?;
     let h = g.header();
     if h.quant != quant.name() || h.target != target {
-        return Err(format!(
-            "it holds quant {} for {}, not {} for {}",
-            h.quant,
-            h.target.name(),
-            quant.name(),
-            target.name()
-        ));
+        return Err(StaleSidecar::OtherQuant {
+            quant: h.quant.to_string(),
+            target: h.target,
+            want_quant: quant,
+            want_target: target,
+        });
     }
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified());
-    match (mtime(giw), mtime(source)) {
-        (Ok(a), Ok(b)) if a >= b => Ok(()),
-        (Ok(_), Ok(_)) => Err("the source is newer than the sidecar".into()),
-        (Err(e), _) | (_, Err(e)) => Err(format!("cannot read modification times: {e}")),
+    let mtime = |p: &Path| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .map_err(|source| StaleSidecar::Mtime {
+                path: p.to_path_buf(),
+                source,
+            })
+    };
+    if mtime(giw)? >= mtime(source)? {
+        Ok(())
+    } else {
+        Err(StaleSidecar::SourceNewer)
     }
 }
 
@@ -660,5 +706,63 @@ mod tests {
             kb,
             bound / 1024
         );
+    }
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::*;
+
+    // See: issue 15 (the reason of a rebuild was a String).
+    #[test]
+    fn check_sidecar_says_why_a_sidecar_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("m.gguf");
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny/llama/llama-q8_0.gguf"),
+            &src,
+        )
+        .unwrap();
+        let (giw, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
+        assert!(matches!(s, SidecarStatus::Built), "{s:?}");
+        check_sidecar(&giw, &src, Quant::Int4, Target::Cpu).unwrap();
+        let e = check_sidecar(&giw, &src, Quant::Int8, Target::Cpu).unwrap_err();
+        assert!(
+            matches!(&e, StaleSidecar::OtherQuant { quant, target: Target::Cpu, want_quant: Quant::Int8, want_target: Target::Cpu } if quant == "int4"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "it holds quant int4 for cpu, not int8 for cpu"
+        );
+        let missing = dir.path().join("gone.gguf");
+        let e = check_sidecar(&giw, &missing, Quant::Int4, Target::Cpu).unwrap_err();
+        assert!(
+            matches!(&e, StaleSidecar::Mtime { path, .. } if *path == missing),
+            "{e:?}"
+        );
+        let later = std::fs::metadata(&giw).unwrap().modified().unwrap()
+            + std::time::Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(&src)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let e = check_sidecar(&giw, &src, Quant::Int4, Target::Cpu).unwrap_err();
+        assert!(matches!(e, StaleSidecar::SourceNewer), "{e:?}");
+        let (_, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
+        assert!(
+            matches!(
+                s,
+                SidecarStatus::Rebuilt {
+                    reason: StaleSidecar::SourceNewer
+                }
+            ),
+            "{s:?}"
+        );
+        std::fs::write(&giw, b"GIW? no").unwrap();
+        let e = check_sidecar(&giw, &src, Quant::Int4, Target::Cpu).unwrap_err();
+        assert!(matches!(e, StaleSidecar::Invalid(_)), "{e:?}");
     }
 }

@@ -12,7 +12,7 @@ use crate::write::{persist, sync_parent};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// A file built as `<out>.tmp.<pid>.<n>` and renamed to `out` on commit.
+/// A file built as `.<out>.gpack-tmp.<pid>.<n>` and renamed to `out` on commit.
 pub struct AtomicFile {
     out: PathBuf,
     temp: TempFile,

@@ -132,11 +132,12 @@ pub enum Error {
         found: String,
     },
     /// The manifest is not valid canonical JSON of the expected schema.
-    #[error("manifest at offset {offset} is invalid: {problem}")]
+    #[error("manifest at offset {offset} is invalid")]
     BadManifest {
         /// Manifest offset.
         offset: u64,
         /// What is wrong.
+        #[source]
         problem: ManifestProblem,
     },
     /// The manifest and the section table disagree.

@@ -137,11 +137,7 @@ impl Manifest {
                 size: bytes.len() as u64,
             });
         }
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| ManifestProblem::NotJson {
-            line: e.line() as u64,
-            column: e.column() as u64,
-            reason: e.to_string(),
-        })?;
+        let v: Value = serde_json::from_slice(bytes).map_err(ManifestProblem::NotJson)?;
         if canonical_json(&v) != bytes {
             return Err(ManifestProblem::NotCanonical);
         }
@@ -263,7 +259,7 @@ fn as_string(v: Value, field: &'static str) -> Result<String, ManifestProblem> {
 pub const MAX_MANIFEST_SIZE: u64 = 16 << 20;
 
 /// What is wrong with a manifest (or with how it agrees with the header).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ManifestProblem {
     /// Larger than [`MAX_MANIFEST_SIZE`].
@@ -272,16 +268,10 @@ pub enum ManifestProblem {
         /// Its size.
         size: u64,
     },
-    /// Not JSON at all.
-    #[error("not JSON at line {line} column {column}: {reason}")]
-    NotJson {
-        /// Line of the error.
-        line: u64,
-        /// Column of the error.
-        column: u64,
-        /// serde_json's description.
-        reason: String,
-    },
+    /// Not JSON at all (serde_json's error, which names the line and
+    /// column, is the source).
+    #[error("not JSON")]
+    NotJson(#[source] serde_json::Error),
     /// JSON, but not in canonical form.
     #[error("not in canonical form (sorted keys, no whitespace, integers)")]
     NotCanonical,
@@ -306,11 +296,12 @@ pub enum ManifestProblem {
     #[error("schema is {0:?}, expected {SCHEMA:?}")]
     Schema(String),
     /// A problem in one entry of `sections`.
-    #[error("sections[{index}]: {problem}")]
+    #[error("sections[{index}]")]
     InSection {
         /// Position in the list.
         index: u64,
         /// What is wrong with it.
+        #[source]
         problem: Box<ManifestProblem>,
     },
     /// A field that disagrees with the header.
@@ -406,9 +397,19 @@ mod tests {
         assert_eq!(Manifest::parse(&bytes).unwrap(), m);
         let mut spaced = bytes.clone();
         spaced.insert(1, b' ');
-        assert_eq!(
+        assert!(matches!(
             Manifest::parse(&spaced).unwrap_err(),
             ManifestProblem::NotCanonical
+        ));
+        // Not JSON: serde_json's error (line and column) is the source.
+        let e = Manifest::parse(b"{\"a\":").unwrap_err();
+        assert!(
+            matches!(&e, ManifestProblem::NotJson(j) if j.line() == 1 && j.column() == 5),
+            "{e:?}"
+        );
+        assert_eq!(
+            crate::error_chain(&e),
+            "not JSON: EOF while parsing a value at line 1 column 5"
         );
     }
 }

@@ -68,12 +68,6 @@ impl Layout {
     }
 }
 
-fn read_u32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
 /// Quick-validates a whole GPACK file held in `bytes`.
 ///
 /// Never panics, whatever the bytes: every size and offset is checked with
@@ -100,7 +94,9 @@ fn check_header(bytes: &[u8]) -> Result<HeaderV1> {
     if len < HEADER_SIZE {
         return Err(Error::TooSmall { size: len, min });
     }
-    let magic = read_u32(bytes, 0);
+    let (header, _) =
+        HeaderV1::read_from_prefix(bytes).map_err(|_| Error::TooSmall { size: len, min })?;
+    let magic = header.magic.get();
     if magic != GPACK_MAGIC {
         return Err(Error::BadMagic {
             what: "header",
@@ -109,8 +105,6 @@ fn check_header(bytes: &[u8]) -> Result<HeaderV1> {
             found: magic,
         });
     }
-    let (header, _) =
-        HeaderV1::read_from_prefix(bytes).map_err(|_| Error::TooSmall { size: len, min })?;
     let fv = header.format_version.get();
     if fv == 0 {
         return Err(Error::BadField {

@@ -1,6 +1,8 @@
 //! Temporary files of the atomic writers (GPACK, GIW, small fixtures).
 //!
-//! A writer builds `<out>.tmp.<pid>.<seq>` next to its destination:
+//! A writer builds `.<name>.gpack-tmp.<pid>.<seq>` next to its destination
+//! `<name>` (hidden, and marked as gpack's so that the cleanup below never
+//! judges another program's file: a `notes.tmp.1` is not gpack's to remove):
 //!
 //! - created with `create_new` (`O_CREAT | O_EXCL`), so a planted file or
 //!   symlink at that name is never opened, followed or truncated (the next
@@ -10,7 +12,7 @@
 //!   when the process dies, however it dies (SIGKILL included), so a temp
 //!   whose lock can be taken is a dead writer's: [`remove_stale_temps`],
 //!   run by every writer when it starts, removes those of *any* destination
-//!   in the directory. This holds across PID namespaces and without procfs,
+//!   in the directory (only names of this pattern, only regular files). This holds across PID namespaces and without procfs,
 //!   where a pid lookup would not.
 //!
 //! Dropping a [`TempFile`] that was not persisted unlinks it;
@@ -105,29 +107,35 @@ impl Drop for TempFile {
     }
 }
 
-/// `<out>.tmp.<pid>.<seq>`.
+/// What marks a temporary file as gpack's: `.<name>` + this + `<pid>.<seq>`.
+const MARK: &str = ".gpack-tmp.";
+
+/// `.<name>.gpack-tmp.<pid>.<seq>` for the destination `<dir>/<name>`.
 fn candidate(out: &Path) -> PathBuf {
-    let mut name = out
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+    let mut name = std::ffi::OsString::from(".");
+    name.push(out.file_name().unwrap_or_default());
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    name.push(format!(".tmp.{}.{seq}", std::process::id()));
+    name.push(format!("{MARK}{}.{seq}", std::process::id()));
     out.with_file_name(name)
 }
 
-/// Whether `name` is a writer's temporary file name (`*.tmp.<n>.<n>`, or
-/// `*.tmp.<n>` as writers before the lock named them).
+/// Whether `name` is a gpack writer's temporary file name
+/// (`.<name>.gpack-tmp.<digits>.<digits>`, `<name>` not empty). Nothing else
+/// is ever removed as a temp: other programs' `*.tmp.*` files, and those of
+/// gpack writers older than this name (`<out>.tmp.<pid>.<n>`), which cannot
+/// be told from them, are left alone.
 fn is_temp_name(name: &str) -> bool {
-    let Some(i) = name.rfind(".tmp.") else {
+    let Some(rest) = name.strip_prefix('.') else {
         return false;
     };
-    let tail = &name[i + 5..];
-    let mut parts = tail.split('.');
-    let digits =
-        |s: Option<&str>| s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
-    let (a, b, c) = (parts.next(), parts.next(), parts.next());
-    i > 0 && digits(a) && (b.is_none() || digits(b)) && c.is_none()
+    let Some(i) = rest.rfind(MARK) else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    i > 0
+        && rest[i + MARK.len()..]
+            .split_once('.')
+            .is_some_and(|(pid, seq)| digits(pid) && digits(seq))
 }
 
 #[cfg(unix)]
@@ -190,7 +198,7 @@ pub fn temp_files_of(out: &Path) -> Vec<PathBuf> {
     let Some(name) = out.file_name() else {
         return Vec::new();
     };
-    let prefix = format!("{}.tmp.", name.to_string_lossy());
+    let prefix = format!(".{}{MARK}", name.to_string_lossy());
     let Ok(rd) = std::fs::read_dir(dir_of(out)) else {
         return Vec::new();
     };
@@ -213,13 +221,54 @@ mod tests {
 
     #[test]
     fn temp_names() {
-        assert!(is_temp_name("m.gpack.tmp.123.4"));
-        assert!(is_temp_name("m.gpack.tmp.123"));
-        assert!(!is_temp_name("m.gpack.tmp."));
-        assert!(!is_temp_name("m.gpack.tmp.12a"));
-        assert!(!is_temp_name("m.gpack.tmp.1.2.3"));
-        assert!(!is_temp_name(".tmp.1"));
-        assert!(!is_temp_name("m.gpack"));
+        assert!(is_temp_name(".m.gpack.gpack-tmp.123.4"));
+        assert!(is_temp_name("..hidden.gpack-tmp.1.0"));
+        assert_eq!(
+            candidate(Path::new("/d/m.gpack"))
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .rsplit_once('.')
+                .unwrap()
+                .0,
+            format!(".m.gpack.gpack-tmp.{}", std::process::id())
+        );
+        for other in [
+            "m.gpack.gpack-tmp.1.2",
+            ".m.gpack.gpack-tmp.123",
+            ".m.gpack.gpack-tmp.1.2.3",
+            ".m.gpack.gpack-tmp.12a.1",
+            ".gpack-tmp.1.2",
+            "m.gpack.tmp.123.4",
+            "m.gpack.tmp.123",
+            "notes.tmp.1",
+            ".notes.tmp.1.2",
+            "m.gpack",
+        ] {
+            assert!(!is_temp_name(other), "{other}");
+        }
+    }
+
+    // See: issue 15 (the cleanup removed any unlocked `*.tmp.<n>[.<n>]`).
+    #[test]
+    fn other_programs_tmp_files_are_never_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let keep = [
+            "notes.tmp.1",
+            "notes.tmp.1.2",
+            "m.gpack.tmp.999999.0",
+            "m.gpack.gpack-tmp.999999.0",
+        ];
+        for k in keep {
+            std::fs::write(dir.path().join(k), b"not gpack's").unwrap();
+        }
+        let dead = dir.path().join(".m.gpack.gpack-tmp.999999.0");
+        std::fs::write(&dead, b"half a file").unwrap();
+        let removed = remove_stale_temps(&dir.path().join("x.gpack"));
+        assert_eq!(removed, vec![dead]);
+        for k in keep {
+            assert_eq!(std::fs::read(dir.path().join(k)).unwrap(), b"not gpack's");
+        }
     }
 
     #[test]
@@ -228,13 +277,13 @@ mod tests {
         let a = dir.path().join("a.gpack");
         let (live, _f) = TempFile::create(&a).unwrap();
         // A dead writer's temp: no process holds its lock.
-        let dead = dir.path().join("b.giw.tmp.999999.0");
+        let dead = dir.path().join(".b.giw.gpack-tmp.999999.0");
         std::fs::write(&dead, b"half a file").unwrap();
         // A symlink planted at a temp name, pointing at a file.
         let target = dir.path().join("precious");
         std::fs::write(&target, b"keep me").unwrap();
         #[cfg(unix)]
-        std::os::unix::fs::symlink(&target, dir.path().join("c.gpack.tmp.1.1")).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(".c.gpack.gpack-tmp.1.1")).unwrap();
         let removed = remove_stale_temps(&dir.path().join("other.gpack"));
         assert_eq!(removed, vec![dead.clone()]);
         assert!(live.path.exists(), "a live writer's temp must stay");
@@ -255,7 +304,7 @@ mod tests {
         for s in next..next + 8 {
             let p = dir
                 .path()
-                .join(format!("m.gpack.tmp.{}.{s}", std::process::id()));
+                .join(format!(".m.gpack.gpack-tmp.{}.{s}", std::process::id()));
             std::os::unix::fs::symlink(&target, p).unwrap();
         }
         let (t, mut f) = TempFile::create(&out).unwrap();

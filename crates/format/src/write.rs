@@ -2,8 +2,9 @@
 //!
 //! Sections are streamed: a section's bytes pass through a buffer and a
 //! SHA-256 state on their way to the file, and are never required to be in
-//! memory at once. The file is built as a locked `<out>.tmp.<pid>.<seq>` next
-//! to the destination (see [`crate::temp`]); `finish` writes the manifest, section table, footer and header,
+//! memory at once. The file is built as a locked
+//! `.<out>.gpack-tmp.<pid>.<seq>` next to the destination (see
+//! [`crate::temp`]); `finish` writes the manifest, section table, footer and header,
 //! fsyncs, re-opens the file and quick-verifies it, then moves it into place
 //! atomically and fsyncs the directory. Until that moment the destination is
 //! untouched. Any error, panic or drop before then unlinks the temporary file;

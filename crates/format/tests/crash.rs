@@ -74,7 +74,7 @@ fn sigkill_mid_write_leaves_no_partial_destination() {
     let temps = |d: &std::path::Path| {
         entries(d)
             .into_iter()
-            .filter(|n| n.contains(".tmp."))
+            .filter(|n| n.contains(".gpack-tmp."))
             .count()
     };
     assert!(temps(dir.path()) > 0, "no kill left a temporary file");
@@ -108,7 +108,7 @@ fn out_of_space_fails_cleanly() {
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("write") && err.contains("m.gpack.tmp."),
+        err.contains("write") && err.contains(".m.gpack.gpack-tmp."),
         "{err}"
     );
     assert!(err.to_lowercase().contains("file too large"), "{err}");

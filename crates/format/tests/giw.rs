@@ -2,7 +2,7 @@
 //! committed older-writer fixtures, aliasing vs copying, fused-group detection.
 
 use gpack_format::giw::{
-    Error, Fused, Giw, GiwWriter, MemberSpec, ReadOptions, RecordKind, Target,
+    Error, Fused, Giw, GiwWriter, MemberSpec, ReadOptions, RecordKind, RecordProblem, Target,
 };
 use std::path::{Path, PathBuf};
 
@@ -270,9 +270,10 @@ fn giw_writer_and_reader_guards() {
     w.finish().unwrap();
     let e = Giw::open(&p).unwrap_err();
     assert!(
-        e.to_string().contains("f16 scales in a pre-v14 file"),
-        "{e}"
+        matches!(&e, Error::BadRecord { index: 0, name, problem: RecordProblem::F16ScalesBeforeV14 } if name == "x"),
+        "{e:?}"
     );
+    assert_eq!(e.to_string(), "record 0 (x): f16 scales in a pre-v14 file");
     // An existing output is kept without `replace`.
     assert!(matches!(
         GiwWriter::create(&p, false, "int4", Target::Cpu, 12, b"m"),

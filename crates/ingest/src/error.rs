@@ -205,7 +205,7 @@ pub enum Error {
         /// Its dimensions, innermost first.
         dims: Vec<u64>,
         /// What is wrong.
-        reason: &'static str,
+        reason: ShapeProblem,
     },
 
     /// Two tensors (in one file, or across the files of one source) share a name.
@@ -373,8 +373,8 @@ pub enum Error {
         tensor: String,
         /// The shard involved.
         shard: String,
-        /// `"is listed for but missing from"` or `"is not listed but found in"`.
-        problem: &'static str,
+        /// Listed but missing, or found but not listed.
+        problem: IndexProblem,
     },
 
     /// A directory with no safetensors weights.
@@ -391,8 +391,8 @@ pub enum Error {
         file: PathBuf,
         /// The config key.
         key: &'static str,
-        /// What is wrong (`"is missing"`, `"must be an unsigned integer below 2^32"`, …).
-        problem: &'static str,
+        /// What is wrong.
+        problem: ConfigProblem,
     },
 
     /// HF tensors that cannot be presented in GGUF form (rope permutation, expert stacking).
@@ -403,7 +403,7 @@ pub enum Error {
         /// The GGUF-side tensor name.
         tensor: String,
         /// What is wrong.
-        reason: &'static str,
+        reason: TransformProblem,
     },
 
     /// A [`crate::TensorInfo`] whose file index or byte range does not fit the [`crate::Source`].
@@ -412,7 +412,7 @@ pub enum Error {
         /// The tensor.
         tensor: String,
         /// What is wrong.
-        reason: &'static str,
+        reason: TensorInfoProblem,
     },
 
     /// Size arithmetic overflowed `u64` (or `usize`).
@@ -430,8 +430,213 @@ pub enum Error {
         /// The tensor involved, or empty.
         tensor: String,
         /// What is wrong.
-        reason: &'static str,
+        reason: WriteProblem,
     },
+}
+
+impl Error {
+    /// The file (or directory) this error names in its message, if any:
+    /// what a caller's context need not repeat.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::Io { file, .. }
+            | Error::UnknownFormat { file, .. }
+            | Error::Truncated { file, .. }
+            | Error::BadMagic { file, .. }
+            | Error::UnsupportedVersion { file, .. }
+            | Error::TooLarge { file, .. }
+            | Error::NotUtf8 { file, .. }
+            | Error::UnknownValueType { file, .. }
+            | Error::InvalidBool { file, .. }
+            | Error::NestingTooDeep { file, .. }
+            | Error::DuplicateKey { file, .. }
+            | Error::WrongValueType { file, .. }
+            | Error::BadAlignment { file, .. }
+            | Error::UnknownGgmlType { file, .. }
+            | Error::TooManyDims { file, .. }
+            | Error::BadShape { file, .. }
+            | Error::DuplicateTensor { file, .. }
+            | Error::MisalignedTensor { file, .. }
+            | Error::TensorOutOfBounds { file, .. }
+            | Error::UnexpectedOffset { file, .. }
+            | Error::MissingShard { file, .. }
+            | Error::SplitInconsistent { file, .. }
+            | Error::HeaderTooLarge { file, .. }
+            | Error::BadJson { file, .. }
+            | Error::UnsupportedDtype { file, .. }
+            | Error::TensorSizeMismatch { file, .. }
+            | Error::OffsetsNotTiled { file, .. }
+            | Error::TrailingBytes { file, .. }
+            | Error::UnsafeShardPath { file, .. }
+            | Error::IndexMismatch { file, .. }
+            | Error::NoWeights { file, .. }
+            | Error::BadConfig { file, .. }
+            | Error::BadTransform { file, .. }
+            | Error::Overflow { file, .. } => Some(file),
+            Error::BadTensorInfo { .. } | Error::Write { .. } => None,
+        }
+    }
+}
+
+/// A tensor shape that cannot be valid for its type (the reason of [`Error::BadShape`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShapeProblem {
+    /// A dimension exceeds `i64::MAX` (gguf.cpp's limit).
+    #[error("a dimension exceeds i64::MAX")]
+    DimTooLarge,
+    /// The element count overflows `i64`.
+    #[error("the element count overflows i64")]
+    ElementsOverflow,
+    /// The row length is not a whole number of blocks.
+    #[error("the row length (dims[0]) is not a multiple of the type's block size")]
+    RowNotWholeBlocks,
+    /// The byte size overflows `u64`.
+    #[error("the byte size overflows u64")]
+    BytesOverflow,
+}
+
+/// How index.json and a shard disagree about a tensor (the problem of [`Error::IndexMismatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexProblem {
+    /// Listed for the shard, but the shard does not have it.
+    #[error("is listed for but missing from")]
+    MissingFromShard,
+    /// In the shard, but index.json does not list it there.
+    #[error("is not listed but found in")]
+    NotListed,
+}
+
+/// What is wrong with a config.json value (the problem of [`Error::BadConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigProblem {
+    /// Absent, but the rope permutation needs it.
+    #[error("is missing (needed for the rope permutation)")]
+    MissingForRope,
+    /// Not an unsigned integer below 2^32.
+    #[error("must be an unsigned integer below 2^32")]
+    NotU32,
+    /// Not a number.
+    #[error("must be a number")]
+    NotNumber,
+    /// Neither an unsigned integer nor a list of them below 2^31.
+    #[error("must be an unsigned integer, or a list of them below 2^31")]
+    NotU31OrList,
+    /// Not a list of probabilities in [0, 1].
+    #[error("must be a list of probabilities in [0, 1]")]
+    NotProbabilities,
+    /// Not a list of strings.
+    #[error("must be a list of strings")]
+    NotStrings,
+    /// YaRN rope scaling needs it as an unsigned integer below 2^32.
+    #[error("is needed for YaRN rope scaling and must be an unsigned integer below 2^32")]
+    YarnOriginal,
+}
+
+/// Why HF tensors cannot be presented in GGUF form (the reason of [`Error::BadTransform`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransformProblem {
+    /// The rows are not a multiple of 2 × heads.
+    #[error("rows are not a multiple of 2 × heads, cannot undo the rotary permutation")]
+    RopeRows,
+    /// A Gemma norm weight of another type.
+    #[error("Gemma norm weights must be F32, F16 or BF16")]
+    GemmaNormType,
+    /// The size overflows.
+    #[error("size overflows")]
+    SizeOverflow,
+    /// Embedding rows of this type cannot be padded.
+    #[error("cannot pad the embedding rows of this type")]
+    CannotPad,
+    /// Nothing to stack.
+    #[error("no parts to stack")]
+    NoParts,
+    /// The part numbers have gaps or repeats.
+    #[error("stacked part (expert) numbers are not 0..n without gaps or repeats")]
+    PartNumbers,
+    /// The part count differs from config.json's.
+    #[error(
+        "the number of stacked parts differs from config.json's (expert count, AltUp inputs − 1)"
+    )]
+    PartCount,
+    /// The parts differ in shape or dtype, or are not 2-D.
+    #[error("stacked parts must all be 2-D with the same shape and dtype")]
+    PartShapes,
+}
+
+/// Why a [`crate::TensorInfo`] does not fit its [`crate::Source`] (the reason of [`Error::BadTensorInfo`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TensorInfoProblem {
+    /// Rope permutation: the rows are not a multiple of 2 × n_head.
+    #[error("rope permutation: rows are not a multiple of 2 × n_head")]
+    RopeRows,
+    /// The source size overflows.
+    #[error("source size overflows")]
+    SourceSizeOverflow,
+    /// A PlusOne transform whose tensor is not F32.
+    #[error("PlusOne produces F32")]
+    PlusOneNotF32,
+    /// A PlusOne source of another type.
+    #[error("PlusOne source type must be F32, F16 or BF16")]
+    PlusOneSourceType,
+    /// Padding: the source is larger than the tensor.
+    #[error("padding: the source is larger than the tensor")]
+    PaddingLarger,
+    /// The generated bytes differ from the size.
+    #[error("generated bytes differ from the size")]
+    GeneratedSize,
+    /// The stacked parts do not add up to the size.
+    #[error("stacked parts do not add up to the size")]
+    StackSize,
+    /// The file index is out of range.
+    #[error("file index out of range")]
+    FileIndex,
+    /// The byte range overflows.
+    #[error("byte range overflows")]
+    RangeOverflow,
+    /// The byte range lies outside its file.
+    #[error("byte range outside its file")]
+    RangeOutside,
+}
+
+/// How the GGUF writer's input is inconsistent (the reason of [`Error::Write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteProblem {
+    /// `general.alignment` is not a U32 non-zero power of two.
+    #[error("general.alignment must be a U32 non-zero power of two")]
+    Alignment,
+    /// A tensor name longer than 63 bytes (ggml's limit).
+    #[error("tensor name longer than 63 bytes")]
+    NameTooLong,
+    /// Two tensors with one name.
+    #[error("duplicate tensor name")]
+    DuplicateName,
+    /// More than 4 dimensions.
+    #[error("more than 4 dimensions")]
+    TooManyDims,
+    /// A shape that is invalid for its type.
+    #[error("invalid shape for its type")]
+    InvalidShape,
+    /// A size overflows.
+    #[error("size overflows")]
+    SizeOverflow,
+    /// The total size overflows.
+    #[error("total size overflows")]
+    TotalOverflow,
+    /// More tensor data than tensors.
+    #[error("more tensor data than tensors")]
+    MoreData,
+    /// Data of another length than its type and shape give.
+    #[error("data length differs from the size its type and shape give")]
+    DataLength,
+    /// A tensor's data was not written before `finish`.
+    #[error("tensor data was not written")]
+    NotWritten,
 }
 
 /// `a + b` or [`Error::Overflow`].

@@ -21,7 +21,10 @@ pub mod safetensors;
 mod source;
 mod value;
 
-pub use error::Error;
+pub use error::{
+    ConfigProblem, Error, IndexProblem, ShapeProblem, TensorInfoProblem, TransformProblem,
+    WriteProblem,
+};
 pub use gpack_format::ggml::GgmlType;
 pub use source::{
     checked_product, Asset, ByteRange, Source, SourceFile, SourceKind, TensorInfo, Transform,

@@ -251,20 +251,40 @@ fn writer_streams_and_checks_its_input() {
     let g = gguf::parse(&bytes).unwrap();
     assert_eq!(g.tensors[1].offset - g.tensors[0].offset, 32);
 
-    for bad in [
-        vec![h("a", GgmlType::F32, &[1]), h("a", GgmlType::F32, &[1])],
-        vec![h(&"n".repeat(64), GgmlType::F32, &[1])],
-        vec![h("a", GgmlType::F32, &[1, 1, 1, 1, 1])],
-        vec![h("a", GgmlType::Q4_0, &[31])],
+    use gpack_ingest::WriteProblem;
+    for (bad, want) in [
+        (
+            vec![h("a", GgmlType::F32, &[1]), h("a", GgmlType::F32, &[1])],
+            WriteProblem::DuplicateName,
+        ),
+        (
+            vec![h(&"n".repeat(64), GgmlType::F32, &[1])],
+            WriteProblem::NameTooLong,
+        ),
+        (
+            vec![h("a", GgmlType::F32, &[1, 1, 1, 1, 1])],
+            WriteProblem::TooManyDims,
+        ),
+        (
+            vec![h("a", GgmlType::Q4_0, &[31])],
+            WriteProblem::InvalidShape,
+        ),
     ] {
-        assert!(matches!(
-            Writer::new(Vec::new(), &m, &bad),
-            Err(gpack_ingest::Error::Write { .. })
-        ));
+        let e = Writer::new(Vec::new(), &m, &bad).err();
+        assert!(
+            matches!(e, Some(gpack_ingest::Error::Write { reason, .. }) if reason == want),
+            "{e:?}"
+        );
     }
     let mut m = Metadata::new();
     m.insert("general.alignment", Value::U32(48));
-    assert!(Writer::new(Vec::new(), &m, &[]).is_err());
+    assert!(matches!(
+        Writer::new(Vec::new(), &m, &[]).err(),
+        Some(gpack_ingest::Error::Write {
+            reason: WriteProblem::Alignment,
+            ..
+        })
+    ));
 }
 
 #[test]

@@ -338,7 +338,7 @@ fn bad_shapes() {
         matches!(
             e,
             Error::BadShape {
-                reason: "the element count overflows i64",
+                reason: gpack_ingest::ShapeProblem::ElementsOverflow,
                 ..
             }
         ),
@@ -349,7 +349,7 @@ fn bad_shapes() {
         matches!(
             e,
             Error::BadShape {
-                reason: "a dimension exceeds i64::MAX",
+                reason: gpack_ingest::ShapeProblem::DimTooLarge,
                 ..
             }
         ),
@@ -360,7 +360,7 @@ fn bad_shapes() {
         matches!(
             e,
             Error::BadShape {
-                reason: "the byte size overflows u64",
+                reason: gpack_ingest::ShapeProblem::BytesOverflow,
                 ..
             }
         ),

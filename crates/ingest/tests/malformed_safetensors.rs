@@ -263,7 +263,7 @@ fn index_missing_shard_and_mismatches() {
     let p = write_index(d, &[("a", "s1.safetensors")]);
     let e = Source::open(&p).unwrap_err();
     assert!(
-        matches!(e, Error::IndexMismatch { ref tensor, problem: "is not listed but found in", .. } if tensor == "b"),
+        matches!(e, Error::IndexMismatch { ref tensor, problem: gpack_ingest::IndexProblem::NotListed, .. } if tensor == "b"),
         "{e:?}"
     );
 
@@ -277,7 +277,7 @@ fn index_missing_shard_and_mismatches() {
     );
     let e = Source::open(&p).unwrap_err();
     assert!(
-        matches!(e, Error::IndexMismatch { ref tensor, problem: "is listed for but missing from", .. } if tensor == "z"),
+        matches!(e, Error::IndexMismatch { ref tensor, problem: gpack_ingest::IndexProblem::MissingFromShard, .. } if tensor == "z"),
         "{e:?}"
     );
 
@@ -363,6 +363,7 @@ fn directories_without_weights_and_bad_configs() {
             e,
             Error::BadConfig {
                 key: "num_hidden_layers",
+                problem: gpack_ingest::ConfigProblem::NotU32,
                 ..
             }
         ),
@@ -390,6 +391,7 @@ fn bad_transforms() {
         Source::open(d),
         Err(Error::BadConfig {
             key: "num_attention_heads",
+            problem: gpack_ingest::ConfigProblem::MissingForRope,
             ..
         })
     ));
@@ -399,7 +401,13 @@ fn bad_transforms() {
         br#"{"model_type":"llama","num_attention_heads":3}"#,
     )
     .unwrap();
-    assert!(matches!(Source::open(d), Err(Error::BadTransform { .. })));
+    assert!(matches!(
+        Source::open(d),
+        Err(Error::BadTransform {
+            reason: gpack_ingest::TransformProblem::RopeRows,
+            ..
+        })
+    ));
     // Experts with a gap.
     write_st(
         d,
@@ -412,7 +420,7 @@ fn bad_transforms() {
     std::fs::write(d.join("config.json"), br#"{"model_type":"qwen3_moe"}"#).unwrap();
     let e = Source::open(d).unwrap_err();
     assert!(
-        matches!(e, Error::BadTransform { ref tensor, .. } if tensor == "blk.0.ffn_up_exps.weight"),
+        matches!(e, Error::BadTransform { ref tensor, reason: gpack_ingest::TransformProblem::PartNumbers, .. } if tensor == "blk.0.ffn_up_exps.weight"),
         "{e:?}"
     );
 }

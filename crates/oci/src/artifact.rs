@@ -9,11 +9,16 @@
 //! which are untrusted: sizes are capped and every offset is checked with
 //! overflow-checked arithmetic; nothing panics.
 
-use crate::error::{Error, Result};
+use crate::error::{ArtifactProblem, Document, Error, Result};
+use gpack_format::raw::{
+    FooterV1, HeaderV1, SectionEntryV1, FOOTER_SIZE, HEADER_SIZE, SECTION_ENTRY_SIZE,
+    SECTION_NAME_LEN,
+};
 use gpack_format::{Gpack, SectionKind};
 use oci_client::manifest::{OciDescriptor, OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use zerocopy::FromBytes;
 
 /// `artifactType` of a gpack manifest.
 pub const ARTIFACT_TYPE: &str = "application/vnd.gpack.model.v1";
@@ -128,14 +133,14 @@ pub fn describe(g: &Gpack) -> Result<(Vec<u8>, OciImageManifest)> {
         schema: CONFIG_SCHEMA.into(),
         size: total as u64,
         digest: digest.clone(),
-        header: hex::encode(&bytes[..64]),
-        section_table: hex::encode(&bytes[table_off..table_off + 96 * n]),
-        footer: hex::encode(&bytes[total - 64..]),
+        header: hex::encode(&bytes[..HEADER_SIZE as usize]),
+        section_table: hex::encode(&bytes[table_off..table_off + SECTION_ENTRY_SIZE as usize * n]),
+        footer: hex::encode(&bytes[total - FOOTER_SIZE as usize..]),
         manifest: manifest_value,
     };
     let config_bytes = serde_json::to_vec(&config).map_err(|e| Error::BadArtifact {
-        what: "config".into(),
-        problem: e.to_string(),
+        what: Document::Config,
+        problem: ArtifactProblem::Serialize(e),
     })?;
     let layers = l
         .sections
@@ -193,125 +198,146 @@ pub fn sha256_hex(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
 /// Checks a gpack manifest and its config against each other and returns
-/// the plan to rebuild the file. `what` names the reference in errors.
-pub fn plan(what: &str, manifest: &OciImageManifest, config: &[u8]) -> Result<Plan> {
-    let bad = |problem: String| Error::BadArtifact {
-        what: what.to_string(),
+/// the plan to rebuild the file. `reference` names the artifact in errors.
+///
+/// The header, table entries and footer are read through the format
+/// crate's zerocopy structs ([`HeaderV1`], [`SectionEntryV1`],
+/// [`FooterV1`]), whose sizes the hex lengths are checked against first.
+pub fn plan(reference: &str, manifest: &OciImageManifest, config: &[u8]) -> Result<Plan> {
+    let bad = |problem| Error::BadArtifact {
+        what: Document::Artifact {
+            reference: reference.to_string(),
+        },
         problem,
     };
-    let c: Config = serde_json::from_slice(config)
-        .map_err(|e| bad(format!("config blob is not a gpack config: {e}")))?;
+    let c: Config =
+        serde_json::from_slice(config).map_err(|e| bad(ArtifactProblem::NotGpackConfig(e)))?;
     if c.schema != CONFIG_SCHEMA {
-        return Err(bad(format!(
-            "config schema {:?}, expected {CONFIG_SCHEMA:?}",
-            c.schema
-        )));
+        return Err(bad(ArtifactProblem::ConfigSchema { found: c.schema }));
     }
-    let hexed = |name: &str, s: &str, len: Option<usize>| -> Result<Vec<u8>> {
-        let v = hex::decode(s).map_err(|e| bad(format!("config {name} is not hex: {e}")))?;
+    let hexed = |field: &'static str, s: &str, len: Option<u64>| -> Result<Vec<u8>> {
+        let v = hex::decode(s).map_err(|source| bad(ArtifactProblem::NotHex { field, source }))?;
         match len {
-            Some(l) if v.len() != l => Err(bad(format!(
-                "config {name} is {} bytes, expected {l}",
-                v.len()
-            ))),
+            Some(l) if v.len() as u64 != l => Err(bad(ArtifactProblem::FieldSize {
+                field,
+                found: v.len(),
+                expected: l as usize,
+            })),
             _ => Ok(v),
         }
     };
-    let header = hexed("header", &c.header, Some(64))?;
-    let footer = hexed("footer", &c.footer, Some(64))?;
+    let header = hexed("header", &c.header, Some(HEADER_SIZE))?;
+    let footer = hexed("footer", &c.footer, Some(FOOTER_SIZE))?;
     let table = hexed("section_table", &c.section_table, None)?;
-    let count = le_u32(&header, 12) as usize;
-    if count == 0 || count > MAX_SECTIONS {
-        return Err(bad(format!(
-            "header section_count {count}, expected 1..={MAX_SECTIONS}"
-        )));
+    // Sizes checked just above: these reads cannot fail.
+    let h = HeaderV1::read_from_bytes(&header).map_err(|_| {
+        bad(ArtifactProblem::FieldSize {
+            field: "header",
+            found: header.len(),
+            expected: HEADER_SIZE as usize,
+        })
+    })?;
+    let f = FooterV1::read_from_bytes(&footer).map_err(|_| {
+        bad(ArtifactProblem::FieldSize {
+            field: "footer",
+            found: footer.len(),
+            expected: FOOTER_SIZE as usize,
+        })
+    })?;
+    let count = h.section_count.get();
+    if count == 0 || count as usize > MAX_SECTIONS {
+        return Err(bad(ArtifactProblem::SectionCount {
+            found: count,
+            max: MAX_SECTIONS,
+        }));
     }
-    if table.len() != 96 * count {
-        return Err(bad(format!(
-            "section table is {} bytes, expected 96 × {count}",
-            table.len()
-        )));
-    }
-    let size = le_u64(&header, 40);
+    let count = count as usize;
+    let entries = <[SectionEntryV1]>::ref_from_bytes_with_elems(&table, count).map_err(|_| {
+        bad(ArtifactProblem::TableSize {
+            found: table.len(),
+            count,
+        })
+    })?;
+    let size = h.total_file_size.get();
     if size != c.size {
-        return Err(bad(format!(
-            "header total_file_size {size} differs from config size {}",
-            c.size
-        )));
+        return Err(bad(ArtifactProblem::SizeDiffers {
+            header: size,
+            config: c.size,
+        }));
     }
-    let table_off = le_u64(&header, 16);
+    let table_off = h.section_table_offset.get();
     let footer_off = size
-        .checked_sub(64)
-        .ok_or_else(|| bad(format!("file size {size} is smaller than a footer")))?;
-    let table_end = table_off
+        .checked_sub(FOOTER_SIZE)
+        .ok_or_else(|| bad(ArtifactProblem::SmallerThanFooter { size }))?;
+    if table_off
         .checked_add(table.len() as u64)
-        .filter(|&e| e <= footer_off)
-        .ok_or_else(|| {
-            bad(format!(
-                "section table at {table_off} (+{}) runs past the footer at {footer_off}",
-                table.len()
-            ))
-        })?;
-    let _ = table_end;
+        .is_none_or(|e| e > footer_off)
+    {
+        return Err(bad(ArtifactProblem::TableOutside {
+            offset: table_off,
+            len: table.len(),
+            footer: footer_off,
+        }));
+    }
     if manifest.layers.len() != count {
-        return Err(bad(format!(
-            "{} layers, expected one per section ({count})",
-            manifest.layers.len()
-        )));
+        return Err(bad(ArtifactProblem::LayerCount {
+            found: manifest.layers.len(),
+            expected: count,
+        }));
     }
     let mut sections = Vec::with_capacity(count);
-    let mut end = 64u64;
-    for (i, layer) in manifest.layers.iter().enumerate() {
-        let e = &table[96 * i..96 * (i + 1)];
-        let kind_id = le_u32(e, 0);
-        let kind = SectionKind::from_u32(kind_id)
-            .ok_or_else(|| bad(format!("section {i}: unknown kind {kind_id}")))?;
-        let offset = le_u64(e, 8);
-        let len = le_u64(e, 16);
-        let mut sha = [0u8; 32];
-        sha.copy_from_slice(&e[40..72]);
-        let name_bytes = &e[72..96];
-        let name_len = name_bytes.iter().position(|&b| b == 0).unwrap_or(24);
-        let name = String::from_utf8_lossy(&name_bytes[..name_len]).into_owned();
+    let mut end = HEADER_SIZE;
+    for (i, (layer, e)) in manifest.layers.iter().zip(entries).enumerate() {
+        let kind_id = e.kind.get();
+        let kind = SectionKind::from_u32(kind_id).ok_or_else(|| {
+            bad(ArtifactProblem::UnknownKind {
+                index: i,
+                kind: kind_id,
+            })
+        })?;
+        let (offset, len) = (e.offset.get(), e.size.get());
+        let name_len = e
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(SECTION_NAME_LEN);
+        let name = String::from_utf8_lossy(&e.name[..name_len]).into_owned();
         let stop = offset.checked_add(len).filter(|&s| s <= table_off);
-        if offset < end || stop.is_none() {
-            return Err(bad(format!(
-                "section {name}: [{offset}, +{len}) overlaps the previous section (ends at {end}) or runs past the table at {table_off}"
-            )));
-        }
-        end = stop.unwrap_or(end);
-        let digest = oci_digest(&sha);
+        let Some(stop) = stop.filter(|_| offset >= end) else {
+            return Err(bad(ArtifactProblem::SectionOverlap {
+                name,
+                offset,
+                size: len,
+                end,
+                table: table_off,
+            }));
+        };
+        end = stop;
+        let digest = oci_digest(&e.sha256);
         if layer.digest != digest {
-            return Err(bad(format!(
-                "layer {i} has digest {}, expected the section {name}'s {digest}",
-                layer.digest
-            )));
+            return Err(bad(ArtifactProblem::LayerDigest {
+                index: i,
+                name,
+                found: layer.digest.clone(),
+                expected: digest,
+            }));
         }
         if u64::try_from(layer.size).ok() != Some(len) {
-            return Err(bad(format!(
-                "layer {i} ({name}) has size {}, expected {len}",
-                layer.size
-            )));
+            return Err(bad(ArtifactProblem::LayerSize {
+                index: i,
+                name,
+                found: layer.size,
+                expected: len,
+            }));
         }
         if layer.media_type != section_media_type(kind) {
-            return Err(bad(format!(
-                "layer {i} ({name}) has media type {}, expected {}",
-                layer.media_type,
-                section_media_type(kind)
-            )));
+            return Err(bad(ArtifactProblem::LayerMediaType {
+                index: i,
+                name,
+                found: layer.media_type.clone(),
+                expected: section_media_type(kind),
+            }));
         }
         sections.push(SectionPlan {
             name,
@@ -321,14 +347,12 @@ pub fn plan(what: &str, manifest: &OciImageManifest, config: &[u8]) -> Result<Pl
             digest,
         });
     }
-    let mut fsha = [0u8; 32];
-    fsha.copy_from_slice(&footer[24..56]);
-    let digest = oci_digest(&fsha);
+    let digest = oci_digest(&f.manifest_sha256);
     if digest != c.digest {
-        return Err(bad(format!(
-            "config digest {} differs from its footer's {digest}",
-            c.digest
-        )));
+        return Err(bad(ArtifactProblem::ConfigDigest {
+            config: c.digest,
+            footer: digest,
+        }));
     }
     Ok(Plan {
         header,
@@ -363,15 +387,76 @@ mod tests {
             artifact_type: None,
             annotations: None,
         };
-        let e = plan("r", &m, b"{\"schema\":\"x\"}")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not a gpack config"), "{e}");
-        let c = serde_json::json!({"schema": CONFIG_SCHEMA, "size": 1u64 << 63, "digest": "",
-            "header": "00".repeat(64), "section_table": "", "footer": "00".repeat(64), "manifest": null});
-        let e = plan("r", &m, c.to_string().as_bytes())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("section_count 0"), "{e}");
+        let e = plan("r", &m, b"{\"schema\":\"x\"}").unwrap_err();
+        assert!(
+            matches!(&e, Error::BadArtifact { what: Document::Artifact { reference }, problem: ArtifactProblem::NotGpackConfig(_) } if reference == "r"),
+            "{e:?}"
+        );
+        let chain = gpack_format::error_chain(&e);
+        assert!(
+            chain.starts_with("artifact r: config blob is not a gpack config: "),
+            "{chain}"
+        );
+        let config = |header: String, table: &str| {
+            serde_json::json!({"schema": CONFIG_SCHEMA, "size": 1u64 << 63, "digest": "",
+                "header": header, "section_table": table, "footer": "00".repeat(64),
+                "manifest": null})
+            .to_string()
+        };
+        let e = plan("r", &m, config("00".repeat(64), "").as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadArtifact {
+                    problem: ArtifactProblem::SectionCount {
+                        found: 0,
+                        max: MAX_SECTIONS
+                    },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            gpack_format::error_chain(&e),
+            "artifact r: header section_count 0, expected 1..=15"
+        );
+        let e = plan("r", &m, config("00".repeat(63), "").as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadArtifact {
+                    problem: ArtifactProblem::FieldSize {
+                        field: "header",
+                        found: 63,
+                        expected: 64
+                    },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // section_count (bytes 12..16) 2, but one table entry.
+        let mut h = vec![0u8; 64];
+        h[12] = 2;
+        let e = plan(
+            "r",
+            &m,
+            config(hex::encode(&h), &"00".repeat(96)).as_bytes(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadArtifact {
+                    problem: ArtifactProblem::TableSize {
+                        found: 96,
+                        count: 2
+                    },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }

@@ -8,7 +8,7 @@
 //! the registry token flow (the token endpoint is asked with them).
 //! Credential helpers (`credsStore`, `credHelpers`) are not run.
 
-use crate::error::{io, Error, Result};
+use crate::error::{io, Credentials, DockerConfigProblem, Error, Result};
 use base64::Engine;
 use oci_client::secrets::RegistryAuth;
 use std::path::{Path, PathBuf};
@@ -29,11 +29,11 @@ const MAX_DOCKER_CONFIG: u64 = 1 << 20;
 
 /// The credentials for `registry` and a description of their source (for
 /// error messages; never the secret).
-pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, String)> {
+pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, Credentials)> {
     if let (Some(u), Some(p)) = (&flags.username, &flags.password) {
         return Ok((
             RegistryAuth::Basic(u.clone(), p.clone()),
-            format!("user {u} from the flags"),
+            Credentials::Flags { user: u.clone() },
         ));
     }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -44,14 +44,11 @@ pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, String)> 
     if let (Some(u), Some(p)) = (&user, env("GPACK_REGISTRY_PASSWORD")) {
         return Ok((
             RegistryAuth::Basic(u.clone(), p),
-            format!("user {u} from the environment"),
+            Credentials::Environment { user: u.clone() },
         ));
     }
     if let Some(t) = env("GPACK_REGISTRY_TOKEN") {
-        return Ok((
-            RegistryAuth::Bearer(t),
-            "a bearer token from GPACK_REGISTRY_TOKEN".into(),
-        ));
+        return Ok((RegistryAuth::Bearer(t), Credentials::Token));
     }
     let path = match &flags.docker_config {
         Some(p) => Some(p.clone()),
@@ -59,11 +56,14 @@ pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, String)> 
     };
     if let Some(path) = path.filter(|p| p.is_file()) {
         if let Some((u, p)) = from_docker_config(&path, registry)? {
-            let what = format!("user {u} from {}", path.display());
+            let what = Credentials::DockerConfig {
+                user: u.clone(),
+                path,
+            };
             return Ok((RegistryAuth::Basic(u, p), what));
         }
     }
-    Ok((RegistryAuth::Anonymous, "none (anonymous)".into()))
+    Ok((RegistryAuth::Anonymous, Credentials::Anonymous))
 }
 
 fn default_docker_config() -> Option<PathBuf> {
@@ -76,7 +76,7 @@ fn default_docker_config() -> Option<PathBuf> {
 /// `auths.<registry>` of a docker config file, if it has an entry.
 pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String, String)>> {
     use std::io::Read;
-    let bad = |problem: String| Error::DockerConfig {
+    let bad = |problem| Error::DockerConfig {
         path: path.to_path_buf(),
         problem,
     };
@@ -86,10 +86,12 @@ pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String,
         .read_to_end(&mut text)
         .map_err(io("read", path))?;
     if text.len() as u64 > MAX_DOCKER_CONFIG {
-        return Err(bad(format!("larger than {MAX_DOCKER_CONFIG} bytes")));
+        return Err(bad(DockerConfigProblem::TooLarge {
+            max: MAX_DOCKER_CONFIG,
+        }));
     }
     let v: serde_json::Value =
-        serde_json::from_slice(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        serde_json::from_slice(&text).map_err(|e| bad(DockerConfigProblem::NotJson(e)))?;
     let Some(auths) = v.get("auths").and_then(|a| a.as_object()) else {
         return Ok(None);
     };
@@ -109,14 +111,17 @@ pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String,
     {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(a.trim())
-            .map_err(|err| bad(format!("auths.{key}.auth is not base64: {err}")))?;
+            .map_err(|source| {
+                bad(DockerConfigProblem::NotBase64 {
+                    key: key.clone(),
+                    source,
+                })
+            })?;
         let s = String::from_utf8(raw)
-            .map_err(|_| bad(format!("auths.{key}.auth is not UTF-8 once decoded")))?;
-        let (u, p) = s.split_once(':').ok_or_else(|| {
-            bad(format!(
-                "auths.{key}.auth is not user:password once decoded"
-            ))
-        })?;
+            .map_err(|_| bad(DockerConfigProblem::NotUtf8 { key: key.clone() }))?;
+        let (u, p) = s
+            .split_once(':')
+            .ok_or_else(|| bad(DockerConfigProblem::NoColon { key: key.clone() }))?;
         return Ok(Some((u.to_string(), p.to_string())));
     }
     let (u, p) = (
@@ -129,6 +134,24 @@ pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flags_come_first_and_are_named_as_the_source() {
+        let flags = Flags {
+            username: Some("alice".into()),
+            password: Some("pw".into()),
+            docker_config: None,
+        };
+        let (auth, from) = resolve("reg.example.com", &flags).unwrap();
+        assert!(matches!(auth, RegistryAuth::Basic(u, p) if u == "alice" && p == "pw"));
+        assert_eq!(
+            from,
+            Credentials::Flags {
+                user: "alice".into()
+            }
+        );
+        assert_eq!(from.to_string(), "user alice from the flags");
+    }
 
     #[test]
     fn docker_config_auth_entries() {
@@ -150,7 +173,27 @@ mod tests {
         );
         assert_eq!(from_docker_config(&p, "other.io").unwrap(), None);
         std::fs::write(&p, r#"{"auths":{"a.io":{"auth":"***"}}}"#).unwrap();
-        let e = from_docker_config(&p, "a.io").unwrap_err().to_string();
-        assert!(e.contains("not base64") && e.contains("config.json"), "{e}");
+        let e = from_docker_config(&p, "a.io").unwrap_err();
+        assert!(
+            matches!(&e, Error::DockerConfig { path, problem: DockerConfigProblem::NotBase64 { key, .. } } if *path == p && key == "a.io"),
+            "{e:?}"
+        );
+        let chain = gpack_format::error_chain(&e);
+        assert!(
+            chain.contains("auths.a.io.auth is not base64: ") && chain.contains("config.json"),
+            "{chain}"
+        );
+        std::fs::write(&p, "{").unwrap();
+        let e = from_docker_config(&p, "a.io").unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::DockerConfig {
+                    problem: DockerConfigProblem::NotJson(_),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! downloads the GGUF into the store like any layer and converts it on
 //! arrival; `gpack push M.gguf REF` publishes a GGUF in the same layout.
 
-use crate::error::{io, Error, Result};
+use crate::error::{io, ArtifactProblem, Document, Error, Result};
 use crate::pull::PullOptions;
 use crate::store::Store;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
@@ -45,15 +45,16 @@ pub fn gguf_layer(shown: &str, m: &OciImageManifest) -> Result<OciDescriptor> {
     match ggufs.as_slice() {
         [one] => Ok((*one).clone()),
         [] => Err(Error::BadArtifact {
-            what: format!("model artifact {shown}"),
-            problem: format!("no GGUF layer (media type {GGUF_MEDIA_TYPE})"),
+            what: Document::ModelArtifact {
+                reference: shown.to_string(),
+            },
+            problem: ArtifactProblem::NoGguf,
         }),
         many => Err(Error::BadArtifact {
-            what: format!("model artifact {shown}"),
-            problem: format!(
-                "{} GGUF layers (a split GGUF); gpack pulls single-file GGUF artifacts",
-                many.len()
-            ),
+            what: Document::ModelArtifact {
+                reference: shown.to_string(),
+            },
+            problem: ArtifactProblem::SplitGguf { count: many.len() },
         }),
     }
 }
@@ -119,8 +120,8 @@ pub fn describe_gguf(gguf: &Path, size: u64, digest: &str) -> Result<(Vec<u8>, O
         "files": [{"diffID": digest, "type": GGUF_MEDIA_TYPE}],
     });
     let config = serde_json::to_vec(&config).map_err(|e| Error::BadArtifact {
-        what: "docker model config".into(),
-        problem: e.to_string(),
+        what: Document::DockerModelConfig,
+        problem: ArtifactProblem::Serialize(e),
     })?;
     let m = OciImageManifest {
         schema_version: 2,

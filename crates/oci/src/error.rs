@@ -8,13 +8,13 @@ use std::path::PathBuf;
 pub enum Error {
     /// The REF argument does not parse.
     #[error(
-        "{reference:?} is not a registry reference ({reason}); expected host[:port]/repo[:tag|@sha256:HEX]"
+        "{reference:?} is not a registry reference ({problem}); expected host[:port]/repo[:tag|@sha256:HEX]"
     )]
     BadReference {
         /// What was given.
         reference: String,
         /// Why it does not parse.
-        reason: String,
+        problem: ReferenceProblem,
     },
     /// `--insecure` asked for a registry that is not on this machine.
     #[error(
@@ -26,34 +26,42 @@ pub enum Error {
     },
     /// The registry answered 401 Unauthorized.
     #[error(
-        "registry {registry}: 401 Unauthorized while {what} (credentials: {credentials}); pass --username and --password (or GPACK_REGISTRY_USERNAME / GPACK_REGISTRY_PASSWORD), or log in with `docker login {registry}`"
+        "registry {registry}: 401 Unauthorized while {op} (credentials: {credentials}); pass --username and --password (or GPACK_REGISTRY_USERNAME / GPACK_REGISTRY_PASSWORD), or log in with `docker login {registry}`"
     )]
     Unauthorized {
         /// Registry host.
         registry: String,
         /// The operation.
-        what: String,
-        /// Where the credentials came from ("none (anonymous)", "flags", …).
-        credentials: String,
+        op: Operation,
+        /// Where the credentials came from (boxed: it would make every
+        /// `Result` of this crate larger).
+        credentials: Box<Credentials>,
     },
     /// Any other registry or transport failure.
-    #[error("registry {registry}: {what}")]
+    #[error(
+        "registry {registry}: {op}{}",
+        if *needs_insecure { " (a plain-HTTP registry on this machine needs --insecure)" } else { "" }
+    )]
     Registry {
         /// Registry host.
         registry: String,
         /// The operation.
-        what: String,
+        op: Operation,
+        /// The registry is this machine's, the request failed to connect
+        /// and `--insecure` was not given: the likely cause.
+        needs_insecure: bool,
         /// The client's error.
         #[source]
         source: Box<oci_client::errors::OciDistributionError>,
     },
     /// A manifest or config from the registry is not what gpack expects.
-    #[error("{what}: {problem}")]
+    #[error("{what}")]
     BadArtifact {
-        /// Which document ("manifest of REF", "config blob sha256:…").
-        what: String,
+        /// Which document or blob.
+        what: Document,
         /// What is wrong, with the expected and found values.
-        problem: String,
+        #[source]
+        problem: ArtifactProblem,
     },
     /// A downloaded layer does not hash to its digest.
     #[error(
@@ -105,12 +113,13 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The docker config file is unreadable or malformed.
-    #[error("docker config {path}: {problem}")]
+    #[error("docker config {}", path.display())]
     DockerConfig {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        problem: String,
+        #[source]
+        problem: DockerConfigProblem,
     },
     /// A .gpack error (opening the file to push, or checking the assembled one).
     #[error(transparent)]
@@ -121,6 +130,467 @@ pub enum Error {
     /// The reference is not in the local store.
     #[error("{0} is not in the local store (gpack ls lists what is)")]
     NotInStore(String),
+}
+
+/// Why a REF does not parse (the problem of [`Error::BadReference`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReferenceProblem {
+    /// No `/` after the host.
+    #[error("no registry host before the first '/'")]
+    NoHost,
+    /// Nothing after the host's `/`.
+    #[error("no repository after the host")]
+    NoRepository,
+    /// The first component has no `.` or `:port` and is not `localhost`.
+    #[error(
+        "the first component is not a registry host (it needs a '.' or a ':port', or to be localhost)"
+    )]
+    NotAHost,
+    /// The OCI reference grammar refuses it.
+    #[error("{0}")]
+    Syntax(oci_client::ParseError),
+}
+
+/// Which document or blob an [`Error::BadArtifact`] is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Document {
+    /// The manifest of a reference, as received.
+    #[error("manifest of {reference}")]
+    Manifest {
+        /// The reference.
+        reference: String,
+    },
+    /// A gpack artifact (its manifest and config checked together).
+    #[error("artifact {reference}")]
+    Artifact {
+        /// The reference.
+        reference: String,
+    },
+    /// A Docker model artifact.
+    #[error("model artifact {reference}")]
+    ModelArtifact {
+        /// The reference.
+        reference: String,
+    },
+    /// The config blob, as received.
+    #[error("config blob {digest}")]
+    ConfigBlob {
+        /// Its digest.
+        digest: String,
+    },
+    /// A layer's descriptor.
+    #[error("layer {digest}")]
+    Layer {
+        /// Its digest.
+        digest: String,
+    },
+    /// The layers together.
+    #[error("layers")]
+    Layers,
+    /// A layer's download task.
+    #[error("a download task")]
+    DownloadTask,
+    /// A blob being downloaded.
+    #[error("blob {digest}")]
+    Blob {
+        /// Its digest.
+        digest: String,
+    },
+    /// A digest given to the store.
+    #[error("digest {digest:?}")]
+    Digest {
+        /// The digest as given.
+        digest: String,
+    },
+    /// A store entry file, as read.
+    #[error("{}", path.display())]
+    StoreEntry {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A store entry gpack writes.
+    #[error("store entry")]
+    NewStoreEntry,
+    /// The store's list of known blobs.
+    #[error("known blobs")]
+    KnownBlobs,
+    /// The config blob gpack pushes.
+    #[error("config")]
+    Config,
+    /// The Docker model config gpack writes for a pulled GGUF.
+    #[error("docker model config")]
+    DockerModelConfig,
+    /// The manifest gpack pushes.
+    #[error("manifest")]
+    PushedManifest,
+}
+
+/// Where the credentials sent to a registry came from (never the secret):
+/// what [`Error::Unauthorized`] reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Credentials {
+    /// `--username` and `--password`.
+    #[error("user {user} from the flags")]
+    Flags {
+        /// The user name.
+        user: String,
+    },
+    /// `GPACK_REGISTRY_USERNAME` and `GPACK_REGISTRY_PASSWORD`.
+    #[error("user {user} from the environment")]
+    Environment {
+        /// The user name.
+        user: String,
+    },
+    /// `GPACK_REGISTRY_TOKEN`.
+    #[error("a bearer token from GPACK_REGISTRY_TOKEN")]
+    Token,
+    /// A docker config file's `auths` entry.
+    #[error("user {user} from {}", path.display())]
+    DockerConfig {
+        /// The user name.
+        user: String,
+        /// The docker config file.
+        path: PathBuf,
+    },
+    /// None: anonymous.
+    #[error("none (anonymous)")]
+    Anonymous,
+}
+
+/// What gpack was doing with the registry (the operation of
+/// [`Error::Registry`] and [`Error::Unauthorized`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Getting a token.
+    #[error("authenticating")]
+    Authenticating,
+    /// Fetching the manifest of a reference.
+    #[error("fetching the manifest of {reference}")]
+    FetchManifest {
+        /// The reference.
+        reference: String,
+    },
+    /// Fetching the config blob.
+    #[error("fetching the config blob {digest}")]
+    FetchConfig {
+        /// Its digest.
+        digest: String,
+    },
+    /// Pushing the manifest of a reference.
+    #[error("pushing the manifest of {reference}")]
+    PushManifest {
+        /// The reference.
+        reference: String,
+    },
+    /// Uploading a section's layer.
+    #[error("uploading section {section} ({digest})")]
+    Upload {
+        /// Section name.
+        section: String,
+        /// Layer digest.
+        digest: String,
+    },
+    /// Downloading a section's layer.
+    #[error("downloading section {section} ({digest})")]
+    Download {
+        /// Section name (or "gguf").
+        section: String,
+        /// Layer digest.
+        digest: String,
+    },
+}
+
+/// What is wrong with a manifest, config or blob from the registry, or with
+/// a store entry (the source of [`Error::BadArtifact`]): matchable, each
+/// variant carrying the values its message names.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArtifactProblem {
+    /// A document gpack writes could not be serialized.
+    #[error("cannot be serialized")]
+    Serialize(#[source] serde_json::Error),
+    /// The manifest is larger than gpack accepts.
+    #[error("{size} bytes, more than the {max} accepted")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// The manifest does not parse.
+    #[error("not an OCI image manifest")]
+    NotManifest(#[source] serde_json::Error),
+    /// The config is neither a gpack's nor a Docker model's.
+    #[error(
+        "config media type {found}, expected {} (a gpack) or {} (a Docker model)",
+        crate::artifact::CONFIG_MEDIA_TYPE,
+        crate::docker::CONFIG_MEDIA_TYPE
+    )]
+    ConfigMediaType {
+        /// The media type found.
+        found: String,
+    },
+    /// The digest annotation differs from the config's footer digest.
+    #[error(
+        "annotation {} = {annotation} but the config's footer digest is {footer}",
+        crate::artifact::ANN_DIGEST
+    )]
+    AnnotationDigest {
+        /// The annotation's value.
+        annotation: String,
+        /// The footer's digest.
+        footer: String,
+    },
+    /// A Docker model artifact without a GGUF layer.
+    #[error("no GGUF layer (media type {})", crate::docker::GGUF_MEDIA_TYPE)]
+    NoGguf,
+    /// A Docker model artifact with several GGUF layers.
+    #[error("{count} GGUF layers (a split GGUF); gpack pulls single-file GGUF artifacts")]
+    SplitGguf {
+        /// How many.
+        count: usize,
+    },
+    /// The config blob is not a gpack config.
+    #[error("config blob is not a gpack config")]
+    NotGpackConfig(#[source] serde_json::Error),
+    /// The config's schema is another.
+    #[error(
+        "config schema {found:?}, expected {:?}",
+        crate::artifact::CONFIG_SCHEMA
+    )]
+    ConfigSchema {
+        /// The schema found.
+        found: String,
+    },
+    /// A config field is not hex.
+    #[error("config {field} is not hex")]
+    NotHex {
+        /// `header`, `footer` or `section_table`.
+        field: &'static str,
+        /// The decoder's error.
+        #[source]
+        source: hex::FromHexError,
+    },
+    /// A config field has the wrong size.
+    #[error("config {field} is {found} bytes, expected {expected}")]
+    FieldSize {
+        /// `header` or `footer`.
+        field: &'static str,
+        /// Bytes found.
+        found: usize,
+        /// Bytes expected.
+        expected: usize,
+    },
+    /// The header's section count is 0 or past the cap.
+    #[error("header section_count {found}, expected 1..={max}")]
+    SectionCount {
+        /// The count.
+        found: u32,
+        /// The cap.
+        max: usize,
+    },
+    /// The section table's size is not 96 bytes per section.
+    #[error("section table is {found} bytes, expected 96 × {count}")]
+    TableSize {
+        /// Bytes found.
+        found: usize,
+        /// Sections.
+        count: usize,
+    },
+    /// The header's file size differs from the config's.
+    #[error("header total_file_size {header} differs from config size {config}")]
+    SizeDiffers {
+        /// The header's.
+        header: u64,
+        /// The config's.
+        config: u64,
+    },
+    /// The file is smaller than a footer.
+    #[error("file size {size} is smaller than a footer")]
+    SmallerThanFooter {
+        /// The file size.
+        size: u64,
+    },
+    /// The section table runs past the footer.
+    #[error("section table at {offset} (+{len}) runs past the footer at {footer}")]
+    TableOutside {
+        /// Its offset.
+        offset: u64,
+        /// Its size.
+        len: usize,
+        /// The footer's offset.
+        footer: u64,
+    },
+    /// Not one layer per section.
+    #[error("{found} layers, expected one per section ({expected})")]
+    LayerCount {
+        /// Layers.
+        found: usize,
+        /// Sections.
+        expected: usize,
+    },
+    /// A section kind this reader does not know.
+    #[error("section {index}: unknown kind {kind}")]
+    UnknownKind {
+        /// Its index in the table.
+        index: usize,
+        /// The kind number.
+        kind: u32,
+    },
+    /// A section overlaps the previous one or runs past the table.
+    #[error(
+        "section {name}: [{offset}, +{size}) overlaps the previous section (ends at {end}) or runs past the table at {table}"
+    )]
+    SectionOverlap {
+        /// Section name.
+        name: String,
+        /// Its offset.
+        offset: u64,
+        /// Its size.
+        size: u64,
+        /// Where the previous one ends.
+        end: u64,
+        /// The table's offset.
+        table: u64,
+    },
+    /// A layer's digest is not its section's.
+    #[error("layer {index} has digest {found}, expected the section {name}'s {expected}")]
+    LayerDigest {
+        /// Layer index.
+        index: usize,
+        /// Section name.
+        name: String,
+        /// The layer's digest.
+        found: String,
+        /// The section's.
+        expected: String,
+    },
+    /// A layer's size is not its section's.
+    #[error("layer {index} ({name}) has size {found}, expected {expected}")]
+    LayerSize {
+        /// Layer index.
+        index: usize,
+        /// Section name.
+        name: String,
+        /// The layer's size.
+        found: i64,
+        /// The section's.
+        expected: u64,
+    },
+    /// A layer's media type is not its section's.
+    #[error("layer {index} ({name}) has media type {found}, expected {expected}")]
+    LayerMediaType {
+        /// Layer index.
+        index: usize,
+        /// Section name.
+        name: String,
+        /// The layer's media type.
+        found: String,
+        /// The section kind's.
+        expected: String,
+    },
+    /// The config's digest is not its footer's.
+    #[error("config digest {config} differs from its footer's {footer}")]
+    ConfigDigest {
+        /// The config's.
+        config: String,
+        /// The footer's.
+        footer: String,
+    },
+    /// A descriptor's size is negative or past the cap.
+    #[error("size {size} outside 0..={max}")]
+    Size {
+        /// The descriptor's size.
+        size: i64,
+        /// The cap.
+        max: u64,
+    },
+    /// A descriptor's size is negative.
+    #[error("negative size {size}")]
+    NegativeSize {
+        /// The descriptor's size.
+        size: i64,
+    },
+    /// The layers' sizes add up past 2^64.
+    #[error("their sizes overflow 2^64")]
+    SizesOverflow,
+    /// A download stream failed.
+    #[error("download failed")]
+    Download(#[source] std::io::Error),
+    /// A blob streamed more bytes than its descriptor gives.
+    #[error("more than the {size} bytes its descriptor gives")]
+    TooLong {
+        /// The descriptor's size.
+        size: u64,
+    },
+    /// A blob's bytes do not hash to its digest.
+    #[error("the bytes received hash to {found}")]
+    Digest {
+        /// `sha256:` + what they hash to.
+        found: String,
+    },
+    /// A download task panicked or was cancelled.
+    #[error("the task failed")]
+    Task(#[source] tokio::task::JoinError),
+    /// Another pull holds the partial blob's lock.
+    #[error("{} is locked: another gpack pull is downloading it", path.display())]
+    Locked {
+        /// The partial blob.
+        path: PathBuf,
+    },
+    /// The partial blob's path is a symbolic link (refused, not followed).
+    #[error("{} is a symbolic link; gpack does not follow it (remove it to download the blob)", path.display())]
+    PartialIsSymlink {
+        /// The partial blob.
+        path: PathBuf,
+    },
+    /// A digest that is not `sha256:` + 64 lower-case hex digits.
+    #[error("expected sha256: and 64 lower-case hex digits")]
+    BadDigest,
+    /// A store entry that does not parse.
+    #[error("not a store entry")]
+    NotStoreEntry(#[source] serde_json::Error),
+}
+
+/// What is wrong with a docker config file (the source of
+/// [`Error::DockerConfig`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DockerConfigProblem {
+    /// It is larger than the cap.
+    #[error("larger than {max} bytes")]
+    TooLarge {
+        /// The cap.
+        max: u64,
+    },
+    /// It does not parse.
+    #[error("not JSON")]
+    NotJson(#[source] serde_json::Error),
+    /// `auths.KEY.auth` is not base64.
+    #[error("auths.{key}.auth is not base64")]
+    NotBase64 {
+        /// The auths key.
+        key: String,
+        /// The decoder's error.
+        #[source]
+        source: base64::DecodeError,
+    },
+    /// `auths.KEY.auth` decodes to bytes that are not UTF-8.
+    #[error("auths.{key}.auth is not UTF-8 once decoded")]
+    NotUtf8 {
+        /// The auths key.
+        key: String,
+    },
+    /// `auths.KEY.auth` has no `:`.
+    #[error("auths.{key}.auth is not user:password once decoded")]
+    NoColon {
+        /// The auths key.
+        key: String,
+    },
 }
 
 /// `Result` with this crate's error.

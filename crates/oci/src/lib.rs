@@ -22,7 +22,10 @@ pub mod reference;
 mod registry;
 pub mod store;
 
-pub use error::{Error, Result};
+pub use error::{
+    ArtifactProblem, Credentials, DockerConfigProblem, Document, Error, Operation,
+    ReferenceProblem, Result,
+};
 pub use oci_client::{Reference, RegistryOperation};
 pub use progress::{Progress, Quiet};
 pub use pull::{pull, PullOptions, PullReport};

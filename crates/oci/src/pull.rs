@@ -11,11 +11,12 @@
 
 use crate::artifact::{self, Plan};
 use crate::docker;
-use crate::error::{io, Error, Result};
+use crate::error::{io, ArtifactProblem, Document, Error, Operation, Result};
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::{RefEntry, Store};
 use futures_util::StreamExt;
+use gpack_format::raw::FOOTER_SIZE;
 use oci_client::client::BlobResponse;
 use oci_client::manifest::{OciDescriptor, OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
 use oci_client::Reference;
@@ -110,33 +111,42 @@ pub fn pull(
     let (body, manifest_digest) = reg
         .rt
         .block_on(reg.client.pull_manifest_raw(r, &reg.auth, ACCEPT))
-        .map_err(|e| reg.err(&format!("fetching the manifest of {shown}"), e))?;
+        .map_err(|e| {
+            reg.err(
+                Operation::FetchManifest {
+                    reference: shown.clone(),
+                },
+                e,
+            )
+        })?;
     if body.len() > artifact::MAX_MANIFEST_BYTES {
         return Err(Error::BadArtifact {
-            what: format!("manifest of {shown}"),
-            problem: format!(
-                "{} bytes, more than the {} accepted",
-                body.len(),
-                artifact::MAX_MANIFEST_BYTES
-            ),
+            what: Document::Manifest {
+                reference: shown.clone(),
+            },
+            problem: ArtifactProblem::TooLarge {
+                size: body.len(),
+                max: artifact::MAX_MANIFEST_BYTES,
+            },
         });
     }
     let manifest: OciImageManifest =
         serde_json::from_slice(&body).map_err(|e| Error::BadArtifact {
-            what: format!("manifest of {shown}"),
-            problem: format!("not an OCI image manifest: {e}"),
+            what: Document::Manifest {
+                reference: shown.clone(),
+            },
+            problem: ArtifactProblem::NotManifest(e),
         })?;
     let fetched = Arc::new(AtomicU64::new(0));
     let is_docker = docker::is_model_config(&manifest.config.media_type);
     if manifest.config.media_type != artifact::CONFIG_MEDIA_TYPE && !is_docker {
         return Err(Error::BadArtifact {
-            what: format!("manifest of {shown}"),
-            problem: format!(
-                "config media type {}, expected {} (a gpack) or {} (a Docker model)",
-                manifest.config.media_type,
-                artifact::CONFIG_MEDIA_TYPE,
-                docker::CONFIG_MEDIA_TYPE
-            ),
+            what: Document::Manifest {
+                reference: shown.clone(),
+            },
+            problem: ArtifactProblem::ConfigMediaType {
+                found: manifest.config.media_type.clone(),
+            },
         });
     }
     let config = fetch_small(
@@ -172,7 +182,7 @@ pub fn pull(
             seconds: 0.0,
         }
     } else {
-        let plan = artifact::plan(&format!("artifact {shown}"), &manifest, &config)?;
+        let plan = artifact::plan(&shown, &manifest, &config)?;
         if let Some(want) = manifest
             .annotations
             .as_ref()
@@ -180,12 +190,13 @@ pub fn pull(
         {
             if *want != plan.digest {
                 return Err(Error::BadArtifact {
-                    what: format!("manifest of {shown}"),
-                    problem: format!(
-                        "annotation {} = {want} but the config's footer digest is {}",
-                        artifact::ANN_DIGEST,
-                        plan.digest
-                    ),
+                    what: Document::Manifest {
+                        reference: shown.clone(),
+                    },
+                    problem: ArtifactProblem::AnnotationDigest {
+                        annotation: want.clone(),
+                        footer: plan.digest.clone(),
+                    },
                 });
             }
         }
@@ -287,30 +298,42 @@ fn fetch_small(
     cap: u64,
     fetched: &AtomicU64,
 ) -> Result<Vec<u8>> {
-    let what = format!("config blob {}", desc.digest);
+    let what = Document::ConfigBlob {
+        digest: desc.digest.clone(),
+    };
     let size = u64::try_from(desc.size)
         .ok()
         .filter(|&s| s <= cap)
         .ok_or_else(|| Error::BadArtifact {
             what: what.clone(),
-            problem: format!("size {} outside 0..={cap}", desc.size),
+            problem: ArtifactProblem::Size {
+                size: desc.size,
+                max: cap,
+            },
         })?;
     let mut stream = reg
         .rt
         .block_on(reg.client.pull_blob_stream(r, desc))
-        .map_err(|e| reg.err(&format!("fetching the {what}"), e))?;
+        .map_err(|e| {
+            reg.err(
+                Operation::FetchConfig {
+                    digest: desc.digest.clone(),
+                },
+                e,
+            )
+        })?;
     let mut out = Vec::with_capacity(size as usize);
     let mut hasher = Sha256::new();
     reg.rt.block_on(async {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| Error::BadArtifact {
                 what: what.clone(),
-                problem: format!("download failed: {e}"),
+                problem: ArtifactProblem::Download(e),
             })?;
             if out.len() as u64 + chunk.len() as u64 > size {
                 return Err(Error::BadArtifact {
                     what: what.clone(),
-                    problem: format!("more than the {size} bytes its descriptor gives"),
+                    problem: ArtifactProblem::TooLong { size },
                 });
             }
             hasher.update(&chunk);
@@ -323,7 +346,7 @@ fn fetch_small(
     if got != desc.digest {
         return Err(Error::BadArtifact {
             what,
-            problem: format!("the bytes received hash to {got}"),
+            problem: ArtifactProblem::Digest { found: got },
         });
     }
     Ok(out)
@@ -346,12 +369,14 @@ impl Ctx<'_> {
         let mut done = 0u64;
         for (d, _) in layers {
             let s = u64::try_from(d.size).map_err(|_| Error::BadArtifact {
-                what: format!("layer {}", d.digest),
-                problem: format!("negative size {}", d.size),
+                what: Document::Layer {
+                    digest: d.digest.clone(),
+                },
+                problem: ArtifactProblem::NegativeSize { size: d.size },
             })?;
             total = total.checked_add(s).ok_or_else(|| Error::BadArtifact {
-                what: "layers".into(),
-                problem: "their sizes overflow 2^64".into(),
+                what: Document::Layers,
+                problem: ArtifactProblem::SizesOverflow,
             })?;
             if self.store.blob_path(&d.digest)?.is_file() {
                 done += s;
@@ -385,11 +410,11 @@ impl Ctx<'_> {
             match res {
                 Ok(Ok(rep)) => out.push(rep),
                 Ok(Err(JobError::Gpack(e))) => return Err(e),
-                Ok(Err(JobError::Client(what, e))) => return Err(self.reg.err(&what, e)),
+                Ok(Err(JobError::Client(op, e))) => return Err(self.reg.err(op, e)),
                 Err(join) => {
                     return Err(Error::BadArtifact {
-                        what: "a download task".into(),
-                        problem: join.to_string(),
+                        what: Document::DownloadTask,
+                        problem: ArtifactProblem::Task(join),
                     })
                 }
             }
@@ -400,7 +425,7 @@ impl Ctx<'_> {
 
 enum JobError {
     Gpack(Error),
-    Client(String, oci_client::errors::OciDistributionError),
+    Client(Operation, oci_client::errors::OciDistributionError),
 }
 
 impl From<Error> for JobError {
@@ -419,6 +444,34 @@ struct Job {
     progress: Arc<dyn Progress>,
     fetched: Arc<AtomicU64>,
     limit: Option<(u64, Instant)>,
+}
+
+/// Opens (creating it if absent, never truncating it) the partial blob
+/// `p` for resuming, without following a symbolic link at `p`: a link
+/// planted there would otherwise have the download appended to, and the
+/// resume hash read from, whatever it points at.
+fn open_partial(p: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    #[cfg(not(unix))]
+    if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(std::io::Error::other("the partial blob is a symbolic link"));
+    }
+    o.open(p)
+}
+
+/// Whether `e` is [`open_partial`] refusing a symbolic link (`O_NOFOLLOW`
+/// fails with `ELOOP`).
+fn is_symlink_refusal(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    return e.raw_os_error() == Some(libc::ELOOP);
+    #[cfg(not(unix))]
+    return e.kind() == std::io::ErrorKind::Other;
 }
 
 /// Bytes read per chunk when hashing an existing partial blob.
@@ -443,20 +496,24 @@ impl Job {
                 return Ok(rep);
             }
         }
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&partial)
-            .map_err(io("open", &partial))?;
+        let mut f = open_partial(&partial).map_err(|e| {
+            if is_symlink_refusal(&e) {
+                JobError::Gpack(Error::BadArtifact {
+                    what: Document::Blob { digest: id.clone() },
+                    problem: ArtifactProblem::PartialIsSymlink {
+                        path: partial.clone(),
+                    },
+                })
+            } else {
+                io("open", &partial)(e).into()
+            }
+        })?;
         if f.try_lock().is_err() {
             return Err(Error::BadArtifact {
-                what: format!("blob {id}"),
-                problem: format!(
-                    "{} is locked: another gpack pull is downloading it",
-                    partial.display()
-                ),
+                what: Document::Blob { digest: id.clone() },
+                problem: ArtifactProblem::Locked {
+                    path: partial.clone(),
+                },
             }
             .into());
         }
@@ -482,7 +539,10 @@ impl Job {
         rep.resumed_from = have;
         rep.status = if have > 0 { "resumed" } else { "downloaded" };
         if have < size {
-            let what = format!("downloading section {} ({id})", self.section);
+            let what = Operation::Download {
+                section: self.section.clone(),
+                digest: id.clone(),
+            };
             let resp = self
                 .client
                 .pull_blob_stream_partial(&self.r, &self.desc, have, None)
@@ -607,7 +667,7 @@ pub fn assemble(store: &Store, plan: &Plan, out: &Path, replace: bool) -> Result
             std::io::copy(&mut b, f).map_err(io("copy into", &tp))?;
         }
         at(plan.table.0, &plan.table.1, f)?;
-        at(plan.size - 64, &plan.footer, f)?;
+        at(plan.size - FOOTER_SIZE, &plan.footer, f)?;
         f.sync_all().map_err(io("fsync", &tp))?;
     }
     let g = gpack_format::Gpack::open(&tp)?;

@@ -8,7 +8,7 @@
 //! Then the config blob and the manifest.
 
 use crate::artifact;
-use crate::error::{io, Error, Result};
+use crate::error::{io, ArtifactProblem, Document, Error, Operation, Result};
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::Store;
@@ -161,14 +161,21 @@ pub fn push(
 
 fn push_manifest(reg: &Registry, r: &Reference, m: &OciImageManifest) -> Result<String> {
     let body = serde_json::to_vec(m).map_err(|e| Error::BadArtifact {
-        what: "manifest".into(),
-        problem: e.to_string(),
+        what: Document::PushedManifest,
+        problem: ArtifactProblem::Serialize(e),
     })?;
     let digest = format!("sha256:{}", artifact::sha256_hex(&body));
     let ct = http::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE);
     reg.rt
         .block_on(reg.client.push_manifest_raw(r, body, ct))
-        .map_err(|e| reg.err(&format!("pushing the manifest of {}", r.whole()), e))?;
+        .map_err(|e| {
+            reg.err(
+                Operation::PushManifest {
+                    reference: r.whole(),
+                },
+                e,
+            )
+        })?;
     Ok(digest)
 }
 
@@ -219,7 +226,10 @@ fn upload_all(
     let futs = tasks.into_iter().map(|(b, from)| {
         let progress = progress.clone();
         async move {
-            let what = format!("uploading section {} ({})", b.section, b.digest);
+            let what = Operation::Upload {
+                section: b.section.clone(),
+                digest: b.digest.clone(),
+            };
             let exists = client
                 .blob_exists(r, &b.digest)
                 .await
@@ -267,7 +277,7 @@ fn upload_all(
                 }
                 progress.end(&b.digest);
             }
-            Ok::<PushedLayer, (String, oci_client::errors::OciDistributionError)>(PushedLayer {
+            Ok::<PushedLayer, (Operation, oci_client::errors::OciDistributionError)>(PushedLayer {
                 section: b.section,
                 digest: b.digest,
                 size: b.size,
@@ -284,7 +294,7 @@ fn upload_all(
     for res in results {
         match res {
             Ok(l) => out.push(l),
-            Err((what, e)) => return Err(reg.err(&what, e)),
+            Err((what, e)) => return Err(reg.err(what, e)),
         }
     }
     Ok(out)

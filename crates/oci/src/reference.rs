@@ -1,7 +1,7 @@
 //! Parsing a REF (`host[:port]/repo[:tag|@sha256:…]`) and telling whether
 //! its registry is this machine (the only place `--insecure` may reach).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ReferenceProblem, Result};
 use oci_client::Reference;
 use std::net::IpAddr;
 
@@ -10,22 +10,20 @@ use std::net::IpAddr;
 /// for a relative file path: its first component must contain a `.` or a
 /// `:` or be `localhost`.
 pub fn parse(s: &str) -> Result<Reference> {
-    let bad = |reason: &str| Error::BadReference {
+    let bad = |problem| Error::BadReference {
         reference: s.to_string(),
-        reason: reason.to_string(),
+        problem,
     };
     let Some((host, rest)) = s.split_once('/') else {
-        return Err(bad("no registry host before the first '/'"));
+        return Err(bad(ReferenceProblem::NoHost));
     };
     if rest.is_empty() {
-        return Err(bad("no repository after the host"));
+        return Err(bad(ReferenceProblem::NoRepository));
     }
     if !(host.contains('.') || host.contains(':') || host == "localhost") {
-        return Err(bad(
-            "the first component is not a registry host (it needs a '.' or a ':port', or to be localhost)",
-        ));
+        return Err(bad(ReferenceProblem::NotAHost));
     }
-    Reference::try_from(s).map_err(|e| bad(&e.to_string()))
+    Reference::try_from(s).map_err(|e| bad(ReferenceProblem::Syntax(e)))
 }
 
 /// Whether `s` looks like a REF rather than a file path (see [`parse`]).
@@ -76,10 +74,18 @@ mod tests {
         assert_eq!(r.registry(), "127.0.0.1:5000");
         assert_eq!(r.repository(), "models/tiny");
         assert_eq!(r.tag(), Some("v1"));
-        assert!(parse("models/tiny.gpack").is_err());
-        assert!(parse("tiny.gpack").is_err());
+        let problem = |s| match parse(s) {
+            Err(Error::BadReference { problem, .. }) => problem,
+            r => panic!("{s}: {r:?}"),
+        };
+        assert_eq!(problem("models/tiny.gpack"), ReferenceProblem::NotAHost);
+        assert_eq!(problem("tiny.gpack"), ReferenceProblem::NoHost);
         assert!(parse("localhost/x").is_ok());
-        assert!(parse("localhost:5000/").is_err());
+        assert_eq!(problem("localhost:5000/"), ReferenceProblem::NoRepository);
+        assert!(matches!(
+            problem("localhost:5000/UPPER"),
+            ReferenceProblem::Syntax(_)
+        ));
         assert!(!looks_like_reference("./m.gpack"));
         assert_eq!(store_key(&r), "127.0.0.1_5000/models/tiny/v1");
     }

@@ -8,7 +8,7 @@
 //! manifests, and `pull_blob_stream_partial`, a ranged `GET` (`Range:
 //! bytes=N-`) that resumes a blob — so no request is hand-written here.
 
-use crate::error::{Error, Result};
+use crate::error::{Credentials, Error, Operation, Result};
 use crate::reference::is_loopback;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
@@ -28,7 +28,7 @@ pub struct Options {
 pub struct Registry {
     pub(crate) client: Client,
     pub(crate) auth: RegistryAuth,
-    pub(crate) credentials: String,
+    pub(crate) credentials: Credentials,
     pub(crate) host: String,
     pub(crate) insecure: bool,
     pub(crate) rt: tokio::runtime::Runtime,
@@ -74,7 +74,7 @@ impl Registry {
         };
         reg.rt
             .block_on(reg.client.auth(r, &reg.auth, op))
-            .map_err(|e| reg.err("authenticating", e))?;
+            .map_err(|e| reg.err(Operation::Authenticating, e))?;
         Ok(reg)
     }
 
@@ -84,25 +84,20 @@ impl Registry {
     }
 
     /// Maps a client error: a 401 becomes [`Error::Unauthorized`].
-    pub(crate) fn err(&self, what: &str, e: OciDistributionError) -> Error {
+    pub(crate) fn err(&self, op: Operation, e: OciDistributionError) -> Error {
         if is_unauthorized(&e) {
             return Error::Unauthorized {
                 registry: self.host.clone(),
-                what: what.to_string(),
-                credentials: self.credentials.clone(),
+                op,
+                credentials: Box::new(self.credentials.clone()),
             };
         }
-        let hint = if !self.insecure
-            && is_loopback(&self.host)
-            && matches!(e, OciDistributionError::RequestError(_))
-        {
-            " (a plain-HTTP registry on this machine needs --insecure)"
-        } else {
-            ""
-        };
         Error::Registry {
             registry: self.host.clone(),
-            what: format!("{what}{hint}"),
+            op,
+            needs_insecure: !self.insecure
+                && is_loopback(&self.host)
+                && matches!(e, OciDistributionError::RequestError(_)),
             source: Box::new(e),
         }
     }

@@ -13,7 +13,7 @@
 //!   registry known to hold it (pushed or pulled), the candidates of a
 //!   cross-repository mount.
 
-use crate::error::{io, Error, Result};
+use crate::error::{io, ArtifactProblem, Document, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -84,8 +84,10 @@ impl Store {
     /// a file name).
     pub fn blob_path(&self, digest: &str) -> Result<PathBuf> {
         let h = hex_of(digest).ok_or_else(|| Error::BadArtifact {
-            what: format!("digest {digest:?}"),
-            problem: "expected sha256: and 64 lower-case hex digits".into(),
+            what: Document::Digest {
+                digest: digest.to_string(),
+            },
+            problem: ArtifactProblem::BadDigest,
         })?;
         Ok(self.root.join("blobs/sha256").join(h))
     }
@@ -125,8 +127,8 @@ impl Store {
             Ok(b) => serde_json::from_slice(&b)
                 .map(Some)
                 .map_err(|e| Error::BadArtifact {
-                    what: p.display().to_string(),
-                    problem: format!("not a store entry: {e}"),
+                    what: Document::StoreEntry { path: p.clone() },
+                    problem: ArtifactProblem::NotStoreEntry(e),
                 }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io("read", &p)(e)),
@@ -137,8 +139,8 @@ impl Store {
     pub fn put(&self, r: &oci_client::Reference, e: &RefEntry) -> Result<()> {
         let p = self.ref_path(r);
         let body = serde_json::to_vec_pretty(e).map_err(|err| Error::BadArtifact {
-            what: "store entry".into(),
-            problem: err.to_string(),
+            what: Document::NewStoreEntry,
+            problem: ArtifactProblem::Serialize(err),
         })?;
         write_atomic(&p, &body)
     }
@@ -226,8 +228,8 @@ impl Store {
             k.entry(d.to_string()).or_default().insert(repo.to_string());
         }
         let body = serde_json::to_vec(&k).map_err(|err| Error::BadArtifact {
-            what: "known blobs".into(),
-            problem: err.to_string(),
+            what: Document::KnownBlobs,
+            problem: ArtifactProblem::Serialize(err),
         })?;
         write_atomic(&self.known_path(host), &body)
     }

@@ -123,15 +123,11 @@ pub enum Error {
         #[source]
         source: gpack_quant::Error,
     },
-    /// `gpack export` cannot write a tensor or the file as asked.
-    #[error("exporting {} to GGUF", file.display())]
-    Export {
-        /// The .gpack.
-        file: std::path::PathBuf,
-        /// What is wrong.
-        #[source]
-        problem: ExportProblem,
-    },
+    /// `gpack export` cannot write a tensor or the file as asked. It does
+    /// not name the .gpack and the GGUF: the caller gave both and says them
+    /// once, in front (`exporting A to B: …`).
+    #[error(transparent)]
+    Export(#[from] ExportProblem),
     /// The tokenizer failed to load.
     #[error("tokenizer")]
     Tokenizer(#[from] gpack_tokenizer::Error),
@@ -387,8 +383,9 @@ pub enum ExpertSliceProblem {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExportProblem {
-    /// The output exists and `force` was not given.
-    #[error("{} already exists (pass --force to replace it)", path.display())]
+    /// The output exists and `force` was not given. The message does not
+    /// repeat the path (the caller's context names the output).
+    #[error("the output already exists (pass --force to replace it)")]
     OutputExists {
         /// The output path.
         path: std::path::PathBuf,

@@ -83,10 +83,7 @@ pub fn export(
     progress: &dyn Fn(u64),
 ) -> Result<ExportReport> {
     let start = std::time::Instant::now();
-    let fail = |problem: ExportProblem| Error::Export {
-        file: gpack.to_path_buf(),
-        problem,
-    };
+    let fail = Error::Export;
     if !force && out.exists() {
         return Err(fail(ExportProblem::OutputExists {
             path: out.to_path_buf(),

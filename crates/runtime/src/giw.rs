@@ -64,14 +64,33 @@ pub enum GiwError {
         #[source]
         source: gpack_ingest::Error,
     },
-    /// A record or the metadata is inconsistent.
-    #[error("{what}: {problem}")]
+    /// A record is inconsistent with what the runtime serves.
+    #[error("{tensor}: {problem}")]
     Invalid {
-        /// Which record or key.
-        what: String,
+        /// The record's tensor (or group) name.
+        tensor: String,
         /// What is wrong.
-        problem: &'static str,
+        problem: RecordProblem,
     },
+}
+
+/// What is wrong with a record the format reader accepted but the runtime
+/// cannot serve (the problem of [`GiwError::Invalid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordProblem {
+    /// A dense record's ggml type id is unknown.
+    #[error("unknown ggml type {id}")]
+    UnknownType {
+        /// The type id.
+        id: u32,
+    },
+    /// A dense payload's length is not its type's size for its shape.
+    #[error("dense payload length does not match its type and shape")]
+    DenseLength,
+    /// A native payload is longer than the native tensor it holds.
+    #[error("payload longer than its native tensor")]
+    NativeLength,
 }
 
 enum Entry {
@@ -143,14 +162,14 @@ impl GiwWeights {
             match r.kind {
                 RecordKind::Dense => {
                     let ggml_type = GgmlType::from_id(r.ggml_type).ok_or(GiwError::Invalid {
-                        what: r.name.clone(),
-                        problem: "unknown ggml type",
+                        tensor: r.name.clone(),
+                        problem: RecordProblem::UnknownType { id: r.ggml_type },
                     })?;
                     let n: u64 = r.dims.iter().product();
                     if ggml_type.bytes_for(n) != Some(r.payload_len) {
                         return Err(GiwError::Invalid {
-                            what: r.name.clone(),
-                            problem: "dense payload length does not match its type and shape",
+                            tensor: r.name.clone(),
+                            problem: RecordProblem::DenseLength,
                         });
                     }
                     index.insert(
@@ -169,8 +188,8 @@ impl GiwWeights {
                         })?;
                     if v.byte_len() as u64 != r.payload_len {
                         return Err(GiwError::Invalid {
-                            what: r.name.clone(),
-                            problem: "payload longer than its native tensor",
+                            tensor: r.name.clone(),
+                            problem: RecordProblem::NativeLength,
                         });
                     }
                     if r.kind == RecordKind::Native {
@@ -298,6 +317,41 @@ mod tests {
             "{} vs {}",
             rms(&diff),
             rms(&want)
+        );
+    }
+
+    // See: issue 15 (GiwError::Invalid's problem was a &'static str).
+    #[test]
+    fn giw_refuses_records_it_cannot_serve_by_problem() {
+        use gpack_format::giw::{GiwWriter, Target};
+        let fixture = Giw::open(&repo().join("testdata/giw/llama-int4.cpu.v12.giw")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.giw");
+        let load = |ggml_type: u32, payload: &[u8]| {
+            let mut w =
+                GiwWriter::create(&p, true, "int4", Target::Cpu, 12, fixture.metadata()).unwrap();
+            w.add_dense("norm.weight", ggml_type, &[5], payload)
+                .unwrap();
+            w.finish().unwrap();
+            GiwWeights::open(&p, None).unwrap_err()
+        };
+        let e = load(99, &[0u8; 20]);
+        assert!(
+            matches!(&e, GiwError::Invalid { tensor, problem: RecordProblem::UnknownType { id: 99 } } if tensor == "norm.weight"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "norm.weight: unknown ggml type 99");
+        // F32 × 5 is 20 bytes, not 24.
+        let e = load(0, &[0u8; 24]);
+        assert!(
+            matches!(
+                e,
+                GiwError::Invalid {
+                    problem: RecordProblem::DenseLength,
+                    ..
+                }
+            ),
+            "{e:?}"
         );
     }
 

@@ -1,7 +1,7 @@
 //! `gpack convert`: GGUF / safetensors / HF directory → one .gpack.
 
 use crate::progress::bytes_bar;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use gpack_convert::{convert, ConvertOptions, Progress, Quant};
 use indicatif::ProgressBar;
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// checked), a safetensors file, a `model.safetensors.index.json`, or a Hugging
 /// Face model directory. Tensors are streamed one at a time into their
 /// sections (peak memory: about one tensor), the file is written to
-/// `<OUT>.tmp.<pid>`, verified, and renamed into place: an interrupted
+/// `.<OUT>.gpack-tmp.<pid>.<n>`, verified, and renamed into place: an interrupted
 /// conversion never leaves a partial file, and an existing OUT is kept unless
 /// --force is given.
 #[derive(clap::Args)]
@@ -97,8 +97,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
         visible: !a.json,
         current: Mutex::new(None),
     };
-    let report = convert(&opts, &bars)
-        .with_context(|| format!("converting {} to {}", a.src.display(), a.output.display()))?;
+    let report = convert(&opts, &bars).map_err(|e| {
+        // Reading the source names it already (`A: cannot open`, `A: bad
+        // magic …`).
+        let names_src = matches!(&e, gpack_convert::Error::Ingest(i) if i.file() == Some(&a.src));
+        let out = a.output.display();
+        let ctx = if names_src {
+            format!("converting to {out}")
+        } else {
+            format!("converting {} to {out}", a.src.display())
+        };
+        anyhow::Error::new(e).context(ctx)
+    })?;
     if let Some(pb) = bars
         .current
         .lock()

@@ -1,6 +1,6 @@
 //! `gpack inspect`: what is inside a .gpack file.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use gpack_format::ggml::GgmlType;
 use gpack_format::{Gpack, HeaderFlags, SectionKind};
 use serde_json::json;
@@ -25,7 +25,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    let g = Gpack::open(&a.file).with_context(|| format!("{}", a.file.display()))?;
+    let g = super::open_gpack(&a.file)?;
     let l = g.layout();
     let h = &l.header;
     let flags = HeaderFlags(h.flags.get());

@@ -23,6 +23,16 @@ pub fn print_json(v: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Opens the .gpack a command reads, naming it once: an I/O error already
+/// names the file (`open X: …`); any other (a malformed file) gets `X: ` in
+/// front.
+pub fn open_gpack(path: &std::path::Path) -> anyhow::Result<gpack_format::Gpack> {
+    gpack_format::Gpack::open(path).map_err(|e| match e {
+        e @ gpack_format::Error::Io { .. } => e.into(),
+        e => anyhow::Error::new(e).context(path.display().to_string()),
+    })
+}
+
 /// `--quant` of `convert` and `prequant`: the one vocabulary of
 /// [`gpack_convert::Quant`] (the policy in `gpack_convert::policy` says what
 /// each name means for either container), each name with its help.
@@ -222,6 +232,7 @@ pub fn open_model(
             SidecarStatus::Reused => {}
             SidecarStatus::Built => eprintln!("built sidecar {}", side.display()),
             SidecarStatus::Rebuilt { reason } => {
+                let reason = gpack_format::error_chain(&reason);
                 eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
             }
         }

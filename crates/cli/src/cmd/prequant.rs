@@ -15,7 +15,7 @@ use std::process::ExitCode;
 /// model, and loading it with another quant is an error. Build one bundle per
 /// quant. Tensors are read, quantized, written and freed one at a time (peak
 /// memory: about the largest tensor plus a fixed budget), into
-/// `<OUT>.tmp.<pid>.<n>`, which is checked and renamed into place.
+/// `.<OUT>.gpack-tmp.<pid>.<n>`, which is checked and renamed into place.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack prequant SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.giw
@@ -84,7 +84,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use gpack_convert::sidecar::{
-        ensure_sidecar, prequant, sidecar_for, PrequantOptions, SidecarStatus,
+        ensure_sidecar, prequant, sidecar_for, PrequantOptions, SidecarStatus, StaleSidecar,
     };
     use gpack_convert::{convert, ConvertOptions, Quant};
     use gpack_format::giw::Target;
@@ -247,11 +247,12 @@ mod tests {
         let side = sidecar_for(&src, Quant::Int4, Target::Cpu);
         assert_eq!(side, dir.path().join("m.int4.cpu.giw"));
         let (p, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
-        assert_eq!((p.clone(), s), (side.clone(), SidecarStatus::Built));
+        assert_eq!(p, side);
+        assert!(matches!(s, SidecarStatus::Built), "{s:?}");
         let before = std::fs::read(&p).unwrap();
         let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
         let (_, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
-        assert_eq!(s, SidecarStatus::Reused);
+        assert!(matches!(s, SidecarStatus::Reused), "{s:?}");
         assert_eq!(std::fs::metadata(&p).unwrap().modified().unwrap(), mtime);
         // Corrupt one byte: reported and rebuilt.
         let mut bad = before.clone();
@@ -259,7 +260,12 @@ mod tests {
         std::fs::write(&p, &bad).unwrap();
         let (_, s) = ensure_sidecar(&src, Quant::Int4, Target::Cpu).unwrap();
         assert!(
-            matches!(&s, SidecarStatus::Rebuilt { reason } if reason.contains("CRC")),
+            matches!(
+                &s,
+                SidecarStatus::Rebuilt {
+                    reason: StaleSidecar::Invalid(gpack_format::giw::Error::Crc { .. })
+                }
+            ),
             "{s:?}"
         );
         assert_eq!(std::fs::read(&p).unwrap(), before);

@@ -1,7 +1,7 @@
 //! `gpack tokenize`: token ids of a text, with any supported model file.
 
 use anyhow::{Context, Result};
-use gpack_format::{Gpack, SectionKind};
+use gpack_format::SectionKind;
 use gpack_tokenizer::{load_any, Tokenizer};
 use serde_json::json;
 use std::path::PathBuf;
@@ -52,15 +52,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
             && &magic == b"GPCK"
     };
     if is_gpack {
-        let g = Gpack::open(&a.model).with_context(|| a.model.display().to_string())?;
+        let g = super::open_gpack(&a.model)?;
         let s = g
             .section(SectionKind::TokenizerBin)
             .context("this .gpack has no TokenizerBin section")?;
         let tok = Tokenizer::from_bytes(s.bytes)?;
         print(&tok, &text, &a)
     } else {
-        let loaded =
-            load_any(&a.model).with_context(|| format!("tokenizer of {}", a.model.display()))?;
+        // An I/O error names the file it failed on; any other gets the
+        // model's path in front.
+        let loaded = load_any(&a.model).map_err(|e| match e {
+            e @ gpack_tokenizer::Error::Io { .. } => anyhow::Error::new(e),
+            e => anyhow::Error::new(e).context(format!("tokenizer of {}", a.model.display())),
+        })?;
         let tok = loaded.tokenizer()?;
         print(&tok, &text, &a)
     }

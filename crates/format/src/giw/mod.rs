@@ -206,7 +206,7 @@ pub enum Error {
         /// Record name (may be empty if it could not be read).
         name: String,
         /// What is wrong.
-        problem: &'static str,
+        problem: RecordProblem,
     },
     /// Size math overflowed.
     #[error("size overflow computing {what}")]
@@ -226,6 +226,85 @@ pub enum Error {
         /// The destination.
         path: PathBuf,
     },
+}
+
+/// What is wrong with one record of a bundle (the problem of
+/// [`Error::BadRecord`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordProblem {
+    /// Padding after the record is not zero.
+    #[error("non-zero padding")]
+    NonZeroPadding,
+    /// The name length is 0 or past the cap.
+    #[error("name length out of range")]
+    NameLength,
+    /// The name runs past the weights region.
+    #[error("name runs past the weights region")]
+    NamePastRegion,
+    /// The name is not UTF-8.
+    #[error("name is not UTF-8")]
+    NameNotUtf8,
+    /// More records than the header's count.
+    #[error("more records than the header's count")]
+    MoreThanCount,
+    /// The record header runs past the weights region.
+    #[error("record header runs past the weights region")]
+    HeaderPastRegion,
+    /// A fused group record in a pre-v13 file.
+    #[error("fused group record in a pre-v13 file")]
+    GroupBeforeV13,
+    /// A record kind this reader does not know.
+    #[error("unknown record kind")]
+    UnknownKind,
+    /// A reserved record field is not zero.
+    #[error("reserved record field is not zero")]
+    ReservedRecordField,
+    /// A dense record's dimension count is out of range.
+    #[error("dense record dimension count out of range")]
+    DenseDimCount,
+    /// An unused dimension is not zero.
+    #[error("unused dimension is not zero")]
+    UnusedDim,
+    /// A dimension is zero.
+    #[error("zero dimension")]
+    ZeroDim,
+    /// A native record has dense fields set.
+    #[error("native record with dense fields set")]
+    NativeWithDenseFields,
+    /// A native record has a member count.
+    #[error("native record with a member count")]
+    NativeWithMembers,
+    /// A group's member count is out of range.
+    #[error("group member count out of range")]
+    GroupMemberCount,
+    /// The record runs past the weights region.
+    #[error("record runs past the weights region")]
+    PastRegion,
+    /// The member table runs past the weights region.
+    #[error("member table runs past the weights region")]
+    MembersPastRegion,
+    /// A reserved member field is not zero.
+    #[error("reserved member field is not zero")]
+    ReservedMemberField,
+    /// The payload is empty or runs past the weights region.
+    #[error("payload is empty or runs past the weights region")]
+    PayloadRange,
+    /// A native payload is shorter than its 64-byte header.
+    #[error("native payload shorter than its 64-byte header")]
+    NativeShort,
+    /// f16 scales in a pre-v14 file.
+    #[error("f16 scales in a pre-v14 file")]
+    F16ScalesBeforeV14,
+    /// A member's rows lie outside the group tensor.
+    #[error("member rows outside the group tensor")]
+    MemberRowsOutside,
+    /// Two members' rows overlap.
+    #[error("member rows overlap")]
+    MemberRowsOverlap,
+    /// Two records (or group members) have the same tensor name.
+    #[error("duplicate tensor name")]
+    DuplicateName,
 }
 
 /// How the GIW writer was used wrongly: matchable, each variant carrying

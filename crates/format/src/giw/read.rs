@@ -11,9 +11,10 @@
 
 use super::{
     add, align, io, mul, record_at, BundleHeader, Error, RawHeader, RawMember, RawNativeHead,
-    RawRecordHeader, Result, Target, ALIGN, BUNDLE_VERSION, ENDIAN_MARKER, F16_SCALES_SINCE,
-    FUSED_SINCE, HEADER_LEN, MAGIC, MAX_DIMS, MAX_MEMBERS, MAX_NAME_LEN, MAX_QUANT_LEN, MEMBER_LEN,
-    MIN_WEIGHTS_VERSION, NATIVE_FLAG_F16_SCALES, RECORD_HEADER_LEN, WEIGHTS_VERSION,
+    RawRecordHeader, RecordProblem, Result, Target, ALIGN, BUNDLE_VERSION, ENDIAN_MARKER,
+    F16_SCALES_SINCE, FUSED_SINCE, HEADER_LEN, MAGIC, MAX_DIMS, MAX_MEMBERS, MAX_NAME_LEN,
+    MAX_QUANT_LEN, MEMBER_LEN, MIN_WEIGHTS_VERSION, NATIVE_FLAG_F16_SCALES, RECORD_HEADER_LEN,
+    WEIGHTS_VERSION,
 };
 use crate::mmap::Mmap;
 use std::collections::HashMap;
@@ -263,7 +264,7 @@ fn zero_pad(b: &[u8], from: u64, to: u64, index: usize, name: &str) -> Result<()
         return Err(Error::BadRecord {
             index,
             name: name.to_string(),
-            problem: "non-zero padding",
+            problem: RecordProblem::NonZeroPadding,
         });
     }
     Ok(())
@@ -276,13 +277,13 @@ fn read_name(b: &[u8], off: u64, len: u32, index: usize) -> Result<String> {
         problem,
     };
     if len == 0 || len > MAX_NAME_LEN {
-        return Err(bad("name length out of range"));
+        return Err(bad(RecordProblem::NameLength));
     }
     let end = add(off, u64::from(len), "name end")?;
     let s = b
         .get(off as usize..end as usize)
-        .ok_or(bad("name runs past the weights region"))?;
-    String::from_utf8(s.to_vec()).map_err(|_| bad("name is not UTF-8"))
+        .ok_or(bad(RecordProblem::NamePastRegion))?;
+    String::from_utf8(s.to_vec()).map_err(|_| bad(RecordProblem::NameNotUtf8))
 }
 
 /// Parses the records of `b[weights_off .. weights_off + weights_len]`.
@@ -302,7 +303,7 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
             return Err(Error::BadRecord {
                 index,
                 name: String::new(),
-                problem: "more records than the header's count",
+                problem: RecordProblem::MoreThanCount,
             });
         }
         let bad = |name: &str, problem| Error::BadRecord {
@@ -312,13 +313,13 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
         };
         let hend = add(pos, RECORD_HEADER_LEN, "record header end")?;
         let rh: &RawRecordHeader =
-            record_at(b, pos).ok_or(bad("", "record header runs past the weights region"))?;
+            record_at(b, pos).ok_or(bad("", RecordProblem::HeaderPastRegion))?;
         let kind = match rh.kind.get() {
             1 => RecordKind::Native,
             2 => RecordKind::Dense,
             3 if h.weights_version >= FUSED_SINCE => RecordKind::Group,
-            3 => return Err(bad("", "fused group record in a pre-v13 file")),
-            _ => return Err(bad("", "unknown record kind")),
+            3 => return Err(bad("", RecordProblem::GroupBeforeV13)),
+            _ => return Err(bad("", RecordProblem::UnknownKind)),
         };
         let name_len = rh.name_len.get();
         let count = rh.count.get();
@@ -327,58 +328,58 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
         let name = read_name(b, hend, name_len, index)?;
         let dims_raw: Vec<u64> = rh.dims.iter().map(|d| d.get()).collect();
         if rh.reserved.get() != 0 {
-            return Err(bad(&name, "reserved record field is not zero"));
+            return Err(bad(&name, RecordProblem::ReservedRecordField));
         }
         let mut dims = Vec::new();
         match kind {
             RecordKind::Dense => {
                 if count == 0 || count > MAX_DIMS {
-                    return Err(bad(&name, "dense record dimension count out of range"));
+                    return Err(bad(&name, RecordProblem::DenseDimCount));
                 }
                 dims = dims_raw[..count as usize].to_vec();
                 if dims_raw[count as usize..].iter().any(|&d| d != 0) {
-                    return Err(bad(&name, "unused dimension is not zero"));
+                    return Err(bad(&name, RecordProblem::UnusedDim));
                 }
                 let mut n = 1u64;
                 for &d in &dims {
                     n = mul(n, d, "element count")?;
                 }
                 if n == 0 {
-                    return Err(bad(&name, "zero dimension"));
+                    return Err(bad(&name, RecordProblem::ZeroDim));
                 }
             }
             _ => {
                 if ggml_type != 0 || dims_raw.iter().any(|&d| d != 0) {
-                    return Err(bad(&name, "native record with dense fields set"));
+                    return Err(bad(&name, RecordProblem::NativeWithDenseFields));
                 }
                 if kind == RecordKind::Native && count != 0 {
-                    return Err(bad(&name, "native record with a member count"));
+                    return Err(bad(&name, RecordProblem::NativeWithMembers));
                 }
                 if kind == RecordKind::Group && !(2..=MAX_MEMBERS).contains(&count) {
-                    return Err(bad(&name, "group member count out of range"));
+                    return Err(bad(&name, RecordProblem::GroupMemberCount));
                 }
             }
         }
         let name_end = add(hend, name_len.into(), "name end")?;
         let mut p = align(name_end, "name padding")?;
         if p > end {
-            return Err(bad(&name, "record runs past the weights region"));
+            return Err(bad(&name, RecordProblem::PastRegion));
         }
         zero_pad(b, name_end, p, index, &name)?;
         let mut members = Vec::new();
         if kind == RecordKind::Group {
             for _ in 0..count {
                 let e_end = add(p, MEMBER_LEN, "member entry")?;
-                let e: &RawMember = record_at(b, p)
-                    .ok_or(bad(&name, "member table runs past the weights region"))?;
+                let e: &RawMember =
+                    record_at(b, p).ok_or(bad(&name, RecordProblem::MembersPastRegion))?;
                 if e.reserved0.get() != 0 || e.reserved1.get() != 0 {
-                    return Err(bad(&name, "reserved member field is not zero"));
+                    return Err(bad(&name, RecordProblem::ReservedMemberField));
                 }
                 let mname = read_name(b, e_end, e.name_len.get(), index)?;
                 let mend = add(e_end, e.name_len.get().into(), "member name end")?;
                 let next = align(mend, "member padding")?;
                 if next > end {
-                    return Err(bad(&name, "member table runs past the weights region"));
+                    return Err(bad(&name, RecordProblem::MembersPastRegion));
                 }
                 zero_pad(b, mend, next, index, &name)?;
                 members.push(GroupMember {
@@ -393,24 +394,21 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
         let payload_end = add(payload_off, payload_len, "payload end")?;
         let next = align(payload_end, "payload padding")?;
         if payload_len == 0 || next > end {
-            return Err(bad(
-                &name,
-                "payload is empty or runs past the weights region",
-            ));
+            return Err(bad(&name, RecordProblem::PayloadRange));
         }
         zero_pad(b, payload_end, next, index, &name)?;
         let (mut native_flags, mut native_rows) = (0, 0);
         if kind != RecordKind::Dense {
             // The serialized native tensor's own header: flags @8, rows @16.
             if payload_len < 64 {
-                return Err(bad(&name, "native payload shorter than its 64-byte header"));
+                return Err(bad(&name, RecordProblem::NativeShort));
             }
-            let ph: &RawNativeHead = record_at(b, payload_off)
-                .ok_or(bad(&name, "native payload shorter than its 64-byte header"))?;
+            let ph: &RawNativeHead =
+                record_at(b, payload_off).ok_or(bad(&name, RecordProblem::NativeShort))?;
             native_flags = ph.flags.get();
             native_rows = ph.rows.get();
             if native_flags & NATIVE_FLAG_F16_SCALES != 0 && h.weights_version < F16_SCALES_SINCE {
-                return Err(bad(&name, "f16 scales in a pre-v14 file"));
+                return Err(bad(&name, RecordProblem::F16ScalesBeforeV14));
             }
         }
         // Members tile whatever they cover without overlapping and stay
@@ -419,12 +417,12 @@ fn parse_records(b: &[u8], h: &BundleHeader) -> Result<Vec<Record>> {
         for m in &members {
             let e = add(m.row_start, m.rows, "member rows")?;
             if m.rows == 0 || e > native_rows {
-                return Err(bad(&name, "member rows outside the group tensor"));
+                return Err(bad(&name, RecordProblem::MemberRowsOutside));
             }
             covered = add(covered, m.rows, "member rows")?;
         }
         if covered > native_rows {
-            return Err(bad(&name, "member rows overlap"));
+            return Err(bad(&name, RecordProblem::MemberRowsOverlap));
         }
         out.push(Record {
             kind,
@@ -488,7 +486,7 @@ impl Giw {
             let dup = |name: &str| Error::BadRecord {
                 index: i,
                 name: name.to_string(),
-                problem: "duplicate tensor name",
+                problem: RecordProblem::DuplicateName,
             };
             if r.kind == RecordKind::Group {
                 for (j, m) in r.members.iter().enumerate() {

@@ -6,7 +6,7 @@
 //! known at the end, is hashed separately and combined
 //! (`crc32fast::Hasher::combine`), so the file is never read back to hash it.
 //! As with GPACK (`write.rs`), the bytes go to a locked temporary file
-//! (`<out>.tmp.<pid>.<seq>`, see [`crate::temp`]), which is
+//! (`.<out>.gpack-tmp.<pid>.<seq>`, see [`crate::temp`]), which is
 //! fsynced, re-read and checked, then moved over the destination atomically;
 //! any error or drop before that unlinks it.
 

@@ -1,5 +1,6 @@
 //! The GGUF parser. Never panics; see the module docs of [`crate::gguf`].
 
+use crate::error::ShapeProblem;
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -292,22 +293,20 @@ pub(crate) fn tensor_size(
     let mut n: u64 = 1;
     for &d in dims {
         if d > i64::MAX as u64 {
-            return Err(bad("a dimension exceeds i64::MAX"));
+            return Err(bad(ShapeProblem::DimTooLarge));
         }
         n = n
             .checked_mul(d)
             .filter(|&n| n <= i64::MAX as u64)
-            .ok_or_else(|| bad("the element count overflows i64"))?;
+            .ok_or_else(|| bad(ShapeProblem::ElementsOverflow))?;
     }
     let row = dims.first().copied().unwrap_or(1);
     if row % ggml_type.block_size() != 0 {
-        return Err(bad(
-            "the row length (dims[0]) is not a multiple of the type's block size",
-        ));
+        return Err(bad(ShapeProblem::RowNotWholeBlocks));
     }
     ggml_type
         .bytes_for(n)
-        .ok_or_else(|| bad("the byte size overflows u64"))
+        .ok_or_else(|| bad(ShapeProblem::BytesOverflow))
 }
 
 /// Rounds `pos` up to a multiple of the power of two `alignment`.

@@ -8,6 +8,7 @@
 //! tensor data is then streamed one tensor at a time ([`Writer::write_tensor_data`]):
 //! `gpack export` never holds more than one tensor.
 
+use crate::error::WriteProblem;
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -47,7 +48,7 @@ fn io(e: std::io::Error) -> Error {
     }
 }
 
-fn bad(tensor: &str, reason: &'static str) -> Error {
+fn bad(tensor: &str, reason: WriteProblem) -> Error {
     Error::Write {
         tensor: tensor.to_string(),
         reason,
@@ -64,12 +65,7 @@ impl<W: Write> Writer<W> {
         let alignment = match metadata.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
             Some(Value::U32(a)) if *a != 0 && a.is_power_of_two() => u64::from(*a),
-            Some(_) => {
-                return Err(bad(
-                    "",
-                    "general.alignment must be a U32 non-zero power of two",
-                ))
-            }
+            Some(_) => return Err(bad("", WriteProblem::Alignment)),
         };
         let mut head = Vec::new();
         head.extend_from_slice(&MAGIC);
@@ -87,16 +83,16 @@ impl<W: Write> Writer<W> {
         let nowhere = Path::new("<gguf writer>");
         for t in tensors {
             if t.name.len() as u64 > MAX_TENSOR_NAME_LEN {
-                return Err(bad(&t.name, "tensor name longer than 63 bytes"));
+                return Err(bad(&t.name, WriteProblem::NameTooLong));
             }
             if !names.insert(t.name.as_str()) {
-                return Err(bad(&t.name, "duplicate tensor name"));
+                return Err(bad(&t.name, WriteProblem::DuplicateName));
             }
             if t.dims.len() as u64 > MAX_DIMS {
-                return Err(bad(&t.name, "more than 4 dimensions"));
+                return Err(bad(&t.name, WriteProblem::TooManyDims));
             }
             let size = tensor_size(nowhere, &t.name, t.ggml_type, &t.dims)
-                .map_err(|_| bad(&t.name, "invalid shape for its type"))?;
+                .map_err(|_| bad(&t.name, WriteProblem::InvalidShape))?;
             put_str(&mut head, t.name.as_bytes());
             head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
             for d in &t.dims {
@@ -104,11 +100,11 @@ impl<W: Write> Writer<W> {
             }
             head.extend_from_slice(&t.ggml_type.id().to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
-            let padded =
-                align_up(nowhere, size, alignment).map_err(|_| bad(&t.name, "size overflows"))?;
+            let padded = align_up(nowhere, size, alignment)
+                .map_err(|_| bad(&t.name, WriteProblem::SizeOverflow))?;
             offset = offset
                 .checked_add(padded)
-                .ok_or_else(|| bad(&t.name, "total size overflows"))?;
+                .ok_or_else(|| bad(&t.name, WriteProblem::TotalOverflow))?;
             sizes.push((t.name.clone(), size));
         }
         let padded = align_up(nowhere, head.len() as u64, alignment)?;
@@ -126,13 +122,10 @@ impl<W: Write> Writer<W> {
     /// followed by padding.
     pub fn write_tensor_data(&mut self, data: &[u8]) -> Result<(), Error> {
         let Some((name, size)) = self.tensors.get(self.next) else {
-            return Err(bad("", "more tensor data than tensors"));
+            return Err(bad("", WriteProblem::MoreData));
         };
         if data.len() as u64 != *size {
-            return Err(bad(
-                name,
-                "data length differs from the size its type and shape give",
-            ));
+            return Err(bad(name, WriteProblem::DataLength));
         }
         self.out.write_all(data).map_err(io)?;
         let pad = (self.alignment - *size % self.alignment) % self.alignment;
@@ -144,7 +137,7 @@ impl<W: Write> Writer<W> {
     /// Checks every tensor was written, flushes and returns the output.
     pub fn finish(mut self) -> Result<W, Error> {
         if let Some((name, _)) = self.tensors.get(self.next) {
-            return Err(bad(name, "tensor data was not written"));
+            return Err(bad(name, WriteProblem::NotWritten));
         }
         self.out.flush().map_err(io)?;
         Ok(self.out)

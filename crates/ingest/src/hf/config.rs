@@ -7,6 +7,7 @@
 //! field is absent are omitted, as the converter omits them. Tokenizer keys are not
 //! derived here: the raw tokenizer files are [`crate::Source::assets`].
 
+use crate::error::ConfigProblem;
 use std::path::Path;
 
 use serde_json::Value as Json;
@@ -73,7 +74,7 @@ impl<'a> Hp<'a> {
                 .ok_or_else(|| Error::BadConfig {
                     file: self.file.to_path_buf(),
                     key,
-                    problem: "must be an unsigned integer below 2^32",
+                    problem: ConfigProblem::NotU32,
                 }),
         }
     }
@@ -87,13 +88,17 @@ impl<'a> Hp<'a> {
                 .ok_or_else(|| Error::BadConfig {
                     file: self.file.to_path_buf(),
                     key,
-                    problem: "must be a number",
+                    problem: ConfigProblem::NotNumber,
                 }),
         }
     }
 
     /// A JSON array (`None` when absent), else a `BadConfig` saying `problem`.
-    fn array(&self, key: &'static str, problem: &'static str) -> Result<Option<&'a [Json]>, Error> {
+    fn array(
+        &self,
+        key: &'static str,
+        problem: ConfigProblem,
+    ) -> Result<Option<&'a [Json]>, Error> {
         match self.raw(key) {
             None => Ok(None),
             Some(v) => v
@@ -103,7 +108,7 @@ impl<'a> Hp<'a> {
         }
     }
 
-    fn bad(&self, key: &'static str, problem: &'static str) -> Error {
+    fn bad(&self, key: &'static str, problem: ConfigProblem) -> Error {
         Error::BadConfig {
             file: self.file.to_path_buf(),
             key,
@@ -134,7 +139,7 @@ impl<'a> Hp<'a> {
                 .ok_or_else(|| Error::BadConfig {
                     file: self.file.to_path_buf(),
                     key: "rope_theta",
-                    problem: "must be a number",
+                    problem: ConfigProblem::NotNumber,
                 }),
         }
     }
@@ -175,17 +180,12 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     if a == "gemma3n" && hp.raw("intermediate_size").is_some_and(Json::is_array) {
         // One size per layer: the converter writes the Python list as an INT32 array.
         let sizes = hp
-            .array("intermediate_size", "")?
+            .array("intermediate_size", ConfigProblem::NotU31OrList)?
             .unwrap_or_default()
             .iter()
             .map(|v| v.as_u64().and_then(|v| i32::try_from(v).ok()))
             .collect::<Option<Vec<i32>>>()
-            .ok_or_else(|| {
-                hp.bad(
-                    "intermediate_size",
-                    "must be an unsigned integer, or a list of them below 2^31",
-                )
-            })?;
+            .ok_or_else(|| hp.bad("intermediate_size", ConfigProblem::NotU31OrList))?;
         m.insert(
             format!("{a}.feed_forward_length"),
             Value::Array(Array::I32(sizes)),
@@ -298,7 +298,7 @@ fn gemma3n_keys(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
             m.insert(format!("{a}.{key}"), Value::U32(v));
         }
     }
-    let sparsity = "must be a list of probabilities in [0, 1]";
+    let sparsity = ConfigProblem::NotProbabilities;
     if let Some(ps) = hp.array("activation_sparsity_pattern", sparsity)? {
         let scales = ps
             .iter()
@@ -315,7 +315,7 @@ fn gemma3n_keys(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
             Value::Array(Array::F32(scales)),
         );
     }
-    let types = "must be a list of strings";
+    let types = ConfigProblem::NotStrings;
     if let Some(ts) = hp.array("layer_types", types)? {
         let sliding = ts
             .iter()
@@ -481,11 +481,13 @@ fn rope_scaling(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
             let orig = params
                 .get("original_max_position_embeddings")
                 .and_then(Json::as_u64);
-            let orig = orig.and_then(|v| u32::try_from(v).ok()).ok_or_else(|| Error::BadConfig {
-                file: hp.file.to_path_buf(),
-                key: "original_max_position_embeddings",
-                problem: "is needed for YaRN rope scaling and must be an unsigned integer below 2^32",
-            })?;
+            let orig =
+                orig.and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| Error::BadConfig {
+                        file: hp.file.to_path_buf(),
+                        key: "original_max_position_embeddings",
+                        problem: ConfigProblem::YarnOriginal,
+                    })?;
             put("original_context_length", Value::U32(orig));
             for (json, key) in [
                 ("extrapolation_factor", "yarn_ext_factor"),

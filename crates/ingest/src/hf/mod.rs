@@ -31,6 +31,7 @@ mod names;
 pub use config::{config_to_metadata, gguf_architecture, llama3_rope_factors, normal_icdf_f32};
 pub use names::{map_tensor_name, HfName};
 
+use crate::error::{ConfigProblem, IndexProblem, TransformProblem};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
@@ -133,10 +134,10 @@ pub(crate) fn open_index(index: &Path) -> Result<Source, Error> {
             problem,
         };
         if let Some(t) = names.iter().find(|t| !found.contains(*t)) {
-            return Err(mismatch(t, "is listed for but missing from"));
+            return Err(mismatch(t, IndexProblem::MissingFromShard));
         }
         if let Some(t) = st.tensors.iter().find(|t| !names.contains(t.name.as_str())) {
-            return Err(mismatch(&t.name, "is not listed but found in"));
+            return Err(mismatch(&t.name, IndexProblem::NotListed));
         }
         let i = files.len();
         tensors.extend(st.tensors.into_iter().map(|t| (i, t)));
@@ -258,7 +259,7 @@ fn build(
         v.ok_or(Error::BadConfig {
             file: config_path.clone(),
             key,
-            problem: "is missing (needed for the rope permutation)",
+            problem: ConfigProblem::MissingForRope,
         })
     };
 
@@ -357,10 +358,7 @@ fn build(
                 let group = 2 * u64::from(n_head);
                 if group == 0 || rows == 0 || rows % group != 0 || info.ggml_type.block_size() != 1
                 {
-                    return Err(bad(
-                        &info,
-                        "rows are not a multiple of 2 × heads, cannot undo the rotary permutation",
-                    ));
+                    return Err(bad(&info, TransformProblem::RopeRows));
                 }
                 info.transform = Some(Transform::RopePermute { n_head });
             }
@@ -370,12 +368,12 @@ fn build(
                 info.ggml_type,
                 GgmlType::F32 | GgmlType::F16 | GgmlType::BF16
             ) {
-                return Err(bad(&info, "Gemma norm weights must be F32, F16 or BF16"));
+                return Err(bad(&info, TransformProblem::GemmaNormType));
             }
             let n = info.n_elements();
             info.size = n
                 .checked_mul(4)
-                .ok_or_else(|| bad(&info, "size overflows"))?;
+                .ok_or_else(|| bad(&info, TransformProblem::SizeOverflow))?;
             info.transform = Some(Transform::PlusOne {
                 from: info.ggml_type,
             });
@@ -395,12 +393,12 @@ fn build(
             let have = info.dims.last().copied().unwrap_or(0);
             if info.dims.len() == 2 && have > 0 && have < rows {
                 if info.ggml_type.block_size() != 1 || !info.size.is_multiple_of(have) {
-                    return Err(bad(&info, "cannot pad the embedding rows of this type"));
+                    return Err(bad(&info, TransformProblem::CannotPad));
                 }
                 let src_size = info.size;
                 info.size = (info.size / have)
                     .checked_mul(rows)
-                    .ok_or_else(|| bad(&info, "size overflows"))?;
+                    .ok_or_else(|| bad(&info, TransformProblem::SizeOverflow))?;
                 info.dims[1] = rows;
                 info.transform = Some(Transform::PadZeros { src_size });
             }
@@ -440,7 +438,7 @@ fn stack(
         return Err(Error::BadTransform {
             file: PathBuf::new(),
             tensor: name,
-            reason: "no parts to stack",
+            reason: TransformProblem::NoParts,
         });
     };
     let bad = |reason| Error::BadTransform {
@@ -449,15 +447,11 @@ fn stack(
         reason,
     };
     if parts.iter().enumerate().any(|(i, p)| p.0 != i as u64) {
-        return Err(bad(
-            "stacked part (expert) numbers are not 0..n without gaps or repeats",
-        ));
+        return Err(bad(TransformProblem::PartNumbers));
     }
     if let Some(n) = count {
         if n != parts.len() as u64 {
-            return Err(bad(
-                "the number of stacked parts differs from config.json's (expert count, AltUp inputs − 1)",
-            ));
+            return Err(bad(TransformProblem::PartCount));
         }
     }
     if first.shape.len() != 2
@@ -465,15 +459,13 @@ fn stack(
             .iter()
             .any(|p| p.2.shape != first.shape || p.2.ggml_type != first.ggml_type)
     {
-        return Err(bad(
-            "stacked parts must all be 2-D with the same shape and dtype",
-        ));
+        return Err(bad(TransformProblem::PartShapes));
     }
     let n = parts.len() as u64;
     let size = first
         .size
         .checked_mul(n)
-        .ok_or_else(|| bad("size overflows"))?;
+        .ok_or_else(|| bad(TransformProblem::SizeOverflow))?;
     let ranges: Vec<ByteRange> = parts
         .iter()
         .map(|(_, f, t)| ByteRange {
