@@ -216,6 +216,12 @@ pub enum OptionProblem {
     },
 }
 
+impl gpack_format::NamesFile for Error {
+    fn names_file(&self, path: &std::path::Path) -> bool {
+        matches!(self, Error::Ingest(i) if i.names_file(path))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

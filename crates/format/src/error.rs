@@ -372,6 +372,36 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// An error that may name a file in its own message: what a caller's
+/// context need not repeat ([`job_context`]).
+pub trait NamesFile {
+    /// Whether this error's message names `path` already.
+    fn names_file(&self, path: &std::path::Path) -> bool;
+}
+
+impl NamesFile for Error {
+    fn names_file(&self, path: &std::path::Path) -> bool {
+        matches!(self, Error::Io { path: p, .. } if p == path)
+    }
+}
+
+/// The context of a failed job that reads `src` and writes `out`, the one
+/// form every front end (CLI, Python) gives it: `VERB SRC to OUT`, or `VERB
+/// to OUT` when the cause names `src` already (`open SRC: …`), so each
+/// path is printed once.
+pub fn job_context(
+    verb: &str,
+    src: &std::path::Path,
+    out: &std::path::Path,
+    cause: &dyn NamesFile,
+) -> String {
+    if cause.names_file(src) {
+        format!("{verb} to {}", out.display())
+    } else {
+        format!("{verb} {} to {}", src.display(), out.display())
+    }
+}
+
 pub(crate) fn io(op: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
     move |source| Error::Io { op, path, source }

@@ -32,7 +32,10 @@ pub mod temp;
 mod write;
 
 pub use atomic::AtomicFile;
-pub use error::{error_chain, DigestFailure, Error, ExternalProblem, Result, SectionProblem};
+pub use error::{
+    error_chain, job_context, DigestFailure, Error, ExternalProblem, NamesFile, Result,
+    SectionProblem,
+};
 pub use kind::{HeaderFlags, SectionKind};
 pub use manifest::ManifestProblem;
 pub use manifest::{Manifest, ManifestInput, ManifestSection};

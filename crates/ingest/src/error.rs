@@ -434,6 +434,12 @@ pub enum Error {
     },
 }
 
+impl gpack_format::NamesFile for Error {
+    fn names_file(&self, path: &std::path::Path) -> bool {
+        self.file() == Some(path)
+    }
+}
+
 impl Error {
     /// The file (or directory) this error names in its message, if any:
     /// what a caller's context need not repeat.

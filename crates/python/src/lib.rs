@@ -78,21 +78,23 @@ fn _gpack(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// Runs a file operation of the library without the GIL and returns its
 /// report as a dict: an error becomes a `GpackError` reading `VERB SRC to
-/// OUT: cause: cause` (what `gpack.convert` and `gpack.export` share).
-pub(crate) fn report_to_py<R: serde::Serialize + Send, E: std::error::Error + Send>(
+/// OUT: cause: cause`, SRC left out when the cause names it (the CLI's
+/// message, [`gpack_format::job_context`]; what `gpack.convert` and
+/// `gpack.export` share).
+pub(crate) fn report_to_py<R, E>(
     py: Python<'_>,
     verb: &str,
     src: &std::path::Path,
     out: &std::path::Path,
     run: impl Send + FnOnce() -> Result<R, E>,
-) -> PyResult<Py<PyAny>> {
+) -> PyResult<Py<PyAny>>
+where
+    R: serde::Serialize + Send,
+    E: std::error::Error + gpack_format::NamesFile + Send,
+{
     let report = py.detach(run).map_err(|e| {
-        err_msg(format!(
-            "{verb} {} to {}: {}",
-            src.display(),
-            out.display(),
-            chain(&e)
-        ))
+        let ctx = gpack_format::job_context(verb, src, out, &e);
+        err_msg(format!("{ctx}: {}", chain(&e)))
     })?;
     let v = serde_json::to_value(&report).map_err(|e| err_msg(e.to_string()))?;
     json_to_py(py, &v)

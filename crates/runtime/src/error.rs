@@ -445,3 +445,9 @@ pub enum ExportProblem {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl gpack_format::NamesFile for Error {
+    fn names_file(&self, path: &std::path::Path) -> bool {
+        matches!(self, Error::Gpack(e) if e.names_file(path))
+    }
+}

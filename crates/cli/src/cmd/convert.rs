@@ -98,15 +98,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         current: Mutex::new(None),
     };
     let report = convert(&opts, &bars).map_err(|e| {
-        // Reading the source names it already (`A: cannot open`, `A: bad
-        // magic …`).
-        let names_src = matches!(&e, gpack_convert::Error::Ingest(i) if i.file() == Some(&a.src));
-        let out = a.output.display();
-        let ctx = if names_src {
-            format!("converting to {out}")
-        } else {
-            format!("converting {} to {out}", a.src.display())
-        };
+        let ctx = gpack_format::job_context("converting", &a.src, &a.output, &e);
         anyhow::Error::new(e).context(ctx)
     })?;
     if let Some(pb) = bars

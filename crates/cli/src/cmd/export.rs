@@ -38,16 +38,9 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode> {
     let total = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
     let pb = bytes_bar(total, "export", !a.json && total > 64 << 20);
-    let rep = gpack_runtime::export::export(&a.file, &a.output, a.force, &|n| pb.inc(n))
-        .map_err(|e| {
-            // A failed open of the .gpack names it already (`open A: …`).
-            let names_src = matches!(&e, gpack_runtime::Error::Gpack(gpack_format::Error::Io { path, .. }) if *path == a.file);
-            let out = a.output.display();
-            let ctx = if names_src {
-                format!("exporting to {out}")
-            } else {
-                format!("exporting {} to {out}", a.file.display())
-            };
+    let rep =
+        gpack_runtime::export::export(&a.file, &a.output, a.force, &|n| pb.inc(n)).map_err(|e| {
+            let ctx = gpack_format::job_context("exporting", &a.file, &a.output, &e);
             anyhow::Error::new(e).context(ctx)
         });
     pb.finish_and_clear();
