@@ -77,6 +77,20 @@ fn model() -> &'static Model {
     })
 }
 
+/// A copy of the test model in `dir` (`bad.gpack`) with `bit` flipped in
+/// the byte `1/at` of the way into its NativeDense section, and that
+/// section's offset.
+fn damaged_copy(dir: &Path, at: u64, bit: u8) -> (PathBuf, u64) {
+    let m = model();
+    let bad = dir.join("bad.gpack");
+    let mut bytes = std::fs::read(&m.gpack).unwrap();
+    let g = gpack_format::Gpack::open(&m.gpack).unwrap();
+    let s = g.section(gpack_format::SectionKind::NativeDense).unwrap();
+    bytes[(s.info.offset + s.info.size / at) as usize] ^= bit;
+    std::fs::write(&bad, &bytes).unwrap();
+    (bad, s.info.offset)
+}
+
 /// A running server, killed (by its pid) when dropped.
 struct Server {
     child: Child,
@@ -481,17 +495,8 @@ fn get(addr: SocketAddr, path: &str) -> String {
 /// See: issue 15 (background hashing after the first token).
 #[test]
 fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
-    let m = model();
     let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.gpack");
-    let mut bytes = std::fs::read(&m.gpack).unwrap();
-    let off = {
-        let g = gpack_format::Gpack::open(&m.gpack).unwrap();
-        let s = g.section(gpack_format::SectionKind::NativeDense).unwrap();
-        bytes[(s.info.offset + s.info.size / 3) as usize] ^= 0x01;
-        s.info.offset
-    };
-    std::fs::write(&bad, &bytes).unwrap();
+    let (bad, off) = damaged_copy(dir.path(), 3, 0x01);
     let srv = start(&bad, &[]);
     // No token yet, no hashing (it would take well under 2 s).
     std::thread::sleep(Duration::from_secs(2));
@@ -537,7 +542,7 @@ fn a_damaged_gpack_makes_health_fail_and_requests_refused() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("native_dense"), "{err}");
     // The intact file stays healthy once its check is done.
-    let srv = start(&m.gpack, &[]);
+    let srv = start(&model().gpack, &[]);
     let r = read_all(post(
         srv.addr,
         "/v1/completions",
@@ -1203,17 +1208,8 @@ fn a_burst_beyond_the_queue_is_refused_before_tokenization() {
 #[test]
 fn integrity_problems_are_typed() {
     use gpack_server::integrity::{verify_now, Problem, Status};
-    let m = model();
     let dir = tempfile::tempdir().unwrap();
-    let bad = dir.path().join("bad.gpack");
-    let mut bytes = std::fs::read(&m.gpack).unwrap();
-    let off = {
-        let g = gpack_format::Gpack::open(&m.gpack).unwrap();
-        let s = g.section(gpack_format::SectionKind::NativeDense).unwrap();
-        bytes[(s.info.offset + s.info.size / 2) as usize] ^= 0x10;
-        s.info.offset
-    };
-    std::fs::write(&bad, &bytes).unwrap();
+    let (bad, off) = damaged_copy(dir.path(), 2, 0x10);
     let loaded = gpack_server::Loaded::open(&bad, None).unwrap();
     let e = verify_now(&loaded).unwrap_err();
     let Problem::Mismatch { path, sections } = &e else {
