@@ -37,17 +37,9 @@ enum Command {
     Bench(cmd::bench::Args),
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    // Ctrl-C / SIGTERM: remove any half-written output, then exit 130
-    // (`serve` handles both itself: it drains and exits 0).
-    if !matches!(cli.command, Command::Serve(_)) {
-        let _ = ctrlc::set_handler(|| {
-            gpack_format::remove_live_temp_files();
-            std::process::exit(130);
-        });
-    }
-    let result = match cli.command {
+/// Runs one subcommand.
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Convert(a) => cmd::convert::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
@@ -61,7 +53,33 @@ fn main() -> ExitCode {
         Command::Rm(a) => cmd::rm::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Bench(a) => cmd::bench::run(a),
-    };
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Ctrl-C / SIGTERM: remove any half-written output, then exit 130
+    // (`serve` handles both itself: it drains and exits 0).
+    if !matches!(cli.command, Command::Serve(_)) {
+        let _ = ctrlc::set_handler(|| {
+            gpack_format::remove_live_temp_files();
+            std::process::exit(130);
+        });
+    }
+    // A panic is a bug, never an answer to input (inputs are checked before
+    // they are used); the pool hands a task's panic to its caller, and here
+    // it becomes an error like any other (exit 1, not 101), after the
+    // standard hook has printed where it happened.
+    let result = std::panic::catch_unwind(|| run(cli.command)).unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        Err(anyhow::anyhow!(
+            "internal error (a bug: please report it): {msg}"
+        ))
+    });
     match result {
         Ok(code) => code,
         Err(e) => {

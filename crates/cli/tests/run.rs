@@ -171,3 +171,26 @@ fn a_flipped_weight_byte_is_reported_by_run() {
     let o = run(&bad, "off");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// A panic inside a pool task (the test hook `GPACK_TEST_PANIC_IN_POOL_JOB`
+/// panics in task 0 of the pool's third job) reaches `gpack run` as an
+/// error: exit 1 with the message, neither an abort (134) nor Rust's 101.
+/// See: issue 15 (panics in pool tasks returned to the caller as errors).
+#[test]
+fn a_panicking_pool_task_is_an_error_not_an_abort() {
+    let o = gpack()
+        .env("GPACK_TEST_PANIC_IN_POOL_JOB", "3")
+        .arg("run")
+        .arg(smollm2())
+        .args(["-p", "The capital of France is", "-n", "4"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "error: internal error (a bug: please report it): injected fault in a pool task"
+        ),
+        "{err}"
+    );
+}

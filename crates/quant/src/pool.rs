@@ -166,6 +166,20 @@ impl Shared {
     }
 }
 
+/// Test hook: `GPACK_TEST_PANIC_IN_POOL_JOB=N` makes task 0 of the pool's
+/// N-th job (counted from 1, over the process) panic, so that the way a
+/// task's panic reaches the caller is exercised from outside the process
+/// (`crates/cli/tests/run.rs`). Read once.
+fn injected_panic_job() -> Option<u64> {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    *AT.get_or_init(|| {
+        std::env::var("GPACK_TEST_PANIC_IN_POOL_JOB")
+            .ok()?
+            .parse()
+            .ok()
+    })
+}
+
 /// A persistent pool of `threads - 1` workers plus the calling thread.
 pub struct Pool {
     shared: Arc<Shared>,
@@ -284,6 +298,18 @@ impl Pool {
         assert!((n_tasks as u64) < TASK_MASK, "too many tasks");
         if n_tasks == 0 {
             return;
+        }
+        if let Some(at) = injected_panic_job() {
+            static JOBS: AtomicU64 = AtomicU64::new(0);
+            if JOBS.fetch_add(1, Ordering::Relaxed) + 1 == at {
+                let g = |i: usize| {
+                    if i == 0 {
+                        panic!("injected fault in a pool task (GPACK_TEST_PANIC_IN_POOL_JOB)");
+                    }
+                    f(i)
+                };
+                return self.run(n_tasks, &g);
+            }
         }
         let guard = if self.threads > 1 && n_tasks > 1 {
             match self.run_lock.try_lock() {
