@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 mod atomic;
+pub mod cursor;
 mod error;
 mod external;
 pub mod ggml;

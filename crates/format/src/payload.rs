@@ -7,6 +7,7 @@
 //! parsers validate every count, offset and length against the payload with
 //! checked arithmetic and never panic, then hand out borrowed views.
 
+use crate::cursor::{Cursor, CursorError};
 use crate::{Error, SectionKind};
 use std::mem::size_of;
 use zerocopy::little_endian::{U32, U64};
@@ -114,6 +115,16 @@ pub enum PayloadProblem {
         after: &'static str,
         /// How many bytes follow it.
         count: u64,
+    },
+    /// A region that would start behind what was already read.
+    #[error("{what} would start at offset {at}, behind {pos}")]
+    Behind {
+        /// The region.
+        what: &'static str,
+        /// Where it would start.
+        at: u64,
+        /// How far the table was read.
+        pos: u64,
     },
     /// Two MetadataKv records with one key.
     #[error("duplicate key {0:?}")]
@@ -398,46 +409,73 @@ impl TableHead {
     }
 }
 
-/// The one cursor over untrusted payload bytes: fixed records by `zerocopy`,
-/// variable parts by length, every step bounds-checked.
+/// The payload tables' view of the one cursor ([`Cursor`]): its steps'
+/// errors as [`PayloadProblem`]s, the table's section kind for the error.
 struct Cur<'a> {
-    b: &'a [u8],
-    pos: usize,
+    c: Cursor<'a>,
     kind: SectionKind,
 }
 
 type Res<T> = std::result::Result<T, PayloadProblem>;
 
+impl From<CursorError> for PayloadProblem {
+    fn from(e: CursorError) -> Self {
+        match e {
+            CursorError::Short {
+                what,
+                offset,
+                need,
+                remain,
+            } => PayloadProblem::Short {
+                what,
+                offset,
+                need,
+                remain,
+            },
+            CursorError::Count {
+                what,
+                count,
+                record,
+                remain,
+            } => PayloadProblem::Count {
+                what,
+                count,
+                record,
+                remain,
+            },
+            CursorError::Behind { what, at, pos } => PayloadProblem::Behind { what, at, pos },
+            CursorError::Trailing { after, count } => PayloadProblem::Trailing { after, count },
+        }
+    }
+}
+
 impl<'a> Cur<'a> {
     fn new(b: &'a [u8], kind: SectionKind) -> Self {
-        Cur { b, pos: 0, kind }
+        Cur {
+            c: Cursor::new(b),
+            kind,
+        }
     }
     fn remain(&self) -> usize {
-        self.b.len() - self.pos
+        self.c.remain()
     }
     fn short(&self, what: &'static str, need: usize) -> PayloadProblem {
         PayloadProblem::Short {
             what,
-            offset: self.pos as u64,
+            offset: self.c.pos() as u64,
             need: need as u64,
             remain: self.remain() as u64,
         }
     }
     fn take(&mut self, n: usize, what: &'static str) -> Res<&'a [u8]> {
-        if n > self.remain() {
-            return Err(self.short(what, n));
-        }
-        let s = &self.b[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
+        Ok(self.c.take(n, what)?)
     }
     /// One fixed record.
     fn record<T: FromBytes + KnownLayout + Immutable + Unaligned>(
         &mut self,
         what: &'static str,
     ) -> Res<&'a T> {
-        let bytes = self.take(size_of::<T>(), what)?;
-        T::ref_from_bytes(bytes).map_err(|_| self.short(what, size_of::<T>()))
+        Ok(self.c.record(what)?)
     }
     /// `n` fixed records in a row.
     fn records<T: FromBytes + KnownLayout + Immutable + Unaligned>(
@@ -445,14 +483,7 @@ impl<'a> Cur<'a> {
         n: usize,
         what: &'static str,
     ) -> Res<&'a [T]> {
-        let need = n.checked_mul(size_of::<T>()).ok_or(PayloadProblem::Count {
-            what,
-            count: n as u64,
-            record: size_of::<T>() as u64,
-            remain: self.remain() as u64,
-        })?;
-        let bytes = self.take(need, what)?;
-        <[T]>::ref_from_bytes_with_elems(bytes, n).map_err(|_| self.short(what, need))
+        Ok(self.c.records(n, what)?)
     }
     fn u32(&mut self, what: &'static str) -> Res<u32> {
         Ok(self.record::<U32>(what)?.get())
@@ -490,13 +521,7 @@ impl<'a> Cur<'a> {
         Ok(n as usize)
     }
     fn end(&self, after: &'static str) -> Res<()> {
-        match self.remain() {
-            0 => Ok(()),
-            n => Err(PayloadProblem::Trailing {
-                after,
-                count: n as u64,
-            }),
-        }
+        Ok(self.c.end(after)?)
     }
     fn err(&self, problem: PayloadProblem) -> Error {
         Error::BadPayload {
@@ -583,7 +608,7 @@ fn parse_kv_in<'a>(c: &mut Cur<'a>) -> Res<Vec<KvRecord<'a>>> {
     let mut seen = std::collections::HashSet::with_capacity(n);
     for _ in 0..n {
         let kl = c.u32("key length")? as usize;
-        let at = c.pos as u64;
+        let at = c.c.pos() as u64;
         let key = std::str::from_utf8(c.take(kl, "key")?).map_err(|_| PayloadProblem::NotUtf8 {
             what: "key",
             offset: at,
@@ -682,7 +707,7 @@ pub fn parse_tensor_index(b: &[u8]) -> Result<Vec<TensorEntry>, Error> {
 }
 
 fn parse_tensor_index_in(c: &mut Cur<'_>) -> Res<Vec<TensorEntry>> {
-    let total = c.b.len() as u64;
+    let total = c.c.bytes().len() as u64;
     let h = c.record::<TensorIndexHead>("table head")?;
     Cur::head(&h.head, TENSOR_INDEX_MAGIC)?;
     let n = c.count(h.count.get(), TENSOR_REC, "tensor count")?;
@@ -1075,11 +1100,11 @@ fn parse_mtp_in<'a>(c: &mut Cur<'a>) -> Res<(Vec<TensorEntry>, &'a [u8])> {
     let index = c.take(n, "tensor index")?;
     let entries = parse_tensor_index_in(&mut Cur::new(index, SectionKind::Mtp))
         .map_err(|p| PayloadProblem::DraftIndex(Box::new(p)))?;
-    let start = (c.pos as u64).div_ceil(MTP_ALIGN) * MTP_ALIGN;
+    let start = (c.c.pos() as u64).div_ceil(MTP_ALIGN) * MTP_ALIGN;
     let data = usize::try_from(start)
         .ok()
-        .and_then(|s| c.b.get(s..))
-        .ok_or(c.short("data area", (start as usize).saturating_sub(c.pos)))?;
+        .and_then(|s| c.c.bytes().get(s..))
+        .ok_or(c.short("data area", (start as usize).saturating_sub(c.c.pos())))?;
     for e in &entries {
         if e.offset
             .checked_add(e.size)

@@ -221,7 +221,7 @@ fn region<'a, T: FromBytes + KnownLayout + Immutable + Unaligned>(
     what: &'static str,
 ) -> Result<&'a [T]> {
     cur.skip_to(at, what)?;
-    cur.records(n as usize, what)
+    Ok(cur.records(n as usize, what)?)
 }
 
 /// The fixed-size region `what` at `at`.
@@ -231,7 +231,7 @@ fn fixed<'a, T: FromBytes + KnownLayout + Immutable + Unaligned>(
     what: &'static str,
 ) -> Result<&'a T> {
     cur.skip_to(at, what)?;
-    cur.record(what)
+    Ok(cur.record(what)?)
 }
 
 impl<'a> Regions<'a> {

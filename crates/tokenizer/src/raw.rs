@@ -7,7 +7,7 @@
 //! [`Cursor`], the writer builds them and writes `as_bytes()`; no byte offset is counted
 //! by hand anywhere else.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::gbt1::HEADER_SIZE;
 use core::mem::{offset_of, size_of};
 use zerocopy::little_endian::{U16, U32, U64};
@@ -118,81 +118,33 @@ const _: () = assert!(offset_of!(Header, n_mark_crossers) == 72);
 const _: () = assert!(offset_of!(Header, content_hash) == 76);
 const _: () = assert!(offset_of!(Header, reserved) == 84);
 
-/// The one cursor over untrusted GBT1 bytes: fixed records by `zerocopy`, every step
-/// bounds-checked, a shortfall reported as [`Error::Truncated`] naming what was being read.
-pub(crate) struct Cursor<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
+/// The one cursor over untrusted bytes ([`gpack_format::cursor`]), which
+/// GBT1 reads through: its steps' errors as this crate's (a shortfall is
+/// [`Error::Truncated`] naming what was being read).
+pub(crate) use gpack_format::cursor::Cursor;
 
-impl<'a> Cursor<'a> {
-    pub(crate) fn new(b: &'a [u8]) -> Self {
-        Cursor { b, pos: 0 }
-    }
-
-    fn remain(&self) -> usize {
-        self.b.len() - self.pos
-    }
-
-    fn truncated(&self, what: &'static str, need: usize) -> Error {
-        Error::Truncated {
-            what,
-            need: need as u64,
-            have: self.remain() as u64,
-        }
-    }
-
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8]> {
-        if n > self.remain() {
-            return Err(self.truncated(what, n));
-        }
-        let s = &self.b[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    /// One fixed record.
-    pub(crate) fn record<T: FromBytes + KnownLayout + Immutable + Unaligned>(
-        &mut self,
-        what: &'static str,
-    ) -> Result<&'a T> {
-        let bytes = self.take(size_of::<T>(), what)?;
-        T::ref_from_bytes(bytes).map_err(|_| self.truncated(what, size_of::<T>()))
-    }
-
-    /// `n` fixed records in a row.
-    pub(crate) fn records<T: FromBytes + KnownLayout + Immutable + Unaligned>(
-        &mut self,
-        n: usize,
-        what: &'static str,
-    ) -> Result<&'a [T]> {
-        let need = n
-            .checked_mul(size_of::<T>())
-            .ok_or(Error::Overflow { what })?;
-        let bytes = self.take(need, what)?;
-        <[T]>::ref_from_bytes_with_elems(bytes, n).map_err(|_| self.truncated(what, need))
-    }
-
-    /// Skip the padding up to `at`, where the region `what` starts (regions are in file
-    /// order, so `at` is never behind the cursor).
-    pub(crate) fn skip_to(&mut self, at: usize, what: &'static str) -> Result<()> {
-        let n = at.checked_sub(self.pos).ok_or(Error::Invalid {
-            what,
-            value: at as u64,
-            limit: self.pos as u64,
-        })?;
-        self.take(n, what).map(|_| ())
-    }
-
-    /// The bytes after the cursor, which must be none.
-    pub(crate) fn end(&self, after: &'static str) -> Result<()> {
-        match self.remain() {
-            0 => Ok(()),
-            n => Err(Error::Invalid {
+impl From<gpack_format::cursor::CursorError> for Error {
+    fn from(e: gpack_format::cursor::CursorError) -> Self {
+        use gpack_format::cursor::CursorError as C;
+        match e {
+            C::Short {
+                what, need, remain, ..
+            } => Error::Truncated {
+                what,
+                need,
+                have: remain,
+            },
+            C::Count { what, .. } => Error::Overflow { what },
+            C::Behind { what, at, pos } => Error::Invalid {
+                what,
+                value: at,
+                limit: pos,
+            },
+            C::Trailing { after, count } => Error::Invalid {
                 what: after,
-                value: n as u64,
+                value: count,
                 limit: 0,
-            }),
+            },
         }
     }
 }
@@ -202,11 +154,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cursor_names_what_runs_past_the_end() {
+    fn cursor_errors_read_as_gbt1_errors() {
         let b = [0u8; 20];
         let mut c = Cursor::new(&b);
         assert!(matches!(
-            c.record::<Header>("GBT1 header"),
+            c.record::<Header>("GBT1 header").map_err(Error::from),
             Err(Error::Truncated {
                 what: "GBT1 header",
                 need: 128,
@@ -215,7 +167,7 @@ mod tests {
         ));
         c.skip_to(4, "merges").unwrap();
         assert!(matches!(
-            c.records::<MergeRecord>(2, "merges"),
+            c.records::<MergeRecord>(2, "merges").map_err(Error::from),
             Err(Error::Truncated {
                 what: "merges",
                 need: 24,
@@ -224,7 +176,7 @@ mod tests {
         ));
         assert_eq!(c.records::<U32>(4, "ranks").unwrap().len(), 4);
         assert!(matches!(
-            c.skip_to(8, "token hash"),
+            c.skip_to(8, "token hash").map_err(Error::from),
             Err(Error::Invalid {
                 what: "token hash",
                 value: 8,
@@ -232,7 +184,8 @@ mod tests {
             })
         ));
         assert!(matches!(
-            c.records::<U32>(usize::MAX, "pair hash"),
+            c.records::<U32>(usize::MAX, "pair hash")
+                .map_err(Error::from),
             Err(Error::Overflow { what: "pair hash" })
         ));
         c.end("trailing bytes").unwrap();

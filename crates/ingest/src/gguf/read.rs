@@ -4,6 +4,8 @@ use crate::error::ShapeProblem;
 use std::collections::HashSet;
 use std::path::Path;
 
+use gpack_format::cursor::{Cursor, CursorError};
+
 use gpack_format::ggml::GgmlType;
 
 use super::{
@@ -314,10 +316,11 @@ pub(crate) fn align_up(file: &Path, pos: u64, alignment: u64) -> Result<u64, Err
     Ok(add(file, pos, alignment - 1, "aligned offset")? & !(alignment - 1))
 }
 
-/// A bounds-checked little-endian cursor.
+/// The GGUF reader's view of the one bounds-checked cursor
+/// ([`gpack_format::cursor`]): its shortfalls as [`Error::Truncated`]
+/// naming the file and offset.
 struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
+    c: Cursor<'a>,
     file: &'a Path,
     /// Check string arrays but do not keep their strings.
     skip_string_arrays: bool,
@@ -326,36 +329,70 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn new(b: &'a [u8], file: &'a Path) -> Self {
         Reader {
-            b,
-            pos: 0,
+            c: Cursor::new(b),
             file,
             skip_string_arrays: false,
         }
     }
 
     fn pos(&self) -> u64 {
-        self.pos as u64
+        self.c.pos() as u64
     }
 
     fn remaining(&self) -> u64 {
-        (self.b.len() - self.pos) as u64
+        self.c.remain() as u64
     }
 
-    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], Error> {
-        let available = self.remaining();
-        if n > available {
-            return Err(Error::Truncated {
+    /// A cursor step's error as this file's.
+    fn err(&self, e: CursorError) -> Error {
+        match e {
+            CursorError::Short {
+                what,
+                offset,
+                need,
+                remain,
+            } => Error::Truncated {
+                file: self.file.to_path_buf(),
+                offset,
+                what,
+                needed: need,
+                available: remain,
+            },
+            // The reader only `take`s: the other steps' errors cannot arise
+            // here, and would read as shortfalls.
+            CursorError::Count {
+                what,
+                count,
+                record,
+                remain,
+            } => Error::Truncated {
                 file: self.file.to_path_buf(),
                 offset: self.pos(),
                 what,
-                needed: n,
-                available,
-            });
+                needed: count.saturating_mul(record),
+                available: remain,
+            },
+            CursorError::Behind { what, at, pos } => Error::Truncated {
+                file: self.file.to_path_buf(),
+                offset: pos,
+                what,
+                needed: at,
+                available: 0,
+            },
+            CursorError::Trailing { after, count } => Error::Truncated {
+                file: self.file.to_path_buf(),
+                offset: self.pos(),
+                what: after,
+                needed: count,
+                available: 0,
+            },
         }
-        // n <= remaining <= usize::MAX
-        let s = &self.b[self.pos..self.pos + n as usize];
-        self.pos += n as usize;
-        Ok(s)
+    }
+
+    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], Error> {
+        // More than the address space is more than remains.
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        self.c.take(n, what).map_err(|e| self.err(e))
     }
 
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Error> {
