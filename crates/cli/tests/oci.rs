@@ -4,6 +4,7 @@
 //! (bcrypt) auth. A test fails, never skips, when the registry cannot start.
 
 use crate::gpack;
+use crate::token_server::TokenServer;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -20,8 +21,8 @@ struct Registry {
 }
 
 impl Registry {
+    /// A registry with htpasswd (Basic) auth for `USER`/`PASSWORD`.
     fn start() -> Registry {
-        let bin = gpack_testkit::script("registry.sh");
         let dir = tempfile::tempdir().unwrap();
         let pw = Command::new("htpasswd")
             .args(["-Bbn", USER, PASSWORD])
@@ -29,6 +30,23 @@ impl Registry {
             .expect("htpasswd (apache2-utils) runs");
         assert!(pw.status.success(), "htpasswd failed");
         std::fs::write(dir.path().join("htpasswd"), &pw.stdout).unwrap();
+        let auth = format!(
+            "  htpasswd:\n    realm: gpack-test\n    path: {}\n",
+            dir.path().join("htpasswd").display()
+        );
+        Registry::start_with(dir, &auth)
+    }
+
+    /// A registry with the token flow: it sends clients to `tokens` and
+    /// accepts the JWTs that server signs.
+    fn start_with_tokens(tokens: &TokenServer) -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        Registry::start_with(dir, &tokens.registry_auth())
+    }
+
+    /// The registry in `dir` with `auth` as its config's `auth:` section.
+    fn start_with(dir: tempfile::TempDir, auth: &str) -> Registry {
+        let bin = gpack_testkit::script("registry.sh");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -38,9 +56,8 @@ impl Registry {
         let config = format!(
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
              storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-             http:\n  addr: {host}\nauth:\n  htpasswd:\n    realm: gpack-test\n    path: {}\n",
+             http:\n  addr: {host}\nauth:\n{auth}",
             dir.path().join("storage").display(),
-            dir.path().join("htpasswd").display()
         );
         std::fs::write(dir.path().join("config.yml"), config).unwrap();
         let log = std::fs::File::create(dir.path().join("log.txt")).unwrap();
@@ -474,21 +491,8 @@ fn wrong_credentials_give_a_clear_401() {
 }
 
 fn base64_encode(b: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::new();
-    for c in b.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            if i <= c.len() {
-                s.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                s.push('=');
-            }
-        }
-    }
-    s
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(b)
 }
 
 #[test]
@@ -679,4 +683,82 @@ fn a_symlink_planted_at_a_partial_blob_is_refused_not_followed() {
         .file_type()
         .is_symlink());
     assert!(!out.exists());
+}
+
+#[test]
+fn the_registry_token_flow_pushes_and_pulls_and_refuses_wrong_credentials() {
+    let tokens = TokenServer::start(USER, PASSWORD);
+    let reg = Registry::start_with_tokens(&tokens);
+    let work = tempfile::tempdir().unwrap();
+    let a = tiny_gpack(work.path(), "keep");
+    let r = format!("{}/models/tok:v1", reg.host);
+    let file = a.to_str().unwrap();
+
+    // Wrong password: the token server refuses it, and gpack says so.
+    let o = gp(work.path(), &["push", file, &r])
+        .args(["--insecure", "--username", USER, "--password", "wrong"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("401") && err.contains("user alice from the flags"),
+        "{err}"
+    );
+    assert!(tokens.requests().iter().all(|q| !q.granted));
+
+    // The right one: the client is sent to the token server, gets a JWT
+    // for the repository and pushes with it (this registry accepts nothing
+    // else); a pull from an empty store gives the same bytes.
+    push(&work.path().join("c1"), &a, &r);
+    let granted: Vec<Vec<String>> = tokens
+        .requests()
+        .into_iter()
+        .filter(|q| q.granted)
+        .map(|q| q.scopes)
+        .collect();
+    assert!(
+        granted
+            .iter()
+            .flatten()
+            .any(|s| s == "repository:models/tok:pull,push"),
+        "{granted:?}"
+    );
+    let out = work.path().join("pulled.gpack");
+    pull(&work.path().join("c2"), &r, &out);
+    assert_eq!(sha256(&out), sha256(&a));
+
+    // A bearer token handed over as is (GPACK_REGISTRY_TOKEN): one for this
+    // repository pulls; one for another repository is refused by the
+    // registry, naming where the credentials came from, leaving no file.
+    let pull_with = |token: String, cache: &str, out: &Path| {
+        gp(
+            &work.path().join(cache),
+            &["pull", &r, "-o", out.to_str().unwrap(), "--insecure"],
+        )
+        .env("GPACK_REGISTRY_TOKEN", token)
+        .output()
+        .unwrap()
+    };
+    let out2 = work.path().join("by-token.gpack");
+    let o = pull_with(
+        tokens.mint(USER, &["repository:models/tok:pull".into()]),
+        "c3",
+        &out2,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(sha256(&out2), sha256(&a));
+    let out3 = work.path().join("other-scope.gpack");
+    let o = pull_with(
+        tokens.mint(USER, &["repository:models/other:pull".into()]),
+        "c4",
+        &out3,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("401") && err.contains("GPACK_REGISTRY_TOKEN"),
+        "{err}"
+    );
+    assert!(!out3.exists());
 }
