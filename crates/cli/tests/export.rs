@@ -1,12 +1,12 @@
 //! `gpack export`: a .gpack converted with `--quant keep` gives back the
 //! source GGUF's metadata (every key, in order, same values) and every
-//! tensor bit for bit; the GGUF runs and generates what the source does.
-//! (llama.cpp itself on the exported file: scripts/check-export-llamacpp.sh,
-//! whose result is in docs/PERFORMANCE.md.)
+//! tensor bit for bit; the GGUF runs and generates what the source does,
+//! in gpack and in llama.cpp itself.
 
 use crate::{gpack, smollm2};
 use gpack_ingest::gguf;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn convert(src: &Path, out: &Path, quant: &str) {
     let o = gpack()
@@ -138,4 +138,46 @@ fn an_exported_gguf_runs_like_its_source_and_existing_outputs_are_kept() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
     assert!(gpack_format::temp_files_of(&out).is_empty());
+}
+
+/// llama.cpp (its `llama-simple`, greedy) generates the same text from the
+/// real SmolLM2 Q4_1 GGUF and from its round trip through a `--quant keep`
+/// .gpack, on three prompts.
+#[test]
+fn llamacpp_generates_from_the_export_what_it_generates_from_the_source() {
+    let llama = gpack_testkit::llama_simple();
+    let dir = tempfile::tempdir().unwrap();
+    let src = smollm2();
+    let g = dir.path().join("m.gpack");
+    convert(&src, &g, "keep");
+    let out = dir.path().join("m.gguf");
+    export(&g, &out);
+    let generate = |m: &Path, prompt: &str| {
+        let o = Command::new(&llama)
+            .arg("-m")
+            .arg(m)
+            .args(["-n", "32", prompt])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "llama-simple on {}: {}",
+            m.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    for prompt in [
+        "The capital of France is",
+        "Once upon a time, in a small village by the sea,",
+        "def fibonacci(n):",
+    ] {
+        let a = generate(&src, prompt);
+        // The prompt and 32 generated tokens, not just an echo.
+        assert!(
+            a.starts_with(prompt) && a.len() > prompt.len() + 32,
+            "llama-simple printed {a:?}"
+        );
+        assert_eq!(generate(&out, prompt), a, "prompt {prompt:?}");
+    }
 }

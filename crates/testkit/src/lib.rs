@@ -34,3 +34,11 @@ pub fn smollm2() -> PathBuf {
     assert!(p.is_file(), "{} is not a file", p.display());
     p
 }
+
+/// llama.cpp's `llama-simple` (the peer, built from the registry's source
+/// package by `scripts/llama-simple.sh` on the first run: minutes).
+pub fn llama_simple() -> PathBuf {
+    let p = script("llama-simple.sh");
+    assert!(p.is_file(), "{} is not a file", p.display());
+    p
+}
