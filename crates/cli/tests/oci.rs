@@ -762,3 +762,98 @@ fn the_registry_token_flow_pushes_and_pulls_and_refuses_wrong_credentials() {
     );
     assert!(!out3.exists());
 }
+
+/// Writes an executable `docker-credential-NAME` into `dir` running `body`
+/// (sh; the registry host arrives on stdin, as docker passes it).
+fn credential_helper(dir: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(format!("docker-credential-{name}"));
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn docker_credential_helpers_are_run_as_docker_runs_them() {
+    let reg = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let a = tiny_gpack(work.path(), "keep");
+    let r = format!("{}/models/helper:v1", reg.host);
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // A helper that knows this registry only (and checks it was asked about
+    // it, with `get`), one that knows nothing, one that breaks, one that
+    // holds an identity token.
+    credential_helper(
+        &bin,
+        "good",
+        &format!(
+            "[ \"$1\" = get ] || exit 3\nread host\n[ \"$host\" = \"{}\" ] || \
+             {{ echo 'credentials not found in native keychain'; exit 1; }}\n\
+             printf '{{\"ServerURL\":\"%s\",\"Username\":\"{USER}\",\"Secret\":\"{PASSWORD}\"}}' \"$host\"",
+            reg.host
+        ),
+    );
+    credential_helper(
+        &bin,
+        "empty",
+        "echo 'credentials not found in native keychain'; exit 1",
+    );
+    credential_helper(&bin, "broken", "echo 'keychain locked' >&2; exit 2");
+    credential_helper(
+        &bin,
+        "idtoken",
+        r#"printf '{"ServerURL":"x","Username":"<token>","Secret":"abc"}'"#,
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let dc = work.path().join("docker");
+    std::fs::create_dir_all(&dc).unwrap();
+    let run = |config: String, args: &[&str]| {
+        std::fs::write(dc.join("config.json"), config).unwrap();
+        gp(work.path(), args)
+            .arg("--insecure")
+            .env("DOCKER_CONFIG", &dc)
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let f = a.to_str().unwrap();
+    let host = &reg.host;
+    // credHelpers for this host, and credsStore: the helper's credentials.
+    for config in [
+        format!(r#"{{"credHelpers":{{"{host}":"good"}},"auths":{{"{host}":{{}}}}}}"#),
+        r#"{"credsStore":"good"}"#.to_string(),
+    ] {
+        let o = run(config, &["push", f, &r]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // A helper without credentials for it: the inline entry is used next.
+    let inline = base64_encode(format!("{USER}:{PASSWORD}").as_bytes());
+    let out = work.path().join("pulled.gpack");
+    let o = run(
+        format!(r#"{{"credsStore":"empty","auths":{{"{host}":{{"auth":"{inline}"}}}}}}"#),
+        &["pull", &r, "-o", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(sha256(&out), sha256(&a));
+    // Only an empty helper: anonymous, and the registry says 401.
+    let o = run(r#"{"credsStore":"empty"}"#.into(), &["push", f, &r]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("401") && err.contains("anonymous"), "{err}");
+    // Helpers that fail, or that are missing, are errors naming them.
+    for (helper, needle) in [
+        ("broken", "exited with exit status: 2: keychain locked"),
+        ("idtoken", "identity token"),
+        ("absent", "could not be run"),
+    ] {
+        let o = run(format!(r#"{{"credsStore":"{helper}"}}"#), &["push", f, &r]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("docker-credential-{helper}"))
+                && err.contains(needle)
+                && err.contains("config.json"),
+            "{err}"
+        );
+    }
+}

@@ -6,9 +6,15 @@
 //! or `username`/`password`), else anonymous. With a username and password
 //! the client answers a Basic challenge directly and a Bearer challenge by
 //! the registry token flow (the token endpoint is asked with them).
-//! Credential helpers (`credsStore`, `credHelpers`) are not run.
+//!
+//! Credential helpers are run as docker runs them: `credHelpers.<host>`
+//! first, then `credsStore`, then the inline `auths` entry. A helper is the
+//! program `docker-credential-NAME` on `PATH`, run as `… get` with the
+//! registry host on its stdin; it answers `{"Username", "Secret"}` JSON, or
+//! exits non-zero saying "credentials not found" (then the next source is
+//! tried). Its answer is capped at 1 MiB and 60 s.
 
-use crate::error::{io, Credentials, DockerConfigProblem, Error, Result};
+use crate::error::{io, Credentials, DockerConfigProblem, Error, HelperProblem, Result};
 use base64::Engine;
 use oci_client::secrets::RegistryAuth;
 use std::path::{Path, PathBuf};
@@ -55,12 +61,19 @@ pub fn resolve(registry: &str, flags: &Flags) -> Result<(RegistryAuth, Credentia
         None => default_docker_config(),
     };
     if let Some(path) = path.filter(|p| p.is_file()) {
-        if let Some((u, p)) = from_docker_config(&path, registry)? {
-            let what = Credentials::DockerConfig {
-                user: u.clone(),
-                path,
+        if let Some(c) = from_docker_config(&path, registry)? {
+            let what = match c.helper {
+                Some(helper) => Credentials::DockerCredentialHelper {
+                    user: c.user.clone(),
+                    helper,
+                    path,
+                },
+                None => Credentials::DockerConfig {
+                    user: c.user.clone(),
+                    path,
+                },
             };
-            return Ok((RegistryAuth::Basic(u, p), what));
+            return Ok((RegistryAuth::Basic(c.user, c.password), what));
         }
     }
     Ok((RegistryAuth::Anonymous, Credentials::Anonymous))
@@ -73,8 +86,26 @@ fn default_docker_config() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker/config.json"))
 }
 
-/// `auths.<registry>` of a docker config file, if it has an entry.
-pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String, String)>> {
+/// Credentials a docker config file gives for a registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerCredentials {
+    /// The user name.
+    pub user: String,
+    /// The password (or the helper's secret).
+    pub password: String,
+    /// The credential helper that gave them (`NAME` of
+    /// `docker-credential-NAME`), or `None` for an inline `auths` entry.
+    pub helper: Option<String>,
+}
+
+/// How long a credential helper may take, and how much it may print.
+const HELPER_TIMEOUT_SECS: u64 = 60;
+const MAX_HELPER_ANSWER: u64 = 1 << 20;
+
+/// The credentials a docker config file gives for `registry`: from its
+/// `credHelpers.<registry>` helper, else its `credsStore` helper, else its
+/// `auths.<registry>` entry; `None` when none of them has any.
+pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<DockerCredentials>> {
     use std::io::Read;
     let bad = |problem| Error::DockerConfig {
         path: path.to_path_buf(),
@@ -92,6 +123,35 @@ pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String,
     }
     let v: serde_json::Value =
         serde_json::from_slice(&text).map_err(|e| bad(DockerConfigProblem::NotJson(e)))?;
+    let helpers = [
+        v.get("credHelpers").and_then(|h| h.get(registry)),
+        v.get("credsStore"),
+    ];
+    for name in helpers.into_iter().flatten().filter_map(|h| h.as_str()) {
+        if name.is_empty() {
+            continue;
+        }
+        let answer = run_helper(name, registry).map_err(|problem| {
+            bad(DockerConfigProblem::Helper {
+                helper: name.to_string(),
+                problem,
+            })
+        })?;
+        if let Some((user, password)) = answer {
+            return Ok(Some(DockerCredentials {
+                user,
+                password,
+                helper: Some(name.to_string()),
+            }));
+        }
+    }
+    let inline = |user: &str, password: &str| {
+        Some(DockerCredentials {
+            user: user.to_string(),
+            password: password.to_string(),
+            helper: None,
+        })
+    };
     let Some(auths) = v.get("auths").and_then(|a| a.as_object()) else {
         return Ok(None);
     };
@@ -122,13 +182,111 @@ pub fn from_docker_config(path: &Path, registry: &str) -> Result<Option<(String,
         let (u, p) = s
             .split_once(':')
             .ok_or_else(|| bad(DockerConfigProblem::NoColon { key: key.clone() }))?;
-        return Ok(Some((u.to_string(), p.to_string())));
+        return Ok(inline(u, p));
     }
     let (u, p) = (
         e.get("username").and_then(|x| x.as_str()),
         e.get("password").and_then(|x| x.as_str()),
     );
-    Ok(u.zip(p).map(|(u, p)| (u.to_string(), p.to_string())))
+    Ok(u.zip(p).and_then(|(u, p)| inline(u, p)))
+}
+
+/// Runs `docker-credential-NAME get` for `registry`: `Some((user, secret))`,
+/// or `None` when the helper has no credentials for it.
+fn run_helper(
+    name: &str,
+    registry: &str,
+) -> std::result::Result<Option<(String, String)>, HelperProblem> {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(format!("docker-credential-{name}"))
+        .arg("get")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(HelperProblem::Spawn)?;
+    // A helper that exits without reading its stdin is not an error here:
+    // its answer (or its status) says what happened.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(registry.as_bytes());
+    }
+    let capped = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(r) = r {
+                let _ = r.take(MAX_HELPER_ANSWER + 1).read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = capped(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = capped(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let start = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(HelperProblem::Spawn)? {
+            Some(s) => break s,
+            None if start.elapsed().as_secs() >= HELPER_TIMEOUT_SECS => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(HelperProblem::TimedOut {
+                    secs: HELPER_TIMEOUT_SECS,
+                });
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    };
+    let (out, err) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    if out.len() as u64 > MAX_HELPER_ANSWER {
+        return Err(HelperProblem::TooLarge {
+            max: MAX_HELPER_ANSWER,
+        });
+    }
+    if !status.success() {
+        let said = if err.iter().all(u8::is_ascii_whitespace) {
+            &out
+        } else {
+            &err
+        };
+        let said: String = String::from_utf8_lossy(said)
+            .trim()
+            .chars()
+            .take(500)
+            .collect();
+        // The helpers' protocol: "credentials not found in native keychain".
+        if said.to_ascii_lowercase().contains("credentials not found") {
+            return Ok(None);
+        }
+        return Err(HelperProblem::Failed {
+            status,
+            stderr: said,
+        });
+    }
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        #[serde(rename = "Username")]
+        username: String,
+        #[serde(rename = "Secret")]
+        secret: String,
+    }
+    let a: Answer = serde_json::from_slice(&out).map_err(HelperProblem::BadAnswer)?;
+    if a.username == "<token>" {
+        return Err(HelperProblem::IdentityToken);
+    }
+    Ok(Some((a.username, a.secret)))
 }
 
 #[cfg(test)]
@@ -165,11 +323,19 @@ mod tests {
         .unwrap();
         assert_eq!(
             from_docker_config(&p, "reg.example.com").unwrap(),
-            Some(("alice".into(), "s3cret:x".into()))
+            Some(DockerCredentials {
+                user: "alice".into(),
+                password: "s3cret:x".into(),
+                helper: None
+            })
         );
         assert_eq!(
             from_docker_config(&p, "127.0.0.1:5000").unwrap(),
-            Some(("bob".into(), "pw".into()))
+            Some(DockerCredentials {
+                user: "bob".into(),
+                password: "pw".into(),
+                helper: None
+            })
         );
         assert_eq!(from_docker_config(&p, "other.io").unwrap(), None);
         std::fs::write(&p, r#"{"auths":{"a.io":{"auth":"***"}}}"#).unwrap();

@@ -255,6 +255,17 @@ pub enum Credentials {
         /// The docker config file.
         path: PathBuf,
     },
+    /// A docker credential helper named by a docker config file
+    /// (`credHelpers.<host>` or `credsStore`).
+    #[error("user {user} from docker-credential-{helper} (named by {})", path.display())]
+    DockerCredentialHelper {
+        /// The user name.
+        user: String,
+        /// The helper's name (the program is `docker-credential-NAME`).
+        helper: String,
+        /// The docker config file.
+        path: PathBuf,
+    },
     /// None: anonymous.
     #[error("none (anonymous)")]
     Anonymous,
@@ -591,6 +602,50 @@ pub enum DockerConfigProblem {
         /// The auths key.
         key: String,
     },
+    /// The credential helper it names failed.
+    #[error("its credential helper docker-credential-{helper}: {problem}")]
+    Helper {
+        /// The helper's name.
+        helper: String,
+        /// What went wrong.
+        problem: HelperProblem,
+    },
+}
+
+/// Why a docker credential helper gave no credentials (the problem of
+/// [`DockerConfigProblem::Helper`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HelperProblem {
+    /// The program could not be started (not on `PATH`, not executable).
+    #[error("could not be run (is it on PATH?): {0}")]
+    Spawn(std::io::Error),
+    /// It exited with an error other than "credentials not found".
+    #[error("exited with {status}: {stderr}")]
+    Failed {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed (stderr, else stdout), trimmed and capped.
+        stderr: String,
+    },
+    /// It did not answer in time.
+    #[error("gave no answer within {secs} s")]
+    TimedOut {
+        /// The limit.
+        secs: u64,
+    },
+    /// Its answer is not the protocol's JSON object.
+    #[error("answered something that is not {{\"Username\", \"Secret\"}} JSON: {0}")]
+    BadAnswer(serde_json::Error),
+    /// Its answer is larger than the cap.
+    #[error("answered more than {max} bytes")]
+    TooLarge {
+        /// The cap.
+        max: u64,
+    },
+    /// It holds an identity token (user `<token>`), which gpack cannot use.
+    #[error("holds an identity token (user <token>), which gpack does not support: pass --username and --password, or GPACK_REGISTRY_TOKEN")]
+    IdentityToken,
 }
 
 /// `Result` with this crate's error.

@@ -23,7 +23,7 @@ mod registry;
 pub mod store;
 
 pub use error::{
-    ArtifactProblem, Credentials, DockerConfigProblem, Document, Error, Operation,
+    ArtifactProblem, Credentials, DockerConfigProblem, Document, Error, HelperProblem, Operation,
     ReferenceProblem, Result,
 };
 pub use oci_client::{Reference, RegistryOperation};

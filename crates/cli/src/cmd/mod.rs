@@ -258,7 +258,9 @@ pub struct RegistryArgs {
     #[arg(long, value_name = "PASSWORD")]
     pub password: Option<String>,
     /// The docker config file to read credentials from (default
-    /// $DOCKER_CONFIG/config.json, else ~/.docker/config.json).
+    /// $DOCKER_CONFIG/config.json, else ~/.docker/config.json), as docker
+    /// does: its credHelpers/credsStore helper (docker-credential-NAME on
+    /// PATH), else its auths entry.
     #[arg(long, value_name = "FILE")]
     pub docker_config: Option<std::path::PathBuf>,
     /// Plain HTTP without TLS; refused unless the registry is on a loopback
