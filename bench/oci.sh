@@ -52,11 +52,17 @@ cat "$BIG" >/dev/null
 base() { cp "$BIG" "$W/copy" && sha256sum "$W/copy" >/dev/null && rm -f "$W/copy"; }
 pushit() { GPACK_CACHE=$W/pc "$G" push "$BIG" "$H/bench/big:$1" "${AUTH[@]}"; }
 pullit() { rm -rf "$W/store" "$W/out.gpack"; GPACK_CACHE=$W/store "$G" pull "$H/bench/big:v0" -o "$W/out.gpack" "${AUTH[@]}"; }
-BASE=$(for i in $(seq "$RUNS"); do t base; done | median)
-# Each push goes to a fresh registry repository state: delete nothing, but
-# push under a new tag of a new repository so every blob is sent again.
-PUSH=$(for i in $(seq "$RUNS"); do rm -rf "$W/storage" "$W/pc"; t pushit v0; done | median)
-PULL=$(for i in $(seq "$RUNS"); do t pullit; done | median)
+# Rounds alternate the three (cp + sha256sum, push, pull), so a slow minute
+# of the disk or of writeback lands on all of them. Each push goes to an
+# emptied registry storage, so every blob is sent again.
+: >"$W/base.t"; : >"$W/push.t"; : >"$W/pull.t"
+for i in $(seq "$RUNS"); do
+  t base >>"$W/base.t"
+  rm -rf "$W/storage" "$W/pc"
+  t pushit v0 >>"$W/push.t"
+  t pullit >>"$W/pull.t"
+done
+BASE=$(median <"$W/base.t"); PUSH=$(median <"$W/push.t"); PULL=$(median <"$W/pull.t")
 cmp "$BIG" "$W/out.gpack"
 GB=$(echo "$SIZE / 1000000000" | bc -l)
 printf 'cpu: %s, %s cores; file: %s (%s bytes)\n' "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" "$(nproc)" "$BIG" "$SIZE"
