@@ -7,7 +7,8 @@ Usage: python3 serve_client.py BASE_URL single|concurrent REPS [STREAMS] [MAX_TO
   of up to ~200), for constrained-decoding cost (bench/structured.sh).
 Prints one JSON object per repetition:
   single:     {"ttft_ms", "decode_tps", "tokens"}            (one request at a time)
-  concurrent: {"aggregate_tps", "tokens", "wall_s", "ttft_ms_median"}  (STREAMS at once)
+  concurrent: {"aggregate_tps", "aggregate_decode_tps", "tokens", "wall_s", "ttft_ms_median"}
+              (STREAMS at once; aggregate_decode_tps sums each stream's rate after its first token)
 Tokens are counted from the usage the server reports when it does, else from
 the number of non-empty text chunks (one token each on both servers).
 """
@@ -108,6 +109,10 @@ for rep in range(REPS):
         tokens = sum(o["tokens"] for o in out)
         print(json.dumps({
             "aggregate_tps": tokens / wall,
+            # Decode only (after each stream's first token, so without the
+            # prompts' prefill and the grammars' compilation): the sum of the
+            # streams' own rates, which run at the same time.
+            "aggregate_decode_tps": sum((o["tokens"] - 1) / max(o["last"] - o["first"], 1e-9) for o in out),
             "tokens": tokens,
             "wall_s": wall,
             "ttft_ms_median": median([(o["first"] - o["t0"]) * 1e3 for o in out]),

@@ -25,9 +25,12 @@
 //! beyond the forward pass — when the runtime's pool leaves a core for that
 //! thread (`serve --threads` below the cores). When the pool has every core
 //! (its workers spin between jobs, and a thread among them stalls the
-//! whole step), the masks are computed right after the forward pass on the
-//! engine thread instead. That wait and each mask's time are in the
-//! metrics.
+//! whole step), the masks are computed right after the forward pass, one
+//! slot per task of that pool. A greedy slot's mask is not computed during
+//! the step at all: sampling asks the grammar about the model's own token
+//! and computes the mask only when the grammar refuses it or forces bytes
+//! (the same tokens: [`Engine::adjust`]). That wait and each mask's time
+//! are in the metrics.
 
 use crate::api::ApiError;
 use crate::constrain::Guide;
@@ -200,6 +203,13 @@ fn injected_panic_step() -> Option<u64> {
     std::env::var("GPACK_TEST_PANIC_AT_STEP").ok()?.parse().ok()
 }
 
+/// Test hook: `GPACK_TEST_EAGER_MASKS=1` computes every constrained
+/// slot's mask during the step, greedy ones included, so that a test can
+/// check the lazy path gives the same tokens.
+fn eager_masks() -> bool {
+    std::env::var_os("GPACK_TEST_EAGER_MASKS").is_some_and(|v| v == "1")
+}
+
 /// Test hook: `GPACK_TEST_ENGINE_EXIT_AT_STEP=N` makes the engine thread
 /// return instead of running its N-th batched step (counted from 1), as if
 /// it had died, to exercise `/health` and the refusals that follow from
@@ -344,6 +354,10 @@ struct Active {
     /// Whether the job has a constraint (its matcher is lent out during a
     /// step).
     constrained: bool,
+    /// This step's mask is left to sampling ([`Engine::adjust`]): a greedy
+    /// job's token needs the mask only when the grammar refuses the model's
+    /// own choice.
+    lazy_mask: bool,
 }
 
 /// Runs once, on the engine thread, after its first output: the first
@@ -408,6 +422,8 @@ struct Engine {
     /// Compute grammar masks on a thread beside the forward pass (when a
     /// core is left over by the runtime's pool), else after it on this one.
     masks_beside: bool,
+    /// [`eager_masks`]: no lazy masks (a test hook).
+    eager_masks: bool,
     /// Batched steps run so far, and the one that panics on purpose
     /// ([`injected_panic_step`]).
     steps: u64,
@@ -418,10 +434,13 @@ struct Engine {
     first_output: Option<FirstOutput>,
 }
 
+/// A constrained slot's matcher, lent out for a step.
+type Lent = (usize, Box<Guide>);
+
 /// One compute_mask per lent matcher, timed.
 type Masks = Vec<(usize, Box<Guide>, Result<SimpleVob, String>, Duration)>;
 
-fn compute_masks(lent: Vec<(usize, Box<Guide>)>) -> Masks {
+fn compute_masks(lent: Vec<Lent>) -> Masks {
     lent.into_iter()
         .map(|(i, mut m)| {
             let t = Instant::now();
@@ -432,6 +451,27 @@ fn compute_masks(lent: Vec<(usize, Box<Guide>)>) -> Masks {
             };
             (i, m, mask, t.elapsed())
         })
+        .collect()
+}
+
+/// [`compute_masks`] of several slots at once, one per task of the runtime's
+/// pool (its threads are idle between the forward pass and sampling): the
+/// masks of a batched step, which would otherwise follow each other on the
+/// engine thread.
+fn compute_masks_on_pool(lent: Vec<Lent>) -> Masks {
+    use std::sync::{Mutex, MutexGuard};
+    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    let cells: Vec<Mutex<Option<Lent>>> = lent.into_iter().map(|x| Mutex::new(Some(x))).collect();
+    let out: Vec<Mutex<Masks>> = cells.iter().map(|_| Mutex::new(Vec::new())).collect();
+    gpack_quant::Pool::global().run(cells.len(), &|i| {
+        if let Some(x) = lock(&cells[i]).take() {
+            *lock(&out[i]) = compute_masks(vec![x]);
+        }
+    });
+    out.into_iter()
+        .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
         .collect()
 }
 
@@ -481,6 +521,7 @@ impl Engine {
             embeds: Default::default(),
             embed_state: None,
             masks_beside: spare_core(),
+            eager_masks: eager_masks(),
             steps: 0,
             panic_at: injected_panic_step(),
             exit_at: injected_exit_step(),
@@ -530,6 +571,7 @@ impl Engine {
             next: 0,
             first_at: None,
             mask: None,
+            lazy_mask: false,
             constrained,
         });
     }
@@ -825,10 +867,16 @@ impl Engine {
         let inject = self.panic_at == Some(self.steps);
         // The matchers of the constrained slots that sample after this
         // step, lent to the mask thread for its duration.
-        let mut lent: Vec<(usize, Box<Guide>)> = Vec::new();
+        // A greedy slot sampling one row keeps its matcher: its mask is
+        // computed only if the grammar refuses the model's own token.
+        let mut lent: Vec<Lent> = Vec::new();
         for (j, &i) in idx.iter().enumerate() {
             if let Some(a) = self.slots[i].as_mut() {
-                if wants[j] != Logits::None {
+                a.lazy_mask = a.constrained
+                    && wants[j] == Logits::Last
+                    && a.sampler.config().is_greedy()
+                    && !self.eager_masks;
+                if wants[j] != Logits::None && !a.lazy_mask {
                     if let Some(m) = a.job.constraint.take() {
                         lent.push((i, m));
                     }
@@ -854,7 +902,13 @@ impl Engine {
             let waited = Instant::now();
             let masks = match worker {
                 Some(w) => Some(w.join().unwrap_or_default()),
-                None => lent.map(compute_masks),
+                None => lent.map(|l| {
+                    if l.len() > 1 {
+                        compute_masks_on_pool(l)
+                    } else {
+                        compute_masks(l)
+                    }
+                }),
             };
             (res, masks.map(|m| (m, waited.elapsed())))
         });
@@ -920,7 +974,7 @@ impl Engine {
                 };
                 let masked = &mut self.masked;
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    let sample_row = Self::adjust(a, row, masked)?;
+                    let sample_row = Self::adjust(a, row, masked, &self.metrics)?;
                     Ok(Self::on_logits(
                         a,
                         sample_row,
@@ -980,10 +1034,23 @@ impl Engine {
 
     /// The row to sample from: `row` itself, or a copy in `buf` with the
     /// job's penalties applied and what its grammar forbids at −∞.
+    ///
+    /// A lazy slot ([`Active::lazy_mask`], greedy) first asks its grammar
+    /// about the token greedy sampling picks from the unmasked row: when the
+    /// grammar accepts it, that token is also the argmax of the masked row
+    /// (masking only lowers other entries to −∞, and ties go to the lowest
+    /// id either way), so the row is returned unmasked; only otherwise is
+    /// the mask computed here. The end token and the stop tokens always take
+    /// the mask (they are allowed exactly when the output is complete), and
+    /// so does every step where the grammar forces bytes (llguidance's mask
+    /// is then the forced bytes' canonical token alone; without forced
+    /// bytes it is exactly the tokens whose bytes the grammar accepts, what
+    /// `validate_tokens` checks).
     fn adjust<'r>(
         a: &mut Active,
         row: &'r [f32],
         buf: &'r mut Vec<f32>,
+        metrics: &Metrics,
     ) -> Result<&'r [f32], String> {
         if !a.constrained && !a.job.penalties.active() {
             return Ok(row);
@@ -997,6 +1064,29 @@ impl Engine {
         let mask = match a.mask.take() {
             Some(Ok(m)) => m,
             Some(Err(e)) => return Err(format!("the grammar engine failed: {e}")),
+            None if a.lazy_mask => {
+                let Some(g) = a.job.constraint.as_mut() else {
+                    return Err("internal error: no grammar for this step".into());
+                };
+                let tok = a.sampler.sample(buf, &a.history);
+                let (end, stop) = (a.job.end_token, &a.job.stop_tokens);
+                // Where the grammar forces bytes (a key, a bracket), its mask
+                // is not "every token it accepts" but the forced bytes'
+                // canonical token: the mask decides there.
+                if tok != end
+                    && !stop.contains(&tok)
+                    && g.0.compute_ff_bytes().is_empty()
+                    && g.0.validate_tokens(&[tok]).ok() == Some(1)
+                {
+                    return Ok(buf);
+                }
+                let t = Instant::now();
+                let m =
+                    g.0.compute_mask()
+                        .map_err(|e| format!("the grammar engine failed: {e}"))?;
+                metrics.mask_seconds.observe(t.elapsed().as_secs_f64());
+                m
+            }
             None => return Err("internal error: no grammar mask for this step".into()),
         };
         crate::constrain::apply_mask(buf, &mask, a.job.end_token, &a.job.stop_tokens);

@@ -752,6 +752,31 @@ def tools():
                      400, "messages")
 
 
+def structured_texts():
+    """Prints (one JSON line) the greedy answers to every structured case, a
+    json_object request and a Lark grammar request: serve.rs compares them
+    between a server whose greedy slots compute masks lazily and one that
+    computes every mask (GPACK_TEST_EAGER_MASKS=1)."""
+    from structured_cases import CASES
+
+    def one(c):
+        prompt, fmt = c
+        r = chat(prompt, max_tokens=160, temperature=0, **fmt)
+        return [r.choices[0].message.content, r.choices[0].finish_reason]
+
+    reqs = [(p, {"response_format": {"type": "json_schema",
+                                     "json_schema": {"name": "answer", "schema": s, "strict": True}}})
+            for p, s in CASES]
+    reqs.append(("Describe a cat as JSON.", {"response_format": {"type": "json_object"}}))
+    reqs.append(("Say yes or no: is water wet?",
+                 {"extra_body": {"grammar": 'start: ("yes" | "no") " because " /[a-z ]{1,40}/ "."'}}))
+    outs = [one(reqs[0])]
+    with cf.ThreadPoolExecutor(4) as ex:
+        outs += list(ex.map(one, reqs[1:], timeout=600))
+    results.append(("structured_texts", None))
+    print(json.dumps(outs), flush=True)
+
+
 def tool_format():
     @case
     def named_call_round_trip():
@@ -760,7 +785,7 @@ def tool_format():
 
 
 {"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth,
- "structured": structured, "sampling": sampling, "tools": tools, "tool_format": tool_format}[GROUP]()
+ "structured": structured, "structured_texts": structured_texts, "sampling": sampling, "tools": tools, "tool_format": tool_format}[GROUP]()
 failed = sum(1 for _, e in results if e is not None)
 print(f"{len(results) - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

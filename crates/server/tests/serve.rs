@@ -169,6 +169,26 @@ fn python(addr: SocketAddr, group: &str, key: Option<&str>) {
     );
 }
 
+/// Runs an openai_client.py group and returns its last stdout line.
+fn python_last_line(addr: SocketAddr, group: &str) -> String {
+    let py = script("setup-python.sh");
+    let out = Command::new(py)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py"))
+        .arg(format!("http://{addr}"))
+        .arg(group)
+        .output()
+        .expect("running python");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "openai_client.py {group} failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    // The group's JSON, before the "N passed, M failed" summary.
+    lines[lines.len().saturating_sub(2)].to_string()
+}
+
 /// Sends a raw HTTP/1.1 POST and returns the connection.
 fn post(addr: SocketAddr, path: &str, body: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -234,6 +254,23 @@ fn openai_client_structured() {
     );
     python(srv.addr, "structured", None);
     python(srv.addr, "sampling", None);
+}
+
+// Greedy constrained slots compute a grammar mask only when the grammar
+// refuses the model's own token (engine.rs `adjust`): their answers must be
+// those of computing every mask, on every structured case, json_object and
+// a Lark grammar, 4 slots at a time, with the pool on every core.
+#[test]
+fn lazy_grammar_masks_give_the_tokens_of_eager_ones() {
+    let m = model();
+    let args = ["--ctx", "1024", "--parallel", "4", "--name", "smollm2"];
+    let lazy = start(&m.gpack, &args);
+    let eager = start_with_env(&m.gpack, &args, &[("GPACK_TEST_EAGER_MASKS", "1")]);
+    let a = python_last_line(lazy.addr, "structured_texts");
+    let b = python_last_line(eager.addr, "structured_texts");
+    let v: serde_json::Value = serde_json::from_str(&a).expect("a JSON list of answers");
+    assert_eq!(v.as_array().map(Vec::len), Some(22), "{a}");
+    assert_eq!(a, b);
 }
 
 // Tool calling through each supported format's real template
