@@ -29,7 +29,7 @@
 //! slot per task of that pool. A greedy slot's mask is not computed during
 //! the step at all: sampling asks the grammar about the model's own token
 //! and computes the mask only when the grammar refuses it or forces bytes
-//! (the same tokens: [`Engine::adjust`]). That wait and each mask's time
+//! (the same tokens: `Engine::adjust`). That wait and each mask's time
 //! are in the metrics.
 
 use crate::api::ApiError;
