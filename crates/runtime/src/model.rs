@@ -343,12 +343,33 @@ impl<'a> Model<'a> {
     /// (`[n][n_embd]`: transformers' last `hidden_states`), for embeddings.
     pub fn hidden_states(&self, s: &mut State, tokens: &[u32]) -> Result<Vec<f32>> {
         self.forward(s, tokens, Logits::None)?;
+        Ok(self.output_normed(&s.scratch, tokens.len()))
+    }
+
+    /// [`Model::hidden_states`] of several sequences in one batched step:
+    /// `tokens[i]` (at `seqs[i]`'s next positions) gives rows
+    /// `Σ_{j<i} len_j ..` of the result, `[Σ len][n_embd]`, each the bits
+    /// it gets alone.
+    pub fn hidden_states_batch(
+        &self,
+        s: &mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+    ) -> Result<Vec<f32>> {
+        assert_eq!(seqs.len(), tokens.len(), "one token slice per sequence");
+        s.head_rows.clear();
+        self.step(s, seqs, tokens)?;
+        Ok(self.output_normed(s, tokens.iter().map(|t| t.len()).sum()))
+    }
+
+    /// The first `n` rows of the residual stream after the output norm.
+    fn output_normed(&self, s: &Scratch, n: usize) -> Vec<f32> {
         let d = self.config.n_embd;
-        let mut out = vec![0.0; tokens.len() * d];
-        for (o, x) in out.chunks_exact_mut(d).zip(s.scratch.x.chunks_exact(d)) {
+        let mut out = vec![0.0; n * d];
+        for (o, x) in out.chunks_exact_mut(d).zip(s.x.chunks_exact(d)) {
             ops::rmsnorm(o, x, &self.output_norm, self.config.rms_eps);
         }
-        Ok(out)
+        out
     }
 
     /// One step for several sequences: `tokens[i]` (non-empty) is appended

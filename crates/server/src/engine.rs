@@ -141,14 +141,29 @@ impl From<crate::embed::EmbedJob> for Work {
     }
 }
 
-/// An embedding job in progress: the input being run, how far, its pool.
+/// An embedding job: the next input not started yet, and the pooled
+/// vectors of those done.
 struct Embedding {
+    id: u64,
     job: crate::embed::EmbedJob,
+    next: usize,
+    out: Vec<Option<Vec<f32>>>,
+    left: usize,
+}
+
+/// One input of an embedding job being run, in a batched step with the
+/// other lanes: how far, its pooled sum and its own KV cache.
+struct Lane {
+    job: u64,
     input: usize,
     fed: usize,
     pool: crate::embed::Pool,
-    out: Vec<Vec<f32>>,
+    seq: Sequence,
 }
+
+/// Embedding inputs run together in one batched step (of one request or
+/// several), sharing the step's `prefill_chunk` tokens.
+const EMBED_LANES: usize = 8;
 
 /// The HTTP side's handle: admission control and the job queue.
 #[derive(Debug)]
@@ -418,7 +433,9 @@ struct Engine {
     masked: Vec<f32>,
     /// Embedding jobs, first in first out, and the sequence they run in.
     embeds: std::collections::VecDeque<Embedding>,
-    embed_state: Option<gpack_runtime::State>,
+    lanes: Vec<Lane>,
+    embed_scratch: Scratch,
+    embed_ids: u64,
     /// Compute grammar masks on a thread beside the forward pass (when a
     /// core is left over by the runtime's pool), else after it on this one.
     masks_beside: bool,
@@ -519,7 +536,9 @@ impl Engine {
             scratch: Scratch::default(),
             masked: Vec::new(),
             embeds: Default::default(),
-            embed_state: None,
+            lanes: Vec::new(),
+            embed_scratch: Scratch::default(),
+            embed_ids: 0,
             masks_beside: spare_core(),
             eager_masks: eager_masks(),
             steps: 0,
@@ -626,66 +645,120 @@ impl Engine {
     fn take(&mut self, w: Work) {
         match w {
             Work::Gen(job) => self.place(job),
-            Work::Embed(job) => self.embeds.push_back(Embedding {
-                job,
-                input: 0,
-                fed: 0,
-                pool: Default::default(),
-                out: Vec::new(),
-            }),
+            Work::Embed(job) => {
+                self.embed_ids += 1;
+                let n = job.inputs.len();
+                self.embeds.push_back(Embedding {
+                    id: self.embed_ids,
+                    job,
+                    next: 0,
+                    out: vec![None; n],
+                    left: n,
+                });
+            }
         }
     }
 
-    /// One prefill chunk of the first embedding job.
+    /// One batched step of embedding inputs: up to [`EMBED_LANES`] inputs
+    /// (the queued jobs' in order) each advance by their share of
+    /// `prefill_chunk` tokens; an input whose tokens are all in is pooled,
+    /// and a job whose inputs are all pooled is answered.
     fn embed_chunk(&mut self) {
-        let Some(e) = self.embeds.front_mut() else {
-            return;
-        };
-        if e.job.reply.is_closed() {
-            self.embeds.pop_front();
+        // Jobs whose client left, with their lanes.
+        while let Some(k) = self.embeds.iter().position(|e| e.job.reply.is_closed()) {
+            let e = self.embeds.remove(k).expect("a job at k");
+            self.lanes.retain(|l| l.job != e.id);
             self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+        }
+        let model = self.model;
+        while self.lanes.len() < EMBED_LANES {
+            let Some(e) = self.embeds.iter_mut().find(|e| e.next < e.job.inputs.len()) else {
+                break;
+            };
+            let len = e.job.inputs[e.next].len();
+            self.lanes.push(Lane {
+                job: e.id,
+                input: e.next,
+                fed: 0,
+                pool: Default::default(),
+                seq: model.new_sequence(len.max(1)),
+            });
+            e.next += 1;
+        }
+        if self.lanes.is_empty() {
             return;
         }
-        let (model, n_ctx) = (self.model, self.cfg.n_ctx);
-        let state = self
-            .embed_state
-            .get_or_insert_with(|| model.new_state(n_ctx));
-        let toks = &e.job.inputs[e.input];
-        if e.fed == 0 {
-            state.truncate(0);
-        }
-        let k = (toks.len() - e.fed).min(self.cfg.prefill_chunk.max(1));
-        let chunk = &toks[e.fed..e.fed + k];
-        let res = catch_unwind(AssertUnwindSafe(|| model.hidden_states(state, chunk)));
-        let err = match res {
-            Ok(Ok(h)) => {
-                e.pool.add(&h, model.config.n_embd);
-                None
-            }
-            Ok(Err(err)) => Some(crate::load::chain(&err)),
-            Err(_) => Some("internal error: the embedding step panicked".to_string()),
+        let per = (self.cfg.prefill_chunk.max(1) / self.lanes.len()).max(1);
+        let embeds = &self.embeds;
+        let input = |l: &Lane| -> &[u32] {
+            let e = embeds.iter().find(|e| e.id == l.job).expect("a lane's job");
+            &e.job.inputs[l.input]
         };
-        if let Some(msg) = err {
-            self.embed_state = None;
-            if let Some(e) = self.embeds.pop_front() {
-                let _ = e.job.reply.send(Err(msg));
+        let chunks: Vec<Vec<u32>> = self
+            .lanes
+            .iter()
+            .map(|l| {
+                let t = input(l);
+                t[l.fed..(l.fed + per).min(t.len())].to_vec()
+            })
+            .collect();
+        let slices: Vec<&[u32]> = chunks.iter().map(Vec::as_slice).collect();
+        let scratch = &mut self.embed_scratch;
+        let mut seqs: Vec<&mut Sequence> = self.lanes.iter_mut().map(|l| &mut l.seq).collect();
+        let res = catch_unwind(AssertUnwindSafe(|| {
+            model.hidden_states_batch(scratch, &mut seqs, &slices)
+        }));
+        drop(seqs);
+        let h = match res {
+            Ok(Ok(h)) => h,
+            failed => {
+                let msg = match failed {
+                    Ok(Err(err)) => crate::load::chain(&err),
+                    _ => "internal error: the embedding step panicked".to_string(),
+                };
+                self.embed_scratch = Scratch::default();
+                let ids: Vec<u64> = self.lanes.drain(..).map(|l| l.job).collect();
+                self.embeds.retain(|e| {
+                    if !ids.contains(&e.id) {
+                        return true;
+                    }
+                    let _ = e.job.reply.send(Err(msg.clone()));
+                    self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
+                    false
+                });
+                return;
             }
-            self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
-            return;
-        }
-        e.fed += k;
-        if e.fed == toks.len() {
-            let pooled = std::mem::take(&mut e.pool).finish(e.job.pooling);
-            e.out.push(pooled);
-            e.input += 1;
-            e.fed = 0;
-            if e.input == e.job.inputs.len() {
-                if let Some(e) = self.embeds.pop_front() {
-                    let _ = e.job.reply.send(Ok(e.out));
-                }
+        };
+        let d = model.config.n_embd;
+        let mut row = 0;
+        let mut finished = false;
+        let lanes = std::mem::take(&mut self.lanes);
+        for (mut l, c) in lanes.into_iter().zip(&chunks) {
+            l.pool.add(&h[row * d..(row + c.len()) * d], d);
+            row += c.len();
+            l.fed += c.len();
+            let k = self
+                .embeds
+                .iter()
+                .position(|e| e.id == l.job)
+                .expect("a lane's job");
+            let e = &mut self.embeds[k];
+            if l.fed < e.job.inputs[l.input].len() {
+                self.lanes.push(l);
+                continue;
+            }
+            e.out[l.input] = Some(l.pool.finish(e.job.pooling));
+            e.left -= 1;
+            if e.left == 0 {
+                let e = self.embeds.remove(k).expect("a job at k");
+                let out = e.out.into_iter().map(Option::unwrap_or_default).collect();
+                let _ = e.job.reply.send(Ok(out));
                 self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
-                self.output_done();
+                finished = true;
             }
+        }
+        if finished {
+            self.output_done();
         }
     }
 
@@ -706,6 +779,7 @@ impl Engine {
             self.retire(i, Some(Event::Shutdown));
         }
         let queued = rx.try_iter();
+        self.lanes.clear();
         let embeds: Vec<_> = self.embeds.drain(..).map(|e| e.job).collect();
         let mut n = 0;
         for w in queued.chain(embeds.into_iter().map(Work::Embed)) {

@@ -979,6 +979,38 @@ fn embeddings_equal_transformers_pooled_hidden_states() {
     assert_eq!(batch["data"][1]["embedding"], v["data"][0]["embedding"]);
     assert_eq!(batch["data"][1]["index"], 1);
     assert_ne!(batch["data"][0]["embedding"], v["data"][0]["embedding"]);
+    // More inputs than a batched step's lanes (8), long enough to take
+    // several steps each (the step's 256 tokens shared by 8 lanes), in two
+    // requests at once: every vector is the bits of its input alone.
+    let inputs: Vec<Vec<u32>> = (0..11u32)
+        .map(|i| {
+            (0..(5 + 5 * i))
+                .map(|j| 1 + (i * 7 + j * 3) % 250)
+                .collect()
+        })
+        .collect();
+    let alone: Vec<serde_json::Value> = inputs
+        .iter()
+        .map(|t| embed(serde_json::json!(t))["data"][0]["embedding"].clone())
+        .collect();
+    let (a, b) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| embed(serde_json::json!(inputs)));
+        let b = sc.spawn(|| embed(serde_json::json!(inputs[3..].to_vec())));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (i, want) in alone.iter().enumerate() {
+        assert_eq!(
+            &a["data"][i]["embedding"], want,
+            "input {i} in a batch of 11"
+        );
+        if i >= 3 {
+            assert_eq!(
+                &b["data"][i - 3]["embedding"],
+                want,
+                "input {i} in the other batch"
+            );
+        }
+    }
     // Refusals: too long for the context, bad ids.
     let long: Vec<u32> = vec![5; 65];
     let r = read_all(post(
