@@ -23,8 +23,9 @@ use std::process::ExitCode;
 /// {"type": "json_schema", "json_schema": {"schema": {...}}}, or the
 /// extension "grammar": "<Lark grammar>" (llguidance's syntax), on both
 /// generation endpoints; the output is decoded under the grammar's token
-/// mask, computed beside the batched forward pass (its cost per token is
-/// /metrics' gpack_grammar_mask_seconds). A schema or grammar the engine
+/// mask (greedy requests compute it only when the grammar refuses the
+/// model's own token; each mask's cost is /metrics'
+/// gpack_grammar_mask_seconds). A schema or grammar the engine
 /// refuses is a 400 naming the parameter.
 ///
 /// Also: "logprobs" (chat: true, with "top_logprobs" up to 20; completions:
