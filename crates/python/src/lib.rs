@@ -7,7 +7,7 @@
 //! crates of the workspace: reading and verifying (gpack-format), tensor
 //! views and dequantization (gpack-runtime's `GpackWeights`, gpack-quant),
 //! tokenizers and chat templates (gpack-tokenizer), generation (gpack-runtime),
-//! opening any model file (gpack-server's `Loaded`, as `gpack run` does),
+//! opening any model file (gpack-runtime's `Loaded`, as `gpack run` and `gpack serve` do),
 //! conversion (gpack-convert) and export to GGUF (gpack-runtime's `export`).
 //!
 //! No `unsafe` here: views of the mapping are handed to NumPy as an address

@@ -9,11 +9,12 @@
 
 use crate::tok::{check_ids, messages};
 use crate::{err_msg, json_to_py};
+use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_with, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
     NgramDrafter, SamplerConfig, SpecMode, StopReason,
 };
-use gpack_server::{Integrity, Loaded, VerifyMode};
+use gpack_server::{Integrity, VerifyMode};
 use gpack_tokenizer::Tokenizer as RTokenizer;
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;

@@ -81,6 +81,7 @@ pub mod giw;
 pub mod gpack;
 mod matrix;
 pub mod model;
+pub mod open;
 pub mod ops;
 pub mod ple;
 pub mod sampler;
@@ -96,6 +97,7 @@ pub use gpack::{DraftWeights, GpackWeights};
 pub use model::{
     LoadOptions, Logits, Model, PleMode, PleStats, Scratch, Sequence, State, DEFAULT_PLE_CACHE,
 };
+pub use open::{Loaded, OpenError};
 pub use sampler::{argmax, Sampler, SamplerConfig};
 pub use spec::{Drafter, ModelDrafter, NgramDrafter, SpecMode, SpecStats};
 pub use weights::{AlignedBuf, HasMetadata, MetadataSource, TensorRef, WeightSource};

@@ -24,30 +24,9 @@ pub enum Error {
         #[source]
         source: Box<gpack_oci::Error>,
     },
-    /// A prequantized .giw bundle could not be opened.
-    #[error("{}", named(("loading bundle", "loading the bundle"), path, &**source))]
-    Giw {
-        /// The file.
-        path: String,
-        /// Why.
-        #[source]
-        source: Box<gpack_runtime::giw::GiwError>,
-    },
-    /// The model's tokenizer could not be read.
-    #[error("{}", named(("reading the tokenizer of", "reading the tokenizer"), path, &**source))]
-    Tokenizer {
-        /// The file.
-        path: String,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A .gpack without a TokenizerBin section.
-    #[error("{path} has no TokenizerBin section")]
-    NoTokenizer {
-        /// The file.
-        path: String,
-    },
+    /// A model file could not be opened (weights, bundle or tokenizer).
+    #[error(transparent)]
+    Open(#[from] gpack_runtime::OpenError),
     /// The model's chat template does not compile.
     #[error("the model's chat template")]
     Template(#[source] Box<gpack_tokenizer::Error>),
@@ -86,20 +65,7 @@ pub enum Error {
     Integrity(#[from] crate::integrity::Problem),
 }
 
-/// `what.0 path`, or `what.1` alone when a cause below names `path`
-/// already (a file's open error does): each path is printed once along an
-/// error chain, whichever layer knows it.
-pub(crate) fn named(
-    what: (&str, &str),
-    path: &str,
-    source: &(dyn std::error::Error + 'static),
-) -> String {
-    if crate::load::chain(source).contains(path) {
-        what.1.to_string()
-    } else {
-        format!("{} {path}", what.0)
-    }
-}
+pub(crate) use gpack_runtime::open::named;
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

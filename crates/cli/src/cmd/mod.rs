@@ -214,7 +214,7 @@ pub fn open_model(
     fallback: Option<&std::path::Path>,
     stream_weights: Option<&str>,
     registry: &RegistryArgs,
-) -> anyhow::Result<gpack_server::Loaded> {
+) -> anyhow::Result<gpack_runtime::Loaded> {
     use anyhow::Context;
     use gpack_convert::sidecar::{ensure_sidecar, SidecarStatus};
     let bars = std::sync::Arc::new(crate::progress::TransferBars::new("pull", true));
@@ -236,13 +236,13 @@ pub fn open_model(
                 eprintln!("warning: rebuilt sidecar {} ({reason})", side.display())
             }
         }
-        return Ok(gpack_server::Loaded::open_giw(
+        return Ok(gpack_runtime::Loaded::open_giw(
             &side,
             Some(q.name()),
             model,
         )?);
     }
-    Ok(gpack_server::Loaded::open(model, fallback)?)
+    Ok(gpack_runtime::Loaded::open(model, fallback)?)
 }
 
 /// How `push`, `pull`, `run REF` and `serve REF` reach a registry.

@@ -2,11 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
+use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_with, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter,
     NgramDrafter, PleMode, SamplerConfig, SpecMode,
 };
-use gpack_server::Loaded;
 use gpack_tokenizer::ChatMessage;
 use std::io::Write;
 use std::path::PathBuf;
