@@ -13,7 +13,39 @@
 //! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
 //! * [`spec`]: speculative decoding's draft sources ([`NgramDrafter`],
 //!   [`ModelDrafter`]) and its acceptance rule;
-//! * [`bench`]: prompt-processing and generation throughput.
+//! * [`bench`]: prompt-processing and generation throughput;
+//! * [`open`]: opening any model file ([`Loaded`]: .gpack, .giw, .gguf, HF
+//!   directory) with its tokenizer, as `gpack run`, `gpack serve` and the
+//!   Python package do.
+//!
+//! # Adding a model family
+//!
+//! What a new architecture touches, in order (qwen3 and gemma3 are the
+//! examples to follow):
+//! 1. [`config`]: an [`Arch`] variant and its GGUF name (both directions),
+//!    and the hyperparameters and features its graph needs, read from
+//!    GGUF-style metadata (`<arch>.*` keys) with the family's defaults. A
+//!    llama-like variant is only this: the shared graph follows [`Config`]'s
+//!    features (q/k norms, soft-capping, sliding windows, embedding scale,
+//!    activation), not the architecture's name.
+//! 2. [`model`]: what the shared graph lacks. A family with weights or
+//!    scratch of its own keeps them in its own file (`model/gemma3n.rs`);
+//!    tensor names are GGUF's (llama.cpp's `LLM_TENSOR_NAMES`).
+//! 3. gpack-ingest, for Hugging Face directories: `hf/config.rs` (the HF
+//!    `architectures` / `model_type` to the GGUF architecture, config.json
+//!    keys to metadata), `hf/names.rs` (HF tensor names to GGUF's) and
+//!    `hf/mod.rs` (value transforms such as Gemma's `norm + 1`).
+//! 4. gpack-tokenizer: the pre-tokenizer named by `tokenizer.ggml.pre`
+//!    (`spec.rs`), byte-identical to HF `tokenizers` on the corpus, and the
+//!    chat template's end-of-turn markers (the stop rule reads them).
+//! 5. gpack-convert: only if the family brings tensor kinds the plan does
+//!    not place yet (fusion and layouts are decided in `plan.rs`).
+//! 6. A fixture: a tiny random model made with transformers and its
+//!    llama.cpp-converted GGUFs under `testdata/tiny/<arch>/` (the scripts in
+//!    `testdata/scripts/`, the references beside them), and the runtime's
+//!    `fixtures::` tests for it (argmax and greedy tokens equal to
+//!    transformers from the f16 GGUF, the HF directory and their .gpacks).
+//! 7. README.md's list of families.
 //!
 //! ```no_run
 //! use gpack_runtime::{generate, GenerateConfig, GgufWeights, Model, SamplerConfig};
