@@ -1,5 +1,6 @@
 //! `gpack convert` then `gpack inspect --json` on every tiny fixture: every
-//! source tensor is listed with the same name, type and shape.
+//! source tensor is listed with the same name, type and shape, and the
+//! runtime's view of the family agrees with the model's HF config.json.
 
 use crate::gpack;
 use std::path::Path;
@@ -33,6 +34,11 @@ fn inspect_lists_every_source_tensor_after_convert() {
             assert!(o.status.success());
             let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
             assert_eq!(v["manifest"]["name"], arch);
+            check_family(
+                &v["family"],
+                arch,
+                &testdata.join(arch).join("hf/config.json"),
+            );
             let listed = v["tensors"].as_array().unwrap();
             let source = gpack_ingest::Source::open(&src).unwrap();
             assert_eq!(listed.len(), source.tensors.len(), "{}", src.display());
@@ -55,5 +61,81 @@ fn inspect_lists_every_source_tensor_after_convert() {
                 src.display()
             );
         }
+    }
+}
+
+/// `family` of `gpack inspect --json` against the transformers config the
+/// fixture was made from (Mixtral runs as llama with experts).
+fn check_family(fam: &serde_json::Value, arch: &str, config: &Path) {
+    let c: serde_json::Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();
+    let c = if c["text_config"].is_object() {
+        &c["text_config"]
+    } else {
+        &c
+    };
+    let n = |k: &str| {
+        c[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} in {}", config.display()))
+    };
+    let runtime_arch = if arch == "mixtral" { "llama" } else { arch };
+    assert_eq!(fam["architecture"], runtime_arch, "{fam}");
+    let features: Vec<&str> = fam["features"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{arch}: {fam}"))
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    let head_dim = c["head_dim"]
+        .as_u64()
+        .unwrap_or(n("hidden_size") / n("num_attention_heads"));
+    let mut want = vec![
+        format!(
+            "{} blocks, width {}, vocabulary {}",
+            n("num_hidden_layers"),
+            n("hidden_size"),
+            n("vocab_size")
+        ),
+        format!(
+            "grouped-query attention: {} query / {} KV heads of {head_dim}",
+            n("num_attention_heads"),
+            n("num_key_value_heads")
+        ),
+    ];
+    let layers = c["layer_types"].as_array();
+    let sliding = layers.map_or(0, |l| {
+        l.iter().filter(|t| *t == "sliding_attention").count()
+    });
+    if sliding > 0 {
+        let base = c["rope_parameters"]["sliding_attention"]["rope_theta"]
+            .as_f64()
+            .unwrap();
+        want.push(format!(
+            "sliding window of {} on {sliding} of {} layers (RoPE base {base} there)",
+            n("sliding_window"),
+            n("num_hidden_layers"),
+        ));
+    } else {
+        assert!(
+            !features.iter().any(|f| f.starts_with("sliding window")),
+            "{arch}: {features:?}"
+        );
+    }
+    if let Some(e) = c["num_experts"]
+        .as_u64()
+        .or(c["num_local_experts"].as_u64())
+    {
+        let width = c["moe_intermediate_size"]
+            .as_u64()
+            .unwrap_or(n("intermediate_size"));
+        want.push(format!(
+            "SwiGLU experts: {e} routed, {} per token, width {width}",
+            n("num_experts_per_tok")
+        ));
+    }
+    for w in &want {
+        assert!(
+            features.contains(&w.as_str()),
+            "{arch}: {w:?} not in {features:?}"
+        );
     }
 }

@@ -69,6 +69,13 @@ fn moe_runs_in_both_expert_modes_and_refuses_a_corrupted_shard() {
                 );
             }
             assert!(err.contains("PLE: none in this model"), "{err}");
+            // The family and its features, before generation (the fixture's
+            // config.json: 4 experts, 2 per token, width 128).
+            assert!(
+                err.contains("family: qwen3moe")
+                    && err.contains("SwiGLU experts: 4 routed, 2 per token, width 128"),
+                "{err}"
+            );
         }
     }
     let bad = run(&emb, &["--expert-mmap", "--expert-cache-bytes", "1G"]);

@@ -272,6 +272,83 @@ fn get_f(m: &dyn MetadataSource, key: String) -> Result<f32> {
 }
 
 impl Config {
+    /// The family's features this model uses, one short phrase each, in a
+    /// fixed order (`gpack inspect`, `gpack run --verbose`).
+    pub fn features(&self) -> Vec<String> {
+        let mut f = vec![format!(
+            "{} blocks, width {}, vocabulary {}",
+            self.n_layer, self.n_embd, self.n_vocab
+        )];
+        f.push(if self.n_head_kv < self.n_head {
+            format!(
+                "grouped-query attention: {} query / {} KV heads of {}",
+                self.n_head, self.n_head_kv, self.head_dim
+            )
+        } else {
+            format!(
+                "multi-head attention: {} heads of {}",
+                self.n_head, self.head_dim
+            )
+        });
+        let style = match self.rope_style {
+            RopeStyle::Normal => "normal",
+            RopeStyle::Neox => "neox",
+        };
+        let mut rope = format!("RoPE ({style} pairs), base {}", self.rope_base);
+        if self.n_rot < self.head_dim {
+            rope.push_str(&format!(
+                ", {} of {} dims rotated",
+                self.n_rot, self.head_dim
+            ));
+        }
+        if self.rope_freq_scale != 1.0 {
+            rope.push_str(&format!(", linear scaling {}", 1.0 / self.rope_freq_scale));
+        }
+        f.push(rope);
+        if let Some(w) = self.sliding_window {
+            let n = self.swa_layers.iter().filter(|&&b| b).count();
+            let mut s = format!("sliding window of {w} on {n} of {} layers", self.n_layer);
+            if self.rope_base_swa != self.rope_base {
+                s.push_str(&format!(" (RoPE base {} there)", self.rope_base_swa));
+            }
+            f.push(s);
+        }
+        if let Some(c) = self.attn_softcap {
+            f.push(format!("attention soft-cap {c}"));
+        }
+        if let Some(c) = self.final_softcap {
+            f.push(format!("final-logit soft-cap {c}"));
+        }
+        if let Some(e) = self.embed_scale {
+            f.push(format!("embeddings scaled by {e}"));
+        }
+        let act = match self.activation {
+            Activation::Silu => "SwiGLU",
+            Activation::GeluTanh => "GeGLU (tanh GELU)",
+        };
+        f.push(if self.n_expert > 0 {
+            format!(
+                "{act} experts: {} routed, {} per token, width {}",
+                self.n_expert, self.n_expert_used, self.n_ff_exp
+            )
+        } else {
+            format!("{act} feed-forward, width {}", self.n_ff)
+        });
+        if let Some(g) = &self.gemma3n {
+            let shared = g
+                .kv_source
+                .iter()
+                .enumerate()
+                .filter(|(i, &s)| *i != s)
+                .count();
+            f.push(format!(
+                "per-layer embeddings of {}, {} AltUp streams, {} layers sharing another's KV cache",
+                g.n_embd_per_layer, g.n_altup, shared
+            ));
+        }
+        f
+    }
+
     /// Reads the hyperparameters. `n_vocab` is given by the caller (rows of the
     /// embedding), as not every file has `<arch>.vocab_size`.
     pub fn from_metadata(m: &dyn MetadataSource, n_vocab: usize) -> Result<Config> {

@@ -19,13 +19,26 @@ use std::process::ExitCode;
 pub struct Args {
     /// The .gpack file.
     file: PathBuf,
-    /// Print JSON (schema "gpack.inspect.v1") instead of text.
+    /// Print JSON (schema "gpack.inspect.v1"; "family" holds the runtime's
+    /// view: {"architecture", "features"} or {"error"}) instead of text.
     #[arg(long)]
     json: bool,
 }
 
+/// The model family the runtime sees in `file` and the features of it in
+/// use, or why it cannot run it.
+fn family(file: &std::path::Path) -> serde_json::Value {
+    let config = gpack_runtime::GpackWeights::open(file)
+        .and_then(|w| gpack_runtime::Model::load(&w).map(|m| m.config.clone()));
+    match config {
+        Ok(c) => json!({"architecture": c.arch.name(), "features": c.features()}),
+        Err(e) => json!({"error": gpack_format::error_chain(&e)}),
+    }
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     let g = super::open_gpack(&a.file)?;
+    let fam = family(&a.file);
     let l = g.layout();
     let h = &l.header;
     let flags = HeaderFlags(h.flags.get());
@@ -58,6 +71,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 "sha256": hex::encode(s.sha256),
             })).collect::<Vec<_>>(),
             "manifest": m.to_value(),
+            "family": fam,
             "tensors": tensors(&g)?,
         }))?;
         return Ok(ExitCode::SUCCESS);
@@ -88,6 +102,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
             &m.architecture
         }
     )?;
+    match fam["features"].as_array() {
+        Some(fs) => {
+            writeln!(
+                out,
+                "family:    {}",
+                fam["architecture"].as_str().unwrap_or("?")
+            )?;
+            for f in fs {
+                writeln!(out, "           {}", f.as_str().unwrap_or(""))?;
+            }
+        }
+        None => writeln!(
+            out,
+            "family:    not runnable here: {}",
+            fam["error"].as_str().unwrap_or("?")
+        )?,
+    }
     writeln!(out, "source:    {}", m.source)?;
     let mv = m.to_value();
     let mtp = &mv["convert"]["mtp"];

@@ -107,8 +107,9 @@ pub struct Args {
     /// naming the damaged section. (GGUF/HF/GIW inputs carry no digests.)
     #[arg(long, value_name = "WHEN", default_value = "background")]
     verify: gpack_server::VerifyMode,
-    /// At the end, also print the expert cache's hit rate and expert bytes
-    /// read per token (MoE models), and the PLE row cache's hit rate.
+    /// Print the model's family and the features of it in use after
+    /// loading; at the end, also the expert cache's hit rate and expert
+    /// bytes read per token (MoE models), and the PLE row cache's hit rate.
     #[arg(short, long)]
     verbose: bool,
 }
@@ -230,6 +231,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         kv_f16: a.kv_f16,
     };
     let model = Model::load_with(loaded.weights(), &opts)?;
+    if a.verbose {
+        eprintln!("family: {}", model.config.arch.name());
+        for f in model.config.features() {
+            eprintln!("  {f}");
+        }
+    }
     let tok = loaded.tokenizer()?;
     let packed = match loaded.packed_draft() {
         Some(d) => Some(d.context("reading the draft model packed in the Mtp section")?),
