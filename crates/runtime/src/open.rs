@@ -9,6 +9,7 @@
 
 use crate::giw::GiwWeights;
 use crate::{GgufWeights, GpackWeights, WeightSource};
+use gpack_format::error_chain as chain;
 use gpack_format::SectionKind;
 use gpack_tokenizer::{load_any, LoadedTokenizer, Tokenizer};
 use std::path::{Path, PathBuf};
@@ -64,8 +65,6 @@ pub fn named(what: (&str, &str), path: &str, source: &(dyn std::error::Error + '
 }
 
 type Result<T> = std::result::Result<T, OpenError>;
-use gpack_format::error_chain as chain;
-use OpenError as Error;
 
 /// A model's weights and tokenizer bytes, owned.
 pub enum Loaded {
@@ -140,7 +139,7 @@ impl Loaded {
                     );
                     Self::open_slow(g)
                 }
-                None => Err(Error::Model {
+                None => Err(OpenError::Model {
                     path: model.display().to_string(),
                     source: Box::new(e),
                 }),
@@ -151,11 +150,13 @@ impl Loaded {
     /// Opens a .giw bundle (of quant `quant`, when given), with the tokenizer
     /// of `tokenizer_source` (the GGUF or HF directory it was built from).
     pub fn open_giw(giw: &Path, quant: Option<&str>, tokenizer_source: &Path) -> Result<Loaded> {
-        let weights = Box::new(GiwWeights::open(giw, quant).map_err(|source| Error::Giw {
-            path: giw.display().to_string(),
-            source: Box::new(source),
-        })?);
-        let tokenizer = load_any(tokenizer_source).map_err(|source| Error::Tokenizer {
+        let weights = Box::new(
+            GiwWeights::open(giw, quant).map_err(|source| OpenError::Giw {
+                path: giw.display().to_string(),
+                source: Box::new(source),
+            })?,
+        );
+        let tokenizer = load_any(tokenizer_source).map_err(|source| OpenError::Tokenizer {
             path: tokenizer_source.display().to_string(),
             source: Box::new(source),
         })?;
@@ -169,11 +170,13 @@ impl Loaded {
     /// A .giw bundle run directly: the metadata GGUF it carries (the source
     /// truncated at its tensor data) still holds the tokenizer's arrays.
     fn open_giw_alone(giw: &Path) -> Result<Loaded> {
-        let weights = Box::new(GiwWeights::open(giw, None).map_err(|source| Error::Giw {
-            path: giw.display().to_string(),
-            source: Box::new(source),
-        })?);
-        let tok_err = |e: Box<dyn std::error::Error + Send + Sync>| Error::Tokenizer {
+        let weights = Box::new(
+            GiwWeights::open(giw, None).map_err(|source| OpenError::Giw {
+                path: giw.display().to_string(),
+                source: Box::new(source),
+            })?,
+        );
+        let tok_err = |e: Box<dyn std::error::Error + Send + Sync>| OpenError::Tokenizer {
             path: giw.display().to_string(),
             source: e,
         };
@@ -193,11 +196,11 @@ impl Loaded {
     }
 
     fn open_slow(path: &Path) -> Result<Loaded> {
-        let weights = Box::new(GgufWeights::open(path).map_err(|source| Error::Model {
+        let weights = Box::new(GgufWeights::open(path).map_err(|source| OpenError::Model {
             path: path.display().to_string(),
             source: Box::new(source),
         })?);
-        let tokenizer = load_any(path).map_err(|source| Error::Tokenizer {
+        let tokenizer = load_any(path).map_err(|source| OpenError::Tokenizer {
             path: path.display().to_string(),
             source: Box::new(source),
         })?;
@@ -234,18 +237,18 @@ impl Loaded {
                 let s = weights
                     .gpack()
                     .section(SectionKind::TokenizerBin)
-                    .ok_or_else(|| Error::NoTokenizer { path: path() })?;
-                Tokenizer::from_bytes(s.bytes).map_err(|source| Error::Tokenizer {
+                    .ok_or_else(|| OpenError::NoTokenizer { path: path() })?;
+                Tokenizer::from_bytes(s.bytes).map_err(|source| OpenError::Tokenizer {
                     path: path(),
                     source: Box::new(source),
                 })
             }
-            Loaded::Gguf { tokenizer, .. } | Loaded::Giw { tokenizer, .. } => {
-                tokenizer.tokenizer().map_err(|source| Error::Tokenizer {
+            Loaded::Gguf { tokenizer, .. } | Loaded::Giw { tokenizer, .. } => tokenizer
+                .tokenizer()
+                .map_err(|source| OpenError::Tokenizer {
                     path: path(),
                     source: Box::new(source),
-                })
-            }
+                }),
         }
     }
 }
