@@ -150,16 +150,8 @@ impl Loaded {
     /// Opens a .giw bundle (of quant `quant`, when given), with the tokenizer
     /// of `tokenizer_source` (the GGUF or HF directory it was built from).
     pub fn open_giw(giw: &Path, quant: Option<&str>, tokenizer_source: &Path) -> Result<Loaded> {
-        let weights = Box::new(
-            GiwWeights::open(giw, quant).map_err(|source| OpenError::Giw {
-                path: giw.display().to_string(),
-                source: Box::new(source),
-            })?,
-        );
-        let tokenizer = load_any(tokenizer_source).map_err(|source| OpenError::Tokenizer {
-            path: tokenizer_source.display().to_string(),
-            source: Box::new(source),
-        })?;
+        let weights = giw_weights(giw, quant)?;
+        let tokenizer = tokenizer_of(tokenizer_source)?;
         Ok(Loaded::Giw {
             weights,
             tokenizer,
@@ -170,12 +162,7 @@ impl Loaded {
     /// A .giw bundle run directly: the metadata GGUF it carries (the source
     /// truncated at its tensor data) still holds the tokenizer's arrays.
     fn open_giw_alone(giw: &Path) -> Result<Loaded> {
-        let weights = Box::new(
-            GiwWeights::open(giw, None).map_err(|source| OpenError::Giw {
-                path: giw.display().to_string(),
-                source: Box::new(source),
-            })?,
-        );
+        let weights = giw_weights(giw, None)?;
         let tok_err = |e: Box<dyn std::error::Error + Send + Sync>| OpenError::Tokenizer {
             path: giw.display().to_string(),
             source: e,
@@ -200,10 +187,7 @@ impl Loaded {
             path: path.display().to_string(),
             source: Box::new(source),
         })?);
-        let tokenizer = load_any(path).map_err(|source| OpenError::Tokenizer {
-            path: path.display().to_string(),
-            source: Box::new(source),
-        })?;
+        let tokenizer = tokenizer_of(path)?;
         Ok(Loaded::Gguf {
             weights,
             tokenizer,
@@ -251,4 +235,22 @@ impl Loaded {
                 }),
         }
     }
+}
+
+/// A .giw bundle's weights (of quant `quant`, when given).
+fn giw_weights(giw: &Path, quant: Option<&str>) -> Result<Box<GiwWeights>> {
+    GiwWeights::open(giw, quant)
+        .map(Box::new)
+        .map_err(|source| OpenError::Giw {
+            path: giw.display().to_string(),
+            source: Box::new(source),
+        })
+}
+
+/// The tokenizer of a GGUF file or Hugging Face directory.
+fn tokenizer_of(path: &Path) -> Result<LoadedTokenizer> {
+    load_any(path).map_err(|source| OpenError::Tokenizer {
+        path: path.display().to_string(),
+        source: Box::new(source),
+    })
 }
