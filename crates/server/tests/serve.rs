@@ -149,7 +149,9 @@ fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server 
     Server { child, addr }
 }
 
-fn python(addr: SocketAddr, group: &str, key: Option<&str>) {
+/// Runs an openai_client.py group against the server at `addr` (which must
+/// pass) and returns its stdout.
+fn python(addr: SocketAddr, group: &str, key: Option<&str>) -> String {
     static PY: OnceLock<PathBuf> = OnceLock::new();
     let py = PY.get_or_init(|| script("setup-python.sh"));
     let mut c = Command::new(py);
@@ -160,32 +162,21 @@ fn python(addr: SocketAddr, group: &str, key: Option<&str>) {
         c.arg(k);
     }
     let out = c.output().expect("running python");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     println!("{text}");
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
         "openai_client.py {group} failed:\n{text}"
     );
+    text
 }
 
-/// Runs an openai_client.py group and returns its last stdout line.
+/// Runs an openai_client.py group and returns its last stdout line before
+/// the "N passed, M failed" summary.
 fn python_last_line(addr: SocketAddr, group: &str) -> String {
-    let py = script("setup-python.sh");
-    let out = Command::new(py)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py"))
-        .arg(format!("http://{addr}"))
-        .arg(group)
-        .output()
-        .expect("running python");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "openai_client.py {group} failed:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = python(addr, group, None);
     let lines: Vec<&str> = text.lines().collect();
-    // The group's JSON, before the "N passed, M failed" summary.
     lines[lines.len().saturating_sub(2)].to_string()
 }
 
