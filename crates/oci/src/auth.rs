@@ -197,7 +197,7 @@ fn run_helper(
     name: &str,
     registry: &str,
 ) -> std::result::Result<Option<(String, String)>, HelperProblem> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::process::{Command, Stdio};
     let mut child = Command::new(format!("docker-credential-{name}"))
         .arg("get")
@@ -211,27 +211,8 @@ fn run_helper(
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(registry.as_bytes());
     }
-    let capped = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(r) = r {
-                let _ = r.take(MAX_HELPER_ANSWER + 1).read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = capped(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let err = capped(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
+    let out = read_capped(child.stdout.take());
+    let err = read_capped(child.stderr.take());
     let start = std::time::Instant::now();
     let status = loop {
         match child.try_wait().map_err(HelperProblem::Spawn)? {
@@ -287,6 +268,21 @@ fn run_helper(
         return Err(HelperProblem::IdentityToken);
     }
     Ok(Some((a.username, a.secret)))
+}
+
+/// Reads `r` to its end (at most [`MAX_HELPER_ANSWER`] + 1 bytes) on a
+/// thread of its own, so that a helper filling one pipe never blocks on it.
+fn read_capped<R: std::io::Read + Send + 'static>(
+    r: Option<R>,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    use std::io::Read;
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(r) = r {
+            let _ = r.take(MAX_HELPER_ANSWER + 1).read_to_end(&mut buf);
+        }
+        buf
+    })
 }
 
 #[cfg(test)]
