@@ -693,7 +693,7 @@ impl Meta {
                     "message": {
                         "role": "assistant",
                         "content": (!content.is_empty()).then_some(content),
-                        "tool_calls": crate::tools::tool_calls_json(&calls, self.call_seed ^ index as u64, false),
+                        "tool_calls": crate::tools::tool_calls_json(&calls, self.call_seed ^ index as u64),
                     },
                     "logprobs": lp,
                     "finish_reason": "tool_calls",
@@ -783,10 +783,12 @@ struct Sse {
     /// Per choice: log-probabilities not sent yet, and bytes of text sent.
     pending_lp: Vec<Vec<TokenLogprob>>,
     sent: Vec<usize>,
-    /// With tools: per choice, all its text, and whether a tool call has
-    /// begun (its text is held until the end, then sent as `tool_calls`).
+    /// With tools: per choice, all its text, where its first tool call's
+    /// marker is (text from there is sent as `tool_calls` deltas, not
+    /// content), and per call streamed, the bytes of arguments sent.
     text: Vec<String>,
-    in_call: Vec<bool>,
+    call_at: Vec<Option<usize>>,
+    calls_sent: Vec<Vec<usize>>,
     finished: usize,
     usage: (usize, usize),
     started: bool,
@@ -800,17 +802,48 @@ impl Sse {
     /// that may be the marker's start is held).
     fn tool_text(&mut self, i: usize, f: crate::tools::Format, t: &str) -> String {
         self.text[i].push_str(t);
-        if self.in_call[i] {
+        if self.call_at[i].is_some() {
             return String::new();
         }
         let unsent = &self.text[i][self.sent[i]..];
         let marker = f.marker();
         if let Some(p) = unsent.find(marker) {
-            self.in_call[i] = true;
+            self.call_at[i] = Some(self.sent[i] + p);
             return unsent[..p].to_string();
         }
         let hold = gpack_runtime::partial_stop(unsent, &[marker.to_string()]);
         unsent[..unsent.len() - hold].to_string()
+    }
+
+    /// The `tool_calls` deltas choice `i`'s text holds beyond what was sent:
+    /// a call's id and name once its name is written, then its arguments as
+    /// they grow (see [`crate::tool_scan`]). None when there is nothing new.
+    fn call_deltas(&mut self, i: usize, f: crate::tools::Format) -> Option<Value> {
+        let at = self.call_at[i]?;
+        let seed = self.meta.call_seed ^ i as u64;
+        let sent = &mut self.calls_sent[i];
+        let mut deltas = Vec::new();
+        for (k, p) in crate::tool_scan::scan(f, &self.text[i][at..])
+            .into_iter()
+            .enumerate()
+        {
+            let Some(name) = p.name else { break };
+            if k == sent.len() {
+                sent.push(p.arguments.len());
+                deltas.push(json!({"index": k, "id": crate::tools::call_id(seed, k),
+                                   "type": "function",
+                                   "function": {"name": name, "arguments": p.arguments}}));
+            } else if p.arguments.len() > sent[k] {
+                let new = p.arguments.get(sent[k]..).unwrap_or_default();
+                sent[k] = p.arguments.len();
+                deltas.push(json!({"index": k, "function": {"arguments": new}}));
+            }
+        }
+        (!deltas.is_empty()).then(|| {
+            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
+            c["choices"][0]["delta"] = json!({ "tool_calls": deltas });
+            c
+        })
     }
 
     /// The pending log-probabilities of choice `i` as a chunk's field.
@@ -847,12 +880,24 @@ impl Sse {
                 Some((i, Event::Text(t))) => {
                     let t = match self.meta.tools {
                         None => t,
-                        Some(f) => self.tool_text(i, f, &t),
+                        Some(f) => {
+                            let t = self.tool_text(i, f, &t);
+                            if let Some(c) = self.call_deltas(i, f) {
+                                self.pending.push_back(data(&c));
+                            }
+                            t
+                        }
                     };
                     if !t.is_empty() {
                         let lp = self.take_logprobs(i);
                         self.sent[i] += t.len();
-                        return Some(data(&self.meta.chunk(i, Some(&t), false, None, lp)));
+                        self.pending.push_front(data(&self.meta.chunk(
+                            i,
+                            Some(&t),
+                            false,
+                            None,
+                            lp,
+                        )));
                     }
                 }
                 Some((
@@ -871,15 +916,12 @@ impl Sse {
                     if let Some(f) = self.meta.tools {
                         let (_, calls) = crate::tools::parse_output(f, &self.text[i]);
                         let rest = self.text[i][self.sent[i]..].to_string();
-                        if !calls.is_empty() {
-                            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
-                            let seed = self.meta.call_seed ^ i as u64;
-                            c["choices"][0]["delta"] = json!({
-                                "tool_calls": crate::tools::tool_calls_json(&calls, seed, true)
-                            });
+                        if let Some(c) = self.call_deltas(i, f) {
                             self.pending.push_back(data(&c));
+                        }
+                        if !calls.is_empty() {
                             end["choices"][0]["finish_reason"] = json!("tool_calls");
-                        } else if !rest.is_empty() {
+                        } else if !rest.is_empty() && self.calls_sent[i].is_empty() {
                             // Not a call after all: the held text is content.
                             self.sent[i] += rest.len();
                             let c = self.meta.chunk(i, Some(&rest), false, None, Value::Null);
@@ -936,7 +978,8 @@ fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
         pending_lp: vec![Vec::new(); n],
         sent: vec![0; n],
         text: vec![String::new(); n],
-        in_call: vec![false; n],
+        call_at: vec![None; n],
+        calls_sent: vec![Vec::new(); n],
         finished: 0,
         usage: (0, 0),
         started: false,

@@ -34,6 +34,7 @@ pub mod load;
 pub mod logprobs;
 pub mod metrics;
 pub mod penalty;
+pub mod tool_scan;
 pub mod tools;
 
 pub use error::{Error, Result};

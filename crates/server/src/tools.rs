@@ -315,8 +315,32 @@ fn call_of(v: &Value, args_key: &str) -> Option<Call> {
 }
 
 /// Splits a finished answer into its text and its tool calls (none: the
-/// text is the answer, as written).
+/// text is the answer, as written). Whether there are calls is decided by
+/// parsing each call's JSON; their `arguments` are the text a stream sends
+/// ([`crate::tool_scan`]), so streamed and whole answers agree.
 pub fn parse_output(format: Format, text: &str) -> (String, Vec<Call>) {
+    let (content, mut calls) = parse_json(format, text);
+    let from = match format {
+        Format::Llama3 => Some(0),
+        f => text.find(f.marker()),
+    };
+    if let Some(from) = from.filter(|_| !calls.is_empty()) {
+        let scanned = crate::tool_scan::scan(format, &text[from..]);
+        let agree = scanned.len() == calls.len()
+            && scanned
+                .iter()
+                .zip(&calls)
+                .all(|(p, c)| p.done && p.name.as_deref() == Some(c.name.as_str()));
+        if agree {
+            for (c, p) in calls.iter_mut().zip(scanned) {
+                c.arguments = p.arguments;
+            }
+        }
+    }
+    (content, calls)
+}
+
+fn parse_json(format: Format, text: &str) -> (String, Vec<Call>) {
     match format {
         Format::Hermes => {
             let mut calls = Vec::new();
@@ -387,19 +411,16 @@ pub fn call_id(seed: u64, index: usize) -> String {
         .collect()
 }
 
-/// The OpenAI `tool_calls` array of `calls` (with `index` for stream deltas).
-pub fn tool_calls_json(calls: &[Call], seed: u64, with_index: bool) -> Value {
+/// The OpenAI `tool_calls` array of a whole answer's `calls` (a stream sends
+/// the same ids, names and arguments as deltas).
+pub fn tool_calls_json(calls: &[Call], seed: u64) -> Value {
     Value::Array(
         calls
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let mut v = json!({"id": call_id(seed, i), "type": "function",
-                                   "function": {"name": c.name, "arguments": c.arguments}});
-                if with_index {
-                    v["index"] = json!(i);
-                }
-                v
+                json!({"id": call_id(seed, i), "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
             })
             .collect(),
     )
@@ -441,6 +462,13 @@ mod tests {
         );
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].arguments, "{\"x\":1}");
+        // Arguments are the model's JSON as written, whitespace outside
+        // strings removed (key order and spelling kept): what a stream sends.
+        let (_, calls) = parse_output(
+            Format::Hermes,
+            "<tool_call>{\"name\": \"f\", \"arguments\": {\"z\": 1.50, \"a\": \"x y\"}}</tool_call>",
+        );
+        assert_eq!(calls[0].arguments, "{\"z\":1.50,\"a\":\"x y\"}");
         // Text that only looks like a call stays text.
         for (f, t) in [
             (Format::Hermes, "<tool_call>not json</tool_call>"),

@@ -692,6 +692,30 @@ def tool_round_trip():
     return call
 
 
+def streamed_call():
+    """A named call streamed: the id and name first, then the arguments in
+    fragments as they are generated, concatenating to the non-streamed call's."""
+    import jsonschema
+
+    chunks, text = stream_chat("What is the weather in Rome?", tools=[WEATHER], tool_choice=NAMED,
+                               max_tokens=80, temperature=0)
+    assert text == "", text
+    deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert deltas and deltas[0].index == 0 and deltas[0].id and deltas[0].function.name == "get_weather"
+    args = "".join(d.function.arguments or "" for d in deltas)
+    jsonschema.validate(json.loads(args), WEATHER["function"]["parameters"])
+    # Fragments, not one delta at the end; only the first carries id and name.
+    assert sum(1 for d in deltas if d.function.arguments) >= 3, deltas
+    assert all(d.id is None and d.function.name is None for d in deltas[1:]), deltas
+    assert all(d.index == 0 for d in deltas), deltas
+    assert chunks[-1].choices[0].finish_reason == "tool_calls", chunks[-1]
+    # The same call as the non-streamed answer.
+    full = chat("What is the weather in Rome?", tools=[WEATHER], tool_choice=NAMED, max_tokens=80,
+                temperature=0).choices[0].message.tool_calls[0]
+    assert (full.function.name, full.function.arguments) == ("get_weather", args)
+    return len(deltas)
+
+
 def tools():
     import jsonschema
 
@@ -708,18 +732,7 @@ def tools():
 
     @case
     def streamed_call_deltas():
-        chunks, text = stream_chat("What is the weather in Rome?", tools=[WEATHER], tool_choice=NAMED,
-                                   max_tokens=80, temperature=0)
-        assert text == "", text
-        deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
-        assert deltas and deltas[0].index == 0 and deltas[0].id and deltas[0].function.name == "get_weather"
-        args = "".join(d.function.arguments or "" for d in deltas)
-        jsonschema.validate(json.loads(args), WEATHER["function"]["parameters"])
-        assert chunks[-1].choices[0].finish_reason == "tool_calls", chunks[-1]
-        # The same call as the non-streamed answer.
-        full = chat("What is the weather in Rome?", tools=[WEATHER], tool_choice=NAMED, max_tokens=80,
-                    temperature=0).choices[0].message.tool_calls[0]
-        assert (full.function.name, full.function.arguments) == ("get_weather", args)
+        streamed_call()
 
     @case
     def auto_answers_text_or_calls():
@@ -782,6 +795,10 @@ def tool_format():
     def named_call_round_trip():
         call = tool_round_trip()
         print(f"  {call.function.name}({call.function.arguments})", flush=True)
+
+    @case
+    def streamed_call_deltas():
+        print(f"  {streamed_call()} deltas", flush=True)
 
 
 {"basic": basic, "concurrency": concurrency, "abuse": abuse, "auth": auth,
