@@ -84,3 +84,66 @@ fn tool_templates_match_transformers() {
     }
     assert_eq!(n, 9);
 }
+
+/// The chat templates of the families added with the runtime's family table
+/// (SmolLM3, Gemma 2, Granite 3.3), rendered as transformers renders them
+/// (testdata/tokenizer/family_chat_refs.json, made by
+/// scripts/make_family_chat_refs.py): every conversation with and without the
+/// generation prompt, once with `tools`; a turn the template refuses (Gemma
+/// 2's system turn) is an error on both sides. Dates a template reads are
+/// "<DATE>" in the reference and today's date (UTC) here.
+#[test]
+fn family_templates_match_transformers() {
+    let refs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(testdata().join("family_chat_refs.json")).unwrap())
+            .unwrap();
+    let dir = testdata().join("../tiny/qwen2/hf");
+    let loaded = gpack_tokenizer::load_any(&dir).unwrap();
+    let t = loaded.tokenizer().unwrap();
+    let convs = refs["conversations"].as_array().unwrap();
+    let mut n = 0;
+    for (name, fmt) in refs["date_formats"].as_object().unwrap() {
+        let src =
+            std::fs::read_to_string(testdata().join(format!("family_templates/{name}.jinja")))
+                .unwrap();
+        let renders = refs["renders"][name].as_array().unwrap();
+        for (k, want) in renders.iter().enumerate() {
+            let (conv, tools) = match want["tools"].as_bool().unwrap() {
+                true => (&convs[0], Some(&refs["tools"])),
+                false => (&convs[k / 2], None),
+            };
+            let agp = want["add_generation_prompt"].as_bool().unwrap();
+            let got = t.apply_chat_template_json(Some(&src), conv, tools, agp);
+            match (&want["text"], got) {
+                (serde_json::Value::String(w), Ok(g)) => {
+                    let g = match fmt.as_str() {
+                        Some(f) => {
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .unwrap()
+                                .as_secs() as i64;
+                            g.replace(&gpack_tokenizer::chat::strftime(now, f), "<DATE>")
+                        }
+                        None => g,
+                    };
+                    assert_eq!(&g, w, "{name} render {k}");
+                }
+                (serde_json::Value::Null, Err(e)) => {
+                    let msg = want["error"].as_str().unwrap();
+                    // The template's own message, somewhere in the error's chain.
+                    let chain: Vec<String> =
+                        std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                            .map(|e| e.to_string())
+                            .collect();
+                    assert!(
+                        chain.iter().any(|m| m.contains(msg)),
+                        "{name} render {k}: {chain:?}"
+                    );
+                }
+                (w, g) => panic!("{name} render {k}: want {w:?}, got {g:?}"),
+            }
+            n += 1;
+        }
+    }
+    assert_eq!(n, 27);
+}
