@@ -9,7 +9,9 @@ use std::path::Path;
 fn inspect_lists_every_source_tensor_after_convert() {
     let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny");
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral"] {
+    for arch in [
+        "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
+    ] {
         for src in [
             testdata.join(arch).join(format!("{arch}-q8_0.gguf")),
             testdata.join(arch).join("hf"),
@@ -106,14 +108,17 @@ fn check_family(fam: &serde_json::Value, arch: &str, config: &Path) {
         l.iter().filter(|t| *t == "sliding_attention").count()
     });
     if sliding > 0 {
-        let base = c["rope_parameters"]["sliding_attention"]["rope_theta"]
-            .as_f64()
-            .unwrap();
-        want.push(format!(
-            "sliding window of {} on {sliding} of {} layers (RoPE base {base} there)",
+        // One RoPE base for both kinds of layer (Gemma 2), or one each.
+        let rope = &c["rope_parameters"];
+        let mut w = format!(
+            "sliding window of {} on {sliding} of {} layers",
             n("sliding_window"),
             n("num_hidden_layers"),
-        ));
+        );
+        if let Some(base) = rope["sliding_attention"]["rope_theta"].as_f64() {
+            w.push_str(&format!(" (RoPE base {base} there)"));
+        }
+        want.push(w);
     } else {
         assert!(
             !features.iter().any(|f| f.starts_with("sliding window")),
@@ -131,6 +136,44 @@ fn check_family(fam: &serde_json::Value, arch: &str, config: &Path) {
             "SwiGLU experts: {e} routed, {} per token, width {width}",
             n("num_experts_per_tok")
         ));
+    }
+    // SmolLM3: the layers transformers' `no_rope_layer_interval` leaves
+    // without RoPE.
+    if let Some(every) = c["no_rope_layer_interval"].as_u64() {
+        let nope = (1..=n("num_hidden_layers"))
+            .filter(|l| l % every == 0)
+            .count();
+        assert!(
+            features.iter().any(|f| f.starts_with("RoPE")
+                && f.ends_with(&format!(
+                    ", skipped on {nope} of {} layers",
+                    n("num_hidden_layers")
+                ))),
+            "{arch}: {features:?}"
+        );
+    }
+    // Gemma 2's soft-caps.
+    for (key, what) in [
+        ("attn_logit_softcapping", "attention soft-cap"),
+        ("final_logit_softcapping", "final-logit soft-cap"),
+    ] {
+        if let Some(cap) = c[key].as_f64() {
+            want.push(format!("{what} {cap}"));
+        }
+    }
+    // Granite's multipliers.
+    let f = |k: &str| c[k].as_f64().map(|v| v as f32);
+    if let Some(e) = f("embedding_multiplier") {
+        want.push(format!("embeddings scaled by {e}"));
+    }
+    if let Some(a) = f("attention_multiplier") {
+        want.push(format!("attention scale {a}"));
+    }
+    if let Some(r) = f("residual_multiplier") {
+        want.push(format!("block outputs scaled by {r} into the residual"));
+    }
+    if let Some(l) = f("logits_scaling") {
+        want.push(format!("logits divided by {l}"));
     }
     for w in &want {
         assert!(

@@ -16,6 +16,9 @@ fn every_tiny_gguf_parses_with_expected_tensor_counts() {
         ("mixtral", 23),
         ("gemma3", 80),
         ("gemma3n", 145),
+        ("smollm3", 38),
+        ("granite", 21),
+        ("gemma2", 46),
     ];
     for (arch, n) in counts {
         for q in ["f16", "q8_0"] {

@@ -38,31 +38,106 @@ pub enum Arch {
     /// Gemma 3n text (AltUp streams, Laurel, per-layer embeddings from the
     /// PLE table, KV sharing, activation sparsity; see `gemma3n.rs`).
     Gemma3n,
+    /// SmolLM3 (llama with RoPE skipped on every 4th layer).
+    Smollm3,
+    /// Granite 3 (llama with embedding, attention, residual and logit
+    /// multipliers).
+    Granite,
+    /// Gemma 2 (Gemma 3's block without q/k norms; attention-logit and
+    /// final soft-capping; every other layer sliding-window).
+    Gemma2,
 }
+
+/// What sets a family's graph apart, one row per [`Arch`] in [`FAMILIES`]:
+/// a llama-like family is a row here, not a branch in the graph (which
+/// reads only [`Config`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Family {
+    /// The family.
+    pub arch: Arch,
+    /// `general.architecture` (and the metadata key prefix).
+    pub name: &'static str,
+    /// How RoPE pairs dimensions (llama.cpp's `llama_model_rope_type`).
+    pub rope_style: RopeStyle,
+    /// The gated FFN's activation.
+    pub activation: Activation,
+    /// Embeddings multiplied by `sqrt(n_embd)` (Gemma).
+    pub embed_sqrt: bool,
+    /// Every `n`-th layer (counting from 1) skips RoPE (SmolLM3's NoPE
+    /// layers; llama.cpp's `n_no_rope_layer_step`).
+    pub no_rope_every: Option<usize>,
+    /// Reads Granite's multipliers: `embedding_scale`, `attention.scale`,
+    /// `residual_scale`, `logit_scale`.
+    pub multipliers: bool,
+    /// With a sliding window: layers come in periods of this many, all but
+    /// the last of each sliding (llama.cpp's `set_swa_pattern`; Gemma 3: 6,
+    /// Gemma 2: 2), unless `attention.sliding_window_pattern` says
+    /// otherwise.
+    pub swa_period: Option<usize>,
+}
+
+const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family {
+    Family {
+        arch,
+        name,
+        rope_style,
+        activation: Activation::Silu,
+        embed_sqrt: false,
+        no_rope_every: None,
+        multipliers: false,
+        swa_period: None,
+    }
+}
+
+/// Every supported family.
+pub const FAMILIES: &[Family] = &[
+    family(Arch::Llama, "llama", RopeStyle::Normal),
+    family(Arch::Qwen2, "qwen2", RopeStyle::Neox),
+    family(Arch::Qwen3, "qwen3", RopeStyle::Neox),
+    Family {
+        activation: Activation::GeluTanh,
+        embed_sqrt: true,
+        swa_period: Some(6),
+        ..family(Arch::Gemma3, "gemma3", RopeStyle::Neox)
+    },
+    family(Arch::Qwen3Moe, "qwen3moe", RopeStyle::Neox),
+    Family {
+        activation: Activation::GeluTanh,
+        embed_sqrt: true,
+        ..family(Arch::Gemma3n, "gemma3n", RopeStyle::Neox)
+    },
+    Family {
+        no_rope_every: Some(4),
+        ..family(Arch::Smollm3, "smollm3", RopeStyle::Normal)
+    },
+    Family {
+        multipliers: true,
+        ..family(Arch::Granite, "granite", RopeStyle::Normal)
+    },
+    Family {
+        activation: Activation::GeluTanh,
+        embed_sqrt: true,
+        swa_period: Some(2),
+        ..family(Arch::Gemma2, "gemma2", RopeStyle::Neox)
+    },
+];
 
 impl Arch {
     /// From `general.architecture`.
     pub fn from_name(name: &str) -> Option<Arch> {
-        Some(match name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "gemma3" => Arch::Gemma3,
-            "qwen3moe" => Arch::Qwen3Moe,
-            "gemma3n" => Arch::Gemma3n,
-            _ => return None,
-        })
+        FAMILIES.iter().find(|f| f.name == name).map(|f| f.arch)
+    }
+    /// The family's row of [`FAMILIES`].
+    pub fn family(self) -> &'static Family {
+        // Every variant has a row (checked by a test).
+        FAMILIES
+            .iter()
+            .find(|f| f.arch == self)
+            .unwrap_or(&FAMILIES[0])
     }
     /// The `general.architecture` name (metadata key prefix).
     pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Gemma3 => "gemma3",
-            Arch::Qwen3Moe => "qwen3moe",
-            Arch::Gemma3n => "gemma3n",
-        }
+        self.family().name
     }
 }
 
@@ -129,8 +204,16 @@ pub struct Config {
     pub attn_softcap: Option<f32>,
     /// `cap * tanh(x / cap)` on the final logits, if configured.
     pub final_softcap: Option<f32>,
-    /// Multiplier of the token embedding (gemma: sqrt(n_embd)).
+    /// Multiplier of the token embedding (gemma: sqrt(n_embd); granite:
+    /// `embedding_scale`).
     pub embed_scale: Option<f32>,
+    /// Multiplier of each block's attention and FFN output before it joins
+    /// the residual stream (granite: `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// Divisor of the logits (granite: `logit_scale`).
+    pub logit_scale: Option<f32>,
+    /// Per layer: whether q and k are rotated (SmolLM3 skips every 4th).
+    pub rope_layers: Vec<bool>,
     /// FFN activation.
     pub activation: Activation,
     /// Routed experts per MoE layer (0: a dense model). Mixtral is `llama`
@@ -304,6 +387,10 @@ impl Config {
         if self.rope_freq_scale != 1.0 {
             rope.push_str(&format!(", linear scaling {}", 1.0 / self.rope_freq_scale));
         }
+        let nope = self.rope_layers.iter().filter(|&&r| !r).count();
+        if nope > 0 {
+            rope.push_str(&format!(", skipped on {nope} of {} layers", self.n_layer));
+        }
         f.push(rope);
         if let Some(w) = self.sliding_window {
             let n = self.swa_layers.iter().filter(|&&b| b).count();
@@ -321,6 +408,15 @@ impl Config {
         }
         if let Some(e) = self.embed_scale {
             f.push(format!("embeddings scaled by {e}"));
+        }
+        if self.arch.family().multipliers {
+            f.push(format!("attention scale {}", self.attn_scale));
+        }
+        if let Some(r) = self.residual_scale {
+            f.push(format!("block outputs scaled by {r} into the residual"));
+        }
+        if let Some(l) = self.logit_scale {
+            f.push(format!("logits divided by {l}"));
         }
         let act = match self.activation {
             Activation::Silu => "SwiGLU",
@@ -451,14 +547,8 @@ impl Config {
             .meta_u64(&k("attention.sliding_window"))
             .map(|v| v as usize)
             .filter(|&w| w > 0);
+        let fam = arch.family();
         let swa_layers = match (arch, sliding_window) {
-            (Arch::Gemma3, Some(_)) => {
-                let pattern = m
-                    .meta_u64(&k("attention.sliding_window_pattern"))
-                    .map_or(6, |v| v as usize)
-                    .max(1);
-                (0..n_layer).map(|il| il % pattern < pattern - 1).collect()
-            }
             (Arch::Gemma3n, Some(_)) => {
                 match m.meta_num_array(&k("attention.sliding_window_pattern")) {
                     Some(v) if v.len() == n_layer => v.iter().map(|&x| x != 0.0).collect(),
@@ -466,14 +556,19 @@ impl Config {
                     _ => (0..n_layer).map(|il| il % 5 < 4).collect(),
                 }
             }
+            (_, Some(_)) if fam.swa_period.is_some() => {
+                let period = m
+                    .meta_u64(&k("attention.sliding_window_pattern"))
+                    .map_or(fam.swa_period.unwrap_or(1), |v| v as usize)
+                    .max(1);
+                (0..n_layer).map(|il| il % period < period - 1).collect()
+            }
             _ => vec![false; n_layer],
         };
-        let rope_style = match arch {
-            Arch::Llama => RopeStyle::Normal,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 | Arch::Qwen3Moe | Arch::Gemma3n => {
-                RopeStyle::Neox
-            }
-        };
+        let rope_style = fam.rope_style;
+        let rope_layers = (0..n_layer)
+            .map(|l| fam.no_rope_every.is_none_or(|n| (l + 1) % n != 0))
+            .collect();
         let n_expert = m.meta_u64(&k("expert_count")).map_or(0, |v| v as usize);
         let n_expert_used = m
             .meta_u64(&k("expert_used_count"))
@@ -493,15 +588,32 @@ impl Config {
         let n_ff_exp = m
             .meta_u64(&k("expert_feed_forward_length"))
             .map_or(n_ff, |v| v as usize);
-        let (embed_scale, activation) = match arch {
-            Arch::Gemma3 | Arch::Gemma3n => (Some((n_embd as f32).sqrt()), Activation::GeluTanh),
-            _ => (None, Activation::Silu),
+        let activation = fam.activation;
+        // Granite's multipliers (absent or 0: none, as llama.cpp reads them).
+        let multiplier = |key: &'static str| -> Result<Option<f32>> {
+            match fam.multipliers.then(|| m.meta_f32(&k(key))).flatten() {
+                Some(v) if !v.is_finite() => Err(Error::Hparam {
+                    what: key,
+                    value: v.to_bits() as u64,
+                }),
+                v => Ok(v.filter(|&v| v != 0.0)),
+            }
         };
-        // Gemma 3n normalizes q and k per head instead (scaling = 1.0).
+        let embed_scale = if fam.embed_sqrt {
+            Some((n_embd as f32).sqrt())
+        } else {
+            multiplier("embedding_scale")?
+        };
+        // Gemma 3n normalizes q and k per head instead (scaling = 1.0);
+        // Gemma 2 27B (46 layers) scales by the width per head, not
+        // head_dim (llama.cpp `llama_model_gemma2::load_arch_hparams`, from
+        // its `query_pre_attn_scalar`).
         let attn_scale = if arch == Arch::Gemma3n {
             1.0
+        } else if arch == Arch::Gemma2 && n_layer == 46 {
+            1.0 / ((n_embd / n_head) as f32).sqrt()
         } else {
-            1.0 / (head_dim as f32).sqrt()
+            multiplier("attention.scale")?.unwrap_or(1.0 / (head_dim as f32).sqrt())
         };
         let gemma3n = if arch == Arch::Gemma3n {
             Some(gemma3n_config(m, n_layer, &swa_layers)?)
@@ -532,6 +644,9 @@ impl Config {
             attn_softcap: softcap("attn_logit_softcapping"),
             final_softcap: softcap("final_logit_softcapping"),
             embed_scale,
+            residual_scale: multiplier("residual_scale")?,
+            logit_scale: multiplier("logit_scale")?,
+            rope_layers,
             activation,
             n_expert,
             n_expert_used,
@@ -617,6 +732,100 @@ mod tests {
         .unwrap();
         assert_eq!(c.final_softcap, Some(30.0));
         assert_eq!(c.rope_freq_scale, 0.125);
+    }
+
+    /// A llama body under another family's name and keys.
+    fn llama_like(arch: &'static str, extra: &[(&'static str, &'static str)]) -> Meta {
+        let keys: [(&str, &str); 7] = [
+            ("embedding_length", "64"),
+            ("block_count", "8"),
+            ("attention.head_count", "4"),
+            ("attention.head_count_kv", "2"),
+            ("feed_forward_length", "128"),
+            ("attention.layer_norm_rms_epsilon", "1e-6"),
+            ("rope.freq_base", "10000"),
+        ];
+        let mut m: HashMap<&'static str, &'static str> = keys
+            .iter()
+            .map(|(k, v)| (&*format!("{arch}.{k}").leak(), *v))
+            .collect();
+        m.insert("general.architecture", arch);
+        m.extend(extra.iter().copied());
+        Meta(m)
+    }
+
+    #[test]
+    fn every_arch_has_one_family_row() {
+        for f in FAMILIES {
+            assert_eq!(Arch::from_name(f.name), Some(f.arch));
+            assert_eq!(f.arch.family().name, f.name);
+            assert_eq!(FAMILIES.iter().filter(|g| g.arch == f.arch).count(), 1);
+        }
+        assert_eq!(FAMILIES.len(), 9, "a new Arch variant needs its row");
+    }
+
+    /// SmolLM3 skips RoPE on layers 4, 8, … (llama.cpp
+    /// `n_no_rope_layer_step = 4`, transformers `no_rope_layer_interval`);
+    /// Granite reads its four multipliers (llama.cpp `llm_build_granite`).
+    #[test]
+    fn smollm3_and_granite_rows_set_their_features() {
+        let c = Config::from_metadata(&llama_like("smollm3", &[]), 100).unwrap();
+        let nope: Vec<usize> = (0..8).filter(|&l| !c.rope_layers[l]).collect();
+        assert_eq!(nope, vec![3, 7]);
+        assert_eq!(c.rope_style, RopeStyle::Normal);
+        assert_eq!(
+            (c.residual_scale, c.logit_scale, c.embed_scale),
+            (None, None, None)
+        );
+        let c = Config::from_metadata(&llama_like("llama", &[]), 100).unwrap();
+        assert!(c.rope_layers.iter().all(|&r| r));
+        let g = [
+            ("granite.embedding_scale", "12.0"),
+            ("granite.attention.scale", "0.015625"),
+            ("granite.residual_scale", "0.22"),
+            ("granite.logit_scale", "8.0"),
+        ];
+        let c = Config::from_metadata(&llama_like("granite", &g), 100).unwrap();
+        assert_eq!(c.embed_scale, Some(12.0));
+        assert_eq!(c.attn_scale, 0.015625);
+        assert_eq!((c.residual_scale, c.logit_scale), (Some(0.22), Some(8.0)));
+        assert!(c.features().iter().any(|f| f == "logits divided by 8"));
+        // Absent multipliers are none; the same keys on llama are ignored.
+        let c = Config::from_metadata(&llama_like("granite", &[]), 100).unwrap();
+        assert_eq!(c.attn_scale, 0.25);
+        assert_eq!(c.residual_scale, None);
+        let c = Config::from_metadata(&llama_like("llama", &[("llama.logit_scale", "8.0")]), 100)
+            .unwrap();
+        assert_eq!(c.logit_scale, None);
+        let bad = llama_like("granite", &[("granite.residual_scale", "NaN")]);
+        assert!(matches!(
+            Config::from_metadata(&bad, 100),
+            Err(Error::Hparam {
+                what: "residual_scale",
+                ..
+            })
+        ));
+    }
+
+    /// Gemma 2: even layers slide (llama.cpp `load_swa_pattern(ml, 2)`,
+    /// transformers `layer_types`), one RoPE base for both kinds, both
+    /// soft-caps.
+    #[test]
+    fn gemma2_row_sets_its_features() {
+        let g = [
+            ("gemma2.attention.sliding_window", "4096"),
+            ("gemma2.attn_logit_softcapping", "50.0"),
+            ("gemma2.final_logit_softcapping", "30.0"),
+        ];
+        let c = Config::from_metadata(&llama_like("gemma2", &g), 100).unwrap();
+        let swa: Vec<usize> = (0..8).filter(|&l| c.swa_layers[l]).collect();
+        assert_eq!(swa, vec![0, 2, 4, 6]);
+        assert_eq!((c.rope_base, c.rope_base_swa), (10000.0, 10000.0));
+        assert_eq!((c.attn_softcap, c.final_softcap), (Some(50.0), Some(30.0)));
+        assert_eq!(c.embed_scale, Some(8.0));
+        assert_eq!(c.activation, Activation::GeluTanh);
+        assert_eq!(c.rope_style, RopeStyle::Neox);
+        assert_eq!(c.attn_scale, 0.25);
     }
 
     #[test]

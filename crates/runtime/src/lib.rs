@@ -18,35 +18,6 @@
 //!   directory) with its tokenizer, as `gpack run`, `gpack serve` and the
 //!   Python package do.
 //!
-//! # Adding a model family
-//!
-//! What a new architecture touches, in order (qwen3 and gemma3 are the
-//! examples to follow):
-//! 1. [`config`]: an [`Arch`] variant and its GGUF name (both directions),
-//!    and the hyperparameters and features its graph needs, read from
-//!    GGUF-style metadata (`<arch>.*` keys) with the family's defaults. A
-//!    llama-like variant is only this: the shared graph follows [`Config`]'s
-//!    features (q/k norms, soft-capping, sliding windows, embedding scale,
-//!    activation), not the architecture's name.
-//! 2. [`model`]: what the shared graph lacks. A family with weights or
-//!    scratch of its own keeps them in its own file (`model/gemma3n.rs`);
-//!    tensor names are GGUF's (llama.cpp's `LLM_TENSOR_NAMES`).
-//! 3. gpack-ingest, for Hugging Face directories: `hf/config.rs` (the HF
-//!    `architectures` / `model_type` to the GGUF architecture, config.json
-//!    keys to metadata), `hf/names.rs` (HF tensor names to GGUF's) and
-//!    `hf/mod.rs` (value transforms such as Gemma's `norm + 1`).
-//! 4. gpack-tokenizer: the pre-tokenizer named by `tokenizer.ggml.pre`
-//!    (`spec.rs`), byte-identical to HF `tokenizers` on the corpus, and the
-//!    chat template's end-of-turn markers (the stop rule reads them).
-//! 5. gpack-convert: only if the family brings tensor kinds the plan does
-//!    not place yet (fusion and layouts are decided in `plan.rs`).
-//! 6. A fixture: a tiny random model made with transformers and its
-//!    llama.cpp-converted GGUFs under `testdata/tiny/<arch>/` (the scripts in
-//!    `testdata/scripts/`, the references beside them), and the runtime's
-//!    `fixtures::` tests for it (argmax and greedy tokens equal to
-//!    transformers from the f16 GGUF, the HF directory and their .gpacks).
-//! 7. README.md's list of families.
-//!
 //! ```no_run
 //! use gpack_runtime::{generate, GenerateConfig, GgufWeights, Model, SamplerConfig};
 //!
@@ -74,18 +45,26 @@
 //! `moe.rs`, and one file per family with weights or steps of its own
 //! (`gemma3n.rs`). A family touches:
 //!
-//! 1. `config.rs`: an [`config::Arch`] variant and its GGUF name, the
-//!    `{arch}.…` metadata keys it reads (bounded like the others), its rope
-//!    style (`LLAMA_ROPE_TYPE_NORM` or `_NEOX`, as `llama-arch.cpp` says);
-//! 2. the graph: a llama-like family whose pieces are already optional
-//!    (q/k/v biases, per-head q/k norms, post-attention/post-FFN norms,
-//!    sliding-window layers, soft-capping, embedding scale, routed experts)
-//!    needs nothing more, since `load.rs` switches them on by which tensors
-//!    exist and `step.rs` by [`config::Config`]; anything else gets its own file in
-//!    `model/` holding its own weights and scratch, called from `step.rs`;
+//! 1. `config.rs`: an [`config::Arch`] variant and its row in
+//!    [`config::FAMILIES`] (GGUF name, rope style as llama.cpp's
+//!    `llama_model_rope_type` says, activation, and the switches a llama
+//!    body varies by: `embed_sqrt`, `no_rope_every` (SmolLM3), `multipliers`
+//!    (Granite)); the `{arch}.…` metadata keys it reads, bounded like the
+//!    others. A llama-like family is only that row: `smollm3` and `granite`
+//!    are examples;
+//! 2. the graph: a family whose pieces are already optional (q/k/v biases,
+//!    per-head q/k norms, post-attention/post-FFN norms, sliding-window and
+//!    NoPE layers, soft-capping, embedding/residual/logit multipliers, routed
+//!    experts) needs nothing more, since `load.rs` switches them on by which
+//!    tensors exist and `step.rs` / `attention.rs` by [`config::Config`];
+//!    anything else gets its own file in `model/` holding its own weights
+//!    and scratch, called from `step.rs`;
 //! 3. Hugging Face ingest (`gpack-ingest`, `src/hf/config.rs`: the
 //!    `architectures`/`model_type` → GGUF arch name and the `config.json` keys
-//!    → GGUF metadata; `src/hf/names.rs`: HF tensor names → GGUF names);
+//!    → GGUF metadata; `src/hf/names.rs`: HF tensor names → GGUF names, and
+//!    `llama_like` for the families llama.cpp converts as `LlamaModel`, whose
+//!    q/k rows are permuted); `tests/common.rs`'s `ARCHES` checks both
+//!    against the converter's GGUF;
 //! 4. the tokenizer (`gpack-tokenizer`): its pre-tokenizer
 //!    (`PreTokenizer::from_gguf_name` for GGUF's `tokenizer.ggml.pre`, the
 //!    `tokenizer.json` pattern in `src/hf.rs`), and its end-of-turn markers
@@ -95,9 +74,13 @@
 //!    (stacked experts, per-layer embeddings);
 //! 6. a fixture: a tiny random model made with transformers
 //!    (`testdata/scripts/21_make_tiny_models.py`, or its own script as
-//!    `28_make_tiny_gemma3n.py`), converted by llama.cpp's converter
-//!    (`22_convert_all.sh`), with its references (`reference.json`, logits),
-//!    and the family added to `tests/fixtures.rs`'s `ARCHES` / `Q8_ARCHES`;
+//!    `28_make_tiny_gemma3n.py` and `31_make_tiny_families.py`), converted
+//!    by llama.cpp's converter (`22_convert_all.sh`, `31_convert_families.sh`),
+//!    with its references (`reference.json`, logits; llama.cpp's from
+//!    `24_check_gguf_llamacpp.py`, `23_q8_0_reference.py` and
+//!    `27_llamacpp_q8_0_multi_prompt.sh`), and the family added to
+//!    `tests/fixtures.rs`'s `ARCHES` / `Q8_ARCHES`, gpack-convert's and
+//!    `gpack inspect`'s fixture lists;
 //! 7. README's list of families (`gpack run`'s row).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -139,9 +139,13 @@ pub fn assert_batched_equals_solo(m: &Model, prompts: &[&[u32]], what: &str) -> 
     solo
 }
 
-const ARCHES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+const ARCHES: [&str; 7] = [
+    "llama", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "gemma2",
+];
 /// The q8_0 comparison with llama.cpp covers the MoE fixtures too.
-const Q8_ARCHES: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral"];
+const Q8_ARCHES: [&str; 9] = [
+    "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
+];
 
 pub fn check_exact(arch: &str, src: &str, path: &Path) {
     let dir = testdata().join("tiny").join(arch);
@@ -287,6 +291,37 @@ fn tiny_q8_0_no_worse_than_llamacpp() {
         sum_ours <= sum_lc,
         "total rel L2 {sum_ours} vs llama.cpp {sum_lc}"
     );
+}
+
+/// The families that are a row of the runtime's family table, from
+/// their .gpack: the transformers reference as from the GGUF, and a batched
+/// step equal to each sequence alone (the server's contract).
+#[test]
+fn llama_like_families_from_gpack_and_batched() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["smollm3", "granite", "gemma2"] {
+        let d = testdata().join("tiny").join(arch);
+        for q in ["f16", "q8_0"] {
+            let out = dir.path().join(format!("{arch}-{q}.gpack"));
+            gpack_convert::convert(
+                &gpack_convert::ConvertOptions {
+                    source: d.join(format!("{arch}-{q}.gguf")),
+                    output: out.clone(),
+                    ..Default::default()
+                },
+                &(),
+            )
+            .unwrap_or_else(|e| panic!("{arch}-{q}: {e:?}"));
+            if q == "f16" {
+                check_exact(arch, "f16 .gpack", &out);
+            }
+            let w = gpack_runtime::GpackWeights::open(&out).unwrap();
+            let m = Model::load(&w).unwrap();
+            let p = ids(&json(&d.join("reference.json"))["prompt_ids"]);
+            let prompts: [&[u32]; 3] = [&p, &p[3..9], &p[..1]];
+            assert_batched_equals_solo(&m, &prompts, &format!("{arch}-{q}.gpack"));
+        }
+    }
 }
 
 #[test]

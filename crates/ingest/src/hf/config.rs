@@ -27,6 +27,9 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "LlamaForCausalLM" | "LlamaModel" | "MistralForCausalLM" | "MixtralForCausalLM" => {
                 "llama"
             }
+            "SmolLM3ForCausalLM" => "smollm3",
+            "GraniteForCausalLM" => "granite",
+            "Gemma2ForCausalLM" => "gemma2",
             "Qwen2ForCausalLM" | "Qwen2Model" => "qwen2",
             "Qwen3ForCausalLM" | "Qwen3Model" => "qwen3",
             "Qwen3MoeForCausalLM" => "qwen3moe",
@@ -38,6 +41,9 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
     from_class.or_else(|| {
         Some(match config.get("model_type")?.as_str()? {
             "llama" | "mistral" | "mixtral" => "llama",
+            "smollm3" => "smollm3",
+            "granite" => "granite",
+            "gemma2" => "gemma2",
             "qwen2" => "qwen2",
             "qwen3" => "qwen3",
             "qwen3_moe" => "qwen3moe",
@@ -161,6 +167,10 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     };
     m.insert("general.architecture", Value::String(arch.as_str().into()));
     let a = arch.as_str();
+    if a == "gemma2" {
+        gemma2_keys(&hp, &mut m)?;
+        return Ok(m);
+    }
     let put_u32 = |m: &mut Metadata, key: &str, v: Option<u32>| {
         if let Some(v) = v {
             m.insert(format!("{a}.{key}"), Value::U32(v));
@@ -239,7 +249,11 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     };
     put_u32(&mut m, "expert_count", experts);
     put_u32(&mut m, "expert_used_count", hp.u32("num_experts_per_tok")?);
-    let head_dim = or(hp.u32("head_dim")?, 256);
+    // GraniteModel.set_gguf_parameters drops `head_dim` (n_embd / n_head).
+    let head_dim = match a {
+        "granite" => None,
+        _ => or(hp.u32("head_dim")?, 256),
+    };
     put_u32(&mut m, "attention.key_length", head_dim);
     put_u32(&mut m, "attention.value_length", head_dim);
     if gemma {
@@ -259,7 +273,14 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     if a == "gemma3n" {
         gemma3n_keys(&hp, &mut m, a)?;
     }
-    if a == "llama" {
+    if a == "granite" {
+        // Its `*_multiplier` / `logits_scaling` under llama.cpp's names.
+        put_f32(&mut m, "attention.scale", hp.f32("attention_multiplier")?);
+        put_f32(&mut m, "embedding_scale", hp.f32("embedding_multiplier")?);
+        put_f32(&mut m, "residual_scale", hp.f32("residual_multiplier")?);
+        put_f32(&mut m, "logit_scale", hp.f32("logits_scaling")?);
+    }
+    if super::names::llama_like(a) {
         put_u32(&mut m, "vocab_size", hp.u32("vocab_size")?);
         let rope_dim = match head_dim {
             Some(d) => Some(d),
@@ -278,6 +299,43 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
         );
     }
     Ok(m)
+}
+
+/// The keys `Gemma2Model.set_gguf_parameters` writes: its own list (it does
+/// not call the base class's, so no RoPE base: llama.cpp's 10000 applies, as
+/// transformers' default).
+fn gemma2_keys(hp: &Hp<'_>, m: &mut Metadata) -> Result<(), Error> {
+    for (json, key) in [
+        ("max_position_embeddings", "context_length"),
+        ("hidden_size", "embedding_length"),
+        ("num_hidden_layers", "block_count"),
+        ("intermediate_size", "feed_forward_length"),
+        ("num_attention_heads", "attention.head_count"),
+        ("head_dim", "attention.key_length"),
+        ("head_dim", "attention.value_length"),
+        ("sliding_window", "attention.sliding_window"),
+    ] {
+        if let Some(v) = hp.u32(json)? {
+            m.insert(format!("gemma2.{key}"), Value::U32(v));
+        }
+    }
+    let kv = match hp.u32("num_key_value_heads")? {
+        Some(v) => Some(v),
+        None => hp.u32("num_attention_heads")?,
+    };
+    if let Some(v) = kv {
+        m.insert("gemma2.attention.head_count_kv", Value::U32(v));
+    }
+    for (json, key) in [
+        ("rms_norm_eps", "attention.layer_norm_rms_epsilon"),
+        ("attn_logit_softcapping", "attn_logit_softcapping"),
+        ("final_logit_softcapping", "final_logit_softcapping"),
+    ] {
+        if let Some(v) = hp.f32(json)? {
+            m.insert(format!("gemma2.{key}"), Value::F32(v));
+        }
+    }
+    Ok(())
 }
 
 /// The keys `Gemma3NModel.set_gguf_parameters` adds to Gemma 3's: AltUp, per-layer

@@ -268,7 +268,7 @@ fn build(
     // Llama 3 RoPE: the converter generates `rope_freqs.weight` (first, as it does).
     if let Some(factors) = config
         .as_ref()
-        .filter(|_| arch == "llama")
+        .filter(|_| names::llama_like(&arch))
         .and_then(llama3_rope_factors)
     {
         let bytes: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -340,7 +340,7 @@ fn build(
             reason,
         };
         // Transforms apply only to tensors we understand (not e.g. a vision tower's norms).
-        if mapped && arch == "llama" {
+        if mapped && names::llama_like(&arch) {
             let heads = if info.name.ends_with("attn_q.weight")
                 || info.name.ends_with("attn_q.bias")
             {
@@ -363,7 +363,10 @@ fn build(
                 info.transform = Some(Transform::RopePermute { n_head });
             }
         }
-        if mapped && arch == "gemma3" && info.name.ends_with("norm.weight") {
+        if mapped
+            && matches!(arch.as_str(), "gemma2" | "gemma3")
+            && info.name.ends_with("norm.weight")
+        {
             if !matches!(
                 info.ggml_type,
                 GgmlType::F32 | GgmlType::F16 | GgmlType::BF16

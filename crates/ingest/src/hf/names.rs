@@ -50,14 +50,23 @@ fn normalize(hf: &str) -> std::borrow::Cow<'_, str> {
     hf.into()
 }
 
+/// Architectures llama.cpp converts with its `LlamaModel` (q/k rows permuted
+/// for its rotation, `vocab_size` and `rope.dimension_count` written, Llama 3
+/// RoPE factors generated): llama itself, SmolLM3 and Granite.
+pub fn llama_like(arch: &str) -> bool {
+    matches!(arch, "llama" | "smollm3" | "granite")
+}
+
 /// Maps an HF tensor name of a model of GGUF architecture `arch`
-/// (`"llama"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma3"`, `"gemma3n"`; mixtral
-/// is `"llama"`).
+/// (`"llama"`, `"smollm3"`, `"granite"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma2"`, `"gemma3"`,
+/// `"gemma3n"`; mixtral is `"llama"`).
 pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
-    if !matches!(
-        arch,
-        "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gemma3" | "gemma3n"
-    ) {
+    if !llama_like(arch)
+        && !matches!(
+            arch,
+            "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "gemma3n"
+        )
+    {
         return HfName::Unmapped;
     }
     let gemma3n = arch == "gemma3n";
@@ -147,7 +156,7 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
         };
     }
 
-    let gemma = arch == "gemma3" || gemma3n;
+    let gemma = matches!(arch, "gemma2" | "gemma3") || gemma3n;
     let g = match module {
         "input_layernorm" => "attn_norm",
         "self_attn.q_proj" => "attn_q",

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 impl Model<'_> {
     /// The `n` rows' q‖k‖v in `s.qkv` made ready for attention: biases,
     /// per-head q and k RMS norms, gemma3n's weightless v norm (`v_norm`),
-    /// rotary embeddings; then each row's k and v stored at its position in
+    /// rotary embeddings (where the layer has them); then each row's k and v stored at its position in
     /// layer `l`'s cache — unless `store` is false (gemma3n's KV-sharing
     /// layers: queries only).
     #[allow(clippy::too_many_arguments)]
@@ -43,7 +43,10 @@ impl Model<'_> {
                     .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
             }
             let cs_t = &cs[t * r..(t + 1) * r];
-            rope.apply(q, hd, cs_t);
+            let rotate = c.rope_layers[l];
+            if rotate {
+                rope.apply(q, hd, cs_t);
+            }
             if !store {
                 continue;
             }
@@ -57,7 +60,9 @@ impl Model<'_> {
                     h.iter_mut().for_each(|x| *x *= inv);
                 }
             }
-            rope.apply(k, hd, cs_t);
+            if rotate {
+                rope.apply(k, hd, cs_t);
+            }
             let q_seq = &mut *seqs[s.row_seq[t]];
             let p = s.row_pos[t];
             q_seq.put_keys(c, l, p, k);

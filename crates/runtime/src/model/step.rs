@@ -120,6 +120,9 @@ impl Model<'_> {
         }
         s.logits.resize(m * c.n_vocab, 0.0);
         self.output.matmul(&s.xb[..m * d], m, &mut s.logits);
+        if let Some(div) = c.logit_scale {
+            s.logits.iter_mut().for_each(|v| *v /= div);
+        }
         if let Some(cap) = c.final_softcap {
             s.logits
                 .iter_mut()
@@ -129,11 +132,14 @@ impl Model<'_> {
     }
 
     /// `x += norm(out)` for the `n` rows (the norm only where the block has
-    /// one: gemma3's post-attention and post-FFN norms), split by rows over
-    /// the pool for prefill-sized steps ([`ops::add_rmsnorm`]: `out` is left
-    /// as it was, nothing reads it after).
+    /// one: gemma3's post-attention and post-FFN norms; granite's
+    /// `residual_scale` multiplies `out` first), split by rows over the pool
+    /// for prefill-sized steps ([`ops::add_rmsnorm`]).
     pub(super) fn residual(&self, s: &mut Scratch, n: usize, norm: Option<&[f32]>) {
         let (d, eps) = (self.config.n_embd, self.config.rms_eps);
+        if let Some(r) = self.config.residual_scale {
+            s.out[..n * d].iter_mut().for_each(|o| *o *= r);
+        }
         let out = &s.out;
         ops::par_rows(&mut s.x, d, n, &|t0, xs| {
             for (i, x) in xs.chunks_exact_mut(d).enumerate() {

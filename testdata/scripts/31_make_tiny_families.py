@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Create the seeded random-init tiny SmolLM3, Granite and Gemma 2 models + transformers references.
+
+Usage: HF_HUB_OFFLINE=1 python 31_make_tiny_families.py TESTDATA_TINY_DIR [arch ...]
+  Reads the bpe2048 / spm2048 tokenizer files from TESTDATA_TINY_DIR/{llama,gemma3}/hf/ and writes, per arch,
+  TESTDATA_TINY_DIR/<arch>/hf/, reference.json and logits.f32le through 21_make_tiny_models.py's
+  `make` (same prompt, same 16 greedy steps, same reference format). Then
+  31_convert_families.sh makes the GGUFs with llama.cpp's converter.
+
+SmolLM3 and Granite are llama bodies that llama.cpp converts with its LlamaModel (q/k permuted):
+- smollm3: 4 layers, so that layer 3 is a NoPE layer (transformers `no_rope_layer_interval` 4,
+  llama.cpp's hard-coded `n_no_rope_layer_step = 4`);
+- granite: the four multipliers at values far from 1 (embedding 12, attention 1/8 instead of
+  1/sqrt(16) = 1/4, residual 0.22, logits divided by 8), so a missing one is visible.
+- gemma2: 4 layers (sliding, full, sliding, full), sliding window 8, attention-logit soft-cap 50
+  and final soft-cap 30 at the released values, query_pre_attn_scalar = head_dim (the 2B/9B rule
+  llama.cpp applies), the spm2048 tokenizer of the gemma3 fixture.
+Shape otherwise 21's COMMON (hidden 64, 4 heads of 16, 2 kv heads, intermediate 128, vocab 2048).
+"""
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("tiny21", os.path.join(HERE, "21_make_tiny_models.py"))
+tiny21 = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tiny21)
+
+
+def arch_specs():
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, GraniteConfig, GraniteForCausalLM, SmolLM3Config,
+                              SmolLM3ForCausalLM)
+    common = tiny21.COMMON
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    return {
+        "smollm3": (SmolLM3Config, SmolLM3ForCausalLM,
+                    dict(common, **tiny21.BPE_IDS, num_hidden_layers=4, no_rope_layer_interval=4,
+                         tie_word_embeddings=True, rope_parameters=rope),
+                    "bpe2048", torch.bfloat16, 1008),
+        "granite": (GraniteConfig, GraniteForCausalLM,
+                    dict({k: v for k, v in common.items() if k != "head_dim"}, **tiny21.BPE_IDS,
+                         tie_word_embeddings=False, embedding_multiplier=12.0, attention_multiplier=0.125,
+                         residual_multiplier=0.22, logits_scaling=8.0, rope_parameters=rope),
+                    "bpe2048", torch.bfloat16, 1013),
+        "gemma2": (Gemma2Config, Gemma2ForCausalLM,
+                   dict(common, **tiny21.SPM_IDS, num_hidden_layers=4, tie_word_embeddings=True,
+                        query_pre_attn_scalar=tiny21.HEAD_DIM, sliding_window=8,
+                        layer_types=["sliding_attention", "full_attention"] * 2,
+                        attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                        hidden_activation="gelu_pytorch_tanh", rope_parameters=rope),
+                   "spm2048", torch.bfloat16, 1014),
+    }
+
+
+def main():
+    root = sys.argv[1]
+    want = sys.argv[2:]
+    with tempfile.TemporaryDirectory() as tok:
+        for name, src in (("bpe2048", "llama"), ("spm2048", "gemma3")):
+            os.makedirs(os.path.join(tok, name))
+            for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "chat_template.jinja"):
+                if os.path.exists(os.path.join(root, src, "hf", f)):
+                    shutil.copy(os.path.join(root, src, "hf", f), os.path.join(tok, name))
+        for arch, s in arch_specs().items():
+            if not want or arch in want:
+                tiny21.make(arch, s, tok, root)
+
+
+if __name__ == "__main__":
+    main()
