@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Create the seeded random-init tiny SmolLM3, Granite and Gemma 2 models + transformers references.
+"""Create the seeded random-init tiny SmolLM3, Granite, Gemma 2 and OLMo 2 models + transformers
+references.
 
 Usage: HF_HUB_OFFLINE=1 python 31_make_tiny_families.py TESTDATA_TINY_DIR [arch ...]
   Reads the bpe2048 / spm2048 tokenizer files from TESTDATA_TINY_DIR/{llama,gemma3}/hf/ and writes, per arch,
@@ -15,6 +16,7 @@ SmolLM3 and Granite are llama bodies that llama.cpp converts with its LlamaModel
 - gemma2: 4 layers (sliding, full, sliding, full), sliding window 8, attention-logit soft-cap 50
   and final soft-cap 30 at the released values, query_pre_attn_scalar = head_dim (the 2B/9B rule
   llama.cpp applies), the spm2048 tokenizer of the gemma3 fixture.
+- olmo2: post-norm blocks (no input norms), q/k RMS norms over all heads (q: 64, k: 32 wide).
 Shape otherwise 21's COMMON (hidden 64, 4 heads of 16, 2 kv heads, intermediate 128, vocab 2048).
 """
 import importlib.util
@@ -32,8 +34,8 @@ spec.loader.exec_module(tiny21)
 
 
 def arch_specs():
-    from transformers import (Gemma2Config, Gemma2ForCausalLM, GraniteConfig, GraniteForCausalLM, SmolLM3Config,
-                              SmolLM3ForCausalLM)
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, GraniteConfig, GraniteForCausalLM, Olmo2Config,
+                              Olmo2ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
     common = tiny21.COMMON
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     return {
@@ -53,6 +55,10 @@ def arch_specs():
                         attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                         hidden_activation="gelu_pytorch_tanh", rope_parameters=rope),
                    "spm2048", torch.bfloat16, 1014),
+        "olmo2": (Olmo2Config, Olmo2ForCausalLM,
+                  dict({k: v for k, v in common.items() if k != "head_dim"}, **tiny21.BPE_IDS,
+                       tie_word_embeddings=False, rope_parameters=rope),
+                  "bpe2048", torch.bfloat16, 1015),
     }
 
 

@@ -19,6 +19,7 @@ fn every_tiny_gguf_parses_with_expected_tensor_counts() {
         ("smollm3", 38),
         ("granite", 21),
         ("gemma2", 46),
+        ("olmo2", 25),
     ];
     for (arch, n) in counts {
         for q in ["f16", "q8_0"] {

@@ -46,6 +46,8 @@ pub enum Arch {
     /// Gemma 2 (Gemma 3's block without q/k norms; attention-logit and
     /// final soft-capping; every other layer sliding-window).
     Gemma2,
+    /// OLMo 2 (post-norm blocks; q and k RMS norms over all heads).
+    Olmo2,
 }
 
 /// What sets a family's graph apart, one row per [`Arch`] in [`FAMILIES`]:
@@ -74,6 +76,11 @@ pub struct Family {
     /// Gemma 2: 2), unless `attention.sliding_window_pattern` says
     /// otherwise.
     pub swa_period: Option<usize>,
+    /// Post-norm blocks: no input norms, the attention and FFN outputs
+    /// normalized before they join the residual (OLMo 2).
+    pub post_norm: bool,
+    /// q and k RMS norms over all heads together, not per head (OLMo 2).
+    pub qk_norm_all_heads: bool,
 }
 
 const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family {
@@ -86,6 +93,8 @@ const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family
         no_rope_every: None,
         multipliers: false,
         swa_period: None,
+        post_norm: false,
+        qk_norm_all_heads: false,
     }
 }
 
@@ -119,6 +128,11 @@ pub const FAMILIES: &[Family] = &[
         embed_sqrt: true,
         swa_period: Some(2),
         ..family(Arch::Gemma2, "gemma2", RopeStyle::Neox)
+    },
+    Family {
+        post_norm: true,
+        qk_norm_all_heads: true,
+        ..family(Arch::Olmo2, "olmo2", RopeStyle::Neox)
     },
 ];
 
@@ -417,6 +431,13 @@ impl Config {
         }
         if let Some(l) = self.logit_scale {
             f.push(format!("logits divided by {l}"));
+        }
+        let fam = self.arch.family();
+        if fam.post_norm {
+            f.push("post-norm blocks (outputs normalized before the residual)".into());
+        }
+        if fam.qk_norm_all_heads {
+            f.push("q/k RMS norms over all heads".into());
         }
         let act = match self.activation {
             Activation::Silu => "SwiGLU",
@@ -761,7 +782,7 @@ mod tests {
             assert_eq!(f.arch.family().name, f.name);
             assert_eq!(FAMILIES.iter().filter(|g| g.arch == f.arch).count(), 1);
         }
-        assert_eq!(FAMILIES.len(), 9, "a new Arch variant needs its row");
+        assert_eq!(FAMILIES.len(), 10, "a new Arch variant needs its row");
     }
 
     /// SmolLM3 skips RoPE on layers 4, 8, … (llama.cpp

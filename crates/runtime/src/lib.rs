@@ -49,12 +49,13 @@
 //!    [`config::FAMILIES`] (GGUF name, rope style as llama.cpp's
 //!    `llama_model_rope_type` says, activation, and the switches a llama
 //!    body varies by: `embed_sqrt`, `no_rope_every` (SmolLM3), `multipliers`
-//!    (Granite)); the `{arch}.…` metadata keys it reads, bounded like the
-//!    others. A llama-like family is only that row: `smollm3` and `granite`
-//!    are examples;
+//!    (Granite), `swa_period` (Gemma 2 and 3), `post_norm` and
+//!    `qk_norm_all_heads` (OLMo 2)); the `{arch}.…` metadata keys it reads,
+//!    bounded like the others. A family built from these pieces is only that
+//!    row: `smollm3`, `granite`, `gemma2` and `olmo2` are examples;
 //! 2. the graph: a family whose pieces are already optional (q/k/v biases,
-//!    per-head q/k norms, post-attention/post-FFN norms, sliding-window and
-//!    NoPE layers, soft-capping, embedding/residual/logit multipliers, routed
+//!    q/k norms (per head or over all heads), pre- or post-norm blocks,
+//!    post-attention/post-FFN norms, sliding-window and NoPE layers, soft-capping, embedding/residual/logit multipliers, routed
 //!    experts) needs nothing more, since `load.rs` switches them on by which
 //!    tensors exist and `step.rs` / `attention.rs` by [`config::Config`];
 //!    anything else gets its own file in `model/` holding its own weights

@@ -55,24 +55,25 @@ enum Ffn<'a> {
 /// One transformer block's weights.
 #[derive(Debug)]
 struct Layer<'a> {
-    /// `[n_embd]` pre-attention RMS norm.
-    attn_norm: Vec<f32>,
+    /// `[n_embd]` pre-attention RMS norm (none in post-norm blocks: OLMo 2).
+    attn_norm: Option<Vec<f32>>,
     /// q‖k‖v: `[q_dim + k_dim + v_dim] × n_embd`.
     qkv: Proj<'a>,
     /// `[q_dim + k_dim + v_dim]` biases (zeros where absent), if any bias exists.
     qkv_bias: Option<Vec<f32>>,
-    /// `[head_dim]` per-head q RMS norm.
+    /// q RMS norm: `[head_dim]` per head, or `[q_dim]` over all heads
+    /// together (OLMo 2).
     q_norm: Option<Vec<f32>>,
-    /// `[head_dim]` per-head k RMS norm.
+    /// k RMS norm: `[head_dim]` per head, or `[k_dim]` over all heads.
     k_norm: Option<Vec<f32>>,
     /// `n_embd × (n_head · head_dim_v)` output projection.
     wo: Matrix<'a>,
-    /// `[n_embd]` norm of the attention output (gemma3).
+    /// `[n_embd]` norm of the attention output (gemma2/3, OLMo 2).
     post_attn_norm: Option<Vec<f32>>,
-    /// `[n_embd]` pre-FFN RMS norm.
-    ffn_norm: Vec<f32>,
+    /// `[n_embd]` pre-FFN RMS norm (none in post-norm blocks).
+    ffn_norm: Option<Vec<f32>>,
     ffn: Ffn<'a>,
-    /// `[n_embd]` norm of the FFN output (gemma3).
+    /// `[n_embd]` norm of the FFN output (gemma2/3, OLMo 2).
     post_ffn_norm: Option<Vec<f32>>,
     /// Sliding-window layer.
     swa: bool,

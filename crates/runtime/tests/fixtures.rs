@@ -139,12 +139,13 @@ pub fn assert_batched_equals_solo(m: &Model, prompts: &[&[u32]], what: &str) -> 
     solo
 }
 
-const ARCHES: [&str; 7] = [
-    "llama", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "gemma2",
+const ARCHES: [&str; 8] = [
+    "llama", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "gemma2", "olmo2",
 ];
 /// The q8_0 comparison with llama.cpp covers the MoE fixtures too.
-const Q8_ARCHES: [&str; 9] = [
+const Q8_ARCHES: [&str; 10] = [
     "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
+    "olmo2",
 ];
 
 pub fn check_exact(arch: &str, src: &str, path: &Path) {
@@ -299,7 +300,7 @@ fn tiny_q8_0_no_worse_than_llamacpp() {
 #[test]
 fn llama_like_families_from_gpack_and_batched() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["smollm3", "granite", "gemma2"] {
+    for arch in ["smollm3", "granite", "gemma2", "olmo2"] {
         let d = testdata().join("tiny").join(arch);
         for q in ["f16", "q8_0"] {
             let out = dir.path().join(format!("{arch}-{q}.gpack"));

@@ -59,12 +59,12 @@ pub fn llama_like(arch: &str) -> bool {
 
 /// Maps an HF tensor name of a model of GGUF architecture `arch`
 /// (`"llama"`, `"smollm3"`, `"granite"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma2"`, `"gemma3"`,
-/// `"gemma3n"`; mixtral is `"llama"`).
+/// `"gemma3n"`, `"olmo2"`; mixtral is `"llama"`).
 pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
     if !llama_like(arch)
         && !matches!(
             arch,
-            "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "gemma3n"
+            "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "gemma3n" | "olmo2"
         )
     {
         return HfName::Unmapped;
@@ -157,6 +157,8 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
     }
 
     let gemma = matches!(arch, "gemma2" | "gemma3") || gemma3n;
+    // Norms after the attention and the FFN (Gemma's sandwich, OLMo 2's post-norm).
+    let post_norms = gemma || arch == "olmo2";
     let g = match module {
         "input_layernorm" => "attn_norm",
         "self_attn.q_proj" => "attn_q",
@@ -165,10 +167,10 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
         "self_attn.o_proj" => "attn_output",
         "self_attn.q_norm" => "attn_q_norm",
         "self_attn.k_norm" => "attn_k_norm",
-        "post_attention_layernorm" if gemma => "post_attention_norm",
+        "post_attention_layernorm" if post_norms => "post_attention_norm",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" if gemma => "ffn_norm",
-        "post_feedforward_layernorm" if gemma => "post_ffw_norm",
+        "post_feedforward_layernorm" if post_norms => "post_ffw_norm",
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",

@@ -8,7 +8,8 @@ use std::sync::Mutex;
 
 impl Model<'_> {
     /// The `n` rows' q‖k‖v in `s.qkv` made ready for attention: biases,
-    /// per-head q and k RMS norms, gemma3n's weightless v norm (`v_norm`),
+    /// q and k RMS norms (per head, or over all heads: as long as the norm's
+    /// weight), gemma3n's weightless v norm (`v_norm`),
     /// rotary embeddings (where the layer has them); then each row's k and v stored at its position in
     /// layer `l`'s cache — unless `store` is false (gemma3n's KV-sharing
     /// layers: queries only).
@@ -39,7 +40,7 @@ impl Model<'_> {
             let (q, rest) = row.split_at_mut(qd);
             let (k, v) = rest.split_at_mut(kd);
             if let Some(w) = &layer.q_norm {
-                q.chunks_exact_mut(hd)
+                q.chunks_exact_mut(w.len())
                     .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
             }
             let cs_t = &cs[t * r..(t + 1) * r];
@@ -51,7 +52,7 @@ impl Model<'_> {
                 continue;
             }
             if let Some(w) = &layer.k_norm {
-                k.chunks_exact_mut(hd)
+                k.chunks_exact_mut(w.len())
                     .for_each(|h| ops::rmsnorm_inplace(h, w, eps));
             }
             if v_norm {

@@ -416,7 +416,7 @@ impl<'a> Model<'a> {
                     .copy_from_slice(&s.g3n.pred[t * na * d..t * na * d + d]);
             }
             // ---- input norm, Laurel ----
-            norm_rows(&mut s.xb, &s.g3n.act, d, n, &layer.attn_norm, eps);
+            norm_rows(&mut s.xb, &s.g3n.act, d, n, layer.attn_norm.as_deref(), eps);
             let rank = gl.laurel_l.rows();
             grow(&mut s.g3n.small2, n * rank);
             gl.laurel_l
@@ -462,7 +462,7 @@ impl<'a> Model<'a> {
                 }
             }
             // ---- FFN (gaussian top-k gate in the sparse layers) ----
-            norm_rows(&mut s.xb, &s.x, d, n, &layer.ffn_norm, eps);
+            norm_rows(&mut s.xb, &s.x, d, n, layer.ffn_norm.as_deref(), eps);
             let Ffn::Dense { gate_up, down } = &layer.ffn else {
                 return Err(Error::Architecture {
                     arch: "gemma3n with routed experts".into(),

@@ -182,17 +182,37 @@ impl<'a> Model<'a> {
                     down: Box::new(mat("ffn_down.weight", c.n_ff, d)?),
                 }
             };
+            let fam = c.arch.family();
+            // Pre-norm blocks have both input norms; post-norm blocks
+            // (OLMo 2) neither, and their post norms instead.
+            let pre_norm = |name: &str| -> Result<Option<Vec<f32>>> {
+                match fam.post_norm {
+                    false => required_vec(w, &n(name), d, "norm").map(Some),
+                    true => Ok(None),
+                }
+            };
+            let post_norm = |name: &str| -> Result<Option<Vec<f32>>> {
+                match fam.post_norm {
+                    false => dense_vec(w, &n(name), d, "norm"),
+                    true => required_vec(w, &n(name), d, "norm").map(Some),
+                }
+            };
+            // q/k norms per head, or over all heads together (OLMo 2).
+            let (q_norm_len, k_norm_len) = match fam.qk_norm_all_heads {
+                false => (c.head_dim, c.head_dim),
+                true => (c.q_dim(), c.k_dim()),
+            };
             layers.push(Layer {
-                attn_norm: required_vec(w, &n("attn_norm.weight"), d, "norm")?,
+                attn_norm: pre_norm("attn_norm.weight")?,
                 qkv,
                 qkv_bias,
-                q_norm: dense_vec(w, &n("attn_q_norm.weight"), c.head_dim, "norm")?,
-                k_norm: dense_vec(w, &n("attn_k_norm.weight"), c.head_dim, "norm")?,
+                q_norm: dense_vec(w, &n("attn_q_norm.weight"), q_norm_len, "norm")?,
+                k_norm: dense_vec(w, &n("attn_k_norm.weight"), k_norm_len, "norm")?,
                 wo: mat("attn_output.weight", c.n_head * c.head_dim_v, d)?,
-                post_attn_norm: dense_vec(w, &n("post_attention_norm.weight"), d, "norm")?,
-                ffn_norm: required_vec(w, &n("ffn_norm.weight"), d, "norm")?,
+                post_attn_norm: post_norm("post_attention_norm.weight")?,
+                ffn_norm: pre_norm("ffn_norm.weight")?,
                 ffn,
-                post_ffn_norm: dense_vec(w, &n("post_ffw_norm.weight"), d, "norm")?,
+                post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                 swa: c.swa_layers[l],
             });
         }

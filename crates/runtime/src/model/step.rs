@@ -71,7 +71,7 @@ impl Model<'_> {
         } else {
             for (l, layer) in self.layers.iter().enumerate() {
                 // ---- attention ----
-                norm_rows(&mut s.xb, &s.x, d, n, &layer.attn_norm, c.rms_eps);
+                norm_rows(&mut s.xb, &s.x, d, n, layer.attn_norm.as_deref(), c.rms_eps);
                 layer
                     .qkv
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
@@ -81,7 +81,7 @@ impl Model<'_> {
                 self.residual(s, n, layer.post_attn_norm.as_deref());
 
                 // ---- feed-forward ----
-                norm_rows(&mut s.xb, &s.x, d, n, &layer.ffn_norm, c.rms_eps);
+                norm_rows(&mut s.xb, &s.x, d, n, layer.ffn_norm.as_deref(), c.rms_eps);
                 match &layer.ffn {
                     Ffn::Dense { gate_up, down } => {
                         let n_ff = c.n_ff;
@@ -154,8 +154,20 @@ impl Model<'_> {
 }
 
 /// `xb[t] = rmsnorm(x[t]) · w` for the `n` rows of `d` (split over the
-/// pool for prefill-sized steps: each row's values are its own).
-pub(super) fn norm_rows(xb: &mut [f32], x: &[f32], d: usize, n: usize, w: &[f32], eps: f32) {
+/// pool for prefill-sized steps: each row's values are its own); a block
+/// without the norm (`w` None: OLMo 2's post-norm blocks) reads `x` as is.
+pub(super) fn norm_rows(
+    xb: &mut [f32],
+    x: &[f32],
+    d: usize,
+    n: usize,
+    w: Option<&[f32]>,
+    eps: f32,
+) {
+    let Some(w) = w else {
+        xb[..n * d].copy_from_slice(&x[..n * d]);
+        return;
+    };
     ops::par_rows(xb, d, n, &|t0, out| {
         for (i, o) in out.chunks_exact_mut(d).enumerate() {
             let t = t0 + i;
