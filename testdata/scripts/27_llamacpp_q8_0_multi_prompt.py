@@ -21,7 +21,7 @@ import sys
 bin_, tiny = sys.argv[1], sys.argv[2]
 rng = random.Random(20261129)
 prompts = [[rng.randrange(3, 2048) for _ in range(rng.randrange(6, 29))] for _ in range(32)]
-for arch in ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2", "olmo2"]:
+for arch in ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2", "olmo2", "phi3"]:
     gguf = os.path.join(tiny, arch, "%s-q8_0.gguf" % arch)
     out = bytearray()
     n_vocab = None

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Create the seeded random-init tiny SmolLM3, Granite, Gemma 2 and OLMo 2 models + transformers
-references.
+"""Create the seeded random-init tiny SmolLM3, Granite, Gemma 2, OLMo 2 and Phi-3 models +
+transformers references.
 
 Usage: HF_HUB_OFFLINE=1 python 31_make_tiny_families.py TESTDATA_TINY_DIR [arch ...]
   Reads the bpe2048 / spm2048 tokenizer files from TESTDATA_TINY_DIR/{llama,gemma3}/hf/ and writes, per arch,
@@ -17,9 +17,14 @@ SmolLM3 and Granite are llama bodies that llama.cpp converts with its LlamaModel
   and final soft-cap 30 at the released values, query_pre_attn_scalar = head_dim (the 2B/9B rule
   llama.cpp applies), the spm2048 tokenizer of the gemma3 fixture.
 - olmo2: post-norm blocks (no input norms), q/k RMS norms over all heads (q: 64, k: 32 wide).
+- phi3: fused qkv and gate_up projections, partial rotary (0.75: 12 of 16 dims, as Phi-4-mini),
+  LongRoPE (max 4096 over an original 1024: long and short factors, attention factor
+  sqrt(1 + ln 4 / ln 1024)); the 32-token reference runs on the short factors (transformers picks
+  them for sequences up to the original length), the bpe2048 tokenizer declared as GPT2Tokenizer (Phi-4-mini's class).
 Shape otherwise 21's COMMON (hidden 64, 4 heads of 16, 2 kv heads, intermediate 128, vocab 2048).
 """
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -35,7 +40,7 @@ spec.loader.exec_module(tiny21)
 
 def arch_specs():
     from transformers import (Gemma2Config, Gemma2ForCausalLM, GraniteConfig, GraniteForCausalLM, Olmo2Config,
-                              Olmo2ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
+                              Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
     common = tiny21.COMMON
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     return {
@@ -59,6 +64,16 @@ def arch_specs():
                   dict({k: v for k, v in common.items() if k != "head_dim"}, **tiny21.BPE_IDS,
                        tie_word_embeddings=False, rope_parameters=rope),
                   "bpe2048", torch.bfloat16, 1015),
+        "phi3": (Phi3Config, Phi3ForCausalLM,
+                 dict({k: v for k, v in common.items() if k != "head_dim"}, **tiny21.BPE_IDS,
+                      tie_word_embeddings=False, max_position_embeddings=4096,
+                      original_max_position_embeddings=1024,
+                      rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                       "partial_rotary_factor": 0.75,
+                                       "original_max_position_embeddings": 1024,
+                                       "short_factor": [1.0, 1.1, 1.3, 1.7, 2.3, 3.1],
+                                       "long_factor": [1.0, 1.5, 2.5, 4.0, 7.0, 11.0]}),
+                 "bpe2048-gpt2", torch.bfloat16, 1016),
     }
 
 
@@ -66,11 +81,19 @@ def main():
     root = sys.argv[1]
     want = sys.argv[2:]
     with tempfile.TemporaryDirectory() as tok:
-        for name, src in (("bpe2048", "llama"), ("spm2048", "gemma3")):
+        for name, src in (("bpe2048", "llama"), ("spm2048", "gemma3"), ("bpe2048-gpt2", "llama")):
             os.makedirs(os.path.join(tok, name))
             for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "chat_template.jinja"):
                 if os.path.exists(os.path.join(root, src, "hf", f)):
                     shutil.copy(os.path.join(root, src, "hf", f), os.path.join(tok, name))
+        # Phi-3's converter reads a SentencePiece model unless the tokenizer class is GPT-2's
+        # (Phi-4-mini): the bpe2048 tokenizer, declared as GPT-2's.
+        cfg_p = os.path.join(tok, "bpe2048-gpt2", "tokenizer_config.json")
+        with open(cfg_p) as f:
+            cfg = json.load(f)
+        cfg["tokenizer_class"] = "GPT2Tokenizer"
+        with open(cfg_p, "w") as f:
+            json.dump(cfg, f, indent=2)
         for arch, s in arch_specs().items():
             if not want or arch in want:
                 tiny21.make(arch, s, tok, root)

@@ -11,7 +11,7 @@ fn inspect_lists_every_source_tensor_after_convert() {
     let dir = tempfile::tempdir().unwrap();
     for arch in [
         "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
-        "olmo2",
+        "olmo2", "phi3",
     ] {
         for src in [
             testdata.join(arch).join(format!("{arch}-q8_0.gguf")),

@@ -20,6 +20,7 @@ fn every_tiny_gguf_parses_with_expected_tensor_counts() {
         ("granite", 21),
         ("gemma2", 46),
         ("olmo2", 25),
+        ("phi3", 17),
     ];
     for (arch, n) in counts {
         for q in ["f16", "q8_0"] {

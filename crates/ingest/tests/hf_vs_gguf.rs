@@ -232,12 +232,12 @@ fn unknown_architecture_keeps_hf_names() {
     .unwrap();
     std::fs::write(
         d.join("config.json"),
-        br#"{"model_type":"phi3","architectures":["Phi3ForCausalLM"],"hidden_size":64}"#,
+        br#"{"model_type":"phi","architectures":["PhiForCausalLM"],"hidden_size":64}"#,
     )
     .unwrap();
     let s = Source::open(d).unwrap();
-    assert_eq!(s.architecture(), Some("phi3"));
-    assert_eq!(s.metadata.get_u32("phi3.embedding_length"), Some(64));
+    assert_eq!(s.architecture(), Some("phi"));
+    assert_eq!(s.metadata.get_u32("phi.embedding_length"), Some(64));
     assert_eq!(s.tensors.len(), 21);
     assert!(s.tensor("model.layers.0.self_attn.q_proj.weight").is_some());
     assert!(s.tensors.iter().all(|t| t.transform.is_none()));

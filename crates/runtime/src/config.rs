@@ -48,6 +48,9 @@ pub enum Arch {
     Gemma2,
     /// OLMo 2 (post-norm blocks; q and k RMS norms over all heads).
     Olmo2,
+    /// Phi-3 / Phi-3.5 / Phi-4-mini (fused q‖k‖v and gate‖up tensors,
+    /// partial rotary, LongRoPE factors).
+    Phi3,
 }
 
 /// What sets a family's graph apart, one row per [`Arch`] in [`FAMILIES`]:
@@ -81,6 +84,9 @@ pub struct Family {
     pub post_norm: bool,
     /// q and k RMS norms over all heads together, not per head (OLMo 2).
     pub qk_norm_all_heads: bool,
+    /// LongRoPE: frequency factors from `rope_factors_short.weight` and
+    /// cos/sin scaled by `rope.scaling.attn_factor` (Phi-3).
+    pub longrope: bool,
 }
 
 const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family {
@@ -95,6 +101,7 @@ const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family
         swa_period: None,
         post_norm: false,
         qk_norm_all_heads: false,
+        longrope: false,
     }
 }
 
@@ -133,6 +140,10 @@ pub const FAMILIES: &[Family] = &[
         post_norm: true,
         qk_norm_all_heads: true,
         ..family(Arch::Olmo2, "olmo2", RopeStyle::Neox)
+    },
+    Family {
+        longrope: true,
+        ..family(Arch::Phi3, "phi3", RopeStyle::Neox)
     },
 ];
 
@@ -228,6 +239,8 @@ pub struct Config {
     pub logit_scale: Option<f32>,
     /// Per layer: whether q and k are rotated (SmolLM3 skips every 4th).
     pub rope_layers: Vec<bool>,
+    /// Multiplier of RoPE's cos and sin (LongRoPE's attention factor, else 1).
+    pub rope_attn_factor: f32,
     /// FFN activation.
     pub activation: Activation,
     /// Routed experts per MoE layer (0: a dense model). Mixtral is `llama`
@@ -400,6 +413,12 @@ impl Config {
         }
         if self.rope_freq_scale != 1.0 {
             rope.push_str(&format!(", linear scaling {}", 1.0 / self.rope_freq_scale));
+        }
+        if self.arch.family().longrope {
+            rope.push_str(&format!(
+                ", LongRoPE (short factors, attention factor {})",
+                self.rope_attn_factor
+            ));
         }
         let nope = self.rope_layers.iter().filter(|&&r| !r).count();
         if nope > 0 {
@@ -610,6 +629,18 @@ impl Config {
             .meta_u64(&k("expert_feed_forward_length"))
             .map_or(n_ff, |v| v as usize);
         let activation = fam.activation;
+        let rope_attn_factor = match fam.longrope {
+            true => match m.meta_f32(&k("rope.scaling.attn_factor")) {
+                Some(f) if !(f.is_finite() && f > 0.0) => {
+                    return Err(Error::Hparam {
+                        what: "rope.scaling.attn_factor",
+                        value: f.to_bits() as u64,
+                    })
+                }
+                f => f.unwrap_or(1.0),
+            },
+            false => 1.0,
+        };
         // Granite's multipliers (absent or 0: none, as llama.cpp reads them).
         let multiplier = |key: &'static str| -> Result<Option<f32>> {
             match fam.multipliers.then(|| m.meta_f32(&k(key))).flatten() {
@@ -668,6 +699,7 @@ impl Config {
             residual_scale: multiplier("residual_scale")?,
             logit_scale: multiplier("logit_scale")?,
             rope_layers,
+            rope_attn_factor,
             activation,
             n_expert,
             n_expert_used,
@@ -782,7 +814,7 @@ mod tests {
             assert_eq!(f.arch.family().name, f.name);
             assert_eq!(FAMILIES.iter().filter(|g| g.arch == f.arch).count(), 1);
         }
-        assert_eq!(FAMILIES.len(), 10, "a new Arch variant needs its row");
+        assert_eq!(FAMILIES.len(), 11, "a new Arch variant needs its row");
     }
 
     /// SmolLM3 skips RoPE on layers 4, 8, … (llama.cpp

@@ -50,9 +50,11 @@
 //!    `llama_model_rope_type` says, activation, and the switches a llama
 //!    body varies by: `embed_sqrt`, `no_rope_every` (SmolLM3), `multipliers`
 //!    (Granite), `swa_period` (Gemma 2 and 3), `post_norm` and
-//!    `qk_norm_all_heads` (OLMo 2)); the `{arch}.…` metadata keys it reads,
-//!    bounded like the others. A family built from these pieces is only that
-//!    row: `smollm3`, `granite`, `gemma2` and `olmo2` are examples;
+//!    `qk_norm_all_heads` (OLMo 2), `longrope` (Phi-3)); the `{arch}.…`
+//!    metadata keys it reads, bounded like the others. A family built from
+//!    these pieces is only that row: `smollm3`, `granite`, `gemma2`, `olmo2`
+//!    and `phi3` are examples (fused `attn_qkv` / gate‖up `ffn_up` tensors
+//!    are bound by name in `load.rs`);
 //! 2. the graph: a family whose pieces are already optional (q/k/v biases,
 //!    q/k norms (per head or over all heads), pre- or post-norm blocks,
 //!    post-attention/post-FFN norms, sliding-window and NoPE layers, soft-capping, embedding/residual/logit multipliers, routed

@@ -206,6 +206,8 @@ pub struct Rope {
     freq_scale: f32,
     style: RopeStyle,
     n_rot: usize,
+    /// Multiplier of cos and sin (LongRoPE's attention factor; 1 otherwise).
+    mscale: f64,
 }
 
 impl Rope {
@@ -231,7 +233,16 @@ impl Rope {
             freq_scale,
             style,
             n_rot,
+            mscale: 1.0,
         }
+    }
+
+    /// The same rotation with cos and sin multiplied by `m` (LongRoPE's
+    /// attention factor: llama.cpp's `attn_factor`, transformers'
+    /// `attention_scaling`).
+    pub fn with_mscale(mut self, m: f32) -> Rope {
+        self.mscale = m as f64;
+        self
     }
 
     /// Fills `cs` (`[n_rot/2][2]`: cos, sin) for position `pos`.
@@ -239,8 +250,8 @@ impl Rope {
         let p = pos as f64 * self.freq_scale as f64;
         for (c, &f) in cs.chunks_exact_mut(2).zip(&self.inv_freq) {
             let (s, co) = (p * f as f64).sin_cos();
-            c[0] = co as f32;
-            c[1] = s as f32;
+            c[0] = (co * self.mscale) as f32;
+            c[1] = (s * self.mscale) as f32;
         }
     }
 

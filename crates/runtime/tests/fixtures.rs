@@ -139,13 +139,13 @@ pub fn assert_batched_equals_solo(m: &Model, prompts: &[&[u32]], what: &str) -> 
     solo
 }
 
-const ARCHES: [&str; 8] = [
-    "llama", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "gemma2", "olmo2",
+const ARCHES: [&str; 9] = [
+    "llama", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "gemma2", "olmo2", "phi3",
 ];
 /// The q8_0 comparison with llama.cpp covers the MoE fixtures too.
-const Q8_ARCHES: [&str; 10] = [
+const Q8_ARCHES: [&str; 11] = [
     "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
-    "olmo2",
+    "olmo2", "phi3",
 ];
 
 pub fn check_exact(arch: &str, src: &str, path: &Path) {
@@ -300,7 +300,7 @@ fn tiny_q8_0_no_worse_than_llamacpp() {
 #[test]
 fn llama_like_families_from_gpack_and_batched() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["smollm3", "granite", "gemma2", "olmo2"] {
+    for arch in ["smollm3", "granite", "gemma2", "olmo2", "phi3"] {
         let d = testdata().join("tiny").join(arch);
         for q in ["f16", "q8_0"] {
             let out = dir.path().join(format!("{arch}-{q}.gpack"));
@@ -417,7 +417,8 @@ fn dense_provider_gives_identical_logits() {
         let m1 = Model::load(&native).unwrap();
         let dense = DenseSource(gpack_ingest::Source::open(&p).unwrap());
         let m2 = Model::load(&dense).unwrap();
-        assert!(m1.is_fused() && !m2.is_fused());
+        // Phi-3's file stores q‖k‖v and gate‖up fused already.
+        assert!(m1.is_fused() && (arch == "phi3" || !m2.is_fused()));
         let mut s1 = m1.new_state(16);
         let mut s2 = m2.new_state(16);
         let a = m1.forward(&mut s1, &prompt, Logits::All).unwrap().to_vec();
@@ -454,6 +455,7 @@ fn tiny_q8_0_server_config_no_worse_than_llamacpp_over_many_prompts() {
 
 fn q8_0_over_many_prompts(kv_f16: bool) {
     let mut worse = Vec::new();
+    let mut all = Vec::new();
     for arch in Q8_ARCHES {
         let dir = testdata().join("tiny").join(arch);
         let meta = json(&dir.join("llamacpp_q8_0_multi.json"));
@@ -501,12 +503,62 @@ fn q8_0_over_many_prompts(kv_f16: bool) {
             ours / n,
             theirs / n
         );
-        if mean > 2.0 * se {
+        // One-sided, Bonferroni-corrected for the comparisons these two
+        // tests make (every family, two K/V configurations): each is a
+        // fresh draw of quantization noise, so at 2 s.e. one in ~40 would
+        // fail by chance with a dozen families. A bias shared by every
+        // family is caught by the pooled test below at 2 s.e.
+        let tests = 2.0 * Q8_ARCHES.len() as f64;
+        if mean > z_one_sided(0.05 / tests) * se {
             worse.push(format!("{arch}: {mean:+.5} ± {se:.5}"));
         }
+        all.extend(diffs);
     }
+    let n = all.len() as f64;
+    let mean = all.iter().sum::<f64>() / n;
+    let sd = (all.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    eprintln!(
+        "all families (kv f16 {kv_f16}): difference {mean:+.5} ± {:.5} s.e.",
+        sd / n.sqrt()
+    );
+    assert!(
+        mean <= 2.0 * sd / n.sqrt(),
+        "pooled over families, significantly worse than llama.cpp: {mean:+.5}"
+    );
     assert!(
         worse.is_empty(),
         "significantly worse than llama.cpp: {worse:?}"
     );
+}
+
+/// `z` with `P(Z > z) = alpha` for a standard normal (bisection on erfc
+/// from its Abramowitz–Stegun 7.1.26 form: within 1.5e-7, ample here).
+fn z_one_sided(alpha: f64) -> f64 {
+    let tail = |z: f64| {
+        let x = z / std::f64::consts::SQRT_2;
+        let t = 1.0 / (1.0 + 0.327_591_1 * x);
+        let poly = t
+            * (0.254_829_592
+                + t * (-0.284_496_736
+                    + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+        0.5 * poly * (-x * x).exp()
+    };
+    let (mut lo, mut hi) = (0.0, 10.0);
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if tail(mid) > alpha {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo + hi) / 2.0
+}
+
+#[test]
+fn z_one_sided_matches_normal_tables() {
+    // -torch.special.ndtri(alpha) in float64 (torch 2.15): 0.025 →
+    // 1.95996398, 0.05/22 → 2.83759691.
+    assert!((z_one_sided(0.025) - 1.959_963_98).abs() < 1e-4);
+    assert!((z_one_sided(0.05 / 22.0) - 2.837_596_91).abs() < 1e-4);
 }

@@ -31,6 +31,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "GraniteForCausalLM" => "granite",
             "Gemma2ForCausalLM" => "gemma2",
             "Olmo2ForCausalLM" => "olmo2",
+            "Phi3ForCausalLM" => "phi3",
             "Qwen2ForCausalLM" | "Qwen2Model" => "qwen2",
             "Qwen3ForCausalLM" | "Qwen3Model" => "qwen3",
             "Qwen3MoeForCausalLM" => "qwen3moe",
@@ -46,6 +47,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "granite" => "granite",
             "gemma2" => "gemma2",
             "olmo2" => "olmo2",
+            "phi3" => "phi3",
             "qwen2" => "qwen2",
             "qwen3" => "qwen3",
             "qwen3_moe" => "qwen3moe",
@@ -171,6 +173,10 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
     let a = arch.as_str();
     if a == "gemma2" {
         gemma2_keys(&hp, &mut m)?;
+        return Ok(m);
+    }
+    if a == "phi3" {
+        phi3_keys(&hp, &mut m)?;
         return Ok(m);
     }
     let put_u32 = |m: &mut Metadata, key: &str, v: Option<u32>| {
@@ -338,6 +344,102 @@ fn gemma2_keys(hp: &Hp<'_>, m: &mut Metadata) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Phi-3's `rope_parameters` (transformers 5) or `rope_scaling` object, if any.
+fn phi3_rope<'a>(hp: &Hp<'a>) -> Option<&'a Json> {
+    hp.raw("rope_parameters").or_else(|| hp.raw("rope_scaling"))
+}
+
+/// Rotated dims per head: `int(partial_rotary_factor · n_embd) // n_head`, as
+/// `Phi3MiniModel` computes it.
+fn phi3_rope_dims(hp: &Hp<'_>) -> Result<Option<u32>, Error> {
+    let pct = phi3_rope(hp)
+        .and_then(|r| r.get("partial_rotary_factor"))
+        .and_then(Json::as_f64)
+        .or(hp.f32("partial_rotary_factor")?.map(f64::from))
+        .unwrap_or(1.0);
+    Ok(
+        match (hp.u32("hidden_size")?, hp.u32("num_attention_heads")?) {
+            (Some(d), Some(h)) if h > 0 => Some(((pct * f64::from(d)) as u32) / h),
+            _ => None,
+        },
+    )
+}
+
+/// The keys `Phi3MiniModel.set_gguf_parameters` writes (its own list), plus the
+/// LongRoPE attention factor of `generate_extra_tensors`:
+/// `sqrt(1 + ln(s) / ln(original))` for `s = max / original > 1`.
+fn phi3_keys(hp: &Hp<'_>, m: &mut Metadata) -> Result<(), Error> {
+    let put_u32 = |m: &mut Metadata, key: &str, v: Option<u32>| {
+        if let Some(v) = v {
+            m.insert(format!("phi3.{key}"), Value::U32(v));
+        }
+    };
+    let orig = phi3_rope(hp)
+        .and_then(|r| r.get("original_max_position_embeddings"))
+        .and_then(Json::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+        .or(hp.u32("original_max_position_embeddings")?);
+    let max = hp.u32("max_position_embeddings")?;
+    put_u32(m, "context_length", max);
+    put_u32(m, "rope.scaling.original_context_length", orig);
+    put_u32(m, "embedding_length", hp.u32("hidden_size")?);
+    put_u32(m, "feed_forward_length", hp.u32("intermediate_size")?);
+    put_u32(m, "block_count", hp.u32("num_hidden_layers")?);
+    put_u32(m, "attention.head_count", hp.u32("num_attention_heads")?);
+    put_u32(m, "attention.head_count_kv", hp.u32("num_key_value_heads")?);
+    if let Some(eps) = hp.f32("rms_norm_eps")? {
+        m.insert("phi3.attention.layer_norm_rms_epsilon", Value::F32(eps));
+    }
+    put_u32(m, "rope.dimension_count", phi3_rope_dims(hp)?);
+    let theta = phi3_rope(hp)
+        .and_then(|r| r.get("full_attention").unwrap_or(r).get("rope_theta"))
+        .and_then(Json::as_f64)
+        .map(|v| v as f32)
+        .or(hp.f32("rope_theta")?);
+    if let Some(t) = theta {
+        m.insert("phi3.rope.freq_base", Value::F32(t));
+    }
+    put_u32(
+        m,
+        "attention.sliding_window",
+        Some(hp.u32("sliding_window")?.unwrap_or(0)),
+    );
+    if phi3_rope_factors(hp.config).is_some() {
+        if let (Some(max), Some(orig)) = (max, orig.filter(|&o| o > 1)) {
+            let scale = f64::from(max) / f64::from(orig);
+            let f = if scale > 1.0 {
+                (1.0 + scale.ln() / f64::from(orig).ln()).sqrt()
+            } else {
+                1.0
+            };
+            m.insert("phi3.rope.scaling.attn_factor", Value::F32(f as f32));
+        }
+    }
+    Ok(())
+}
+
+/// Phi-3's LongRoPE factors `(long, short)` from its config (`long_factor`,
+/// `short_factor`), as `Phi3MiniModel.generate_extra_tensors` writes them
+/// (`rope_factors_long.weight`, `rope_factors_short.weight`, f32), or None
+/// when the config has none or they are not `rope.dimension_count / 2` long.
+pub fn phi3_rope_factors(config: &Json) -> Option<(Vec<f32>, Vec<f32>)> {
+    let hp = Hp {
+        config,
+        file: Path::new(""),
+    };
+    let r = phi3_rope(&hp)?;
+    let list = |k: &str| -> Option<Vec<f32>> {
+        r.get(k)?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_f64().map(|v| v as f32))
+            .collect()
+    };
+    let (long, short) = (list("long_factor")?, list("short_factor")?);
+    let half = phi3_rope_dims(&hp).ok()?? as usize / 2;
+    (long.len() == half && short.len() == half && half > 0).then_some((long, short))
 }
 
 /// The keys `Gemma3NModel.set_gguf_parameters` adds to Gemma 3's: AltUp, per-layer

@@ -283,6 +283,29 @@ fn build(
             transform: Some(Transform::Generated { bytes }),
         }));
     }
+    // Phi-3 LongRoPE: the converter generates the long and short factors (first).
+    if let Some((long, short)) = config
+        .as_ref()
+        .filter(|_| arch == "phi3")
+        .and_then(config::phi3_rope_factors)
+    {
+        for (name, factors) in [
+            ("rope_factors_long.weight", long),
+            ("rope_factors_short.weight", short),
+        ] {
+            let bytes: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+            names.insert(name.to_string());
+            slots.push(Slot::Done(TensorInfo {
+                name: name.into(),
+                ggml_type: GgmlType::F32,
+                dims: vec![factors.len() as u64],
+                file: 0,
+                offset: 0,
+                size: bytes.len() as u64,
+                transform: Some(Transform::Generated { bytes }),
+            }));
+        }
+    }
     let expert_count = metadata
         .get_u32(&format!("{arch}.expert_count"))
         .map(u64::from);

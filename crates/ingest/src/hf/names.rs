@@ -59,12 +59,12 @@ pub fn llama_like(arch: &str) -> bool {
 
 /// Maps an HF tensor name of a model of GGUF architecture `arch`
 /// (`"llama"`, `"smollm3"`, `"granite"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma2"`, `"gemma3"`,
-/// `"gemma3n"`, `"olmo2"`; mixtral is `"llama"`).
+/// `"gemma3n"`, `"olmo2"`, `"phi3"`; mixtral is `"llama"`).
 pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
     if !llama_like(arch)
         && !matches!(
             arch,
-            "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "gemma3n" | "olmo2"
+            "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "gemma3n" | "olmo2" | "phi3"
         )
     {
         return HfName::Unmapped;
@@ -165,6 +165,9 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",
         "self_attn.o_proj" => "attn_output",
+        // Phi-3's fused projections, kept fused (gate‖up as one `ffn_up`).
+        "self_attn.qkv_proj" if arch == "phi3" => "attn_qkv",
+        "mlp.gate_up_proj" if arch == "phi3" => "ffn_up",
         "self_attn.q_norm" => "attn_q_norm",
         "self_attn.k_norm" => "attn_k_norm",
         "post_attention_layernorm" if post_norms => "post_attention_norm",
@@ -234,7 +237,16 @@ mod tests {
         );
         assert_eq!(g("llama", "model.layers.01.mlp.up_proj.weight"), None);
         assert_eq!(g("llama", "model.layers.x.mlp.up_proj.weight"), None);
-        assert_eq!(g("phi3", "model.embed_tokens.weight"), None);
+        assert_eq!(g("phi2", "model.embed_tokens.weight"), None);
+        assert_eq!(
+            g("phi3", "model.layers.1.self_attn.qkv_proj.weight").as_deref(),
+            Some("blk.1.attn_qkv.weight")
+        );
+        assert_eq!(
+            g("phi3", "model.layers.1.mlp.gate_up_proj.weight").as_deref(),
+            Some("blk.1.ffn_up.weight")
+        );
+        assert_eq!(g("llama", "model.layers.1.mlp.gate_up_proj.weight"), None);
         assert_eq!(g("llama", "model.layers.0.mlp.up_proj.scales"), None);
     }
 

@@ -144,6 +144,13 @@ impl<'a> Model<'a> {
             let kv_shared = c.gemma3n.as_ref().is_some_and(|g| g.kv_source[l] != l);
             let qkv = if kv_shared {
                 Proj::new(vec![mat("attn_q.weight", d, c.q_dim())?])
+            } else if w.tensor(&n("attn_qkv.weight")).is_some() {
+                // Stored fused (Phi-3): q‖k‖v rows, our layout already.
+                Proj::new(vec![mat(
+                    "attn_qkv.weight",
+                    d,
+                    c.q_dim() + c.k_dim() + c.v_dim(),
+                )?])
             } else {
                 Proj::new(vec![
                     mat("attn_q.weight", d, c.q_dim())?,
@@ -174,11 +181,17 @@ impl<'a> Model<'a> {
                     router: required_vec(w, &name, c.n_expert * d, "router")?,
                 }
             } else {
-                Ffn::Dense {
-                    gate_up: Box::new(Proj::new(vec![
+                // Phi-3 stores gate‖up as one `ffn_up` of 2·n_ff rows (gate
+                // first: llama.cpp's LLM_FFN_SWIGLU split), our layout.
+                let gate_up = match w.tensor(&n("ffn_gate.weight")) {
+                    Some(_) => vec![
                         mat("ffn_gate.weight", d, c.n_ff)?,
                         mat("ffn_up.weight", d, c.n_ff)?,
-                    ])),
+                    ],
+                    None => vec![mat("ffn_up.weight", d, 2 * c.n_ff)?],
+                };
+                Ffn::Dense {
+                    gate_up: Box::new(Proj::new(gate_up)),
                     down: Box::new(mat("ffn_down.weight", c.n_ff, d)?),
                 }
             };
@@ -234,21 +247,32 @@ impl<'a> Model<'a> {
         };
         // Llama 3.1-style frequency factors (llama.cpp `rope_freqs.weight`,
         // divided into the frequencies by `ggml_rope_ext`).
-        let freq_factors = dense_vec(w, "rope_freqs.weight", c.n_rot / 2, "rope factors")?;
+        // LongRoPE (Phi-3): the short factors, which transformers uses up
+        // to the original context length and llama.cpp whenever its
+        // context is not longer than that.
+        let freq_factors = match dense_vec(w, "rope_freqs.weight", c.n_rot / 2, "rope factors")? {
+            Some(f) => Some(f),
+            None if c.arch.family().longrope => {
+                dense_vec(w, "rope_factors_short.weight", c.n_rot / 2, "rope factors")?
+            }
+            None => None,
+        };
         let rope_global = Rope::new(
             c.n_rot,
             c.rope_base,
             c.rope_freq_scale,
             c.rope_style,
             freq_factors.as_deref(),
-        );
+        )
+        .with_mscale(c.rope_attn_factor);
         let rope_swa = Rope::new(
             c.n_rot,
             c.rope_base_swa,
             1.0,
             c.rope_style,
             freq_factors.as_deref(),
-        );
+        )
+        .with_mscale(c.rope_attn_factor);
         Ok(Model {
             config,
             embd,
