@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Write a llama-architecture f16 GGUF with random weights at a real model's shape,
+"""Write a llama-architecture (or Gemma 2) f16 GGUF with random weights at a real model's shape,
 carrying the tokenizer of another GGUF (SmolLM2's: vocab 49152), for speed
 comparisons at sizes that do not fit in cache (issue 13, "Measure").
 
 Usage: make-synthetic-llama.py SHAPE OUT.gguf TOKENIZER_SRC.gguf
-  SHAPE  1b (Llama-3.2-1B body), 8b (Llama-3.1-8B body) or tiny, see SHAPES.
+  SHAPE  1b (Llama-3.2-1B body), 8b (Llama-3.1-8B body), gemma2-2b (Gemma-2-2B body) or
+         tiny, see SHAPES.
 Then quantize with `llama-quantize OUT.gguf OUT.Q4_K_M.gguf Q4_K_M`
 (scripts/make-bench-models.sh does both).
 
@@ -27,10 +28,13 @@ import sys
 import gguf
 import numpy as np
 
-SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv
+SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv[, arch, head_dim]
     "1b": (2048, 16, 8192, 32, 8),  # Llama-3.2-1B body
     "8b": (4096, 32, 14336, 32, 8),  # Llama-3.1-8B body
     "tiny": (256, 2, 512, 4, 2),  # for testing the script itself
+    # Gemma-2-2B body (issue 14's per-family measure): head_dim 256, pre and post norms,
+    # soft-caps 50 / 30, sliding window 4096 on even layers, embeddings as the head.
+    "gemma2-2b": (2304, 26, 9216, 8, 4, "gemma2", 256),
 }
 SEED = 0
 STD = 0.02
@@ -41,21 +45,30 @@ def main():
     if len(sys.argv) != 4 or sys.argv[1] not in SHAPES:
         sys.exit(__doc__)
     shape, out, src = sys.argv[1:]
-    E, L, F, H, KV = SHAPES[shape]
-    hd = E // H
+    E, L, F, H, KV, *rest = SHAPES[shape]
+    arch, hd = rest if rest else ("llama", E // H)
 
     r = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(out + ".tmp", "llama")
-    w.add_name(f"synthetic-llama-{shape}")
+    w = gguf.GGUFWriter(out + ".tmp", arch)
+    w.add_name(f"synthetic-{arch}-{shape}")
     w.add_context_length(8192)
     w.add_embedding_length(E)
     w.add_block_count(L)
     w.add_feed_forward_length(F)
     w.add_head_count(H)
     w.add_head_count_kv(KV)
-    w.add_rope_dimension_count(hd)
-    w.add_rope_freq_base(500000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    if arch == "gemma2":
+        # What llama.cpp's Gemma2Model converter writes (no RoPE keys: base 10000).
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+        w.add_attn_logit_softcapping(50.0)
+        w.add_final_logit_softcapping(30.0)
+        w.add_sliding_window(4096)
+        w.add_layer_norm_rms_eps(1e-6)
+    else:
+        w.add_rope_dimension_count(hd)
+        w.add_rope_freq_base(500000.0)
+        w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     # Every tokenizer.* key of the source, copied with its type (strings as raw bytes).
     n_vocab = None
@@ -78,14 +91,16 @@ def main():
             w.add_key_value(name, f.parts[f.data[0]][0].item(), t)
     if n_vocab is None:
         sys.exit(f"{src}: no tokenizer.ggml.tokens")
-    w.add_vocab_size(n_vocab)
+    if arch == "llama":
+        w.add_vocab_size(n_vocab)
 
     # (name, rows, cols, kind): rows = ne1, cols = ne0 (contiguous).
     tensors = [
         ("token_embd.weight", n_vocab, E, "mat"),
         ("output_norm.weight", 1, E, "ones"),
-        ("output.weight", n_vocab, E, "mat"),
     ]
+    if arch == "llama":
+        tensors.append(("output.weight", n_vocab, E, "mat"))
     for i in range(L):
         p = f"blk.{i}."
         tensors += [
@@ -99,6 +114,11 @@ def main():
             (p + "ffn_up.weight", F, E, "mat"),
             (p + "ffn_down.weight", E, F, "mat"),
         ]
+        if arch == "gemma2":
+            tensors += [
+                (p + "post_attention_norm.weight", 1, E, "ones"),
+                (p + "post_ffw_norm.weight", 1, E, "ones"),
+            ]
     for name, rows, cols, kind in tensors:
         if kind == "ones":
             w.add_tensor_info(name, (cols,), np.dtype(np.float32), 4 * cols)

@@ -241,6 +241,10 @@ pub struct Config {
     pub rope_layers: Vec<bool>,
     /// Multiplier of RoPE's cos and sin (LongRoPE's attention factor, else 1).
     pub rope_attn_factor: f32,
+    /// The context the RoPE factors were trained for
+    /// (`rope.scaling.original_context_length`, else `context_length`):
+    /// LongRoPE's long factors apply beyond it.
+    pub n_ctx_orig: usize,
     /// FFN activation.
     pub activation: Activation,
     /// Routed experts per MoE layer (0: a dense model). Mixtral is `llama`
@@ -416,8 +420,8 @@ impl Config {
         }
         if self.arch.family().longrope {
             rope.push_str(&format!(
-                ", LongRoPE (short factors, attention factor {})",
-                self.rope_attn_factor
+                ", LongRoPE (long factors past {} positions, attention factor {})",
+                self.n_ctx_orig, self.rope_attn_factor
             ));
         }
         let nope = self.rope_layers.iter().filter(|&&r| !r).count();
@@ -700,6 +704,13 @@ impl Config {
             logit_scale: multiplier("logit_scale")?,
             rope_layers,
             rope_attn_factor,
+            n_ctx_orig: opt_dim(
+                m,
+                k("rope.scaling.original_context_length"),
+                n_ctx_train,
+                "rope.scaling.original_context_length",
+                MAX_CONTEXT,
+            )?,
             activation,
             n_expert,
             n_expert_used,

@@ -92,6 +92,11 @@ pub struct LoadOptions {
     /// attention streams per step (with several long sequences in a step,
     /// attention is memory-bound). K/V are rounded to f16 once when written.
     pub kv_f16: bool,
+    /// The longest context the caller will run (0: not known). LongRoPE
+    /// models (Phi-3) take their long frequency factors when it exceeds
+    /// their original context, as llama.cpp does, and the short ones
+    /// otherwise.
+    pub context: usize,
 }
 
 /// The default PLE row cache: 1024 sets × 4 ways.
@@ -113,6 +118,7 @@ impl Default for LoadOptions {
                 DEFAULT_PLE_CACHE
             },
             kv_f16: false,
+            context: 0,
         }
     }
 }

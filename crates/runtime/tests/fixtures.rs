@@ -325,6 +325,46 @@ fn llama_like_families_from_gpack_and_batched() {
     }
 }
 
+/// LongRoPE past the original context: with a context longer than Phi-3's
+/// original 1024 positions the runtime takes the long factors (llama.cpp's
+/// rule), and a 1100-token prompt then matches transformers, which takes
+/// them for a sequence that long (`reference_long.json`, made by
+/// `testdata/scripts/32_phi3_long_reference.py`). With the default context
+/// (the short factors) the same prompt does not.
+#[test]
+fn phi3_long_factors_past_the_original_context() {
+    let d = testdata().join("tiny/phi3");
+    let r = json(&d.join("reference_long.json"));
+    let prompt = ids(&r["prompt_ids"]);
+    let want_last = floats(&r["last_logits"]);
+    let want_argmax = ids(&r["argmax_last16"]);
+    let w = GgufWeights::open(&d.join("phi3-f16.gguf")).unwrap();
+    let run = |context: usize| {
+        let opts = gpack_runtime::LoadOptions {
+            context,
+            ..Default::default()
+        };
+        let m = Model::load_with(&w, &opts).unwrap();
+        let mut s = m.new_state(prompt.len());
+        let all = m.forward(&mut s, &prompt, Logits::All).unwrap().to_vec();
+        let nv = m.config.n_vocab;
+        let argmax: Vec<u32> = all[(prompt.len() - 16) * nv..]
+            .chunks_exact(nv)
+            .map(argmax)
+            .collect();
+        (argmax, all[(prompt.len() - 1) * nv..].to_vec())
+    };
+    let (am, last) = run(2048);
+    let rl2 = rel_l2(&last, &want_last);
+    eprintln!("phi3 long factors: rel_l2 {rl2:.2e}");
+    assert_eq!(am, want_argmax);
+    assert!(rl2 < 1e-4, "rel_l2 {rl2}");
+    let (_, short) = run(0);
+    let rl2_short = rel_l2(&short, &want_last);
+    eprintln!("phi3 short factors on the same prompt: rel_l2 {rl2_short:.2e}");
+    assert!(rl2_short > 100.0 * rl2, "short {rl2_short} vs long {rl2}");
+}
+
 #[test]
 fn fused_projections_are_used_for_gguf() {
     let d = testdata().join("tiny/llama");

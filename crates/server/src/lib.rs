@@ -196,7 +196,12 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     }
     let loaded: &'static Loaded = Box::leak(Box::new(model));
     let tok = loaded.tokenizer()?;
-    let bm = Model::load_with(loaded.weights(), &opts.load).map_err(|source| Error::Model {
+    // The slots' context decides LongRoPE's factors (whatever `load` says).
+    let load = gpack_runtime::LoadOptions {
+        context: opts.ctx,
+        ..opts.load
+    };
+    let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
         source: Box::new(source),
     })?;
@@ -213,7 +218,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     }
     let stop_tokens = tok.stop_ids();
     let draft = match (&opts.draft, loaded.packed_draft()) {
-        (Some(p), _) => Some(load_draft(p, &tok, &opts.load)?),
+        (Some(p), _) => Some(load_draft(p, &tok, &load)?),
         (None, Some(d)) => {
             let model_err = |source| Error::Model {
                 path: format!(
@@ -224,7 +229,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             };
             let d: &'static gpack_runtime::DraftWeights<'static> =
                 Box::leak(Box::new(d.map_err(model_err)?));
-            let m = Model::load_with(d, &opts.load).map_err(model_err)?;
+            let m = Model::load_with(d, &load).map_err(model_err)?;
             Some(&*Box::leak(Box::new(m)))
         }
         (None, None) => None,

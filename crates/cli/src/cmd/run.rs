@@ -229,6 +229,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         experts: a.experts.mode(),
         ple: a.ple.io(),
         kv_f16: a.kv_f16,
+        context: a.ctx,
     };
     let model = Model::load_with(loaded.weights(), &opts)?;
     if a.verbose {

@@ -182,6 +182,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             experts: a.experts.mode(),
             ple: a.ple.io(),
             kv_f16: !a.kv_f32,
+            context: a.ctx,
         },
         verify: a.verify,
         header_timeout: secs("header-timeout", a.header_timeout)?,

@@ -247,13 +247,16 @@ impl<'a> Model<'a> {
         };
         // Llama 3.1-style frequency factors (llama.cpp `rope_freqs.weight`,
         // divided into the frequencies by `ggml_rope_ext`).
-        // LongRoPE (Phi-3): the short factors, which transformers uses up
-        // to the original context length and llama.cpp whenever its
-        // context is not longer than that.
+        // LongRoPE (Phi-3): the long factors for a context beyond the
+        // original one, else the short (llama.cpp `get_rope_factors`).
         let freq_factors = match dense_vec(w, "rope_freqs.weight", c.n_rot / 2, "rope factors")? {
             Some(f) => Some(f),
             None if c.arch.family().longrope => {
-                dense_vec(w, "rope_factors_short.weight", c.n_rot / 2, "rope factors")?
+                let name = match opts.context > c.n_ctx_orig {
+                    true => "rope_factors_long.weight",
+                    false => "rope_factors_short.weight",
+                };
+                dense_vec(w, name, c.n_rot / 2, "rope factors")?
             }
             None => None,
         };
