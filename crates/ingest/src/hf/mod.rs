@@ -265,16 +265,29 @@ fn build(
 
     let mut slots = Vec::with_capacity(tensors.len() + 1);
     let mut names = HashSet::new();
-    // Llama 3 RoPE: the converter generates `rope_freqs.weight` (first, as it does).
-    if let Some(factors) = config
+    // Tensors the converter generates from the config, first as it writes them:
+    // Llama 3's `rope_freqs.weight`, Phi-3 LongRoPE's long and short factors.
+    let mut generated: Vec<(&str, Vec<f32>)> = Vec::new();
+    if let Some(f) = config
         .as_ref()
         .filter(|_| names::llama_like(&arch))
         .and_then(llama3_rope_factors)
     {
+        generated.push(("rope_freqs.weight", f));
+    }
+    if let Some((long, short)) = config
+        .as_ref()
+        .filter(|_| arch == "phi3")
+        .and_then(config::phi3_rope_factors)
+    {
+        generated.push(("rope_factors_long.weight", long));
+        generated.push(("rope_factors_short.weight", short));
+    }
+    for (name, factors) in generated {
         let bytes: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
-        names.insert("rope_freqs.weight".to_string());
+        names.insert(name.to_string());
         slots.push(Slot::Done(TensorInfo {
-            name: "rope_freqs.weight".into(),
+            name: name.into(),
             ggml_type: GgmlType::F32,
             dims: vec![factors.len() as u64],
             file: 0,
@@ -282,29 +295,6 @@ fn build(
             size: bytes.len() as u64,
             transform: Some(Transform::Generated { bytes }),
         }));
-    }
-    // Phi-3 LongRoPE: the converter generates the long and short factors (first).
-    if let Some((long, short)) = config
-        .as_ref()
-        .filter(|_| arch == "phi3")
-        .and_then(config::phi3_rope_factors)
-    {
-        for (name, factors) in [
-            ("rope_factors_long.weight", long),
-            ("rope_factors_short.weight", short),
-        ] {
-            let bytes: Vec<u8> = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
-            names.insert(name.to_string());
-            slots.push(Slot::Done(TensorInfo {
-                name: name.into(),
-                ggml_type: GgmlType::F32,
-                dims: vec![factors.len() as u64],
-                file: 0,
-                offset: 0,
-                size: bytes.len() as u64,
-                transform: Some(Transform::Generated { bytes }),
-            }));
-        }
     }
     let expert_count = metadata
         .get_u32(&format!("{arch}.expert_count"))
