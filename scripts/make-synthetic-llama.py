@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Write a llama-architecture (or Gemma 2) f16 GGUF with random weights at a real model's shape,
+"""Write a llama-architecture (or Gemma 2, Phi-3) f16 GGUF with random weights at a real model's shape,
 carrying the tokenizer of another GGUF (SmolLM2's: vocab 49152), for speed
 comparisons at sizes that do not fit in cache (issue 13, "Measure").
 
 Usage: make-synthetic-llama.py SHAPE OUT.gguf TOKENIZER_SRC.gguf
-  SHAPE  1b (Llama-3.2-1B body), 8b (Llama-3.1-8B body), gemma2-2b (Gemma-2-2B body) or
-         tiny, see SHAPES.
+  SHAPE  1b (Llama-3.2-1B body), 8b (Llama-3.1-8B body), gemma2-2b (Gemma-2-2B body),
+         phi3.5-mini (Phi-3.5-mini body) or tiny, see SHAPES.
 Then quantize with `llama-quantize OUT.gguf OUT.Q4_K_M.gguf Q4_K_M`
 (scripts/make-bench-models.sh does both).
 
@@ -35,6 +35,9 @@ SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv[, arch, head_dim]
     # Gemma-2-2B body (issue 14's per-family measure): head_dim 256, pre and post norms,
     # soft-caps 50 / 30, sliding window 4096 on even layers, embeddings as the head.
     "gemma2-2b": (2304, 26, 9216, 8, 4, "gemma2", 256),
+    # Phi-3.5-mini body: fused attn_qkv and gate‖up ffn_up, LongRoPE over an original 4096
+    # (factors 1.0 here: speed does not depend on them; 128K context as released).
+    "phi3.5-mini": (3072, 32, 8192, 32, 32, "phi3", 96),
 }
 SEED = 0
 STD = 0.02
@@ -50,8 +53,10 @@ def main():
 
     r = gguf.GGUFReader(src)
     w = gguf.GGUFWriter(out + ".tmp", arch)
-    w.add_name(f"synthetic-{arch}-{shape}")
-    w.add_context_length(8192)
+    # llama.cpp's vocabulary loader looks up Phi-3's "</s>" (absent from SmolLM2's vocabulary)
+    # in any model whose name contains "phi3" or "phi-3": the Phi-3 body is "synthetic-phi_-…".
+    w.add_name(f"synthetic-{arch}-{shape}".replace("phi3", "phi_"))
+    w.add_context_length(131072 if arch == "phi3" else 8192)
     w.add_embedding_length(E)
     w.add_block_count(L)
     w.add_feed_forward_length(F)
@@ -65,6 +70,13 @@ def main():
         w.add_final_logit_softcapping(30.0)
         w.add_sliding_window(4096)
         w.add_layer_norm_rms_eps(1e-6)
+    elif arch == "phi3":
+        w.add_rope_dimension_count(hd)
+        w.add_rope_freq_base(10000.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+        w.add_rope_scaling_attn_factors(1.1902380714238083)  # sqrt(1 + ln 32 / ln 4096)
+        w.add_sliding_window(0)
+        w.add_layer_norm_rms_eps(1e-5)
     else:
         w.add_rope_dimension_count(hd)
         w.add_rope_freq_base(500000.0)
@@ -99,10 +111,23 @@ def main():
         ("token_embd.weight", n_vocab, E, "mat"),
         ("output_norm.weight", 1, E, "ones"),
     ]
-    if arch == "llama":
+    if arch in ("llama", "phi3"):
         tensors.append(("output.weight", n_vocab, E, "mat"))
+    if arch == "phi3":
+        tensors = [("rope_factors_long.weight", 1, hd // 2, "ones"),
+                   ("rope_factors_short.weight", 1, hd // 2, "ones")] + tensors
     for i in range(L):
         p = f"blk.{i}."
+        if arch == "phi3":
+            tensors += [
+                (p + "attn_norm.weight", 1, E, "ones"),
+                (p + "attn_qkv.weight", (H + 2 * KV) * hd, E, "mat"),
+                (p + "attn_output.weight", E, H * hd, "mat"),
+                (p + "ffn_norm.weight", 1, E, "ones"),
+                (p + "ffn_up.weight", 2 * F, E, "mat"),
+                (p + "ffn_down.weight", E, F, "mat"),
+            ]
+            continue
         tensors += [
             (p + "attn_norm.weight", 1, E, "ones"),
             (p + "attn_q.weight", H * hd, E, "mat"),
