@@ -100,6 +100,8 @@ fn classify(j: &Value) -> Result<(ModelKind, PreTokenizer, bool, bool)> {
                     PreTokenizer::Qwen2
                 } else if re == crate::pretok::regex_of(PreTokenizer::Gpt2)[0] {
                     PreTokenizer::Gpt2
+                } else if re == crate::pretok::regex_of(PreTokenizer::O200k)[0] {
+                    PreTokenizer::O200k
                 } else {
                     return Err(unsupported("Split regex", s));
                 }

@@ -1,5 +1,5 @@
-//! Hand-written pre-tokenizers: the GPT-2, Llama 3 / Qwen 2 and SmolLM split regexes as
-//! one-pass state machines.
+//! Hand-written pre-tokenizers: the GPT-2, Llama 3 / Qwen 2, SmolLM and o200k split
+//! regexes as one-pass state machines.
 //!
 //! Why by hand: the regex engines (onig in HF, fancy-regex, std::regex in llama.cpp) are the
 //! bottleneck of byte-level tokenizers, and these regexes only need a class lookup per
@@ -25,7 +25,17 @@ struct Tables {
     bmp: Vec<u8>,
     /// Astral ranges `(start, end, class)`, sorted.
     astral: Vec<(u32, u32, u8)>,
+    /// Case group ([`UP`], [`LOW`], [`BOTH`] or 0) of every BMP code point.
+    case_bmp: Vec<u8>,
+    /// Astral ranges `(start, end, case group)`, sorted.
+    case_astral: Vec<(u32, u32, u8)>,
 }
+
+/// Case groups of o200k: `UP` is in `[\p{Lu}\p{Lt}]`, `LOW` in `\p{Ll}`, `BOTH`
+/// in `[\p{Lm}\p{Lo}\p{M}]` (both of o200k's letter sets).
+pub(crate) const UP: u8 = 1;
+pub(crate) const LOW: u8 = 2;
+pub(crate) const BOTH: u8 = 3;
 
 fn class_ranges(pat: &str) -> Vec<(u32, u32)> {
     use regex_syntax::hir::{Class, HirKind};
@@ -58,7 +68,29 @@ fn tables() -> &'static Tables {
             }
         }
         astral.sort_unstable();
-        Tables { bmp, astral }
+        let mut case_bmp = vec![0u8; 0x10000];
+        let mut case_astral = Vec::new();
+        for (pat, g) in [
+            (r"[\p{Lu}\p{Lt}]", UP),
+            (r"\p{Ll}", LOW),
+            (r"[\p{Lm}\p{Lo}\p{M}]", BOTH),
+        ] {
+            for (a, b) in class_ranges(pat) {
+                for cp in a..=b.min(0xFFFF) {
+                    case_bmp[cp as usize] = g;
+                }
+                if b > 0xFFFF {
+                    case_astral.push((a.max(0x10000), b, g));
+                }
+            }
+        }
+        case_astral.sort_unstable();
+        Tables {
+            bmp,
+            astral,
+            case_bmp,
+            case_astral,
+        }
     })
 }
 
@@ -105,6 +137,36 @@ pub(crate) fn class_of(c: char) -> u8 {
         Ok(k) => t.astral[k].2,
         Err(_) => O,
     }
+}
+
+/// Case group of a character (o200k's letter sets; 0 outside both).
+#[inline]
+fn case_of(c: char) -> u8 {
+    let u = c as u32;
+    if u < 128 {
+        let b = u as u8;
+        return if b.is_ascii_uppercase() {
+            UP
+        } else if b.is_ascii_lowercase() {
+            LOW
+        } else {
+            0
+        };
+    }
+    let t = tables();
+    if u < 0x10000 {
+        return t.case_bmp[u as usize];
+    }
+    let k = t.case_astral.binary_search_by(|&(a, b, _)| {
+        if b < u {
+            std::cmp::Ordering::Less
+        } else if a > u {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+    k.map_or(0, |k| t.case_astral[k].2)
 }
 
 /// The character at byte `i` (a char boundary) with its class and UTF-8 length.
@@ -267,6 +329,122 @@ fn llama3_next(s: &str, i: usize, max_digits: usize) -> usize {
     ws_tail(s, i, j)
 }
 
+/// End of the maximal run from `i` of characters whose case group is one of `a` or `b`.
+#[inline]
+fn case_run(s: &str, mut i: usize, a: u8, b: u8) -> usize {
+    while i < s.len() {
+        let (c, _, n) = at(s, i);
+        let g = case_of(c);
+        if g == 0 || (g != a && g != b) {
+            break;
+        }
+        i += n;
+    }
+    i
+}
+
+/// o200k's word alternatives from `p` (after the optional prefix), as a
+/// backtracking engine resolves them: `[UP BOTH]*[LOW BOTH]+` (first) or
+/// `[UP BOTH]+[LOW BOTH]*`, then an optional case-insensitive contraction.
+/// `None` when neither matches at `p`.
+#[inline]
+fn o200k_word(s: &str, p: usize, second: bool) -> Option<usize> {
+    if p >= s.len() {
+        return None;
+    }
+    // The greedy `[UP BOTH]*` run.
+    let a = case_run(s, p, UP, BOTH);
+    let low_at_a = a < s.len() && case_of(at(s, a).0) == LOW;
+    let end = if !second {
+        if low_at_a {
+            // `[LOW BOTH]+` from the end of the run.
+            case_run(s, a, LOW, BOTH)
+        } else {
+            // Backtrack: the last BOTH character of the run is the `+`'s one
+            // (what follows it in the run is UP, which stops it).
+            let mut k = None;
+            let mut j = p;
+            while j < a {
+                let (c, _, n) = at(s, j);
+                if case_of(c) == BOTH {
+                    k = Some(j + n);
+                }
+                j += n;
+            }
+            k?
+        }
+    } else {
+        if a == p {
+            return None;
+        }
+        case_run(s, a, LOW, BOTH)
+    };
+    if s.as_bytes().get(end) == Some(&b'\'') {
+        if let Some(k) = contraction(s, end + 1, true) {
+            return Some(end + 1 + k);
+        }
+    }
+    Some(end)
+}
+
+/// o200k: `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|…)?`
+/// `|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|…)?`
+/// `|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
+#[inline]
+fn o200k_next(s: &str, i: usize) -> usize {
+    let b = s.as_bytes();
+    let (c, cl, n) = at(s, i);
+    // The prefix `[^\r\n\p{L}\p{N}]?` is tried with, then without, for the
+    // first alternative, then likewise for the second.
+    let prefix = c != '\r' && c != '\n' && cl != L && cl != N;
+    for second in [false, true] {
+        if prefix {
+            if let Some(e) = o200k_word(s, i + n, second) {
+                return e;
+            }
+        }
+        if let Some(e) = o200k_word(s, i, second) {
+            return e;
+        }
+    }
+    // \p{N}{1,3}
+    if cl == N {
+        let mut j = i + n;
+        let mut k = 1;
+        while k < 3 && j < s.len() {
+            let (_, c2, n2) = at(s, j);
+            if c2 != N {
+                break;
+            }
+            j += n2;
+            k += 1;
+        }
+        return j;
+    }
+    // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+    let tail = |mut j: usize| {
+        while j < b.len() && matches!(b[j], b'\r' | b'\n' | b'/') {
+            j += 1;
+        }
+        j
+    };
+    if c == ' ' && i + 1 < s.len() {
+        let (_, cl2, n2) = at(s, i + 1);
+        if cl2 == O {
+            return tail(run(s, i + 1 + n2, O));
+        }
+    }
+    if cl == O {
+        return tail(run(s, i + n, O));
+    }
+    // W: `\s*[\r\n]+` ends after the last CR/LF of the run.
+    let j = run(s, i + n, W);
+    if let Some(k) = b[i..j].iter().rposition(|&x| x == b'\r' || x == b'\n') {
+        return i + k + 1;
+    }
+    ws_tail(s, i, j)
+}
+
 /// Call `f` with every piece of `s` under pre-tokenizer `p`, in order. The pieces tile `s`.
 pub fn split(p: PreTokenizer, s: &str, mut f: impl FnMut(&str)) {
     let mut i = 0;
@@ -287,6 +465,13 @@ pub fn split(p: PreTokenizer, s: &str, mut f: impl FnMut(&str)) {
             let m = if p == PreTokenizer::Llama3 { 3 } else { 1 };
             while i < s.len() {
                 let j = llama3_next(s, i, m);
+                f(&s[i..j]);
+                i = j;
+            }
+        }
+        PreTokenizer::O200k => {
+            while i < s.len() {
+                let j = o200k_next(s, i);
                 f(&s[i..j]);
                 i = j;
             }
@@ -335,6 +520,11 @@ pub fn regex_of(p: PreTokenizer) -> &'static [&'static str] {
             r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
         ],
         PreTokenizer::Smollm => &[r"\p{N}", GPT2],
+        PreTokenizer::O200k => &[concat!(
+            r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+            r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        )],
     }
 }
 

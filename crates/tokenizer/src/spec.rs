@@ -36,6 +36,10 @@ pub enum PreTokenizer {
     Qwen2 = 3,
     /// SmolLM / StarCoder: every `\p{N}` is its own word, then the GPT-2 regex.
     Smollm = 4,
+    /// OpenAI's o200k (GPT-4o, gpt-oss; llama.cpp's `gpt-4o`): words split at
+    /// case changes (`[Lu Lt Lm Lo M]*[Ll Lm Lo M]+` with a trailing
+    /// contraction), `\p{N}{1,3}`, symbols with trailing `[\r\n/]*`.
+    O200k = 5,
 }
 
 impl PreTokenizer {
@@ -47,6 +51,7 @@ impl PreTokenizer {
             2 => Self::Llama3,
             3 => Self::Qwen2,
             4 => Self::Smollm,
+            5 => Self::O200k,
             _ => return None,
         })
     }
@@ -60,6 +65,7 @@ impl PreTokenizer {
             "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" => Self::Llama3,
             "qwen2" | "deepseek-r1-qwen" => Self::Qwen2,
             "smollm" | "starcoder" | "refact" | "codeshell" => Self::Smollm,
+            "gpt-4o" | "llama4" => Self::O200k,
             _ => {
                 return Err(Error::Unsupported {
                     what: "pre-tokenizer",
@@ -77,6 +83,7 @@ impl PreTokenizer {
             Self::Llama3 => "llama-bpe",
             Self::Qwen2 => "qwen2",
             Self::Smollm => "smollm",
+            Self::O200k => "gpt-4o",
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The Llama 3 and Qwen 2 pipelines have no fixture vocabulary, so they are checked against
+//! The Llama 3, Qwen 2 and o200k (gpt-oss) pipelines have no fixture vocabulary, so they are checked against
 //! the `tokenizers` crate itself: the bpe2048 vocabulary with its pre-tokenizer swapped for
 //! each model's (Split regex + ByteLevel without regex, as their tokenizer.json files have),
 //! with and without `ignore_merges`, on the whole corpus and line by line.
@@ -29,6 +29,7 @@ fn llama3_and_qwen2_pipelines_match_tokenizers_crate() {
         (PreTokenizer::Llama3, false),
         (PreTokenizer::Qwen2, false),
         (PreTokenizer::Gpt2, false),
+        (PreTokenizer::O200k, false),
     ] {
         let j = variant(pre, ignore);
         let s = serde_json::to_vec(&j).unwrap();

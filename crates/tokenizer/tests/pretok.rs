@@ -37,11 +37,12 @@ fn mine(p: PreTokenizer, s: &str) -> Vec<String> {
     v
 }
 
-const ALL: [PreTokenizer; 4] = [
+const ALL: [PreTokenizer; 5] = [
     PreTokenizer::Gpt2,
     PreTokenizer::Llama3,
     PreTokenizer::Qwen2,
     PreTokenizer::Smollm,
+    PreTokenizer::O200k,
 ];
 
 #[test]
@@ -94,6 +95,11 @@ fn tricky_char() -> impl Strategy<Value = char> {
         Just('\u{2581}'),
         Just('\u{0301}'),
         Just('Ⅻ'),
+        Just('A'),
+        Just('ǅ'),
+        Just('ʰ'),
+        Just('/'),
+        Just('\u{0903}'),
         Just('_'),
         Just('\u{b}'),
         any::<char>(),
