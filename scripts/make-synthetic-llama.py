@@ -1,13 +1,29 @@
 #!/usr/bin/env python3
-"""Write a llama-architecture (or Gemma 2, Phi-3) f16 GGUF with random weights at a real model's shape,
-carrying the tokenizer of another GGUF (SmolLM2's: vocab 49152), for speed
+"""Write a llama-architecture (or Gemma 2, Phi-3, gpt-oss) f16 GGUF with random weights at a real
+model's shape, carrying the tokenizer of another GGUF (SmolLM2's: vocab 49152), for speed
 comparisons at sizes that do not fit in cache (issue 13, "Measure").
 
 Usage: make-synthetic-llama.py SHAPE OUT.gguf TOKENIZER_SRC.gguf
   SHAPE  1b (Llama-3.2-1B body), 8b (Llama-3.1-8B body), gemma2-2b (Gemma-2-2B body),
-         phi3.5-mini (Phi-3.5-mini body) or tiny, see SHAPES.
+         phi3.5-mini (Phi-3.5-mini body), gpt-oss-20b (gpt-oss-20b body), or tiny and
+         gpt-oss-tiny (for testing this script), see SHAPES.
 Then quantize with `llama-quantize OUT.gguf OUT.Q4_K_M.gguf Q4_K_M`
-(scripts/make-bench-models.sh does both).
+(scripts/make-bench-models.sh does both). A gpt-oss file: `... OUT.MXFP4.gguf MXFP4_MOE`.
+
+gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE): the routed experts (ffn_{gate,up,down}_exps) are
+written directly as MXFP4 (ggml type 39: per 32 values 1 E8M0 scale byte + 16 bytes of
+4-bit E2M1 codes, element j in the low nibble of byte j, element j+16 in its high
+nibble), as llama.cpp's converter writes them from the released checkpoint, so the 21B
+parameters never exist as f16: the 20B file is ~12.0 GB (10.15 GB of MXFP4 experts, 1.27 GB
+of f16 attention, 0.57 GB of f16 embeddings and head). Biases, attention sinks and the
+router (ffn_gate_inp, as the converter keeps it) are f32, other matrices f16; general.file_type
+is MOSTLY_MXFP4_MOE, as the converter sets it for such a checkpoint. `llama-quantize …
+MXFP4_MOE` then copies the MXFP4 experts as they are (same type: no --allow-requantize
+needed) and makes the other weight matrices Q8_0 (the router, biases and norms stay f32).
+The embeddings and head have SmolLM2's 49,152 rows, not the real 201,088 (o200k_harmony),
+so they are ~4x smaller than the real model's (0.28 GB each at f16 instead of 1.16 GB).
+A 2-layer variant (1.52 GB) took 12 s at 350 MB peak RSS on the 2-core machine; the 20B
+was not timed.
 
 Tested with Python 3.11, numpy 2.4.6, gguf 0.19.0 (`python3 -m pip install numpy gguf==0.19.0`).
 
@@ -19,8 +35,11 @@ write_tensors_to_file would. The 8B took ~7 min on the 2-core machine (disk-boun
 The output is written to OUT.gguf.tmp and renamed when complete.
 
 Weights: N(0, 0.02^2) from numpy's PCG64 with a fixed seed (SEED), stored as f16;
-norm vectors are 1.0 (f32); separate output.weight (not tied). Speed does not depend
-on the values, so these measure what real models of that size cost.
+norm vectors are 1.0 (f32); separate output.weight (not tied). gpt-oss's f32 tensors
+(biases, sinks, router) are N(0, 0.02^2) too; its MXFP4 blocks have the scale byte
+MXFP4_E (2^(120-127) = 1/128) and uniformly random codes (E2M1 values 0, ±0.5 … ±6,
+RMS 2.93), so the values have RMS ~0.023. Speed does not depend on the values, so these
+measure what real models of that size cost.
 """
 import os
 import sys
@@ -28,7 +47,7 @@ import sys
 import gguf
 import numpy as np
 
-SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv[, arch, head_dim]
+SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv[, arch, head_dim[, n_expert, n_expert_used]]
     "1b": (2048, 16, 8192, 32, 8),  # Llama-3.2-1B body
     "8b": (4096, 32, 14336, 32, 8),  # Llama-3.1-8B body
     "tiny": (256, 2, 512, 4, 2),  # for testing the script itself
@@ -38,10 +57,21 @@ SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv[, arch, head_dim]
     # Phi-3.5-mini body: fused attn_qkv and gate‖up ffn_up, LongRoPE over an original 4096
     # (factors 1.0 here: speed does not depend on them; 128K context as released).
     "phi3.5-mini": (3072, 32, 8192, 32, 32, "phi3", 96),
+    # gpt-oss-20b body (openai/gpt-oss-20b config.json), then n_expert, n_expert_used:
+    # n_ff is the per-expert intermediate_size; 128-token sliding window on even layers
+    # (llama.cpp's swa pattern 2, its default for gpt-oss), attention sinks, YaRN RoPE
+    # (factor 32 over an original 4096, base 150000, 128K context).
+    "gpt-oss-20b": (2880, 24, 2880, 64, 8, "gpt-oss", 64, 32, 4),
+    # For testing the script: n_ff != n_embd and n_head * head_dim != n_embd, as in the 20B,
+    # so a transposed shape fails llama.cpp's load.
+    "gpt-oss-tiny": (256, 2, 384, 8, 2, "gpt-oss", 64, 4, 2),
 }
 SEED = 0
 STD = 0.02
 CHUNK_ELEMS = 1 << 24  # 16 Mi values per chunk: 64 MB of f32 + 32 MB of f16
+MXFP4 = gguf.GGMLQuantizationType.MXFP4
+QK_MXFP4, MXFP4_BYTES = gguf.GGML_QUANT_SIZES[MXFP4]  # 32 values, 17 bytes
+MXFP4_E = 120  # E8M0 scale byte: ggml's value is kvalues_mxfp4[code] (2x E2M1) * 2^(e-128)
 
 
 def main():
@@ -49,14 +79,14 @@ def main():
         sys.exit(__doc__)
     shape, out, src = sys.argv[1:]
     E, L, F, H, KV, *rest = SHAPES[shape]
-    arch, hd = rest if rest else ("llama", E // H)
+    arch, hd, *moe = rest if rest else ("llama", E // H)
 
     r = gguf.GGUFReader(src)
     w = gguf.GGUFWriter(out + ".tmp", arch)
     # llama.cpp's vocabulary loader looks up Phi-3's "</s>" (absent from SmolLM2's vocabulary)
     # in any model whose name contains "phi3" or "phi-3": the Phi-3 body is "synthetic-phi_-…".
     w.add_name(f"synthetic-{arch}-{shape}".replace("phi3", "phi_"))
-    w.add_context_length(131072 if arch == "phi3" else 8192)
+    w.add_context_length(131072 if arch in ("phi3", "gpt-oss") else 8192)
     w.add_embedding_length(E)
     w.add_block_count(L)
     w.add_feed_forward_length(F)
@@ -77,11 +107,32 @@ def main():
         w.add_rope_scaling_attn_factors(1.1902380714238083)  # sqrt(1 + ln 32 / ln 4096)
         w.add_sliding_window(0)
         w.add_layer_norm_rms_eps(1e-5)
+    elif arch == "gpt-oss":
+        # What llama.cpp's GptOssModel converter writes (base set_gguf_parameters, then
+        # the sliding window and expert FFN length). No rope.dimension_count: head_dim.
+        NE, NEU = moe
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+        w.add_rope_scaling_yarn_beta_fast(32.0)
+        w.add_rope_scaling_yarn_beta_slow(1.0)
+        w.add_rope_freq_base(150000.0)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_expert_count(NE)
+        w.add_expert_used_count(NEU)
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+        w.add_sliding_window(128)
+        w.add_expert_feed_forward_length(F)
     else:
         w.add_rope_dimension_count(hd)
         w.add_rope_freq_base(500000.0)
         w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    if arch == "gpt-oss":
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)  # has quantized tensors
+    else:
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     # Every tokenizer.* key of the source, copied with its type (strings as raw bytes).
     n_vocab = None
     for name, f in r.fields.items():
@@ -106,49 +157,81 @@ def main():
     if arch == "llama":
         w.add_vocab_size(n_vocab)
 
-    # (name, rows, cols, kind): rows = ne1, cols = ne0 (contiguous).
+    # (name, dims, kind): dims outermost first (numpy order, the reverse of GGUF's ne), so
+    # the last entry is ne0, contiguous. kind: "ones" f32 1.0, "mat" f16 random, "f32"
+    # f32 random, "mxfp4" MXFP4 random (ne0 a multiple of 32).
     tensors = [
-        ("token_embd.weight", n_vocab, E, "mat"),
-        ("output_norm.weight", 1, E, "ones"),
+        ("token_embd.weight", (n_vocab, E), "mat"),
+        ("output_norm.weight", (E,), "ones"),
     ]
-    if arch in ("llama", "phi3"):
-        tensors.append(("output.weight", n_vocab, E, "mat"))
+    if arch in ("llama", "phi3", "gpt-oss"):
+        tensors.append(("output.weight", (n_vocab, E), "mat"))
     if arch == "phi3":
-        tensors = [("rope_factors_long.weight", 1, hd // 2, "ones"),
-                   ("rope_factors_short.weight", 1, hd // 2, "ones")] + tensors
+        tensors = [("rope_factors_long.weight", (hd // 2,), "ones"),
+                   ("rope_factors_short.weight", (hd // 2,), "ones")] + tensors
     for i in range(L):
         p = f"blk.{i}."
         if arch == "phi3":
             tensors += [
-                (p + "attn_norm.weight", 1, E, "ones"),
-                (p + "attn_qkv.weight", (H + 2 * KV) * hd, E, "mat"),
-                (p + "attn_output.weight", E, H * hd, "mat"),
-                (p + "ffn_norm.weight", 1, E, "ones"),
-                (p + "ffn_up.weight", 2 * F, E, "mat"),
-                (p + "ffn_down.weight", E, F, "mat"),
+                (p + "attn_norm.weight", (E,), "ones"),
+                (p + "attn_qkv.weight", ((H + 2 * KV) * hd, E), "mat"),
+                (p + "attn_output.weight", (E, H * hd), "mat"),
+                (p + "ffn_norm.weight", (E,), "ones"),
+                (p + "ffn_up.weight", (2 * F, E), "mat"),
+                (p + "ffn_down.weight", (E, F), "mat"),
+            ]
+            continue
+        if arch == "gpt-oss":
+            # llama.cpp's src/models/openai-moe.cpp; post_attention_norm is the pre-FFN norm.
+            tensors += [
+                (p + "attn_norm.weight", (E,), "ones"),
+                (p + "post_attention_norm.weight", (E,), "ones"),
+                (p + "attn_q.weight", (H * hd, E), "mat"),
+                (p + "attn_q.bias", (H * hd,), "f32"),
+                (p + "attn_k.weight", (KV * hd, E), "mat"),
+                (p + "attn_k.bias", (KV * hd,), "f32"),
+                (p + "attn_v.weight", (KV * hd, E), "mat"),
+                (p + "attn_v.bias", (KV * hd,), "f32"),
+                (p + "attn_output.weight", (E, H * hd), "mat"),
+                (p + "attn_output.bias", (E,), "f32"),
+                (p + "attn_sinks.weight", (H,), "f32"),
+                (p + "ffn_gate_inp.weight", (NE, E), "f32"),
+                (p + "ffn_gate_inp.bias", (NE,), "f32"),
+                (p + "ffn_gate_exps.weight", (NE, F, E), "mxfp4"),
+                (p + "ffn_gate_exps.bias", (NE, F), "f32"),
+                (p + "ffn_up_exps.weight", (NE, F, E), "mxfp4"),
+                (p + "ffn_up_exps.bias", (NE, F), "f32"),
+                (p + "ffn_down_exps.weight", (NE, E, F), "mxfp4"),
+                (p + "ffn_down_exps.bias", (NE, E), "f32"),
             ]
             continue
         tensors += [
-            (p + "attn_norm.weight", 1, E, "ones"),
-            (p + "attn_q.weight", H * hd, E, "mat"),
-            (p + "attn_k.weight", KV * hd, E, "mat"),
-            (p + "attn_v.weight", KV * hd, E, "mat"),
-            (p + "attn_output.weight", E, H * hd, "mat"),
-            (p + "ffn_norm.weight", 1, E, "ones"),
-            (p + "ffn_gate.weight", F, E, "mat"),
-            (p + "ffn_up.weight", F, E, "mat"),
-            (p + "ffn_down.weight", E, F, "mat"),
+            (p + "attn_norm.weight", (E,), "ones"),
+            (p + "attn_q.weight", (H * hd, E), "mat"),
+            (p + "attn_k.weight", (KV * hd, E), "mat"),
+            (p + "attn_v.weight", (KV * hd, E), "mat"),
+            (p + "attn_output.weight", (E, H * hd), "mat"),
+            (p + "ffn_norm.weight", (E,), "ones"),
+            (p + "ffn_gate.weight", (F, E), "mat"),
+            (p + "ffn_up.weight", (F, E), "mat"),
+            (p + "ffn_down.weight", (E, F), "mat"),
         ]
         if arch == "gemma2":
             tensors += [
-                (p + "post_attention_norm.weight", 1, E, "ones"),
-                (p + "post_ffw_norm.weight", 1, E, "ones"),
+                (p + "post_attention_norm.weight", (E,), "ones"),
+                (p + "post_ffw_norm.weight", (E,), "ones"),
             ]
-    for name, rows, cols, kind in tensors:
-        if kind == "ones":
-            w.add_tensor_info(name, (cols,), np.dtype(np.float32), 4 * cols)
+    for name, dims, kind in tensors:
+        n = int(np.prod(dims))
+        if kind == "mxfp4":
+            assert dims[-1] % QK_MXFP4 == 0, (name, dims)
+            byte_shape = (*dims[:-1], dims[-1] // QK_MXFP4 * MXFP4_BYTES)
+            w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), n // QK_MXFP4 * MXFP4_BYTES,
+                              raw_dtype=MXFP4)
+        elif kind == "mat":
+            w.add_tensor_info(name, dims, np.dtype(np.float16), 2 * n)
         else:
-            w.add_tensor_info(name, (rows, cols), np.dtype(np.float16), 2 * rows * cols)
+            w.add_tensor_info(name, dims, np.dtype(np.float32), 4 * n)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -160,24 +243,43 @@ def main():
     rng = np.random.default_rng(SEED)
     buf32 = np.empty(CHUNK_ELEMS, dtype=np.float32)
     buf16 = np.empty(CHUNK_ELEMS, dtype=np.float16)
+    bufq = None
     total = 0
-    for name, rows, cols, kind in tensors:
+    for name, dims, kind in tensors:
+        n = int(np.prod(dims))
         if kind == "ones":
-            data = np.ones(cols, dtype=np.float32)
+            data = np.ones(n, dtype=np.float32)
             data.tofile(fout)
             nbytes = data.nbytes
+        elif kind == "mxfp4":
+            # Block by block, CHUNK_ELEMS / 32 blocks (8.9 MB) at a time: the scale byte,
+            # then 16 bytes of random codes.
+            if bufq is None:
+                bufq = np.empty((CHUNK_ELEMS // QK_MXFP4, MXFP4_BYTES), dtype=np.uint8)
+                bufq[:, 0] = MXFP4_E
+            nb = n // QK_MXFP4
+            done = 0
+            while done < nb:
+                k = min(len(bufq), nb - done)
+                codes = np.frombuffer(rng.bytes(k * (MXFP4_BYTES - 1)), dtype=np.uint8)
+                bufq[:k, 1:] = codes.reshape(k, MXFP4_BYTES - 1)
+                bufq[:k].tofile(fout)
+                done += k
+            nbytes = nb * MXFP4_BYTES
         else:
-            n = rows * cols
             done = 0
             while done < n:
                 k = min(CHUNK_ELEMS, n - done)
                 a32, a16 = buf32[:k], buf16[:k]
                 rng.standard_normal(out=a32, dtype=np.float32)
                 a32 *= STD
-                np.copyto(a16, a32, casting="same_kind")
-                a16.tofile(fout)
+                if kind == "mat":
+                    np.copyto(a16, a32, casting="same_kind")
+                    a16.tofile(fout)
+                else:
+                    a32.tofile(fout)
                 done += k
-            nbytes = 2 * n
+            nbytes = (2 if kind == "mat" else 4) * n
         pad(nbytes)
         total += nbytes
     fout.flush()
