@@ -3,7 +3,7 @@
 prompt is too few to compare numeric noise per file: see crates/runtime/tests/fixtures.rs
 `tiny_q8_0_no_worse_than_llamacpp_over_many_prompts`).
 
-Usage: python3 27_llamacpp_q8_0_multi_prompt.py LLAMA_REF_BIN TINY_DIR
+Usage: python3 27_llamacpp_q8_0_multi_prompt.py LLAMA_REF_BIN TINY_DIR [arch ...]
   LLAMA_REF_BIN: llama_ref.cpp built against the llama.cpp CPU build
   (scripts/build-llamacpp.sh; the build command is in llama_ref.cpp's header).
 Writes TINY_DIR/<arch>/llamacpp_q8_0_multi.json (prompt ids) and
@@ -21,7 +21,9 @@ import sys
 bin_, tiny = sys.argv[1], sys.argv[2]
 rng = random.Random(20261129)
 prompts = [[rng.randrange(3, 2048) for _ in range(rng.randrange(6, 29))] for _ in range(32)]
-for arch in ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2", "olmo2", "phi3"]:
+ALL = ["llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2", "olmo2", "phi3",
+       "gpt-oss"]
+for arch in sys.argv[3:] or ALL:
     gguf = os.path.join(tiny, arch, "%s-q8_0.gguf" % arch)
     out = bytearray()
     n_vocab = None

@@ -11,7 +11,7 @@ fn inspect_lists_every_source_tensor_after_convert() {
     let dir = tempfile::tempdir().unwrap();
     for arch in [
         "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
-        "olmo2", "phi3",
+        "olmo2", "phi3", "gpt-oss",
     ] {
         for src in [
             testdata.join(arch).join(format!("{arch}-q8_0.gguf")),
@@ -133,10 +133,34 @@ fn check_family(fam: &serde_json::Value, arch: &str, config: &Path) {
         let width = c["moe_intermediate_size"]
             .as_u64()
             .unwrap_or(n("intermediate_size"));
+        // gpt-oss: the clamped SwiGLU at its config's alpha and limit, and
+        // a softmax over the chosen experts' logits.
+        let (act, gating) = match (c["swiglu_alpha"].as_f64(), c["swiglu_limit"].as_f64()) {
+            (Some(a), Some(l)) => (
+                format!("clamped SwiGLU (alpha {a}, limit {l})"),
+                ", softmax over the chosen",
+            ),
+            _ => ("SwiGLU".to_string(), ""),
+        };
         want.push(format!(
-            "SwiGLU experts: {e} routed, {} per token, width {width}",
+            "{act} experts: {e} routed, {} per token, width {width}{gating}",
             n("num_experts_per_tok")
         ));
+    }
+    // YaRN (gpt-oss): factor and original context on the RoPE line.
+    let rope = &c["rope_parameters"];
+    if rope["rope_type"] == "yarn" {
+        let yarn = format!(
+            ", YaRN x{} over an original {} positions",
+            rope["factor"].as_f64().unwrap(),
+            rope["original_max_position_embeddings"].as_u64().unwrap()
+        );
+        assert!(
+            features
+                .iter()
+                .any(|f| f.starts_with("RoPE") && f.contains(&yarn)),
+            "{arch}: {yarn:?} not in {features:?}"
+        );
     }
     // SmolLM3: the layers transformers' `no_rope_layer_interval` leaves
     // without RoPE.

@@ -571,6 +571,10 @@ pub enum TransformProblem {
     /// The parts differ in shape or dtype, or are not 2-D.
     #[error("stacked parts must all be 2-D with the same shape and dtype")]
     PartShapes,
+    /// A de-interleaved tensor is not 2-D or 3-D, its columns do not divide
+    /// by the stride, or its type is blocked.
+    #[error("must be 2-D or 3-D with an even split of columns, of an unblocked type")]
+    StridedShape,
 }
 
 /// Why a [`crate::TensorInfo`] does not fit its [`crate::Source`] (the reason of [`Error::BadTensorInfo`]).
@@ -598,6 +602,9 @@ pub enum TensorInfoProblem {
     /// The stacked parts do not add up to the size.
     #[error("stacked parts do not add up to the size")]
     StackSize,
+    /// A strided (de-interleaved) tensor's shape does not fit its bytes or type.
+    #[error("the strided source shape does not fit its bytes, size or element type")]
+    StridedShape,
     /// The file index is out of range.
     #[error("file index out of range")]
     FileIndex,

@@ -162,6 +162,29 @@ pub enum Transform {
         /// Length of the source bytes (at most `size`).
         src_size: u64,
     },
+    /// Every `stride`-th column from `offset` of an HF `[outer][rows][cols]`
+    /// tensor, transposed or not: element `(o, j, r)` of the result
+    /// (`[outer][cols/stride][rows]`, `transpose`) or `(o, r, j)`
+    /// (`[outer][rows][cols/stride]`) is source element
+    /// `(o, r, j·stride + offset)`. gpt-oss keeps its experts as
+    /// `gate_up_proj [n_expert][n_embd][2·n_ff]` with gate and up interleaved
+    /// by column and `down_proj [n_expert][n_ff][n_embd]`; llama.cpp's
+    /// converter de-interleaves and transposes them into `ffn_{gate,up,down}_exps`
+    /// (and their biases). Source bytes: the whole HF tensor, `src_size`
+    /// bytes from `(file, offset)`, of the tensor's own (one-byte-or-wider,
+    /// unblocked) element type.
+    Strided {
+        /// The HF dimensions `[outer, rows, cols]`.
+        shape: [u64; 3],
+        /// Take every `stride`-th column …
+        stride: u64,
+        /// … starting at this one.
+        first: u64,
+        /// Transpose the two inner axes.
+        transpose: bool,
+        /// Bytes of the source tensor.
+        src_size: u64,
+    },
     /// Bytes computed at open, read from no file (`file`/`offset` are 0): the
     /// `rope_freqs.weight` the converter generates for Llama 3 RoPE scaling.
     Generated {
@@ -225,11 +248,13 @@ impl TensorInfo {
                 size: self.n_elements().saturating_mul(from.type_size()),
             }],
             Some(Transform::Stack { parts }) => parts.clone(),
-            Some(Transform::PadZeros { src_size }) => vec![ByteRange {
-                file: self.file,
-                offset: self.offset,
-                size: *src_size,
-            }],
+            Some(Transform::PadZeros { src_size } | Transform::Strided { src_size, .. }) => {
+                vec![ByteRange {
+                    file: self.file,
+                    offset: self.offset,
+                    size: *src_size,
+                }]
+            }
             Some(Transform::Generated { .. }) => Vec::new(),
         }
     }
@@ -456,6 +481,37 @@ impl Source {
                 out.resize(size, 0);
                 Ok(Cow::Owned(out))
             }
+            Some(Transform::Strided {
+                shape,
+                stride,
+                first,
+                transpose,
+                src_size,
+            }) => {
+                let bad = |reason| Error::BadTensorInfo {
+                    tensor: t.name.clone(),
+                    reason,
+                };
+                let src = self.range(
+                    t,
+                    ByteRange {
+                        file: t.file,
+                        offset: t.offset,
+                        size: *src_size,
+                    },
+                )?;
+                strided(
+                    src,
+                    *shape,
+                    *stride,
+                    *first,
+                    *transpose,
+                    t.ggml_type,
+                    t.size,
+                )
+                .map(Cow::Owned)
+                .ok_or_else(|| bad(TensorInfoProblem::StridedShape))
+            }
             Some(Transform::Generated { bytes }) => {
                 if bytes.len() as u64 != t.size {
                     return Err(Error::BadTensorInfo {
@@ -501,6 +557,54 @@ impl Source {
         }
         Ok(&b[r.offset as usize..end as usize])
     }
+}
+
+/// The bytes [`Transform::Strided`] describes, or `None` when the shape does
+/// not fit `src`, `size` or the element type (blocked types cannot be split
+/// by element).
+fn strided(
+    src: &[u8],
+    [outer, rows, cols]: [u64; 3],
+    stride: u64,
+    first: u64,
+    transpose: bool,
+    ty: GgmlType,
+    size: u64,
+) -> Option<Vec<u8>> {
+    let es = ty.type_size();
+    if ty.block_size() != 1 || stride == 0 || first >= stride || !cols.is_multiple_of(stride) {
+        return None;
+    }
+    let n = crate::source::checked_product(&[outer, rows, cols])?;
+    if n.checked_mul(es)? != src.len() as u64 || (n / stride).checked_mul(es)? != size {
+        return None;
+    }
+    let (es, rows, cols, stride, first) = (
+        es as usize,
+        rows as usize,
+        cols as usize,
+        stride as usize,
+        first as usize,
+    );
+    let out_cols = cols / stride;
+    let mut out = Vec::with_capacity(size as usize);
+    for o in 0..outer as usize {
+        let m = &src[o * rows * cols * es..(o + 1) * rows * cols * es];
+        let at = |r: usize, j: usize| {
+            let i = (r * cols + j * stride + first) * es;
+            &m[i..i + es]
+        };
+        if transpose {
+            for j in 0..out_cols {
+                (0..rows).for_each(|r| out.extend_from_slice(at(r, j)));
+            }
+        } else {
+            for r in 0..rows {
+                (0..out_cols).for_each(|j| out.extend_from_slice(at(r, j)));
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Reorders `rows` equal rows of `src` as [`Transform::RopePermute`] describes.

@@ -15,9 +15,9 @@ pub fn tiny(arch: &str) -> PathBuf {
 }
 
 /// The architectures of the tiny fixtures.
-pub const ARCHES: [&str; 12] = [
+pub const ARCHES: [&str; 13] = [
     "llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gemma3", "gemma3n", "smollm3", "granite",
-    "gemma2", "olmo2", "phi3",
+    "gemma2", "olmo2", "phi3", "gpt-oss",
 ];
 
 /// Little-endian GGUF bytes, written field by field so tests can lie.

@@ -21,6 +21,7 @@ fn every_tiny_gguf_parses_with_expected_tensor_counts() {
         ("gemma2", 46),
         ("olmo2", 25),
         ("phi3", 17),
+        ("gpt-oss", 79),
     ];
     for (arch, n) in counts {
         for q in ["f16", "q8_0"] {

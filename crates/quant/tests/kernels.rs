@@ -791,6 +791,42 @@ fn softmax_rows_equal_the_reference_per_row() {
     }
 }
 
+/// `softmax_rows_sinks` against the definition in f64 (transformers'
+/// softmax over the scores with the sink appended, the sink's share
+/// dropped): within 1e-6 relative, rows summing to 1 − the sink's share,
+/// also when the sink dominates or is far below every score.
+#[test]
+fn softmax_rows_with_sinks_match_the_definition() {
+    use gpack_quant::kernels::attn;
+    let mut rng = Rng::new(0x5124);
+    for rows in [1usize, 2, 8] {
+        for len in [1usize, 7, 100] {
+            for sink_scale in [0.0f32, 1.0, 40.0] {
+                let ld = len + 3;
+                let x: Vec<f32> = (0..rows * ld).map(|_| rng.normal() * 4.0).collect();
+                let sinks: Vec<f32> = (0..rows).map(|_| rng.normal() * sink_scale).collect();
+                let mut got = x.clone();
+                attn::softmax_rows_sinks(&mut got, ld, len, rows, &sinks);
+                for r in 0..rows {
+                    let row = &x[r * ld..r * ld + len];
+                    let m = row.iter().fold(sinks[r], |a, &b| a.max(b)) as f64;
+                    let e: Vec<f64> = row.iter().map(|&v| (v as f64 - m).exp()).collect();
+                    let z = e.iter().sum::<f64>() + (sinks[r] as f64 - m).exp();
+                    for (i, e) in e.iter().enumerate() {
+                        let want = e / z;
+                        let g = got[r * ld + i] as f64;
+                        assert!(
+                            (g - want).abs() <= 1e-6 * want.max(1e-30) + 1e-12,
+                            "rows {rows} len {len} sink {} [{r}][{i}]: {g} vs {want}",
+                            sinks[r]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The matmul tiles for many vectors (2 × 8 tiles, 4-row tiles of the last
 /// 1–7 vectors, blocks of 64 vectors, row chunks split over the pool, odd
 /// block counts, f16 scale copies) give every (row, vector) the scalar

@@ -51,6 +51,9 @@ pub enum Arch {
     /// Phi-3 / Phi-3.5 / Phi-4-mini (fused q‖k‖v and gate‖up tensors,
     /// partial rotary, LongRoPE factors).
     Phi3,
+    /// gpt-oss (routed experts with biases and a clamped SwiGLU, attention
+    /// sinks, every other layer sliding-window, YaRN).
+    GptOss,
 }
 
 /// What sets a family's graph apart, one row per [`Arch`] in [`FAMILIES`]:
@@ -87,6 +90,25 @@ pub struct Family {
     /// LongRoPE: frequency factors from `rope_factors_short.weight` and
     /// cos/sin scaled by `rope.scaling.attn_factor` (Phi-3).
     pub longrope: bool,
+    /// How the router picks and weighs experts.
+    pub gating: Gating,
+    /// The GGUF name of the pre-FFN norm: `ffn_norm` (gpt-oss's converter
+    /// names it `post_attention_norm`, after HF's `post_attention_layernorm`).
+    pub ffn_norm: &'static str,
+    /// YaRN's correction range taken as computed, not widened to whole
+    /// dimensions (transformers' `truncate: false`: gpt-oss).
+    pub yarn_exact_range: bool,
+}
+
+/// How a router's logits become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, the `k` largest, their weights divided by
+    /// their sum (Qwen3-MoE, Mixtral).
+    SoftmaxTopK,
+    /// The `k` largest logits, softmax over those `k` (gpt-oss: llama.cpp's
+    /// `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`).
+    TopKSoftmax,
 }
 
 const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family {
@@ -102,6 +124,9 @@ const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family
         post_norm: false,
         qk_norm_all_heads: false,
         longrope: false,
+        gating: Gating::SoftmaxTopK,
+        ffn_norm: "ffn_norm.weight",
+        yarn_exact_range: false,
     }
 }
 
@@ -145,6 +170,14 @@ pub const FAMILIES: &[Family] = &[
         longrope: true,
         ..family(Arch::Phi3, "phi3", RopeStyle::Neox)
     },
+    Family {
+        activation: Activation::SwigluOai,
+        swa_period: Some(2),
+        gating: Gating::TopKSoftmax,
+        ffn_norm: "post_attention_norm.weight",
+        yarn_exact_range: true,
+        ..family(Arch::GptOss, "gpt-oss", RopeStyle::Neox)
+    },
 ];
 
 impl Arch {
@@ -182,6 +215,34 @@ pub enum Activation {
     Silu,
     /// GeGLU with the tanh approximation of GELU (`gelu_pytorch_tanh`).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `g = min(g, 7)`, `u = clamp(u, ±7)`,
+    /// `(u + 1) · g · sigmoid(1.702 · g)` (transformers' `GptOssExperts`,
+    /// llama.cpp's `ggml_swiglu_oai` with alpha 1.702 and limit 7).
+    SwigluOai,
+}
+
+/// gpt-oss's SwiGLU alpha and clamp limit (fixed by the architecture).
+pub const SWIGLU_OAI: (f32, f32) = (1.702, 7.0);
+
+/// YaRN RoPE scaling (transformers' `_compute_yarn_parameters`, ggml's
+/// `rope_yarn`): frequencies blended between interpolated (divided by
+/// `factor`) and original across a ramp of dimensions, cos/sin scaled by
+/// `attn_factor`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    /// Context extension factor (`rope.scaling.factor`).
+    pub factor: f32,
+    /// The original context (`rope.scaling.original_context_length`).
+    pub n_ctx_orig: usize,
+    /// Rotations at the fast end of the ramp (default 32).
+    pub beta_fast: f32,
+    /// Rotations at the slow end of the ramp (default 1).
+    pub beta_slow: f32,
+    /// Multiplier of cos and sin (`rope.scaling.yarn_attn_factor`, else
+    /// `0.1 · ln(factor) + 1`).
+    pub attn_factor: f32,
+    /// The ramp's ends used as computed rather than floored/ceiled.
+    pub exact_range: bool,
 }
 
 /// Everything the graph needs besides the tensors.
@@ -245,6 +306,8 @@ pub struct Config {
     /// (`rope.scaling.original_context_length`, else `context_length`):
     /// LongRoPE's long factors apply beyond it.
     pub n_ctx_orig: usize,
+    /// YaRN scaling of every layer's RoPE, if configured.
+    pub yarn: Option<Yarn>,
     /// FFN activation.
     pub activation: Activation,
     /// Routed experts per MoE layer (0: a dense model). Mixtral is `llama`
@@ -424,6 +487,12 @@ impl Config {
                 self.n_ctx_orig, self.rope_attn_factor
             ));
         }
+        if let Some(y) = &self.yarn {
+            rope.push_str(&format!(
+                ", YaRN x{} over an original {} positions (attention factor {})",
+                y.factor, y.n_ctx_orig, y.attn_factor
+            ));
+        }
         let nope = self.rope_layers.iter().filter(|&&r| !r).count();
         if nope > 0 {
             rope.push_str(&format!(", skipped on {nope} of {} layers", self.n_layer));
@@ -465,11 +534,18 @@ impl Config {
         let act = match self.activation {
             Activation::Silu => "SwiGLU",
             Activation::GeluTanh => "GeGLU (tanh GELU)",
+            Activation::SwigluOai => "clamped SwiGLU (alpha 1.702, limit 7)",
         };
         f.push(if self.n_expert > 0 {
             format!(
-                "{act} experts: {} routed, {} per token, width {}",
-                self.n_expert, self.n_expert_used, self.n_ff_exp
+                "{act} experts: {} routed, {} per token, width {}{}",
+                self.n_expert,
+                self.n_expert_used,
+                self.n_ff_exp,
+                match fam.gating {
+                    Gating::SoftmaxTopK => "",
+                    Gating::TopKSoftmax => ", softmax over the chosen",
+                }
             )
         } else {
             format!("{act} feed-forward, width {}", self.n_ff)
@@ -586,6 +662,41 @@ impl Config {
         let rope_freq_scale = match (scaling_type, m.meta_f32(&k("rope.scaling.factor"))) {
             (Some("linear"), Some(f)) if f > 0.0 => 1.0 / f,
             _ => 1.0,
+        };
+        let yarn = match (scaling_type, m.meta_f32(&k("rope.scaling.factor"))) {
+            (Some("yarn"), Some(factor)) => {
+                let bad = |what: &'static str, v: f32| Error::Hparam {
+                    what,
+                    value: v.to_bits() as u64,
+                };
+                if !(factor.is_finite() && factor >= 1.0) {
+                    return Err(bad("rope.scaling.factor (YaRN: at least 1)", factor));
+                }
+                let f = |key: &str, default: f32| -> Result<f32> {
+                    match m.meta_f32(&k(key)) {
+                        Some(v) if !(v.is_finite() && v > 0.0) => {
+                            Err(bad("rope.scaling YaRN parameter", v))
+                        }
+                        v => Ok(v.unwrap_or(default)),
+                    }
+                };
+                Some(Yarn {
+                    factor,
+                    // llama.cpp's default: the training context.
+                    n_ctx_orig: opt_dim(
+                        m,
+                        k("rope.scaling.original_context_length"),
+                        n_ctx_train,
+                        "rope.scaling.original_context_length",
+                        MAX_CONTEXT,
+                    )?,
+                    beta_fast: f("rope.scaling.yarn_beta_fast", 32.0)?,
+                    beta_slow: f("rope.scaling.yarn_beta_slow", 1.0)?,
+                    attn_factor: f("rope.scaling.yarn_attn_factor", 0.1 * factor.ln() + 1.0)?,
+                    exact_range: arch.family().yarn_exact_range,
+                })
+            }
+            _ => None,
         };
         let sliding_window = m
             .meta_u64(&k("attention.sliding_window"))
@@ -711,6 +822,7 @@ impl Config {
                 "rope.scaling.original_context_length",
                 MAX_CONTEXT,
             )?,
+            yarn,
             activation,
             n_expert,
             n_expert_used,

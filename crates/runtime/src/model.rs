@@ -47,9 +47,21 @@ enum Ffn<'a> {
         gate_up: Box<Proj<'a>>,
         down: Box<Matrix<'a>>,
     },
-    /// Routed experts (in the model's [`ExpertStore`]); the router is
-    /// `[n_expert][n_embd]` f32.
-    Moe { router: Vec<f32> },
+    /// Routed experts (in the model's [`ExpertStore`]).
+    Moe(Box<MoeFfn>),
+}
+
+/// A layer's router and the biases of its experts (the matrices are in the
+/// model's [`ExpertStore`]).
+#[derive(Debug)]
+struct MoeFfn {
+    /// `[n_expert][n_embd]` router.
+    router: Vec<f32>,
+    /// `[n_expert]` router bias (gpt-oss).
+    router_bias: Option<Vec<f32>>,
+    /// `[n_expert][n_ff_exp]` gate, `[n_expert][n_ff_exp]` up and
+    /// `[n_expert][n_embd]` down biases (gpt-oss), each if present.
+    bias: [Option<Vec<f32>>; 3],
 }
 
 /// One transformer block's weights.
@@ -68,6 +80,11 @@ struct Layer<'a> {
     k_norm: Option<Vec<f32>>,
     /// `n_embd × (n_head · head_dim_v)` output projection.
     wo: Matrix<'a>,
+    /// `[n_embd]` output projection bias (gpt-oss).
+    wo_bias: Option<Vec<f32>>,
+    /// `[n_head]` attention sinks: one more logit per head in each
+    /// softmax, attending to nothing (gpt-oss).
+    sinks: Option<Vec<f32>>,
     /// `[n_embd]` norm of the attention output (gemma2/3, OLMo 2).
     post_attn_norm: Option<Vec<f32>>,
     /// `[n_embd]` pre-FFN RMS norm (none in post-norm blocks).
@@ -200,6 +217,7 @@ pub struct Scratch {
     moe_x: Vec<f32>,
     moe_g: Vec<f32>,
     moe_u: Vec<f32>,
+    moe_h: Vec<f32>,
     moe_y: Vec<f32>,
     /// Scratch of projections whose members are not one fused tensor.
     tmp: Vec<f32>,
@@ -258,7 +276,7 @@ impl<'a> Model<'a> {
             l.qkv.is_fused()
                 && match &l.ffn {
                     Ffn::Dense { gate_up, .. } => gate_up.is_fused(),
-                    Ffn::Moe { .. } => true,
+                    Ffn::Moe(_) => true,
                 }
         })
     }

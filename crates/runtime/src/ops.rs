@@ -237,6 +237,46 @@ impl Rope {
         }
     }
 
+    /// YaRN tables (transformers' `_compute_yarn_parameters`): per pair
+    /// `i`, the inverse frequency blends `base^(-2i/n_rot) / factor`
+    /// (interpolated) into `base^(-2i/n_rot)` (kept) by
+    /// `1 - clamp((i - low) / (high - low), 0, 1)`, where `low`/`high` are
+    /// the pairs that turn `beta_fast` / `beta_slow` times over the original
+    /// context (floored/ceiled unless `exact_range`); cos and sin are
+    /// multiplied by the attention factor.
+    pub fn yarn(n_rot: usize, base: f32, style: RopeStyle, y: &crate::config::Yarn) -> Rope {
+        let (dim, base) = (n_rot as f64, base as f64);
+        let corr = |rot: f32| {
+            dim * (y.n_ctx_orig as f64 / (rot as f64 * 2.0 * std::f64::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let (mut low, mut high) = (corr(y.beta_fast), corr(y.beta_slow));
+        if !y.exact_range {
+            (low, high) = (low.floor(), high.ceil());
+        }
+        let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+        if low == high {
+            high += 0.001;
+        }
+        let factor = y.factor as f64;
+        let inv_freq = (0..n_rot / 2)
+            .map(|i| {
+                let extrap = base.powf(-2.0 * i as f64 / dim);
+                let interp = extrap / factor;
+                let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                let keep = 1.0 - ramp;
+                (interp * (1.0 - keep) + extrap * keep) as f32
+            })
+            .collect();
+        Rope {
+            inv_freq,
+            freq_scale: 1.0,
+            style,
+            n_rot,
+            mscale: y.attn_factor as f64,
+        }
+    }
+
     /// The same rotation with cos and sin multiplied by `m` (LongRoPE's
     /// attention factor: llama.cpp's `attn_factor`, transformers'
     /// `attention_scaling`).

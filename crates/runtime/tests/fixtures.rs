@@ -143,9 +143,9 @@ const ARCHES: [&str; 9] = [
     "llama", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "gemma2", "olmo2", "phi3",
 ];
 /// The q8_0 comparison with llama.cpp covers the MoE fixtures too.
-const Q8_ARCHES: [&str; 11] = [
+const Q8_ARCHES: [&str; 12] = [
     "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
-    "olmo2", "phi3",
+    "olmo2", "phi3", "gpt-oss",
 ];
 
 pub fn check_exact(arch: &str, src: &str, path: &Path) {

@@ -11,7 +11,7 @@ use gpack_runtime::{
 };
 use std::path::{Path, PathBuf};
 
-const MOE: [&str; 2] = ["qwen3moe", "mixtral"];
+const MOE: [&str; 3] = ["qwen3moe", "mixtral", "gpt-oss"];
 
 #[test]
 fn tiny_moe_f16_and_hf_match_transformers() {
@@ -270,10 +270,17 @@ fn exporting_a_moe_gpack_is_refused_by_tensor() {
 
 /// Greedy tokens and last logits of the q8_0 MoE files against transformers
 /// and llama.cpp (`llamacpp_check.json`), printed; the limits are in
-/// fixtures.rs `tiny_q8_0_no_worse_than_llamacpp`.
+/// fixtures.rs `tiny_q8_0_no_worse_than_llamacpp`. Here: within 0.1, or
+/// llama.cpp's figure where that is larger (gpt-oss's fixture, with gate/up
+/// values past the clamp and large sinks, amplifies the q8_0 noise: 0.05 from
+/// the weights alone, `reference_q8_0.json`; llama.cpp 0.47).
 #[test]
 fn tiny_moe_q8_0_reference_figures() {
+    let check = json(&testdata().join("tiny/llamacpp_check.json"));
     for arch in MOE {
+        let lc = check[format!("{arch}/q8_0")]["last_logits_rel_l2"]
+            .as_f64()
+            .unwrap();
         let d = testdata().join("tiny").join(arch);
         let r = json(&d.join("reference.json"));
         let prompt = ids(&r["prompt_ids"]);
@@ -283,8 +290,8 @@ fn tiny_moe_q8_0_reference_figures() {
         let mut s = m.new_state(64);
         let got = m.forward(&mut s, &prompt, Logits::Last).unwrap().to_vec();
         let rl2 = super::fixtures::rel_l2(&got, &want);
-        eprintln!("{arch}/q8_0 rel_l2 vs transformers {rl2:.5}");
-        assert!(rl2 < 0.1, "{arch}: {rl2}");
+        eprintln!("{arch}/q8_0 rel_l2 vs transformers {rl2:.5} (llama.cpp {lc:.5})");
+        assert!(rl2 < lc.max(0.1), "{arch}: {rl2}");
     }
 }
 

@@ -32,6 +32,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "Gemma2ForCausalLM" => "gemma2",
             "Olmo2ForCausalLM" => "olmo2",
             "Phi3ForCausalLM" => "phi3",
+            "GptOssForCausalLM" => "gpt-oss",
             "Qwen2ForCausalLM" | "Qwen2Model" => "qwen2",
             "Qwen3ForCausalLM" | "Qwen3Model" => "qwen3",
             "Qwen3MoeForCausalLM" => "qwen3moe",
@@ -48,6 +49,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "gemma2" => "gemma2",
             "olmo2" => "olmo2",
             "phi3" => "phi3",
+            "gpt_oss" => "gpt-oss",
             "qwen2" => "qwen2",
             "qwen3" => "qwen3",
             "qwen3_moe" => "qwen3moe",
@@ -304,6 +306,19 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
             &mut m,
             "expert_feed_forward_length",
             hp.u32("moe_intermediate_size")?,
+        );
+    }
+    if a == "gpt-oss" {
+        // GptOssModel.set_gguf_parameters.
+        put_u32(
+            &mut m,
+            "attention.sliding_window",
+            hp.u32("sliding_window")?,
+        );
+        put_u32(
+            &mut m,
+            "expert_feed_forward_length",
+            hp.u32("intermediate_size")?,
         );
     }
     Ok(m)

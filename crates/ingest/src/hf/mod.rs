@@ -19,6 +19,9 @@
 //!   ([`HfName::Part`]);
 //! - Gemma 3n `token_embd`/`per_layer_token_embd` with fewer rows than `vocab_size`:
 //!   zero rows appended up to it, as the converter does ([`Transform::PadZeros`]);
+//! - gpt-oss's experts, `gate_up_proj` (gate and up interleaved by column) and
+//!   `down_proj`, stored `[n_expert][in][out]`: de-interleaved and transposed into
+//!   `ffn_{gate,up,down}_exps` and their biases ([`Transform::Strided`]);
 //! - Llama 3 RoPE (`rope_type: "llama3"`): the converter's generated
 //!   `rope_freqs.weight` ([`Transform::Generated`]).
 //!
@@ -327,6 +330,59 @@ fn build(
                     slots.push(Slot::Group(stacked, count));
                 }
                 g.push((index, fi, t));
+                continue;
+            }
+            HfName::Strided {
+                parts,
+                stride,
+                transpose,
+            } => {
+                // HF [outer, rows, cols] (a 2-D bias is [outer, 1, cols]).
+                let shape = match *t.shape.as_slice() {
+                    [o, r, c] => [o, r, c],
+                    [o, c] => [o, 1, c],
+                    _ => [0, 0, 0],
+                };
+                let bad = |name: &str, reason| Error::BadTransform {
+                    file: path.clone(),
+                    tensor: name.to_string(),
+                    reason,
+                };
+                for (name, first) in parts {
+                    if shape[2] == 0
+                        || !shape[2].is_multiple_of(stride)
+                        || t.ggml_type.block_size() != 1
+                    {
+                        return Err(bad(&name, TransformProblem::StridedShape));
+                    }
+                    let cols = shape[2] / stride;
+                    let dims = match (transpose, t.shape.len()) {
+                        (true, _) => vec![shape[1], cols, shape[0]],
+                        (false, 2) => vec![cols, shape[0]],
+                        (false, _) => vec![cols, shape[1], shape[0]],
+                    };
+                    if !names.insert(name.clone()) {
+                        return Err(Error::DuplicateTensor {
+                            file: path.clone(),
+                            tensor: name,
+                        });
+                    }
+                    slots.push(Slot::Done(TensorInfo {
+                        size: t.size / stride,
+                        name,
+                        ggml_type: t.ggml_type,
+                        dims,
+                        file: fi,
+                        offset: t.offset,
+                        transform: Some(Transform::Strided {
+                            shape,
+                            stride,
+                            first,
+                            transpose,
+                            src_size: t.size,
+                        }),
+                    }));
+                }
                 continue;
             }
             HfName::Gguf(n) => (n, true),

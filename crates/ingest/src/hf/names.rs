@@ -28,6 +28,18 @@ pub enum HfName {
         /// Name of the stacked GGUF tensor.
         stacked: String,
     },
+    /// Column-strided, optionally transposed views of one HF tensor, each a
+    /// GGUF tensor ([`crate::Transform::Strided`]): gpt-oss's
+    /// `mlp.experts.gate_up_proj` (gate and up interleaved by column,
+    /// `[n_expert][n_embd][2·n_ff]`) → `ffn_gate_exps` and `ffn_up_exps`.
+    Strided {
+        /// `(GGUF name, first column)` of each view.
+        parts: Vec<(String, u64)>,
+        /// Every `stride`-th column.
+        stride: u64,
+        /// Transpose the two inner axes (weights; biases are 2-D and not).
+        transpose: bool,
+    },
     /// Not understood: keep the HF name.
     Unmapped,
 }
@@ -57,14 +69,53 @@ pub fn llama_like(arch: &str) -> bool {
     matches!(arch, "llama" | "smollm3" | "granite")
 }
 
+/// gpt-oss's names that do not follow the `module.weight` pattern:
+/// `self_attn.sinks` and the stacked, interleaved experts (as llama.cpp's
+/// `GptOssModel.modify_tensors` maps them).
+fn gpt_oss_name(layer: u64, rest: &str) -> Option<HfName> {
+    let blk = |g: &str| format!("blk.{layer}.{g}");
+    let strided = |parts: [(&str, u64); 2], n: usize, transpose| HfName::Strided {
+        parts: parts[..n].iter().map(|&(g, f)| (blk(g), f)).collect(),
+        stride: n as u64,
+        transpose,
+    };
+    Some(match rest {
+        "self_attn.sinks" => HfName::Gguf(blk("attn_sinks.weight")),
+        "mlp.router.weight" => HfName::Gguf(blk("ffn_gate_inp.weight")),
+        "mlp.router.bias" => HfName::Gguf(blk("ffn_gate_inp.bias")),
+        "mlp.experts.gate_up_proj" => strided(
+            [("ffn_gate_exps.weight", 0), ("ffn_up_exps.weight", 1)],
+            2,
+            true,
+        ),
+        "mlp.experts.gate_up_proj_bias" => strided(
+            [("ffn_gate_exps.bias", 0), ("ffn_up_exps.bias", 1)],
+            2,
+            false,
+        ),
+        "mlp.experts.down_proj" => strided([("ffn_down_exps.weight", 0), ("", 0)], 1, true),
+        "mlp.experts.down_proj_bias" => HfName::Gguf(blk("ffn_down_exps.bias")),
+        "post_attention_layernorm.weight" => HfName::Gguf(blk("post_attention_norm.weight")),
+        _ => return None,
+    })
+}
+
 /// Maps an HF tensor name of a model of GGUF architecture `arch`
 /// (`"llama"`, `"smollm3"`, `"granite"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma2"`, `"gemma3"`,
-/// `"gemma3n"`, `"olmo2"`, `"phi3"`; mixtral is `"llama"`).
+/// `"gemma3n"`, `"olmo2"`, `"phi3"`, `"gpt-oss"`; mixtral is `"llama"`).
 pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
     if !llama_like(arch)
         && !matches!(
             arch,
-            "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "gemma3" | "gemma3n" | "olmo2" | "phi3"
+            "qwen2"
+                | "qwen3"
+                | "qwen3moe"
+                | "gemma2"
+                | "gemma3"
+                | "gemma3n"
+                | "olmo2"
+                | "phi3"
+                | "gpt-oss"
         )
     {
         return HfName::Unmapped;
@@ -122,6 +173,11 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
     if layer.to_string() != l {
         // Leading zeros or a sign: not a name transformers writes.
         return HfName::Unmapped;
+    }
+    if arch == "gpt-oss" {
+        if let Some(m) = gpt_oss_name(layer, rest) {
+            return m;
+        }
     }
     let Some((module, kind)) = rest.rsplit_once('.') else {
         return HfName::Unmapped;

@@ -927,9 +927,42 @@ pub fn softmax_rows(x: &mut [f32], ld: usize, len: usize, rows: usize) {
     }
 }
 
+/// [`softmax_rows`] with one more logit per row that takes weight but has
+/// no value (an attention sink: gpt-oss, transformers' `eager_attention_forward`
+/// with `sinks`): row `r` is `expf(x - m) / (Σ expf(x - m) + expf(sinks[r] - m))`,
+/// `m` the larger of the row's maximum and its sink.
+///
+/// # Panics
+/// As [`softmax_rows`], or if `sinks` has fewer than `rows` values.
+pub fn softmax_rows_sinks(x: &mut [f32], ld: usize, len: usize, rows: usize, sinks: &[f32]) {
+    if rows == 0 {
+        return;
+    }
+    assert!(ld >= len, "softmax_rows_sinks: ld {ld} < len {len}");
+    assert!(sinks.len() >= rows, "softmax_rows_sinks: too few sinks");
+    let need = (rows - 1).checked_mul(ld).and_then(|v| v.checked_add(len));
+    assert!(
+        need.is_some_and(|n| n <= x.len()),
+        "softmax_rows_sinks: x too short"
+    );
+    for (r, &sink) in sinks.iter().enumerate().take(rows) {
+        let row = &mut x[r * ld..r * ld + len];
+        let max = row.iter().copied().fold(sink, f32::max);
+        exp_sub(row, max);
+        let sum = row.iter().sum::<f32>() + expf(sink - max);
+        let inv = 1.0 / sum;
+        row.iter_mut().for_each(|v| *v *= inv);
+    }
+}
+
 /// `x[i] = expf(x[i] - max x)` (NaN ignored in the max) on the best path.
 fn exp_sub_max(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    exp_sub(x, max);
+}
+
+/// `x[i] = expf(x[i] - max)` on the best path.
+fn exp_sub(x: &mut [f32], max: f32) {
     #[cfg(target_arch = "x86_64")]
     if use_avx512() {
         // SAFETY: AVX-512F (and FMA, implied by the AVX-512 VNNI path) detected.

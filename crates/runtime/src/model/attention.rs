@@ -79,13 +79,16 @@ impl Model<'_> {
     /// results are the bits it gets alone). Each task writes its own
     /// disjoint slice of `s.att` (one `Mutex` per task, never contended)
     /// and borrows a score buffer from `s.score_slots` (one row of
-    /// `max_ctx` per head of a unit).
+    /// `max_ctx` per head of a unit). With `sinks` (`[n_head]`), each
+    /// head's softmax has its sink as one more logit (gpt-oss).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
         &self,
         s: &mut Scratch,
         seqs: &[&mut Sequence],
         l: usize,
         swa: bool,
+        sinks: Option<&[f32]>,
         n: usize,
     ) {
         let c = &self.config;
@@ -143,7 +146,16 @@ impl Model<'_> {
                             .for_each(|v| *v = cap * (*v / cap).tanh());
                     }
                 }
-                ops::softmax_rows(&mut slot, ld, len, group);
+                match sinks {
+                    Some(sk) => gpack_quant::kernels::attn::softmax_rows_sinks(
+                        &mut slot,
+                        ld,
+                        len,
+                        group,
+                        &sk[h0..h0 + group],
+                    ),
+                    None => ops::softmax_rows(&mut slot, ld, len, group),
+                }
                 let v0 = (l * nc + start) * vd + kvh * hdv;
                 let v1 = (l + 1) * nc * vd;
                 q_seq

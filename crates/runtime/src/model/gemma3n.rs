@@ -445,7 +445,7 @@ impl<'a> Model<'a> {
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
             }
             self.prepare_qkv(layer, s, seqs, l, n, true, !shared);
-            self.attention(s, seqs, kv_src, layer.swa, n);
+            self.attention(s, seqs, kv_src, layer.swa, None, n);
             let att_w = c.n_head * c.head_dim_v;
             layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
             let sqrt2 = 2f32.sqrt();

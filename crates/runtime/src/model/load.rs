@@ -2,7 +2,7 @@
 //! name, shape-checked, the matrices in native layouts, the small vectors
 //! converted to f32.
 
-use super::{gemma3n, Ffn, Layer, LoadOptions, Model};
+use super::{gemma3n, Ffn, Layer, LoadOptions, Model, MoeFfn};
 use crate::config::Config;
 use crate::error::{Error, ExpertSliceProblem, Result};
 use crate::experts::{ExpertSlice, ExpertStore, SliceData};
@@ -177,9 +177,17 @@ impl<'a> Model<'a> {
             };
             let ffn = if c.n_expert > 0 {
                 let name = n("ffn_gate_inp.weight");
-                Ffn::Moe {
-                    router: required_vec(w, &name, c.n_expert * d, "router")?,
-                }
+                let (ne, ff) = (c.n_expert, c.n_ff_exp);
+                let bias = |s: &str, len: usize| dense_vec(w, &n(s), ne * len, "bias");
+                Ffn::Moe(Box::new(MoeFfn {
+                    router: required_vec(w, &name, ne * d, "router")?,
+                    router_bias: dense_vec(w, &n("ffn_gate_inp.bias"), ne, "bias")?,
+                    bias: [
+                        bias("ffn_gate_exps.bias", ff)?,
+                        bias("ffn_up_exps.bias", ff)?,
+                        bias("ffn_down_exps.bias", d)?,
+                    ],
+                }))
             } else {
                 // Phi-3 stores gate‖up as one `ffn_up` of 2·n_ff rows (gate
                 // first: llama.cpp's LLM_FFN_SWIGLU split), our layout.
@@ -222,8 +230,15 @@ impl<'a> Model<'a> {
                 q_norm: dense_vec(w, &n("attn_q_norm.weight"), q_norm_len, "norm")?,
                 k_norm: dense_vec(w, &n("attn_k_norm.weight"), k_norm_len, "norm")?,
                 wo: mat("attn_output.weight", c.n_head * c.head_dim_v, d)?,
-                post_attn_norm: post_norm("post_attention_norm.weight")?,
-                ffn_norm: pre_norm("ffn_norm.weight")?,
+                wo_bias: dense_vec(w, &n("attn_output.bias"), d, "bias")?,
+                sinks: dense_vec(w, &n("attn_sinks.weight"), c.n_head, "sinks")?,
+                // gpt-oss's pre-FFN norm has this name (then there is no
+                // post-attention norm).
+                post_attn_norm: match fam.ffn_norm {
+                    "post_attention_norm.weight" => None,
+                    _ => post_norm("post_attention_norm.weight")?,
+                },
+                ffn_norm: pre_norm(fam.ffn_norm)?,
                 ffn,
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                 swa: c.swa_layers[l],
@@ -260,22 +275,32 @@ impl<'a> Model<'a> {
             }
             None => None,
         };
-        let rope_global = Rope::new(
-            c.n_rot,
-            c.rope_base,
-            c.rope_freq_scale,
-            c.rope_style,
-            freq_factors.as_deref(),
-        )
-        .with_mscale(c.rope_attn_factor);
-        let rope_swa = Rope::new(
-            c.n_rot,
-            c.rope_base_swa,
-            1.0,
-            c.rope_style,
-            freq_factors.as_deref(),
-        )
-        .with_mscale(c.rope_attn_factor);
+        // YaRN scales every layer's rotation (llama.cpp's
+        // `rope_freq_scale_train_swa` = `rope_freq_scale_train`).
+        let (rope_global, rope_swa) = match &c.yarn {
+            Some(y) => (
+                Rope::yarn(c.n_rot, c.rope_base, c.rope_style, y),
+                Rope::yarn(c.n_rot, c.rope_base_swa, c.rope_style, y),
+            ),
+            None => (
+                Rope::new(
+                    c.n_rot,
+                    c.rope_base,
+                    c.rope_freq_scale,
+                    c.rope_style,
+                    freq_factors.as_deref(),
+                )
+                .with_mscale(c.rope_attn_factor),
+                Rope::new(
+                    c.n_rot,
+                    c.rope_base_swa,
+                    1.0,
+                    c.rope_style,
+                    freq_factors.as_deref(),
+                )
+                .with_mscale(c.rope_attn_factor),
+            ),
+        };
         Ok(Model {
             config,
             embd,

@@ -1,7 +1,8 @@
 //! The routed-experts FFN (qwen3moe, mixtral).
 
-use super::{Model, Scratch};
-use crate::config::Activation;
+use super::step::{add_bias, glu};
+use super::{Model, MoeFfn, Scratch};
+use crate::config::Gating;
 use crate::error::Result;
 use crate::ops;
 
@@ -16,7 +17,14 @@ impl Model<'_> {
     /// each routed expert runs ONCE on all the rows routed to it (one matmul
     /// per matrix), and each row adds `weight · expert(row)` in increasing
     /// expert order, as transformers' loop over experts does.
-    pub(super) fn moe(&self, s: &mut Scratch, l: usize, router: &[f32], n: usize) -> Result<()> {
+    ///
+    /// gpt-oss ([`Gating::TopKSoftmax`]) adds a router bias, takes the `k`
+    /// largest logits and the softmax of those `k`, and adds each expert's
+    /// gate, up and down biases (transformers' `GptOssTopKRouter` and
+    /// `GptOssExperts`).
+    pub(super) fn moe(&self, s: &mut Scratch, l: usize, f: &MoeFfn, n: usize) -> Result<()> {
+        let router = &f.router;
+        let gating = self.config.arch.family().gating;
         let c = &self.config;
         let store = self
             .experts
@@ -34,7 +42,12 @@ impl Model<'_> {
             for (e, p) in s.probs.iter_mut().enumerate() {
                 *p = ops::dot(&router[e * d..(e + 1) * d], x);
             }
-            ops::softmax(&mut s.probs);
+            if let Some(b) = &f.router_bias {
+                s.probs.iter_mut().zip(b).for_each(|(p, b)| *p += b);
+            }
+            if gating == Gating::SoftmaxTopK {
+                ops::softmax(&mut s.probs);
+            }
             // Top-k by probability (ties: the lower expert id first, as
             // torch.topk and ggml_argsort_top_k give for distinct values).
             let mut chosen = [(0usize, 0f32); crate::config::MAX_EXPERT_USED];
@@ -59,10 +72,22 @@ impl Model<'_> {
                 sum += p;
                 s.routes[best].push((t, p));
             }
-            // Normalize this row's weights (they are the last entries).
-            for &(e, _) in chosen.iter().take(k) {
+            // Normalize this row's weights (they are the last entries):
+            // divided by their sum, or (top-k logits) their softmax.
+            let max = chosen[0].1;
+            let mut esum = 0f32;
+            if gating == Gating::TopKSoftmax {
+                for c in chosen.iter_mut().take(k) {
+                    c.1 = (c.1 - max).exp();
+                    esum += c.1;
+                }
+            }
+            for &(e, p) in chosen.iter().take(k) {
                 if let Some(r) = s.routes[e].last_mut().filter(|r| r.0 == t) {
-                    r.1 /= sum;
+                    r.1 = match gating {
+                        Gating::SoftmaxTopK => r.1 / sum,
+                        Gating::TopKSoftmax => p / esum,
+                    };
                 }
             }
         }
@@ -80,22 +105,31 @@ impl Model<'_> {
             }
             s.moe_g.resize(m * ff, 0.0);
             s.moe_u.resize(m * ff, 0.0);
+            s.moe_h.resize(m * ff, 0.0);
             s.moe_y.resize(m * d, 0.0);
             gate.matmul(&s.moe_x[..m * d], m, &mut s.moe_g[..m * ff]);
             up.matmul(&s.moe_x[..m * d], m, &mut s.moe_u[..m * ff]);
-            for i in 0..m {
-                let (g, u) = (
-                    &s.moe_g[i * ff..(i + 1) * ff],
-                    &mut s.moe_u[i * ff..(i + 1) * ff],
-                );
-                for (u, &g) in u.iter_mut().zip(g) {
-                    *u *= match c.activation {
-                        Activation::Silu => ops::silu(g),
-                        Activation::GeluTanh => ops::gelu_tanh(g),
-                    };
-                }
+            let bias =
+                |i: usize, len: usize| f.bias[i].as_ref().map(|b| &b[e * len..(e + 1) * len]);
+            if let Some(b) = bias(0, ff) {
+                add_bias(&mut s.moe_g[..m * ff], b);
             }
-            down.matmul(&s.moe_u[..m * ff], m, &mut s.moe_y[..m * d]);
+            if let Some(b) = bias(1, ff) {
+                add_bias(&mut s.moe_u[..m * ff], b);
+            }
+            for i in 0..m {
+                let r = i * ff..(i + 1) * ff;
+                glu(
+                    c.activation,
+                    &s.moe_g[r.clone()],
+                    &s.moe_u[r.clone()],
+                    &mut s.moe_h[r],
+                );
+            }
+            down.matmul(&s.moe_h[..m * ff], m, &mut s.moe_y[..m * d]);
+            if let Some(b) = bias(2, d) {
+                add_bias(&mut s.moe_y[..m * d], b);
+            }
             for (i, &(t, w)) in s.routes[e].iter().enumerate() {
                 s.out[t * d..(t + 1) * d]
                     .iter_mut()

@@ -76,8 +76,11 @@ impl Model<'_> {
                     .qkv
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
                 self.prepare_qkv(layer, s, seqs, l, n, false, true);
-                self.attention(s, seqs, l, layer.swa, n);
+                self.attention(s, seqs, l, layer.swa, layer.sinks.as_deref(), n);
                 layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
+                if let Some(b) = &layer.wo_bias {
+                    add_bias(&mut s.out[..n * d], b);
+                }
                 self.residual(s, n, layer.post_attn_norm.as_deref());
 
                 // ---- feed-forward ----
@@ -96,7 +99,7 @@ impl Model<'_> {
                         });
                         down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
                     }
-                    Ffn::Moe { router } => self.moe(s, l, router, n)?,
+                    Ffn::Moe(m) => self.moe(s, l, m, n)?,
                 }
                 self.residual(s, n, layer.post_ffn_norm.as_deref());
             }
@@ -176,7 +179,14 @@ pub(super) fn norm_rows(
     });
 }
 
-/// `h = act(g) · u` (SwiGLU or GeGLU). SiLU is `g / (1 + expf(-g))` with
+/// `rows[t] += bias` for every row of `bias.len()` values.
+pub(super) fn add_bias(rows: &mut [f32], bias: &[f32]) {
+    for r in rows.chunks_exact_mut(bias.len()) {
+        r.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    }
+}
+
+/// `h = act(g) · u` (SwiGLU, GeGLU or gpt-oss's clamped SwiGLU). SiLU is `g / (1 + expf(-g))` with
 /// the exponentials of the whole row taken 16 at a time
 /// (`gpack_quant::kernels::attn::exp_inplace`: glibc's expf bit for bit, so
 /// on glibc it equals [`ops::silu`] element by element).
@@ -193,6 +203,14 @@ pub(super) fn glu(act: Activation, g: &[f32], u: &[f32], h: &mut [f32]) {
             .iter_mut()
             .zip(g.iter().zip(u))
             .for_each(|(h, (&g, &u))| *h = ops::gelu_tanh(g) * u),
+        Activation::SwigluOai => {
+            let (alpha, limit) = crate::config::SWIGLU_OAI;
+            h.iter_mut().zip(g.iter().zip(u)).for_each(|(h, (&g, &u))| {
+                let g = g.min(limit);
+                let u = u.clamp(-limit, limit);
+                *h = (u + 1.0) * (g / (1.0 + (-alpha * g).exp()));
+            })
+        }
     }
 }
 
