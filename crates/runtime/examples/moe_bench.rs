@@ -74,7 +74,7 @@ fn main() {
     let tg_s = t.elapsed().as_secs_f64();
     let st = m.expert_stats().expect("a MoE model");
     let cache = match mode {
-        ExpertMode::Mmap => 0,
+        ExpertMode::Mmap | ExpertMode::Auto => 0,
         ExpertMode::Resident { cache_bytes } => cache_bytes,
     };
     println!(

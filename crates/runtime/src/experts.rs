@@ -170,6 +170,14 @@ pub enum ExpertMode {
     },
     /// Read in place from the mapping.
     Mmap,
+    /// Chosen at load: [`ExpertMode::Mmap`] when every slice is native (a
+    /// `.gpack` with its experts embedded, a GGUF's stacked tensors: the
+    /// kernels read them where they are), else resident with
+    /// [`ExpertMode::DEFAULT_CACHE_BYTES`] (raw ggml rows are transcoded once
+    /// into the cache instead of on every use). Measured on a gpt-oss-20b
+    /// shape whose 10 GB of experts exceed the default budget: 8.1 tok/s
+    /// decode mapped against 2.8 resident (docs/PERFORMANCE.md).
+    Auto,
 }
 
 impl ExpertMode {
@@ -177,17 +185,20 @@ impl ExpertMode {
     pub const DEFAULT_CACHE_BYTES: usize = 4 << 30;
 
     /// From the environment: `GPACK_EXPERT_MMAP=1` selects [`ExpertMode::Mmap`];
-    /// otherwise resident with `GPACK_EXPERT_CACHE_BYTES` (a size such as
+    /// `GPACK_EXPERT_CACHE_BYTES` resident with that budget; neither
+    /// [`ExpertMode::Auto`]. (`GPACK_EXPERT_CACHE_BYTES` is a size such as
     /// `512M` or `2G`) or the default budget.
     pub fn from_env() -> ExpertMode {
         if std::env::var("GPACK_EXPERT_MMAP").is_ok_and(|v| v == "1") {
             return ExpertMode::Mmap;
         }
-        let cache_bytes = std::env::var("GPACK_EXPERT_CACHE_BYTES")
+        match std::env::var("GPACK_EXPERT_CACHE_BYTES")
             .ok()
             .and_then(|v| parse_size(&v))
-            .unwrap_or(Self::DEFAULT_CACHE_BYTES);
-        ExpertMode::Resident { cache_bytes }
+        {
+            Some(cache_bytes) => ExpertMode::Resident { cache_bytes },
+            None => ExpertMode::Auto,
+        }
     }
 
     /// `"mmap"` or `"resident"`.
@@ -195,6 +206,7 @@ impl ExpertMode {
         match self {
             ExpertMode::Mmap => "mmap",
             ExpertMode::Resident { .. } => "resident",
+            ExpertMode::Auto => "auto",
         }
     }
 }
@@ -389,6 +401,19 @@ impl<'a> ExpertStore<'a> {
             .chunks_exact(3)
             .map(|c| c.iter().map(|s| s.data.byte_len()).sum())
             .collect();
+        let mode = match mode {
+            ExpertMode::Auto
+                if slices
+                    .iter()
+                    .all(|s| matches!(s.data, SliceData::Native(_))) =>
+            {
+                ExpertMode::Mmap
+            }
+            ExpertMode::Auto => ExpertMode::Resident {
+                cache_bytes: ExpertMode::DEFAULT_CACHE_BYTES,
+            },
+            m => m,
+        };
         Ok(ExpertStore {
             src,
             n_expert,
@@ -407,7 +432,7 @@ impl<'a> ExpertStore<'a> {
         })
     }
 
-    /// The mode.
+    /// The mode (never [`ExpertMode::Auto`]: resolved at load).
     pub fn mode(&self) -> ExpertMode {
         self.mode
     }
@@ -463,6 +488,8 @@ impl<'a> ExpertStore<'a> {
                 return Ok(ExpertRef::Mapped(&self.mapped[key]));
             }
             ExpertMode::Resident { cache_bytes } => cache_bytes,
+            // Resolved in `new`; the default budget if it ever were not.
+            ExpertMode::Auto => ExpertMode::DEFAULT_CACHE_BYTES,
         };
         {
             let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());

@@ -168,8 +168,34 @@ fn only_routed_experts_are_read_and_the_cache_evicts_within_budget() {
                         assert!(after.hits > 0, "{after:?}");
                     }
                 }
+                ExpertMode::Auto => unreachable!("MODES lists resolved modes"),
             }
         }
+    }
+}
+
+/// The default expert mode: native slices (experts embedded in a .gpack, or
+/// a GGUF's stacked tensors bound at load) are read in place; ggml rows in
+/// place (an external-experts .gpack) go through the resident cache with
+/// the default budget.
+#[test]
+fn auto_expert_mode_maps_native_slices_and_caches_ggml_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gguf, emb, ext) = gpacks(dir.path(), "gpt-oss", "q8_0");
+    let cached = Some(ExpertMode::Resident {
+        cache_bytes: ExpertMode::DEFAULT_CACHE_BYTES,
+    });
+    let g = GgufWeights::open(&gguf).unwrap();
+    let (e, x) = (
+        GpackWeights::open(&emb).unwrap(),
+        GpackWeights::open(&ext).unwrap(),
+    );
+    for (w, want) in [
+        (&g as &dyn WeightSource, Some(ExpertMode::Mmap)),
+        (&e, Some(ExpertMode::Mmap)),
+        (&x, cached),
+    ] {
+        assert_eq!(load(w, ExpertMode::Auto).expert_mode(), want);
     }
 }
 

@@ -53,13 +53,15 @@ pub fn quant_parser() -> impl clap::builder::TypedValueParser<Value = gpack_conv
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExpertArgs {
     /// MoE models: the kernels read routed experts in place from the mapped
-    /// file, nothing copied (also GPACK_EXPERT_MMAP=1). Default: each expert
-    /// is copied into a resident cache the first time a token is routed to it.
+    /// file, nothing copied (also GPACK_EXPERT_MMAP=1). Default: so, except
+    /// for --external-experts files, whose ggml rows are transcoded once into a resident cache the
+    /// first time a token is routed to them.
     #[arg(long, conflicts_with = "expert_cache_bytes")]
     pub expert_mmap: bool,
     /// MoE models: byte budget of the resident expert cache (e.g. 512M, 8G);
-    /// beyond it the least recently used experts are evicted. Default 4G, or
-    /// GPACK_EXPERT_CACHE_BYTES.
+    /// beyond it the least recently used experts are evicted (also
+    /// GPACK_EXPERT_CACHE_BYTES; the default cache, for experts in ggml's
+    /// rows, is 4G).
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub expert_cache_bytes: Option<usize>,
 }

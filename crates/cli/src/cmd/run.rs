@@ -136,7 +136,9 @@ fn report_caches(model: &Model, loaded: &Loaded) {
                 human(model.expert_bytes() as f64)
             );
             match mode {
-                ExpertMode::Mmap => eprintln!("experts: mmap, read in place; {read}"),
+                ExpertMode::Mmap | ExpertMode::Auto => {
+                    eprintln!("experts: mmap, read in place; {read}")
+                }
                 ExpertMode::Resident { cache_bytes } => eprintln!(
                     "experts: resident cache hit rate {:.1} % ({} hits, {} misses, {} evictions), \
                      {} in {} experts cached of a {} budget; {read}",
