@@ -19,3 +19,11 @@ for arch in ${ARCHES:-smollm3 granite gemma2 olmo2 phi3 gpt-oss}; do
     echo "$arch $ot $(stat -c %s "$T/$arch/$arch-$ot.gguf") bytes"
   done
 done
+# gpt-oss as OpenAI ships it (34_make_tiny_gpt_oss_mxfp4.py): MXFP4 experts, copied by the
+# converter into ggml's MXFP4 blocks; the other tensors f16.
+if [[ " ${ARCHES:-gpt-oss} " == *" gpt-oss "* ]] && [ -d "$T/gpt-oss/hf-mxfp4" ]; then
+  "$PY" "$HERE/22_convert_wrapper.py" "$L" "$T/gpt-oss/hf-mxfp4" --outtype f16 --model-name tiny-random-gpt-oss \
+    --outfile "$T/gpt-oss/gpt-oss-mxfp4.gguf" > /tmp/convert-gpt-oss-mxfp4.log 2>&1 \
+    || { tail -n 5 /tmp/convert-gpt-oss-mxfp4.log; exit 1; }
+  echo "gpt-oss mxfp4 $(stat -c %s "$T/gpt-oss/gpt-oss-mxfp4.gguf") bytes"
+fi

@@ -575,6 +575,9 @@ pub enum TransformProblem {
     /// by the stride, or its type is blocked.
     #[error("must be 2-D or 3-D with an even split of columns, of an unblocked type")]
     StridedShape,
+    /// MXFP4 blocks without their scales, or of shapes that do not match.
+    #[error("MXFP4 blocks need their `_scales` tensor of the same leading shape, 16 bytes per block, rows split evenly")]
+    Mxfp4Parts,
 }
 
 /// Why a [`crate::TensorInfo`] does not fit its [`crate::Source`] (the reason of [`Error::BadTensorInfo`]).
@@ -605,6 +608,9 @@ pub enum TensorInfoProblem {
     /// A strided (de-interleaved) tensor's shape does not fit its bytes or type.
     #[error("the strided source shape does not fit its bytes, size or element type")]
     StridedShape,
+    /// MXFP4 blocks and scales that do not fit each other or the size.
+    #[error("the MXFP4 blocks and scales do not fit each other or the tensor's size")]
+    Mxfp4Shape,
     /// The file index is out of range.
     #[error("file index out of range")]
     FileIndex,

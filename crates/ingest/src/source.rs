@@ -185,6 +185,25 @@ pub enum Transform {
         /// Bytes of the source tensor.
         src_size: u64,
     },
+    /// ggml MXFP4 blocks (1 byte E8M0 scale, then 16 bytes: element `k` in
+    /// the low nibble of byte `k`, element `k + 16` in the high one) from
+    /// OpenAI's split form: `blocks` `[outer][rows][nblk][16]` (element
+    /// `2j` in the low nibble of byte `j`, `2j + 1` in the high one) and
+    /// `scales` `[outer][rows][nblk]`, every `stride`-th row from `first`
+    /// (llama.cpp's `GptOssModel.repack_mxfp4`). `(file, offset)` is the
+    /// blocks'.
+    Mxfp4 {
+        /// The codes.
+        blocks: ByteRange,
+        /// The exponents.
+        scales: ByteRange,
+        /// `[outer, rows, nblk]`.
+        shape: [u64; 3],
+        /// Every `stride`-th row …
+        stride: u64,
+        /// … starting at this one.
+        first: u64,
+    },
     /// Bytes computed at open, read from no file (`file`/`offset` are 0): the
     /// `rope_freqs.weight` the converter generates for Llama 3 RoPE scaling.
     Generated {
@@ -255,6 +274,7 @@ impl TensorInfo {
                     size: *src_size,
                 }]
             }
+            Some(Transform::Mxfp4 { blocks, scales, .. }) => vec![*blocks, *scales],
             Some(Transform::Generated { .. }) => Vec::new(),
         }
     }
@@ -512,6 +532,22 @@ impl Source {
                 .map(Cow::Owned)
                 .ok_or_else(|| bad(TensorInfoProblem::StridedShape))
             }
+            Some(Transform::Mxfp4 {
+                blocks,
+                scales,
+                shape,
+                stride,
+                first,
+            }) => {
+                let b = self.range(t, *blocks)?;
+                let s = self.range(t, *scales)?;
+                mxfp4_blocks(b, s, *shape, *stride, *first, t.size)
+                    .map(Cow::Owned)
+                    .ok_or_else(|| Error::BadTensorInfo {
+                        tensor: t.name.clone(),
+                        reason: TensorInfoProblem::Mxfp4Shape,
+                    })
+            }
             Some(Transform::Generated { bytes }) => {
                 if bytes.len() as u64 != t.size {
                     return Err(Error::BadTensorInfo {
@@ -557,6 +593,47 @@ impl Source {
         }
         Ok(&b[r.offset as usize..end as usize])
     }
+}
+
+/// The bytes [`Transform::Mxfp4`] describes, or `None` when the shape does
+/// not fit the sources or `size`.
+fn mxfp4_blocks(
+    blocks: &[u8],
+    scales: &[u8],
+    [outer, rows, nblk]: [u64; 3],
+    stride: u64,
+    first: u64,
+    size: u64,
+) -> Option<Vec<u8>> {
+    let n = crate::source::checked_product(&[outer, rows, nblk])?;
+    if stride == 0
+        || first >= stride
+        || !rows.is_multiple_of(stride)
+        || n.checked_mul(16)? != blocks.len() as u64
+        || n != scales.len() as u64
+        || (n / stride).checked_mul(17)? != size
+    {
+        return None;
+    }
+    let (rows, nblk, stride, first) = (
+        rows as usize,
+        nblk as usize,
+        stride as usize,
+        first as usize,
+    );
+    let mut out = Vec::with_capacity(size as usize);
+    for o in 0..outer as usize {
+        for r in (first..rows).step_by(stride) {
+            for k in 0..nblk {
+                let i = (o * rows + r) * nblk + k;
+                out.push(scales[i]);
+                let q = &blocks[i * 16..i * 16 + 16];
+                let nib = |v: usize| (q[v / 2] >> (4 * (v % 2))) & 0x0F;
+                out.extend((0..16).map(|j| nib(j) | (nib(j + 16) << 4)));
+            }
+        }
+    }
+    Some(out)
 }
 
 /// The bytes [`Transform::Strided`] describes, or `None` when the shape does

@@ -44,8 +44,11 @@ fn compare(hf: &Source, gguf: &Source, what: &str) {
             "{what}: {}",
             g.name
         );
-        let hv = to_f32(&hb, h.ggml_type).unwrap();
         let gb = gguf.tensor_bytes(g).unwrap();
+        let hv = match g.ggml_type {
+            GgmlType::MXFP4 => Vec::new(),
+            _ => to_f32(&hb, h.ggml_type).unwrap(),
+        };
         match g.ggml_type {
             GgmlType::F16 => {
                 let gv: Vec<u16> = gb
@@ -64,6 +67,9 @@ fn compare(hf: &Source, gguf: &Source, what: &str) {
                     g.name
                 );
             }
+            // Quantized in the checkpoint (gpt-oss's MXFP4 experts):
+            // the converter's bytes exactly.
+            GgmlType::MXFP4 => assert!(hb == gb, "{what}: {} bytes differ", g.name),
             t => panic!("{what}: {}: unexpected type {t}", g.name),
         }
     }
@@ -77,6 +83,23 @@ fn every_tiny_hf_dir_equals_its_f16_gguf() {
         assert_eq!(hf.kind, SourceKind::Safetensors);
         compare(&hf, &gguf, arch);
     }
+}
+
+/// gpt-oss as OpenAI ships it (`34_make_tiny_gpt_oss_mxfp4.py`): the MXFP4
+/// `*_blocks` / `*_scales` experts come out as the converter's ggml MXFP4
+/// blocks byte for byte, gate and up de-interleaved by row.
+#[test]
+fn gpt_oss_mxfp4_dir_equals_the_converters_gguf() {
+    let d = tiny("gpt-oss");
+    let hf = Source::open(&d.join("hf-mxfp4")).unwrap();
+    let gguf = Source::open(&d.join("gpt-oss-mxfp4.gguf")).unwrap();
+    let mx = gguf
+        .tensors
+        .iter()
+        .filter(|t| t.ggml_type == GgmlType::MXFP4)
+        .count();
+    assert_eq!(mx, 12, "gate, up and down of 4 layers in MXFP4");
+    compare(&hf, &gguf, "gpt-oss hf-mxfp4");
 }
 
 #[test]

@@ -399,3 +399,33 @@ fn broken_moe_sources_are_clear_errors() {
     });
     assert!(e.contains("expert_used_count") && e.contains('5'), "{e}");
 }
+
+/// gpt-oss as OpenAI ships it (MXFP4 experts, `hf-mxfp4/`): from the HF
+/// directory and from the GGUF llama.cpp's converter makes of it (the same
+/// MXFP4 bytes, `gpt_oss_mxfp4_dir_equals_the_converters_gguf`; other
+/// tensors bf16 there, f16 here), the last logits are within 15 % of
+/// llama.cpp's distance (`llamacpp_mxfp4.json`, llama_ref on that GGUF;
+/// one prompt is one draw of the activation-quantization noise, as in
+/// fixtures.rs `tiny_q8_0_no_worse_than_llamacpp`) to
+/// transformers on the same MXFP4 weights (`reference_mxfp4.json`,
+/// `testdata/scripts/34_make_tiny_gpt_oss_mxfp4.py`), and so is the first
+/// greedy token.
+#[test]
+fn gpt_oss_mxfp4_from_hf_and_gguf_match_transformers() {
+    let d = testdata().join("tiny/gpt-oss");
+    let r = json(&d.join("reference_mxfp4.json"));
+    let prompt = ids(&r["prompt_ids"]);
+    let want = floats(&r["last_logits"]);
+    let lc = floats(&json(&d.join("llamacpp_mxfp4.json"))["last_logits"]);
+    let lc_rl2 = super::fixtures::rel_l2(&lc, &want);
+    for src in ["hf-mxfp4", "gpt-oss-mxfp4.gguf"] {
+        let w = gpack_runtime::Loaded::open(&d.join(src), None).unwrap();
+        let m = Model::load(w.weights()).unwrap();
+        let mut s = m.new_state(64);
+        let got = m.forward(&mut s, &prompt, Logits::Last).unwrap().to_vec();
+        let rl2 = super::fixtures::rel_l2(&got, &want);
+        eprintln!("gpt-oss/mxfp4 {src}: rel_l2 vs transformers {rl2:.5} (llama.cpp {lc_rl2:.5})");
+        assert!(rl2 <= 1.15 * lc_rl2, "{src}: {rl2} vs llama.cpp {lc_rl2}");
+        assert_eq!(argmax(&got), ids(&r["greedy_new_ids"])[0], "{src}");
+    }
+}

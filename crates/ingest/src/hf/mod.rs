@@ -21,7 +21,9 @@
 //!   zero rows appended up to it, as the converter does ([`Transform::PadZeros`]);
 //! - gpt-oss's experts, `gate_up_proj` (gate and up interleaved by column) and
 //!   `down_proj`, stored `[n_expert][in][out]`: de-interleaved and transposed into
-//!   `ffn_{gate,up,down}_exps` and their biases ([`Transform::Strided`]);
+//!   `ffn_{gate,up,down}_exps` and their biases ([`Transform::Strided`]); as
+//!   OpenAI ships them, MXFP4 `*_blocks` + `*_scales` repacked into ggml's
+//!   MXFP4 blocks ([`Transform::Mxfp4`]);
 //! - Llama 3 RoPE (`rope_type: "llama3"`): the converter's generated
 //!   `rope_freqs.weight` ([`Transform::Generated`]).
 //!
@@ -307,6 +309,12 @@ fn build(
         .get_u32(&format!("{arch}.altup.num_inputs"))
         .map(|n| u64::from(n).saturating_sub(1));
     let mut groups: HashMap<String, Vec<(u64, usize, SafetensorsTensor)>> = HashMap::new();
+    // gpt-oss's MXFP4 scales, read with their blocks.
+    let scales: HashMap<String, (usize, SafetensorsTensor)> = tensors
+        .iter()
+        .filter(|(_, t)| t.name.ends_with("_scales"))
+        .map(|(fi, t)| (t.name.clone(), (*fi, t.clone())))
+        .collect();
     for (fi, t) in tensors {
         let path = &files[fi].path;
         let dims: Vec<u64> = t.shape.iter().rev().copied().collect();
@@ -385,6 +393,59 @@ fn build(
                 }
                 continue;
             }
+            HfName::Mxfp4 {
+                parts,
+                stride,
+                scales: scales_name,
+            } => {
+                let bad = |name: &str| Error::BadTransform {
+                    file: path.clone(),
+                    tensor: name.to_string(),
+                    reason: TransformProblem::Mxfp4Parts,
+                };
+                let Some((sfi, st)) = scales.get(&scales_name) else {
+                    return Err(bad(&t.name));
+                };
+                let shape = match (t.shape.as_slice(), st.shape.as_slice()) {
+                    ([o, r, k, 16], [o2, r2, k2])
+                        if (o, r, k) == (o2, r2, k2) && r % stride == 0 && *k > 0 =>
+                    {
+                        [*o, *r, *k]
+                    }
+                    _ => return Err(bad(&t.name)),
+                };
+                let range = |fi: usize, x: &SafetensorsTensor| ByteRange {
+                    file: fi,
+                    offset: x.offset,
+                    size: x.size,
+                };
+                for (name, first) in parts {
+                    if !names.insert(name.clone()) {
+                        return Err(Error::DuplicateTensor {
+                            file: path.clone(),
+                            tensor: name,
+                        });
+                    }
+                    let n = shape[0] * (shape[1] / stride) * shape[2];
+                    slots.push(Slot::Done(TensorInfo {
+                        name,
+                        ggml_type: GgmlType::MXFP4,
+                        dims: vec![shape[2] * 32, shape[1] / stride, shape[0]],
+                        file: fi,
+                        offset: t.offset,
+                        size: n.checked_mul(17).ok_or_else(|| bad(&t.name))?,
+                        transform: Some(Transform::Mxfp4 {
+                            blocks: range(fi, &t),
+                            scales: range(*sfi, st),
+                            shape,
+                            stride,
+                            first,
+                        }),
+                    }));
+                }
+                continue;
+            }
+            HfName::Consumed => continue,
             HfName::Gguf(n) => (n, true),
             HfName::Unmapped => (t.name.clone(), false),
         };

@@ -40,6 +40,21 @@ pub enum HfName {
         /// Transpose the two inner axes (weights; biases are 2-D and not).
         transpose: bool,
     },
+    /// gpt-oss's MXFP4 experts as OpenAI ships them: the `*_blocks` tensor
+    /// (`[n_expert][rows][cols/32][16]` codes), read with its `*_scales`
+    /// (`[n_expert][rows][cols/32]` E8M0 exponents) into ggml MXFP4 blocks
+    /// ([`crate::Transform::Mxfp4`]), every `stride`-th row from `first` per
+    /// part (gate and up are interleaved by row).
+    Mxfp4 {
+        /// `(GGUF name, first row)` of each part.
+        parts: Vec<(String, u64)>,
+        /// Every `stride`-th row.
+        stride: u64,
+        /// The HF name of the scales.
+        scales: String,
+    },
+    /// Read as part of another tensor (the `*_scales` of an [`HfName::Mxfp4`]).
+    Consumed,
     /// Not understood: keep the HF name.
     Unmapped,
 }
@@ -95,6 +110,20 @@ fn gpt_oss_name(layer: u64, rest: &str) -> Option<HfName> {
         ),
         "mlp.experts.down_proj" => strided([("ffn_down_exps.weight", 0), ("", 0)], 1, true),
         "mlp.experts.down_proj_bias" => HfName::Gguf(blk("ffn_down_exps.bias")),
+        "mlp.experts.gate_up_proj_blocks" => HfName::Mxfp4 {
+            parts: vec![
+                (blk("ffn_gate_exps.weight"), 0),
+                (blk("ffn_up_exps.weight"), 1),
+            ],
+            stride: 2,
+            scales: format!("model.layers.{layer}.mlp.experts.gate_up_proj_scales"),
+        },
+        "mlp.experts.down_proj_blocks" => HfName::Mxfp4 {
+            parts: vec![(blk("ffn_down_exps.weight"), 0)],
+            stride: 1,
+            scales: format!("model.layers.{layer}.mlp.experts.down_proj_scales"),
+        },
+        "mlp.experts.gate_up_proj_scales" | "mlp.experts.down_proj_scales" => HfName::Consumed,
         "post_attention_layernorm.weight" => HfName::Gguf(blk("post_attention_norm.weight")),
         _ => return None,
     })

@@ -61,6 +61,10 @@ pub fn dtype_to_ggml(dtype: &str) -> Option<GgmlType> {
         "BF16" => GgmlType::BF16,
         "F64" => GgmlType::F64,
         "I8" => GgmlType::I8,
+        // Bytes as they are (ggml has no unsigned byte type): gpt-oss's
+        // MXFP4 `*_blocks` / `*_scales`, which ingest repacks into ggml's
+        // MXFP4 blocks.
+        "U8" => GgmlType::I8,
         "I16" => GgmlType::I16,
         "I32" => GgmlType::I32,
         "I64" => GgmlType::I64,
