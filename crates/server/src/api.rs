@@ -220,6 +220,10 @@ pub struct ChatRequest {
     /// `auto`, `none`, `required` or `{"type": "function", "function": {"name"}}`.
     #[serde(default)]
     pub tool_choice: Option<Value>,
+    /// `minimal`, `low`, `medium` or `high`: the chat template's
+    /// `reasoning_effort` (gpt-oss's "Reasoning: …" line).
+    #[serde(default)]
+    pub reasoning_effort: Option<Value>,
     /// Everything else.
     #[serde(flatten)]
     pub common: Common,
@@ -583,6 +587,8 @@ pub struct ValidChat {
     pub tool_messages: Option<Value>,
     /// The request's tools.
     pub tools: Option<crate::tools::Tools>,
+    /// `reasoning_effort`, for the chat template.
+    pub reasoning_effort: Option<String>,
     /// The parameters.
     pub params: Params,
 }
@@ -617,6 +623,18 @@ pub fn chat_request(body: &[u8]) -> Result<ValidChat, ApiError> {
         ));
     }
     let tools = crate::tools::parse(r.tools.as_ref(), r.tool_choice.as_ref())?;
+    let reasoning_effort = match &r.reasoning_effort {
+        None | Some(Value::Null) => None,
+        Some(Value::String(e)) if matches!(e.as_str(), "minimal" | "low" | "medium" | "high") => {
+            Some(e.clone())
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "reasoning_effort must be \"minimal\", \"low\", \"medium\" or \"high\"",
+                Some("reasoning_effort"),
+            ))
+        }
+    };
     let uses_tools = tools.is_some()
         || r.messages
             .iter()
@@ -659,6 +677,7 @@ pub fn chat_request(body: &[u8]) -> Result<ValidChat, ApiError> {
         messages,
         tool_messages: uses_tools.then_some(Value::Array(tool_messages)),
         tools,
+        reasoning_effort,
         params,
     })
 }
@@ -731,6 +750,29 @@ mod tests {
             assert!(b["error"]["message"]
                 .as_str()
                 .is_some_and(|m| !m.is_empty()));
+        }
+    }
+
+    /// `reasoning_effort`: one of OpenAI's four levels, else a 400 naming it.
+    #[test]
+    fn reasoning_effort_levels() {
+        let req = |e: Value| {
+            let b = json!({"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": e});
+            chat_request(b.to_string().as_bytes())
+        };
+        for level in ["minimal", "low", "medium", "high"] {
+            assert_eq!(
+                req(json!(level)).unwrap().reasoning_effort.as_deref(),
+                Some(level)
+            );
+        }
+        assert_eq!(req(Value::Null).unwrap().reasoning_effort, None);
+        for bad in [json!("max"), json!(3), json!(["low"])] {
+            let e = req(bad).unwrap_err();
+            assert_eq!(
+                (e.status, e.param),
+                (StatusCode::BAD_REQUEST, Some("reasoning_effort"))
+            );
         }
     }
 

@@ -53,6 +53,9 @@ pub(crate) struct AppState {
     pub chat_template: Option<String>,
     /// How the template's model writes tool calls.
     pub tool_format: crate::tools::Format,
+    /// The model speaks harmony (gpt-oss): chat answers are split into
+    /// reasoning, content and tool calls by [`gpack_tokenizer::harmony`].
+    pub harmony: bool,
     /// How `/v1/embeddings` pools hidden states.
     pub pooling: crate::embed::Pooling,
 }
@@ -390,12 +393,15 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
         messages: msgs,
         tool_messages,
         tools,
+        reasoning_effort,
         mut params,
     } = api::chat_request(&body)?;
     let adm = s.engine.admit(params.n)?;
+    // Harmony models write calls in their own channel, read with the rest
+    // of the answer (see `Meta::harmony`).
     let parse_calls = tools
         .as_ref()
-        .is_some_and(|t| t.choice != crate::tools::Choice::None)
+        .is_some_and(|t| t.choice != crate::tools::Choice::None && !s.harmony)
         .then_some(s.tool_format);
     let mut constraint = params.constraint.take();
     let (prompt, matcher) = prepare(s, move |s| {
@@ -404,13 +410,18 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
         // size of the request, so here and not on an async worker).
         if let Some(g) = tools
             .as_ref()
+            .filter(|_| !s.harmony)
             .and_then(|t| crate::tools::grammar(t, s.tool_format, &s.tok))
         {
             constraint = Some(crate::constrain::Constraint::ToolCall(g));
         }
         let matcher = compile(s, constraint.as_ref())?;
+        let mut kwargs = serde_json::Map::new();
+        if let Some(e) = reasoning_effort {
+            kwargs.insert("reasoning_effort".into(), Value::String(e));
+        }
         let rendered = match (&tool_messages, &s.chat_template) {
-            (None, None) => s.tok.apply_chat_template(&msgs, true),
+            (None, None) if kwargs.is_empty() => s.tok.apply_chat_template(&msgs, true),
             (m, t) => {
                 let plain;
                 let m = match m {
@@ -421,7 +432,8 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
                     }
                 };
                 let list = tools.as_ref().map(|t| &t.list);
-                s.tok.apply_chat_template_json(t.as_deref(), m, list, true)
+                s.tok
+                    .apply_chat_template_kwargs(t.as_deref(), m, list, true, &kwargs)
             }
         };
         let text = rendered.map_err(|e| {
@@ -571,6 +583,7 @@ async fn run(
         include_usage: p.include_usage,
         tok: s.tok,
         tools,
+        harmony: s.harmony && kind == Kind::Chat,
         call_seed: p.seed ^ id,
     };
     if p.stream {
@@ -589,6 +602,9 @@ struct Meta {
     tok: Tokenizer<'static>,
     /// Parse tool calls out of the answers, written in this format.
     tools: Option<crate::tools::Format>,
+    /// Chat answers in harmony: reasoning (`reasoning_content`), content
+    /// and tool calls by channel.
+    harmony: bool,
     /// Seeds the tool-call ids.
     call_seed: u64,
 }
@@ -681,6 +697,30 @@ impl Meta {
         } else {
             self.logprobs(&g.logprobs, 0)
         };
+        if self.harmony {
+            let r = gpack_tokenizer::harmony::reply(&g.text);
+            let calls = harmony_calls(&r);
+            let mut message = json!({
+                "role": "assistant",
+                "content": (!r.content.is_empty() || calls.is_empty()).then_some(r.content),
+            });
+            if !r.reasoning.is_empty() {
+                message["reasoning_content"] = json!(r.reasoning);
+            }
+            let finish = if calls.is_empty() {
+                finish.as_str()
+            } else {
+                message["tool_calls"] =
+                    crate::tools::tool_calls_json(&calls, self.call_seed ^ index as u64);
+                "tool_calls"
+            };
+            return json!({
+                "index": index,
+                "message": message,
+                "logprobs": lp,
+                "finish_reason": finish,
+            });
+        }
         let calls = self
             .tools
             .map(|f| crate::tools::parse_output(f, &g.text))
@@ -767,6 +807,17 @@ impl Meta {
     }
 }
 
+/// A harmony reply's calls as [`crate::tools::Call`]s.
+fn harmony_calls(r: &gpack_tokenizer::harmony::Reply) -> Vec<crate::tools::Call> {
+    r.calls
+        .iter()
+        .map(|(name, arguments)| crate::tools::Call {
+            name: name.clone(),
+            arguments: arguments.clone(),
+        })
+        .collect()
+}
+
 fn data(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
@@ -789,6 +840,9 @@ struct Sse {
     text: Vec<String>,
     call_at: Vec<Option<usize>>,
     calls_sent: Vec<Vec<usize>>,
+    /// Harmony: per choice, bytes of reasoning sent (content bytes sent
+    /// are `sent`).
+    reasoning_sent: Vec<usize>,
     finished: usize,
     usage: (usize, usize),
     started: bool,
@@ -846,6 +900,51 @@ impl Sse {
         })
     }
 
+    /// Harmony: appends `t` to choice `i`'s text and returns the chunks of
+    /// what its reply gained: reasoning (`reasoning_content`), content, and
+    /// tool-call deltas (id and name first, then arguments as they grow).
+    fn harmony_deltas(&mut self, i: usize, t: &str) -> Vec<Value> {
+        self.text[i].push_str(t);
+        let r = gpack_tokenizer::harmony::reply(&self.text[i]);
+        let mut out = Vec::new();
+        if let Some(new) = r
+            .reasoning
+            .get(self.reasoning_sent[i]..)
+            .filter(|n| !n.is_empty())
+        {
+            self.reasoning_sent[i] = r.reasoning.len();
+            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
+            c["choices"][0]["delta"] = json!({ "reasoning_content": new });
+            out.push(c);
+        }
+        if let Some(new) = r.content.get(self.sent[i]..).filter(|n| !n.is_empty()) {
+            let new = new.to_string();
+            let lp = self.take_logprobs(i);
+            self.sent[i] = r.content.len();
+            out.push(self.meta.chunk(i, Some(&new), false, None, lp));
+        }
+        let seed = self.meta.call_seed ^ i as u64;
+        let sent = &mut self.calls_sent[i];
+        let mut deltas = Vec::new();
+        for (k, (name, args)) in r.calls.iter().enumerate() {
+            if k == sent.len() {
+                sent.push(args.len());
+                deltas.push(json!({"index": k, "id": crate::tools::call_id(seed, k),
+                                   "type": "function",
+                                   "function": {"name": name, "arguments": args}}));
+            } else if let Some(new) = args.get(sent[k]..).filter(|n| !n.is_empty()) {
+                sent[k] = args.len();
+                deltas.push(json!({"index": k, "function": {"arguments": new}}));
+            }
+        }
+        if !deltas.is_empty() {
+            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
+            c["choices"][0]["delta"] = json!({ "tool_calls": deltas });
+            out.push(c);
+        }
+        out
+    }
+
     /// The pending log-probabilities of choice `i` as a chunk's field.
     fn take_logprobs(&mut self, i: usize) -> Value {
         let ts = std::mem::take(&mut self.pending_lp[i]);
@@ -877,6 +976,11 @@ impl Sse {
             }
             match self.events.next().await {
                 Some((i, Event::Logprob(l))) => self.pending_lp[i].push(l),
+                Some((i, Event::Text(t))) if self.meta.harmony => {
+                    for c in self.harmony_deltas(i, &t) {
+                        self.pending.push_back(data(&c));
+                    }
+                }
                 Some((i, Event::Text(t))) => {
                     let t = match self.meta.tools {
                         None => t,
@@ -913,6 +1017,9 @@ impl Sse {
                     self.usage.1 += completion_tokens;
                     let lp = self.take_logprobs(i);
                     let mut end = self.meta.chunk(i, None, false, Some(finish), lp);
+                    if self.meta.harmony && !self.calls_sent[i].is_empty() {
+                        end["choices"][0]["finish_reason"] = json!("tool_calls");
+                    }
                     if let Some(f) = self.meta.tools {
                         let (_, calls) = crate::tools::parse_output(f, &self.text[i]);
                         let rest = self.text[i][self.sent[i]..].to_string();
@@ -980,6 +1087,7 @@ fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
         text: vec![String::new(); n],
         call_at: vec![None; n],
         calls_sent: vec![Vec::new(); n],
+        reasoning_sent: vec![0; n],
         finished: 0,
         usage: (0, 0),
         started: false,
@@ -1002,7 +1110,119 @@ fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::key_matches;
+    use super::*;
     use sha2::Digest;
+
+    /// A chat `Meta` in harmony mode over the tiny Qwen2 fixture's tokenizer
+    /// (the mapping is text-level: the vocabulary does not matter).
+    fn harmony_meta() -> Meta {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let t = gpack_tokenizer::load_any(&root.join("testdata/tiny/qwen2/hf")).unwrap();
+        let t: &'static gpack_tokenizer::LoadedTokenizer = Box::leak(Box::new(t));
+        Meta {
+            id: "chatcmpl-test".into(),
+            created: 0,
+            model: "m".into(),
+            kind: Kind::Chat,
+            include_usage: false,
+            tok: t.tokenizer().unwrap(),
+            tools: None,
+            harmony: true,
+            call_seed: 7,
+        }
+    }
+
+    /// A harmony answer streamed token by token: reasoning goes out as
+    /// `reasoning_content` deltas, the final channel as `content`, a call
+    /// to `functions.NAME` as `tool_calls` (id and name first, then
+    /// arguments); concatenated, the deltas are the non-streamed choice's
+    /// fields, and that choice's finish reason is `tool_calls`.
+    #[test]
+    fn harmony_answers_stream_as_reasoning_content_and_calls() {
+        let pieces = [
+            "<|channel|>",
+            "analysis",
+            "<|message|>",
+            "Need",
+            " weather.",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+            "<|channel|>",
+            "commentary",
+            "<|message|>",
+            "Checking",
+            ".",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+            " to",
+            "=functions.get_weather",
+            "<|channel|>",
+            "commentary",
+            " json",
+            "<|message|>",
+            "{\"city\"",
+            ":\"Paris\"}",
+        ];
+        let mut st = Sse {
+            meta: harmony_meta(),
+            events: futures_util::stream::select_all(Vec::new()),
+            n: 1,
+            pending_lp: vec![Vec::new()],
+            sent: vec![0],
+            text: vec![String::new()],
+            call_at: vec![None],
+            calls_sent: vec![Vec::new()],
+            reasoning_sent: vec![0],
+            finished: 0,
+            usage: (0, 0),
+            started: true,
+            pending: Default::default(),
+            done: false,
+        };
+        let (mut reasoning, mut content, mut name, mut args) =
+            (String::new(), String::new(), String::new(), String::new());
+        for p in pieces {
+            for c in st.harmony_deltas(0, p) {
+                let d = &c["choices"][0]["delta"];
+                assert_eq!(c["object"], "chat.completion.chunk");
+                reasoning += d["reasoning_content"].as_str().unwrap_or_default();
+                content += d["content"].as_str().unwrap_or_default();
+                if let Some(calls) = d["tool_calls"].as_array() {
+                    assert_eq!(calls.len(), 1);
+                    let f = &calls[0]["function"];
+                    if let Some(n) = f["name"].as_str() {
+                        assert!(name.is_empty(), "the name is sent once");
+                        assert_eq!(calls[0]["type"], "function");
+                        name = n.to_string();
+                    }
+                    args += f["arguments"].as_str().unwrap_or_default();
+                }
+            }
+        }
+        assert_eq!(reasoning, "Need weather.");
+        assert_eq!(content, "Checking.");
+        assert_eq!(
+            (name.as_str(), args.as_str()),
+            ("get_weather", "{\"city\":\"Paris\"}")
+        );
+        let text: String = pieces.concat();
+        let c = st.meta.choice(
+            0,
+            Gathered {
+                text,
+                logprobs: Vec::new(),
+            },
+            Finish::Stop,
+        );
+        let m = &c["message"];
+        assert_eq!(m["reasoning_content"], "Need weather.");
+        assert_eq!(m["content"], "Checking.");
+        assert_eq!(m["tool_calls"][0]["function"]["name"], "get_weather");
+        assert_eq!(m["tool_calls"][0]["function"]["arguments"], args.as_str());
+        assert_eq!(c["finish_reason"], "tool_calls");
+    }
 
     /// The right key passes; its prefixes, extensions, a same-length key
     /// differing in one byte (first or last), other cases and the empty

@@ -303,6 +303,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
                 .unwrap_or(""),
         ),
         chat_template: opts.chat_template.clone(),
+        harmony: gpack_tokenizer::harmony::is_harmony(&tok),
         pooling: embed::Pooling::of(loaded.weights()),
     });
     let deadline_engine = engine.clone();

@@ -330,6 +330,27 @@ impl crate::Tokenizer<'_> {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.apply_chat_template_kwargs(
+            template,
+            messages,
+            tools,
+            add_generation_prompt,
+            &serde_json::Map::new(),
+        )
+    }
+
+    /// [`Self::apply_chat_template_json`] with more template variables, as
+    /// transformers' `apply_chat_template(..., **kwargs)` passes them (e.g.
+    /// gpt-oss's `reasoning_effort`). They cannot replace `messages`,
+    /// `tools`, `add_generation_prompt` or the special-token names.
+    pub fn apply_chat_template_kwargs(
+        &self,
+        template: Option<&str>,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         let src = template.or(self.chat_template()).ok_or(Error::Missing {
             what: "chat template",
         })?;
@@ -339,6 +360,10 @@ impl crate::Tokenizer<'_> {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
+        for (k, v) in kwargs {
+            ctx.entry(k.clone())
+                .or_insert_with(|| Value::from_serialize(v));
+        }
         ctx.insert("messages".into(), Value::from_serialize(messages));
         ctx.insert("tools".into(), Value::from_serialize(tools));
         ctx.insert(

@@ -18,6 +18,7 @@ pub mod chat;
 mod error;
 pub mod gbt1;
 pub mod gguf;
+pub mod harmony;
 mod hf;
 mod load;
 pub mod pretok;

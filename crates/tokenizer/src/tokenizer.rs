@@ -514,11 +514,16 @@ impl<'a> Tokenizer<'a> {
     ///
     /// EOS first, then the end-of-turn tokens of the chat formats gpack runs
     /// (`<|im_end|>`, `<end_of_turn>`, `<|eot_id|>`, `<|eom_id|>`, `<|end|>`,
-    /// `<|endoftext|>`, `<|return|>`, `<eos>`, `</s>`) where the vocabulary has
+    /// `<|endoftext|>`, `<|return|>`, `<|call|>`, `<eos>`, `</s>`) where the vocabulary has
     /// them as split (control) tokens, as llama.cpp's end-of-generation set.
     /// (Scanning the template for "end" tokens would also catch markers such
     /// as Qwen2-VL's `<|vision_end|>`, which end no turn.)
+    ///
+    /// Harmony vocabularies (gpt-oss, [`crate::harmony`]) end a turn with
+    /// `<|return|>` or `<|call|>`; their `<|end|>` ends a message within
+    /// the turn (reasoning, then the answer), so it is not a stop there.
     pub fn stop_ids(&self) -> Vec<u32> {
+        let harmony = crate::harmony::is_harmony(self);
         let mut v: Vec<u32> = self.eos().into_iter().collect();
         for t in [
             "<|im_end|>",
@@ -528,16 +533,32 @@ impl<'a> Tokenizer<'a> {
             "<|end|>",
             "<|endoftext|>",
             "<|return|>",
+            "<|call|>",
             "<eos>",
             "</s>",
         ] {
-            if let Some(id) = self.g.token_id(t.as_bytes()) {
-                if self.g.type_byte(id) & TYPE_SPLIT != 0 && !v.contains(&id) {
+            let skip = match t {
+                "<|end|>" => harmony,
+                "<|call|>" => !harmony,
+                _ => false,
+            };
+            if skip {
+                continue;
+            }
+            if let Some(id) = self.special_id(t) {
+                if !v.contains(&id) {
                     v.push(id);
                 }
             }
         }
         v
+    }
+
+    /// The id of `text` when the vocabulary has it as a split (control)
+    /// token, as `<|im_end|>`.
+    pub fn special_id(&self, text: &str) -> Option<u32> {
+        let id = self.g.token_id(text.as_bytes())?;
+        (self.g.type_byte(id) & TYPE_SPLIT != 0).then_some(id)
     }
 
     /// Is `id` special (control-like)?

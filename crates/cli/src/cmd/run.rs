@@ -8,7 +8,7 @@ use gpack_runtime::{
     NgramDrafter, PleMode, SamplerConfig, SpecMode,
 };
 use gpack_tokenizer::ChatMessage;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -305,6 +305,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ..GenerateConfig::default()
     };
     let mut out = std::io::stdout().lock();
+    let mut harmony =
+        (a.chat && gpack_tokenizer::harmony::is_harmony(&tok)).then(HarmonyText::default);
     let mut write_err = None;
     let mut check: Option<gpack_server::Integrity> = None;
     let mut damaged = None;
@@ -338,7 +340,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     }
                 }
             }
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            let written = match harmony.as_mut() {
+                // Harmony (gpt-oss) with --chat: the analysis channel goes
+                // to stderr (dimmed on a terminal), the answer to stdout.
+                Some(h) => {
+                    let (reasoning, content) = h.push(text);
+                    let mut err = std::io::stderr().lock();
+                    let dim = err.is_terminal();
+                    let r = if reasoning.is_empty() {
+                        Ok(())
+                    } else if dim {
+                        write!(err, "\x1b[2m{reasoning}\x1b[0m")
+                    } else {
+                        write!(err, "{reasoning}")
+                    };
+                    r.and_then(|()| out.write_all(content.as_bytes()))
+                        .and_then(|()| out.flush())
+                }
+                None => out.write_all(text.as_bytes()).and_then(|()| out.flush()),
+            };
+            match written {
                 Ok(()) => true,
                 Err(e) => {
                     write_err = Some(e);
@@ -404,4 +425,29 @@ fn rss_anon_kib() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with("RssAnon:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A harmony answer as it streams: each call returns what its reasoning and
+/// content gained ([`gpack_tokenizer::harmony::reply`] of the text so far).
+#[derive(Default)]
+struct HarmonyText {
+    text: String,
+    reasoning: usize,
+    content: usize,
+}
+
+impl HarmonyText {
+    fn push(&mut self, t: &str) -> (String, String) {
+        self.text.push_str(t);
+        let r = gpack_tokenizer::harmony::reply(&self.text);
+        let new = |s: &str, at: &mut usize| {
+            let n = s.get(*at..).unwrap_or_default().to_string();
+            *at = s.len();
+            n
+        };
+        (
+            new(&r.reasoning, &mut self.reasoning),
+            new(&r.content, &mut self.content),
+        )
+    }
 }
