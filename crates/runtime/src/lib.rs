@@ -50,15 +50,17 @@
 //!    `llama_model_rope_type` says, activation, and the switches a llama
 //!    body varies by: `embed_sqrt`, `no_rope_every` (SmolLM3), `multipliers`
 //!    (Granite), `swa_period` (Gemma 2 and 3), `post_norm` and
-//!    `qk_norm_all_heads` (OLMo 2), `longrope` (Phi-3)); the `{arch}.…`
+//!    `qk_norm_all_heads` (OLMo 2), `longrope` (Phi-3), `gating`, `ffn_norm`
+//!    and `yarn_exact_range` (gpt-oss)); the `{arch}.…`
 //!    metadata keys it reads, bounded like the others. A family built from
 //!    these pieces is only that row: `smollm3`, `granite`, `gemma2`, `olmo2`
 //!    and `phi3` are examples (fused `attn_qkv` / gate‖up `ffn_up` tensors
 //!    are bound by name in `load.rs`);
 //! 2. the graph: a family whose pieces are already optional (q/k/v biases,
 //!    q/k norms (per head or over all heads), pre- or post-norm blocks,
-//!    post-attention/post-FFN norms, sliding-window and NoPE layers, soft-capping, embedding/residual/logit multipliers, routed
-//!    experts) needs nothing more, since `load.rs` switches them on by which
+//!    post-attention/post-FFN norms, sliding-window and NoPE layers, soft-capping, embedding/residual/logit multipliers,
+//!    output-projection biases, attention sinks, YaRN, routed experts with
+//!    router and expert biases) needs nothing more, since `load.rs` switches them on by which
 //!    tensors exist and `step.rs` / `attention.rs` by [`config::Config`];
 //!    anything else gets its own file in `model/` holding its own weights
 //!    and scratch, called from `step.rs`;
@@ -66,13 +68,16 @@
 //!    `architectures`/`model_type` → GGUF arch name and the `config.json` keys
 //!    → GGUF metadata; `src/hf/names.rs`: HF tensor names → GGUF names, and
 //!    `llama_like` for the families llama.cpp converts as `LlamaModel`, whose
-//!    q/k rows are permuted); `tests/common.rs`'s `ARCHES` checks both
-//!    against the converter's GGUF;
+//!    q/k rows are permuted; tensors the converter splits or transposes
+//!    become [`gpack_ingest`] `Transform`s, as gpt-oss's interleaved
+//!    experts); `tests/common.rs`'s `ARCHES` checks both against the
+//!    converter's GGUF;
 //! 4. the tokenizer (`gpack-tokenizer`): its pre-tokenizer
 //!    (`PreTokenizer::from_gguf_name` for GGUF's `tokenizer.ggml.pre`, the
 //!    `tokenizer.json` pattern in `src/hf.rs`), and its end-of-turn markers
 //!    if new (`Tokenizer::stop_ids`, the one stop rule of `run`, `serve` and
-//!    the Python package);
+//!    the Python package); a chat format whose answers have parts (harmony:
+//!    `gpack_tokenizer::harmony`, read by `run --chat` and the server);
 //! 5. `gpack-convert`'s plan (`src/plan.rs`) only for new kinds of tensors
 //!    (stacked experts, per-layer embeddings);
 //! 6. a fixture: a tiny random model made with transformers

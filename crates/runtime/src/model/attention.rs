@@ -6,14 +6,30 @@ use crate::ops;
 use gpack_quant::Pool;
 use std::sync::Mutex;
 
+/// What [`Model::prepare_qkv`] does besides the layer's own pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct QkvPrep {
+    /// A weightless RMS norm over each v head (Gemma 3n).
+    pub v_norm: bool,
+    /// Store k and v in the layer's cache (false: queries only, Gemma 3n's
+    /// KV-sharing layers).
+    pub store_kv: bool,
+}
+
+impl QkvPrep {
+    /// Every family but Gemma 3n.
+    pub const STANDARD: QkvPrep = QkvPrep {
+        v_norm: false,
+        store_kv: true,
+    };
+}
+
 impl Model<'_> {
     /// The `n` rows' q‖k‖v in `s.qkv` made ready for attention: biases,
     /// q and k RMS norms (per head, or over all heads: as long as the norm's
-    /// weight), gemma3n's weightless v norm (`v_norm`),
-    /// rotary embeddings (where the layer has them); then each row's k and v stored at its position in
-    /// layer `l`'s cache — unless `store` is false (gemma3n's KV-sharing
-    /// layers: queries only).
-    #[allow(clippy::too_many_arguments)]
+    /// weight), the weightless v norm (`prep.v_norm`), rotary embeddings
+    /// (where the layer has them); then each row's k and v stored at its
+    /// position in layer `l`'s cache, if `prep.store_kv`.
     pub(super) fn prepare_qkv(
         &self,
         layer: &Layer,
@@ -21,9 +37,12 @@ impl Model<'_> {
         seqs: &mut [&mut Sequence],
         l: usize,
         n: usize,
-        v_norm: bool,
-        store: bool,
+        prep: QkvPrep,
     ) {
+        let QkvPrep {
+            v_norm,
+            store_kv: store,
+        } = prep;
         let c = &self.config;
         let (qd, kd, hd, r, eps) = (c.q_dim(), c.k_dim(), c.head_dim, c.n_rot, c.rms_eps);
         let qkv_w = qd + kd + c.v_dim();

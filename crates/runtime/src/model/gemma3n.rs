@@ -444,7 +444,11 @@ impl<'a> Model<'a> {
                     .qkv
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
             }
-            self.prepare_qkv(layer, s, seqs, l, n, true, !shared);
+            let prep = super::attention::QkvPrep {
+                v_norm: true,
+                store_kv: !shared,
+            };
+            self.prepare_qkv(layer, s, seqs, l, n, prep);
             self.attention(s, seqs, kv_src, layer.swa, None, n);
             let att_w = c.n_head * c.head_dim_v;
             layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);

@@ -1,6 +1,7 @@
 //! One step of the graph: embedding, every block (attention, then the dense
 //! or routed FFN), the head.
 
+use super::attention::QkvPrep;
 use super::{Ffn, Model, Scratch, Sequence};
 use crate::config::Activation;
 use crate::error::{Error, Result};
@@ -75,7 +76,7 @@ impl Model<'_> {
                 layer
                     .qkv
                     .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
-                self.prepare_qkv(layer, s, seqs, l, n, false, true);
+                self.prepare_qkv(layer, s, seqs, l, n, QkvPrep::STANDARD);
                 self.attention(s, seqs, l, layer.swa, layer.sinks.as_deref(), n);
                 layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
                 if let Some(b) = &layer.wo_bias {
