@@ -274,7 +274,6 @@ fn gpt2_next(s: &str, i: usize) -> usize {
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
 #[inline]
 fn llama3_next(s: &str, i: usize, max_digits: usize) -> usize {
-    let b = s.as_bytes();
     let (c, cl, n) = at(s, i);
     if c == '\'' {
         if let Some(k) = contraction(s, i + 1, true) {
@@ -291,42 +290,7 @@ fn llama3_next(s: &str, i: usize, max_digits: usize) -> usize {
             return run(s, i + n + n2, L);
         }
     }
-    // \p{N}{1,max}
-    if cl == N {
-        let mut j = i + n;
-        let mut k = 1;
-        while k < max_digits && j < s.len() {
-            let (_, c2, n2) = at(s, j);
-            if c2 != N {
-                break;
-            }
-            j += n2;
-            k += 1;
-        }
-        return j;
-    }
-    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-    let crlf = |mut j: usize| {
-        while j < b.len() && (b[j] == b'\r' || b[j] == b'\n') {
-            j += 1;
-        }
-        j
-    };
-    if c == ' ' && i + 1 < s.len() {
-        let (_, cl2, n2) = at(s, i + 1);
-        if cl2 == O {
-            return crlf(run(s, i + 1 + n2, O));
-        }
-    }
-    if cl == O {
-        return crlf(run(s, i + n, O));
-    }
-    // W: `\s*[\r\n]+` ends after the last CR/LF of the run.
-    let j = run(s, i + n, W);
-    if let Some(k) = b[i..j].iter().rposition(|&x| x == b'\r' || x == b'\n') {
-        return i + k + 1;
-    }
-    ws_tail(s, i, j)
+    rest_next(s, i, max_digits, false)
 }
 
 /// End of the maximal run from `i` of characters whose case group is one of `a` or `b`.
@@ -392,7 +356,6 @@ fn o200k_word(s: &str, p: usize, second: bool) -> Option<usize> {
 /// `|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
 #[inline]
 fn o200k_next(s: &str, i: usize) -> usize {
-    let b = s.as_bytes();
     let (c, cl, n) = at(s, i);
     // The prefix `[^\r\n\p{L}\p{N}]?` is tried with, then without, for the
     // first alternative, then likewise for the second.
@@ -407,11 +370,20 @@ fn o200k_next(s: &str, i: usize) -> usize {
             return e;
         }
     }
-    // \p{N}{1,3}
+    rest_next(s, i, 3, true)
+}
+
+/// The alternatives Llama 3, Qwen 2 and o200k share after their letter
+/// ones, at `i`: `\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*` (o200k:
+/// `[\r\n/]*`, `slash`) `|\s*[\r\n]+|\s+(?!\S)|\s+`.
+#[inline]
+fn rest_next(s: &str, i: usize, max_digits: usize, slash: bool) -> usize {
+    let b = s.as_bytes();
+    let (c, cl, n) = at(s, i);
     if cl == N {
         let mut j = i + n;
         let mut k = 1;
-        while k < 3 && j < s.len() {
+        while k < max_digits && j < s.len() {
             let (_, c2, n2) = at(s, j);
             if c2 != N {
                 break;
@@ -421,9 +393,8 @@ fn o200k_next(s: &str, i: usize) -> usize {
         }
         return j;
     }
-    // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
     let tail = |mut j: usize| {
-        while j < b.len() && matches!(b[j], b'\r' | b'\n' | b'/') {
+        while j < b.len() && (b[j] == b'\r' || b[j] == b'\n' || (slash && b[j] == b'/')) {
             j += 1;
         }
         j
