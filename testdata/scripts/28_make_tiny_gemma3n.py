@@ -7,7 +7,7 @@ Usage: HF_HUB_OFFLINE=1 python 28_make_tiny_gemma3n.py TESTDATA_TINY_DIR
   tokenizer files), TESTDATA_TINY_DIR/gemma3n/reference.json and logits.f32le
   (all-position logits, [16, 2048] little-endian f32), in the format of
   21_make_tiny_models.py (same prompt, same 16 greedy steps).
-  Then 28_convert_gemma3n.sh makes the GGUFs with llama.cpp's converter.
+  Then 22_convert_all.sh (every TINY_DIR/*/hf) makes the GGUFs with llama.cpp's converter.
 
 Gemma 3n is the one family with a per-layer embedding (PLE) table: every token reads one
 row of `embed_tokens_per_layer` ([vocab_per_layer, n_layer * hidden_per_layer]). The model
