@@ -422,23 +422,9 @@ impl Source {
     /// source is an error.
     pub fn tensor_bytes(&self, t: &TensorInfo) -> Result<Cow<'_, [u8]>, Error> {
         match &t.transform {
-            None => Ok(Cow::Borrowed(self.range(
-                t,
-                ByteRange {
-                    file: t.file,
-                    offset: t.offset,
-                    size: t.size,
-                },
-            )?)),
+            None => Ok(Cow::Borrowed(self.leading(t, t.size)?)),
             Some(Transform::RopePermute { n_head }) => {
-                let src = self.range(
-                    t,
-                    ByteRange {
-                        file: t.file,
-                        offset: t.offset,
-                        size: t.size,
-                    },
-                )?;
+                let src = self.leading(t, t.size)?;
                 // The outermost HF axis is the last GGUF dimension.
                 let rows = t.dims.last().copied().unwrap_or(0);
                 permute_rows(src, rows, *n_head)
@@ -462,14 +448,7 @@ impl Source {
                         reason: TensorInfoProblem::PlusOneNotF32,
                     });
                 }
-                let src = self.range(
-                    t,
-                    ByteRange {
-                        file: t.file,
-                        offset: t.offset,
-                        size: src_size,
-                    },
-                )?;
+                let src = self.leading(t, src_size)?;
                 let vals = crate::hf::to_f32(src, *from).ok_or_else(|| Error::BadTensorInfo {
                     tensor: t.name.clone(),
                     reason: TensorInfoProblem::PlusOneSourceType,
@@ -488,14 +467,7 @@ impl Source {
                         reason: TensorInfoProblem::PaddingLarger,
                     });
                 };
-                let src = self.range(
-                    t,
-                    ByteRange {
-                        file: t.file,
-                        offset: t.offset,
-                        size: *src_size,
-                    },
-                )?;
+                let src = self.leading(t, *src_size)?;
                 let mut out = Vec::with_capacity(size);
                 out.extend_from_slice(src);
                 out.resize(size, 0);
@@ -512,14 +484,7 @@ impl Source {
                     tensor: t.name.clone(),
                     reason,
                 };
-                let src = self.range(
-                    t,
-                    ByteRange {
-                        file: t.file,
-                        offset: t.offset,
-                        size: *src_size,
-                    },
-                )?;
+                let src = self.leading(t, *src_size)?;
                 strided(
                     src,
                     *shape,
@@ -572,6 +537,18 @@ impl Source {
                 Ok(Cow::Owned(out))
             }
         }
+    }
+
+    /// `size` bytes of `t`'s source from its `(file, offset)`.
+    fn leading(&self, t: &TensorInfo, size: u64) -> Result<&[u8], Error> {
+        self.range(
+            t,
+            ByteRange {
+                file: t.file,
+                offset: t.offset,
+                size,
+            },
+        )
     }
 
     fn range(&self, t: &TensorInfo, r: ByteRange) -> Result<&[u8], Error> {
