@@ -52,39 +52,51 @@ fn class_ranges(pat: &str) -> Vec<(u32, u32)> {
     }
 }
 
+/// A table of `(pattern, code)` classes: the BMP's code points one by one
+/// (`default` elsewhere) and the astral ranges, sorted.
+fn class_table(pats: &[(&str, u8)], default: u8) -> (Vec<u8>, Vec<(u32, u32, u8)>) {
+    let mut bmp = vec![default; 0x10000];
+    let mut astral = Vec::new();
+    for &(pat, code) in pats {
+        for (a, b) in class_ranges(pat) {
+            for cp in a..=b.min(0xFFFF) {
+                bmp[cp as usize] = code;
+            }
+            if b > 0xFFFF {
+                astral.push((a.max(0x10000), b, code));
+            }
+        }
+    }
+    astral.sort_unstable();
+    (bmp, astral)
+}
+
+/// The code of astral code point `u` in sorted `ranges`, if listed.
+fn astral_code(ranges: &[(u32, u32, u8)], u: u32) -> Option<u8> {
+    let k = ranges.binary_search_by(|&(a, b, _)| {
+        if b < u {
+            std::cmp::Ordering::Less
+        } else if a > u {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+    k.ok().map(|k| ranges[k].2)
+}
+
 fn tables() -> &'static Tables {
     static T: OnceLock<Tables> = OnceLock::new();
     T.get_or_init(|| {
-        let mut bmp = vec![O; 0x10000];
-        let mut astral = Vec::new();
-        for (pat, cls) in [(r"\p{L}", L), (r"\p{N}", N), (r"\s", W)] {
-            for (a, b) in class_ranges(pat) {
-                for cp in a..=b.min(0xFFFF) {
-                    bmp[cp as usize] = cls;
-                }
-                if b > 0xFFFF {
-                    astral.push((a.max(0x10000), b, cls));
-                }
-            }
-        }
-        astral.sort_unstable();
-        let mut case_bmp = vec![0u8; 0x10000];
-        let mut case_astral = Vec::new();
-        for (pat, g) in [
-            (r"[\p{Lu}\p{Lt}]", UP),
-            (r"\p{Ll}", LOW),
-            (r"[\p{Lm}\p{Lo}\p{M}]", BOTH),
-        ] {
-            for (a, b) in class_ranges(pat) {
-                for cp in a..=b.min(0xFFFF) {
-                    case_bmp[cp as usize] = g;
-                }
-                if b > 0xFFFF {
-                    case_astral.push((a.max(0x10000), b, g));
-                }
-            }
-        }
-        case_astral.sort_unstable();
+        let (bmp, astral) = class_table(&[(r"\p{L}", L), (r"\p{N}", N), (r"\s", W)], O);
+        let (case_bmp, case_astral) = class_table(
+            &[
+                (r"[\p{Lu}\p{Lt}]", UP),
+                (r"\p{Ll}", LOW),
+                (r"[\p{Lm}\p{Lo}\p{M}]", BOTH),
+            ],
+            0,
+        );
         Tables {
             bmp,
             astral,
@@ -125,18 +137,7 @@ pub(crate) fn class_of(c: char) -> u8 {
     if u < 0x10000 {
         return t.bmp[u as usize];
     }
-    match t.astral.binary_search_by(|&(a, b, _)| {
-        if b < u {
-            std::cmp::Ordering::Less
-        } else if a > u {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
-    }) {
-        Ok(k) => t.astral[k].2,
-        Err(_) => O,
-    }
+    astral_code(&t.astral, u).unwrap_or(O)
 }
 
 /// Case group of a character (o200k's letter sets; 0 outside both).
@@ -157,16 +158,7 @@ fn case_of(c: char) -> u8 {
     if u < 0x10000 {
         return t.case_bmp[u as usize];
     }
-    let k = t.case_astral.binary_search_by(|&(a, b, _)| {
-        if b < u {
-            std::cmp::Ordering::Less
-        } else if a > u {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
-    });
-    k.map_or(0, |k| t.case_astral[k].2)
+    astral_code(&t.case_astral, u).unwrap_or(0)
 }
 
 /// The character at byte `i` (a char boundary) with its class and UTF-8 length.
