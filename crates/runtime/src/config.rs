@@ -663,6 +663,15 @@ impl Config {
             (Some("linear"), Some(f)) if f > 0.0 => 1.0 / f,
             _ => 1.0,
         };
+        // The context LongRoPE's and YaRN's factors were trained for
+        // (llama.cpp's default: the training context).
+        let n_ctx_orig = opt_dim(
+            m,
+            k("rope.scaling.original_context_length"),
+            n_ctx_train,
+            "rope.scaling.original_context_length",
+            MAX_CONTEXT,
+        )?;
         let yarn = match (scaling_type, m.meta_f32(&k("rope.scaling.factor"))) {
             (Some("yarn"), Some(factor)) => {
                 let bad = |what: &'static str, v: f32| Error::Hparam {
@@ -682,14 +691,7 @@ impl Config {
                 };
                 Some(Yarn {
                     factor,
-                    // llama.cpp's default: the training context.
-                    n_ctx_orig: opt_dim(
-                        m,
-                        k("rope.scaling.original_context_length"),
-                        n_ctx_train,
-                        "rope.scaling.original_context_length",
-                        MAX_CONTEXT,
-                    )?,
+                    n_ctx_orig,
                     beta_fast: f("rope.scaling.yarn_beta_fast", 32.0)?,
                     beta_slow: f("rope.scaling.yarn_beta_slow", 1.0)?,
                     attn_factor: f("rope.scaling.yarn_attn_factor", 0.1 * factor.ln() + 1.0)?,
@@ -815,13 +817,7 @@ impl Config {
             logit_scale: multiplier("logit_scale")?,
             rope_layers,
             rope_attn_factor,
-            n_ctx_orig: opt_dim(
-                m,
-                k("rope.scaling.original_context_length"),
-                n_ctx_train,
-                "rope.scaling.original_context_length",
-                MAX_CONTEXT,
-            )?,
+            n_ctx_orig,
             yarn,
             activation,
             n_expert,

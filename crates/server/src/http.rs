@@ -874,22 +874,34 @@ impl Sse {
     /// they grow (see [`crate::tool_scan`]). None when there is nothing new.
     fn call_deltas(&mut self, i: usize, f: crate::tools::Format) -> Option<Value> {
         let at = self.call_at[i]?;
+        let parts = crate::tool_scan::scan(f, &self.text[i][at..]);
+        let named = parts
+            .iter()
+            .map_while(|p| Some((p.name.as_deref()?, p.arguments.as_str())));
+        self.calls_chunk(i, named)
+    }
+
+    /// The chunk of `tool_calls` deltas of choice `i` for `calls` (name,
+    /// arguments so far) beyond what was sent: a call's id and name with its
+    /// first arguments, then each later growth of its arguments. None when
+    /// nothing is new.
+    fn calls_chunk<'t>(
+        &mut self,
+        i: usize,
+        calls: impl Iterator<Item = (&'t str, &'t str)>,
+    ) -> Option<Value> {
         let seed = self.meta.call_seed ^ i as u64;
         let sent = &mut self.calls_sent[i];
         let mut deltas = Vec::new();
-        for (k, p) in crate::tool_scan::scan(f, &self.text[i][at..])
-            .into_iter()
-            .enumerate()
-        {
-            let Some(name) = p.name else { break };
+        for (k, (name, args)) in calls.enumerate() {
             if k == sent.len() {
-                sent.push(p.arguments.len());
+                sent.push(args.len());
                 deltas.push(json!({"index": k, "id": crate::tools::call_id(seed, k),
                                    "type": "function",
-                                   "function": {"name": name, "arguments": p.arguments}}));
-            } else if p.arguments.len() > sent[k] {
-                let new = p.arguments.get(sent[k]..).unwrap_or_default();
-                sent[k] = p.arguments.len();
+                                   "function": {"name": name, "arguments": args}}));
+            } else if args.len() > sent[k] {
+                let new = args.get(sent[k]..).unwrap_or_default();
+                sent[k] = args.len();
                 deltas.push(json!({"index": k, "function": {"arguments": new}}));
             }
         }
@@ -923,25 +935,8 @@ impl Sse {
             self.sent[i] = r.content.len();
             out.push(self.meta.chunk(i, Some(&new), false, None, lp));
         }
-        let seed = self.meta.call_seed ^ i as u64;
-        let sent = &mut self.calls_sent[i];
-        let mut deltas = Vec::new();
-        for (k, (name, args)) in r.calls.iter().enumerate() {
-            if k == sent.len() {
-                sent.push(args.len());
-                deltas.push(json!({"index": k, "id": crate::tools::call_id(seed, k),
-                                   "type": "function",
-                                   "function": {"name": name, "arguments": args}}));
-            } else if let Some(new) = args.get(sent[k]..).filter(|n| !n.is_empty()) {
-                sent[k] = args.len();
-                deltas.push(json!({"index": k, "function": {"arguments": new}}));
-            }
-        }
-        if !deltas.is_empty() {
-            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
-            c["choices"][0]["delta"] = json!({ "tool_calls": deltas });
-            out.push(c);
-        }
+        let calls = r.calls.iter().map(|(n, a)| (n.as_str(), a.as_str()));
+        out.extend(self.calls_chunk(i, calls));
         out
     }
 
