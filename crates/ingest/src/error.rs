@@ -539,6 +539,9 @@ pub enum ConfigProblem {
     /// YaRN rope scaling needs it as an unsigned integer below 2^32.
     #[error("is needed for YaRN rope scaling and must be an unsigned integer below 2^32")]
     YarnOriginal,
+    /// Multi-head latent attention's head sizes need it.
+    #[error("is missing (needed for multi-head latent attention's head sizes)")]
+    MissingForMla,
 }
 
 /// Why HF tensors cannot be presented in GGUF form (the reason of [`Error::BadTransform`]).

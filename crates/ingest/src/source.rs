@@ -162,15 +162,17 @@ pub enum Transform {
         /// Length of the source bytes (at most `size`).
         src_size: u64,
     },
-    /// Every `stride`-th column from `offset` of an HF `[outer][rows][cols]`
-    /// tensor, transposed or not: element `(o, j, r)` of the result
-    /// (`[outer][cols/stride][rows]`, `transpose`) or `(o, r, j)`
-    /// (`[outer][rows][cols/stride]`) is source element
-    /// `(o, r, j·stride + offset)`. gpt-oss keeps its experts as
+    /// Every `stride`-th column from `offset` of the rows `rows.0 ..
+    /// rows.0 + rows.1` of an HF `[outer][rows][cols]` tensor, transposed or
+    /// not: element `(o, j, r)` of the result (`[outer][cols/stride][rows.1]`,
+    /// `transpose`) or `(o, r, j)` (`[outer][rows.1][cols/stride]`) is source
+    /// element `(o, rows.0 + r, j·stride + offset)`. gpt-oss keeps its experts as
     /// `gate_up_proj [n_expert][n_embd][2·n_ff]` with gate and up interleaved
     /// by column and `down_proj [n_expert][n_ff][n_embd]`; llama.cpp's
     /// converter de-interleaves and transposes them into `ffn_{gate,up,down}_exps`
-    /// (and their biases). Source bytes: the whole HF tensor, `src_size`
+    /// (and their biases). DeepSeek's `kv_b_proj` (`[n_head][nope + v][latent]`)
+    /// becomes `attn_k_b` (each head's first `nope` rows, transposed) and
+    /// `attn_v_b` (the other `v`). Source bytes: the whole HF tensor, `src_size`
     /// bytes from `(file, offset)`, of the tensor's own (one-byte-or-wider,
     /// unblocked) element type.
     Strided {
@@ -182,6 +184,8 @@ pub enum Transform {
         first: u64,
         /// Transpose the two inner axes.
         transpose: bool,
+        /// The rows taken: first, count.
+        rows: (u64, u64),
         /// Bytes of the source tensor.
         src_size: u64,
     },
@@ -478,6 +482,7 @@ impl Source {
                 stride,
                 first,
                 transpose,
+                rows,
                 src_size,
             }) => {
                 let bad = |reason| Error::BadTensorInfo {
@@ -488,8 +493,8 @@ impl Source {
                 strided(
                     src,
                     *shape,
-                    *stride,
-                    *first,
+                    (*stride, *first),
+                    *rows,
                     *transpose,
                     t.ggml_type,
                     t.size,
@@ -619,8 +624,8 @@ fn mxfp4_blocks(
 fn strided(
     src: &[u8],
     [outer, rows, cols]: [u64; 3],
-    stride: u64,
-    first: u64,
+    (stride, first): (u64, u64),
+    (row0, nrows): (u64, u64),
     transpose: bool,
     ty: GgmlType,
     size: u64,
@@ -629,31 +634,37 @@ fn strided(
     if ty.block_size() != 1 || stride == 0 || first >= stride || !cols.is_multiple_of(stride) {
         return None;
     }
-    let n = crate::source::checked_product(&[outer, rows, cols])?;
-    if n.checked_mul(es)? != src.len() as u64 || (n / stride).checked_mul(es)? != size {
+    if row0.checked_add(nrows)? > rows {
         return None;
     }
-    let (es, rows, cols, stride, first) = (
+    let n = crate::source::checked_product(&[outer, rows, cols])?;
+    let taken = crate::source::checked_product(&[outer, nrows, cols / stride])?;
+    if n.checked_mul(es)? != src.len() as u64 || taken.checked_mul(es)? != size {
+        return None;
+    }
+    let (es, rows, cols, stride, first, row0, nrows) = (
         es as usize,
         rows as usize,
         cols as usize,
         stride as usize,
         first as usize,
+        row0 as usize,
+        nrows as usize,
     );
     let out_cols = cols / stride;
     let mut out = Vec::with_capacity(size as usize);
     for o in 0..outer as usize {
         let m = &src[o * rows * cols * es..(o + 1) * rows * cols * es];
         let at = |r: usize, j: usize| {
-            let i = (r * cols + j * stride + first) * es;
+            let i = ((row0 + r) * cols + j * stride + first) * es;
             &m[i..i + es]
         };
         if transpose {
             for j in 0..out_cols {
-                (0..rows).for_each(|r| out.extend_from_slice(at(r, j)));
+                (0..nrows).for_each(|r| out.extend_from_slice(at(r, j)));
             }
         } else {
-            for r in 0..rows {
+            for r in 0..nrows {
                 (0..out_cols).for_each(|j| out.extend_from_slice(at(r, j)));
             }
         }

@@ -54,6 +54,10 @@ pub enum Arch {
     /// gpt-oss (routed experts with biases and a clamped SwiGLU, attention
     /// sinks, every other layer sliding-window, YaRN).
     GptOss,
+    /// DeepSeek-V2/V3 (multi-head latent attention with a compressed KV
+    /// cache, shared + routed experts with grouped top-k routing, leading
+    /// dense layers; see `model/mla.rs`).
+    Deepseek2,
 }
 
 /// What sets a family's graph apart, one row per [`Arch`] in [`FAMILIES`]:
@@ -109,6 +113,58 @@ pub enum Gating {
     /// The `k` largest logits, softmax over those `k` (gpt-oss: llama.cpp's
     /// `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`).
     TopKSoftmax,
+    /// Sigmoid of each logit, the `k` largest (after the selection bias
+    /// `exp_probs_b`, if any) weighted by their sigmoid (DeepSeek-V3:
+    /// `expert_gating_func` 2).
+    Sigmoid,
+}
+
+/// How a MoE layer turns router scores into the chosen experts' weights
+/// (read from the family and the metadata; transformers' routers and
+/// llama.cpp's `build_moe_ffn`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Routing {
+    /// Scores from logits, and how the weights are taken.
+    pub gating: Gating,
+    /// The chosen weights divided by their sum ([`Gating::SoftmaxTopK`] of
+    /// Qwen3-MoE and Mixtral; DeepSeek's `expert_weights_norm`).
+    pub norm: bool,
+    /// Multiplier of the weights (`expert_weights_scale`, DeepSeek's
+    /// `routed_scaling_factor`; 1 when absent).
+    pub scale: f32,
+    /// `(groups, groups kept)`: experts come in equal groups, only the
+    /// best `groups kept` groups are eligible (`expert_group_count`,
+    /// `expert_group_used_count`). A group's score is its best expert's
+    /// (transformers' DeepSeek-V2 `group_limited_greedy`) under softmax
+    /// gating, the sum of its two best (DeepSeek-V3 `noaux_tc`, llama.cpp's
+    /// rule for every model) under sigmoid gating.
+    pub groups: Option<(usize, usize)>,
+}
+
+/// Multi-head latent attention's sizes (DeepSeek-V2/V3; llama.cpp's
+/// `n_lora_q`, `n_lora_kv`, `n_embd_head_k_mla`, `n_embd_head_v_mla`). The
+/// model is read as llama.cpp's converter writes it: MQA with one KV head of
+/// [`Config::head_dim`] = `kv_lora_rank + n_rot` (the normalized latent,
+/// then the rotated shared key) whose first `kv_lora_rank` values are also
+/// the value ([`Config::head_dim_v`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mla {
+    /// Rank of the query compression (0: a plain `attn_q`, as V2-Lite).
+    pub q_lora_rank: usize,
+    /// Width of the cached latent.
+    pub kv_lora_rank: usize,
+    /// Per-head query/key width before absorption (`key_length_mla`: the
+    /// no-rope part plus [`Config::n_rot`]).
+    pub head_dim_k: usize,
+    /// Per-head value width after `attn_v_b` (`value_length_mla`).
+    pub head_dim_v: usize,
+}
+
+impl Mla {
+    /// Per-head query dims without rotation (`qk_nope_head_dim`).
+    pub fn nope(&self, n_rot: usize) -> usize {
+        self.head_dim_k - n_rot
+    }
 }
 
 const fn family(arch: Arch, name: &'static str, rope_style: RopeStyle) -> Family {
@@ -178,6 +234,7 @@ pub const FAMILIES: &[Family] = &[
         yarn_exact_range: true,
         ..family(Arch::GptOss, "gpt-oss", RopeStyle::Neox)
     },
+    family(Arch::Deepseek2, "deepseek2", RopeStyle::Normal),
 ];
 
 impl Arch {
@@ -318,6 +375,16 @@ pub struct Config {
     /// Hidden width of one expert (`expert_feed_forward_length`, else
     /// `feed_forward_length`, as llama.cpp reads it for Mixtral).
     pub n_ff_exp: usize,
+    /// How routers weigh experts.
+    pub routing: Routing,
+    /// Shared experts run on every token beside the routed ones, as one
+    /// FFN of width `n_ff_exp · n_expert_shared` (`expert_shared_count`).
+    pub n_expert_shared: usize,
+    /// Leading layers with a dense FFN of width `n_ff` before the MoE
+    /// layers (`leading_dense_block_count`).
+    pub n_dense_lead: usize,
+    /// Multi-head latent attention, if the model uses it.
+    pub mla: Option<Mla>,
     /// Gemma 3n's extra hyperparameters.
     pub gemma3n: Option<Gemma3nConfig>,
 }
@@ -443,6 +510,120 @@ fn gemma3n_config(m: &dyn MetadataSource, n_layer: usize, swa: &[bool]) -> Resul
     })
 }
 
+/// MLA's sizes of a `deepseek2` file, checked against the MQA shape
+/// llama.cpp's converter writes (one KV head of `kv_lora_rank + n_rot`, the
+/// value its first `kv_lora_rank`).
+fn mla_dims(
+    m: &dyn MetadataSource,
+    a: &str,
+    n_head_kv: usize,
+    head_dim: usize,
+    head_dim_v: usize,
+    n_rot: usize,
+) -> Result<Mla> {
+    let k = |s: &str| format!("{a}.{s}");
+    let kv_lora_rank = get_dim(
+        m,
+        k("attention.kv_lora_rank"),
+        "attention.kv_lora_rank",
+        MAX_HEAD_DIM,
+    )?;
+    // Files converted before llama.cpp split `attn_kv_b` (no `*_mla`
+    // lengths) keep per-head K/V: not supported.
+    let head_dim_k = get_dim(
+        m,
+        k("attention.key_length_mla"),
+        "attention.key_length_mla",
+        MAX_HEAD_DIM,
+    )?;
+    let head_dim_v_mla = get_dim(
+        m,
+        k("attention.value_length_mla"),
+        "attention.value_length_mla",
+        MAX_HEAD_DIM,
+    )?;
+    let q_lora_rank = m
+        .meta_u64(&k("attention.q_lora_rank"))
+        .map_or(Ok(0), |v| bounded("attention.q_lora_rank", v, MAX_WIDTH))?;
+    let shape_ok = n_head_kv == 1
+        && head_dim == kv_lora_rank + n_rot
+        && head_dim_v == kv_lora_rank
+        && head_dim_k > n_rot;
+    if !shape_ok {
+        return Err(Error::Hparam {
+            what: "attention.key_length / value_length / head_count_kv (MLA: one KV head of \
+                   kv_lora_rank + rope.dimension_count, value kv_lora_rank, key_length_mla \
+                   above rope.dimension_count)",
+            value: head_dim as u64,
+        });
+    }
+    Ok(Mla {
+        q_lora_rank,
+        kv_lora_rank,
+        head_dim_k,
+        head_dim_v: head_dim_v_mla,
+    })
+}
+
+/// The routing of `arch`'s MoE layers: the family's gating, DeepSeek's
+/// `expert_gating_func`, weight normalization, scale and expert groups.
+fn routing(m: &dyn MetadataSource, a: &str, arch: Arch, n_expert: usize) -> Result<Routing> {
+    let k = |s: &str| format!("{a}.{s}");
+    let fam = arch.family();
+    let deepseek = arch == Arch::Deepseek2;
+    let gating = match (deepseek, m.meta_u64(&k("expert_gating_func"))) {
+        (false, _) | (true, None | Some(0 | 1)) => fam.gating,
+        (true, Some(2)) => Gating::Sigmoid,
+        (true, Some(v)) => {
+            return Err(Error::Hparam {
+                what: "expert_gating_func (1 softmax, 2 sigmoid)",
+                value: v,
+            })
+        }
+    };
+    let norm = match deepseek {
+        true => m.meta_bool(&k("expert_weights_norm")).unwrap_or(false),
+        false => gating == Gating::SoftmaxTopK,
+    };
+    let scale = match m.meta_f32(&k("expert_weights_scale")) {
+        Some(v) if !(v.is_finite() && v > 0.0) => {
+            return Err(Error::Hparam {
+                what: "expert_weights_scale",
+                value: v.to_bits() as u64,
+            })
+        }
+        Some(v) => v,
+        None => 1.0,
+    };
+    let groups = match (
+        m.meta_u64(&k("expert_group_count")),
+        m.meta_u64(&k("expert_group_used_count")),
+    ) {
+        (Some(g), Some(used)) if g > 1 => {
+            // The kept groups must hold at least `expert_used_count` experts.
+            let per_group = n_expert as u64 / g;
+            let n_used = m.meta_u64(&k("expert_used_count")).unwrap_or(0);
+            let ok = n_expert as u64 % g == 0
+                && (1..=g).contains(&used)
+                && per_group.saturating_mul(used) >= n_used;
+            if !ok {
+                return Err(Error::Hparam {
+                    what: "expert_group_count / expert_group_used_count",
+                    value: g,
+                });
+            }
+            Some((g as usize, used as usize))
+        }
+        _ => None,
+    };
+    Ok(Routing {
+        gating,
+        norm,
+        scale,
+        groups,
+    })
+}
+
 fn get_f(m: &dyn MetadataSource, key: String) -> Result<f32> {
     m.meta_f32(&key)
         .ok_or(Error::Metadata { key, what: "float" })
@@ -456,7 +637,20 @@ impl Config {
             "{} blocks, width {}, vocabulary {}",
             self.n_layer, self.n_embd, self.n_vocab
         )];
-        f.push(if self.n_head_kv < self.n_head {
+        f.push(if let Some(m) = &self.mla {
+            format!(
+                "multi-head latent attention: {} heads of {} (q·k) / {} (v), {}cached per position: a latent of {} and {} rotated key dims",
+                self.n_head,
+                m.head_dim_k,
+                m.head_dim_v,
+                match m.q_lora_rank {
+                    0 => String::new(),
+                    r => format!("queries through a rank-{r} projection, "),
+                },
+                m.kv_lora_rank,
+                self.n_rot
+            )
+        } else if self.n_head_kv < self.n_head {
             format!(
                 "grouped-query attention: {} query / {} KV heads of {}",
                 self.n_head, self.n_head_kv, self.head_dim
@@ -472,7 +666,7 @@ impl Config {
             RopeStyle::Neox => "neox",
         };
         let mut rope = format!("RoPE ({style} pairs), base {}", self.rope_base);
-        if self.n_rot < self.head_dim {
+        if self.n_rot < self.head_dim && self.mla.is_none() {
             rope.push_str(&format!(
                 ", {} of {} dims rotated",
                 self.n_rot, self.head_dim
@@ -537,16 +731,40 @@ impl Config {
             Activation::SwigluOai => "clamped SwiGLU (alpha 1.702, limit 7)",
         };
         f.push(if self.n_expert > 0 {
-            format!(
-                "{act} experts: {} routed, {} per token, width {}{}",
+            let r = &self.routing;
+            let mut e = format!(
+                "{act} experts: {} routed, {} per token, width {}, {}",
                 self.n_expert,
                 self.n_expert_used,
                 self.n_ff_exp,
-                match fam.gating {
-                    Gating::SoftmaxTopK => "",
-                    Gating::TopKSoftmax => ", softmax over the chosen",
+                match r.gating {
+                    Gating::SoftmaxTopK => "softmax gating",
+                    Gating::TopKSoftmax => "softmax over the chosen",
+                    Gating::Sigmoid => "sigmoid gating",
                 }
-            )
+            );
+            if r.gating != Gating::TopKSoftmax {
+                e.push_str(match r.norm {
+                    true => ", weights renormalized",
+                    false => ", weights not renormalized",
+                });
+            }
+            if r.scale != 1.0 {
+                e.push_str(&format!(", scaled by {}", r.scale));
+            }
+            if let Some((g, used)) = r.groups {
+                e.push_str(&format!(", from the best {used} of {g} expert groups"));
+            }
+            if self.n_expert_shared > 0 {
+                e.push_str(&format!(", plus {} shared", self.n_expert_shared));
+            }
+            if self.n_dense_lead > 0 {
+                e.push_str(&format!(
+                    "; the first {} layers dense, width {}",
+                    self.n_dense_lead, self.n_ff
+                ));
+            }
+            e
         } else {
             format!("{act} feed-forward, width {}", self.n_ff)
         });
@@ -789,6 +1007,57 @@ impl Config {
         } else {
             None
         };
+        let mla = match arch {
+            Arch::Deepseek2 => Some(mla_dims(m, a, n_head_kv, head_dim, head_dim_v, n_rot)?),
+            _ => None,
+        };
+        // DeepSeek's YaRN (transformers' `yarn_apply_mscale`, llama.cpp's
+        // deepseek2 graph): the softmax scale is `1/sqrt(key_length_mla)`
+        // times `mscale²`, `mscale = 1 + 0.1 · mscale_all_dim · ln(factor)`
+        // (`yarn_log_multiplier` is `0.1 · mscale_all_dim`), and cos/sin are
+        // not scaled (transformers: `mscale / mscale_all_dim` = 1 for every
+        // released model; llama.cpp cancels its own factor).
+        let mut yarn = yarn;
+        let mut attn_scale = attn_scale;
+        if let Some(mla) = &mla {
+            attn_scale = 1.0 / (mla.head_dim_k as f32).sqrt();
+            if let (Some(y), Some(mul)) = (
+                yarn.as_mut(),
+                m.meta_f32(&k("rope.scaling.yarn_log_multiplier")),
+            ) {
+                if !mul.is_finite() {
+                    return Err(Error::Hparam {
+                        what: "rope.scaling.yarn_log_multiplier",
+                        value: mul.to_bits() as u64,
+                    });
+                }
+                let mscale = 1.0 + mul * y.factor.ln();
+                attn_scale *= mscale * mscale;
+                if m.meta_f32(&k("rope.scaling.yarn_attn_factor")).is_none() {
+                    y.attn_factor = 1.0;
+                }
+            }
+        }
+        let routing = routing(m, a, arch, n_expert)?;
+        let n_expert_shared = match m.meta_u64(&k("expert_shared_count")) {
+            Some(v) if v > MAX_EXPERT_USED as u64 => {
+                return Err(Error::Hparam {
+                    what: "expert_shared_count",
+                    value: v,
+                })
+            }
+            Some(v) if n_expert > 0 => v as usize,
+            _ => 0,
+        };
+        let n_dense_lead = m
+            .meta_u64(&k("leading_dense_block_count"))
+            .map_or(0, |v| v as usize);
+        if n_dense_lead > n_layer {
+            return Err(Error::Hparam {
+                what: "leading_dense_block_count",
+                value: n_dense_lead as u64,
+            });
+        }
         let softcap = |s: &str| m.meta_f32(&k(s)).filter(|&c| c > 0.0);
         Ok(Config {
             arch,
@@ -823,6 +1092,10 @@ impl Config {
             n_expert,
             n_expert_used,
             n_ff_exp,
+            routing,
+            n_expert_shared,
+            n_dense_lead,
+            mla,
             gemma3n,
         })
     }

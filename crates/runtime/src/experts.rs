@@ -319,8 +319,11 @@ pub(crate) struct ExpertStore<'a> {
     /// The provider (to release mapped pages after a resident copy).
     src: &'a dyn WeightSource,
     n_expert: usize,
+    /// The first MoE layer (the ones before are dense).
+    first_layer: usize,
     mode: ExpertMode,
-    /// `[layer][expert][part]` slices, flattened (`(l · n_expert + e) · 3 + p`).
+    /// `[layer][expert][part]` slices of the MoE layers, flattened
+    /// (`((l - first_layer) · n_expert + e) · 3 + p`).
     slices: Vec<ExpertSlice<'a>>,
     /// Per expert: its three slices as matrices (mmap mode).
     mapped: Vec<ExpertMats<'a>>,
@@ -370,11 +373,13 @@ fn matrix_of<'a>(d: &SliceData<'a>) -> Result<Matrix<'a>> {
 }
 
 impl<'a> ExpertStore<'a> {
-    /// `slices` in ExpertLayout order for `n_layer` layers of `n_expert`
-    /// experts; shapes are checked by the caller.
+    /// `slices` in ExpertLayout order for the MoE layers (from
+    /// `first_layer`, the layers before it dense) of `n_expert` experts;
+    /// shapes are checked by the caller.
     pub fn new(
         src: &'a dyn WeightSource,
         n_expert: usize,
+        first_layer: usize,
         slices: Vec<ExpertSlice<'a>>,
         mode: ExpertMode,
     ) -> Result<Self> {
@@ -417,6 +422,7 @@ impl<'a> ExpertStore<'a> {
         Ok(ExpertStore {
             src,
             n_expert,
+            first_layer,
             mode,
             verified: slices.iter().map(|_| AtomicBool::new(false)).collect(),
             slices,
@@ -461,7 +467,7 @@ impl<'a> ExpertStore<'a> {
             };
             let got: [u8; 32] = Sha256::digest(bytes).into();
             if got != want {
-                let (l, e) = (key / self.n_expert, key % self.n_expert);
+                let (l, e) = (self.first_layer + key / self.n_expert, key % self.n_expert);
                 return Err(Error::ExpertSlice {
                     layer: l,
                     expert: e,
@@ -478,7 +484,7 @@ impl<'a> ExpertStore<'a> {
     /// Expert `e` of layer `l`, for one forward step (counts one read of
     /// its bytes).
     pub fn get(&self, l: usize, e: usize) -> Result<ExpertRef<'_, 'a>> {
-        let key = l * self.n_expert + e;
+        let key = (l - self.first_layer) * self.n_expert + e;
         self.bytes_read
             .fetch_add(self.expert_bytes[key] as u64, Ordering::Relaxed);
         let budget = match self.mode {

@@ -31,6 +31,7 @@ mod attention;
 mod gemma3n;
 mod kv;
 mod load;
+mod mla;
 mod moe;
 mod step;
 pub use gemma3n::{PleMode, PleStats};
@@ -48,13 +49,13 @@ enum Ffn<'a> {
         down: Box<Matrix<'a>>,
     },
     /// Routed experts (in the model's [`ExpertStore`]).
-    Moe(Box<MoeFfn>),
+    Moe(Box<MoeFfn<'a>>),
 }
 
 /// A layer's router and the biases of its experts (the matrices are in the
 /// model's [`ExpertStore`]).
 #[derive(Debug)]
-struct MoeFfn {
+struct MoeFfn<'a> {
     /// `[n_expert][n_embd]` router.
     router: Vec<f32>,
     /// `[n_expert]` router bias (gpt-oss).
@@ -62,6 +63,12 @@ struct MoeFfn {
     /// `[n_expert][n_ff_exp]` gate, `[n_expert][n_ff_exp]` up and
     /// `[n_expert][n_embd]` down biases (gpt-oss), each if present.
     bias: [Option<Vec<f32>>; 3],
+    /// `[n_expert]` bias added to the scores for the choice only
+    /// (DeepSeek-V3's `exp_probs_b`).
+    select_bias: Option<Vec<f32>>,
+    /// The shared experts as one dense FFN of `n_ff_exp · n_expert_shared`
+    /// (DeepSeek): gate‖up and down.
+    shared: Option<(Proj<'a>, Matrix<'a>)>,
 }
 
 /// One transformer block's weights.
@@ -94,6 +101,9 @@ struct Layer<'a> {
     post_ffn_norm: Option<Vec<f32>>,
     /// Sliding-window layer.
     swa: bool,
+    /// Multi-head latent attention's weights (DeepSeek): then `qkv` is the
+    /// first projection (queries or their compression, and the latent).
+    mla: Option<Box<mla::MlaLayer<'a>>>,
 }
 
 /// How [`Model::load_with`] binds a model.
@@ -213,6 +223,8 @@ pub struct Scratch {
     routes: Vec<Vec<(usize, f32)>>,
     /// MoE: `[n_expert]` router probabilities of one row.
     probs: Vec<f32>,
+    /// MoE: `[n_expert]` the values experts are chosen by.
+    select: Vec<f32>,
     /// MoE: the gathered rows of one expert and its intermediate results.
     moe_x: Vec<f32>,
     moe_g: Vec<f32>,
@@ -225,6 +237,8 @@ pub struct Scratch {
     logits: Vec<f32>,
     /// Gemma 3n's buffers.
     g3n: gemma3n::G3nScratch,
+    /// MLA's buffers.
+    mla: mla::MlaScratch,
 }
 
 impl Scratch {
@@ -303,7 +317,14 @@ impl<'a> Model<'a> {
             n_ctx,
             pos: 0,
             k_cache: Kv::new(c.n_layer * n_ctx.div_ceil(KB) * KB * c.k_dim(), self.kv_f16),
-            v_cache: Kv::new(c.n_layer * n_ctx * c.v_dim(), self.kv_f16),
+            // MLA reads its values from the key cache.
+            v_cache: Kv::new(
+                match c.mla {
+                    Some(_) => 0,
+                    None => c.n_layer * n_ctx * c.v_dim(),
+                },
+                self.kv_f16,
+            ),
         }
     }
 
@@ -323,8 +344,9 @@ impl<'a> Model<'a> {
             s.qkv.resize(n * (c.q_dim() + c.k_dim() + c.v_dim()), 0.0);
             s.att.resize(n * c.n_head * c.head_dim_v, 0.0);
             s.out.resize(n * c.n_embd, 0.0);
-            s.gu.resize(n * 2 * c.n_ff, 0.0);
-            s.hb.resize(n * c.n_ff, 0.0);
+            let ff = c.n_ff.max(c.n_ff_exp * c.n_expert_shared);
+            s.gu.resize(n * 2 * ff, 0.0);
+            s.hb.resize(n * ff, 0.0);
             s.cs_global.resize(n * c.n_rot, 0.0);
             s.cs_swa.resize(n * c.n_rot, 0.0);
             s.cap = n;

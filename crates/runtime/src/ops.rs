@@ -131,6 +131,42 @@ pub fn weighted_rows_group<E: KvElem>(
     gpack_quant::kernels::attn::weighted_rows_group(a, lda, len, v, stride, out, w)
 }
 
+/// Weighted sums over transposed rows (MLA's values, read from the key
+/// cache's `[dim][stride]` blocks): for each probability row `i`
+/// (`a[i·lda ..][..n]`) and each of the first `w` dims `j`,
+/// `out[i·w + j] += Σ_p a[i·lda + p] · kt[j·stride + start + p]`.
+#[allow(clippy::too_many_arguments)]
+pub fn weighted_transposed_group<E: KvElem>(
+    a: &[f32],
+    lda: usize,
+    kt: &[E],
+    stride: usize,
+    start: usize,
+    n: usize,
+    out: &mut [f32],
+    w: usize,
+) {
+    assert!(
+        start + n <= stride && w * stride <= kt.len(),
+        "key block too short"
+    );
+    let mut row = [0f32; 256];
+    for (j, kr) in kt.chunks_exact(stride).take(w).enumerate() {
+        // One transposed row widened once for every probability row.
+        let kr = &kr[start..start + n];
+        for chunk in (0..n).step_by(row.len()) {
+            let m = (n - chunk).min(row.len());
+            for (r, &k) in row[..m].iter_mut().zip(&kr[chunk..chunk + m]) {
+                *r = k.widen();
+            }
+            for (i, o) in out.chunks_exact_mut(w).enumerate() {
+                let ai = &a[i * lda + chunk..i * lda + chunk + m];
+                o[j] += dot(ai, &row[..m]);
+            }
+        }
+    }
+}
+
 /// `out = x / sqrt(mean(x²) + eps) * w` (llama.cpp `ggml_rms_norm` then
 /// `ggml_mul`; HF `LlamaRMSNorm`). The sum of squares is accumulated in f32
 /// with eight partial sums.

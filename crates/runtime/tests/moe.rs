@@ -11,7 +11,7 @@ use gpack_runtime::{
 };
 use std::path::{Path, PathBuf};
 
-const MOE: [&str; 3] = ["qwen3moe", "mixtral", "gpt-oss"];
+const MOE: [&str; 4] = ["qwen3moe", "mixtral", "gpt-oss", "deepseek2"];
 
 #[test]
 fn tiny_moe_f16_and_hf_match_transformers() {

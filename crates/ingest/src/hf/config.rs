@@ -33,6 +33,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "Olmo2ForCausalLM" => "olmo2",
             "Phi3ForCausalLM" => "phi3",
             "GptOssForCausalLM" => "gpt-oss",
+            "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => "deepseek2",
             "Qwen2ForCausalLM" | "Qwen2Model" => "qwen2",
             "Qwen3ForCausalLM" | "Qwen3Model" => "qwen3",
             "Qwen3MoeForCausalLM" => "qwen3moe",
@@ -50,6 +51,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "olmo2" => "olmo2",
             "phi3" => "phi3",
             "gpt_oss" => "gpt-oss",
+            "deepseek_v2" | "deepseek_v3" => "deepseek2",
             "qwen2" => "qwen2",
             "qwen3" => "qwen3",
             "qwen3_moe" => "qwen3moe",
@@ -308,6 +310,9 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
             hp.u32("moe_intermediate_size")?,
         );
     }
+    if a == "deepseek2" {
+        deepseek2_keys(&hp, &mut m, a)?;
+    }
     if a == "gpt-oss" {
         // GptOssModel.set_gguf_parameters.
         put_u32(
@@ -322,6 +327,87 @@ pub fn config_to_metadata(config: &Json, file: &Path) -> Result<Metadata, Error>
         );
     }
     Ok(m)
+}
+
+/// What `DeepseekV2Model.set_gguf_parameters` (and `TextModel`'s MoE keys)
+/// writes over the common keys: MQA with one KV head of `kv_lora_rank +
+/// qk_rope_head_dim`, the MLA head sizes, the MoE layout and routing, and
+/// YaRN's `0.1 · mscale_all_dim`.
+fn deepseek2_keys(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
+    let mut put = |key: &str, v: Value| {
+        m.insert(format!("{a}.{key}"), v);
+    };
+    put("attention.head_count_kv", Value::U32(1));
+    let eps = hp.f32("rms_norm_eps")?.unwrap_or(1e-6);
+    put("attention.layer_norm_rms_epsilon", Value::F32(eps));
+    let experts = hp.u32("n_routed_experts")?;
+    let dense = match (hp.u32("first_k_dense_replace")?, experts) {
+        (Some(k), _) => k,
+        (None, None) => hp.u32("num_hidden_layers")?.unwrap_or(0),
+        (None, Some(_)) => 0,
+    };
+    put("leading_dense_block_count", Value::U32(dense));
+    if let Some(v) = hp.u32("vocab_size")? {
+        put("vocab_size", Value::U32(v));
+    }
+    if let Some(q) = hp.u32("q_lora_rank")? {
+        put("attention.q_lora_rank", Value::U32(q));
+    }
+    let kv_lora = hp.u32("kv_lora_rank")?.unwrap_or(512);
+    let need = |key: &'static str, v: Option<u32>| {
+        v.ok_or_else(|| hp.bad(key, ConfigProblem::MissingForMla))
+    };
+    let rope = need("qk_rope_head_dim", hp.u32("qk_rope_head_dim")?)?;
+    let nope = need("qk_nope_head_dim", hp.u32("qk_nope_head_dim")?)?;
+    let v_head = need("v_head_dim", hp.u32("v_head_dim")?)?;
+    put("attention.kv_lora_rank", Value::U32(kv_lora));
+    put("attention.key_length", Value::U32(kv_lora + rope));
+    put("attention.value_length", Value::U32(kv_lora));
+    put("attention.key_length_mla", Value::U32(nope + rope));
+    put("attention.value_length_mla", Value::U32(v_head));
+    let moe_ff = match hp.u32("moe_intermediate_size")? {
+        Some(v) => Some(v),
+        None => hp.u32("intermediate_size")?,
+    };
+    if let Some(v) = moe_ff {
+        put("expert_feed_forward_length", Value::U32(v));
+    }
+    if let Some(n) = experts {
+        put("expert_count", Value::U32(n));
+    }
+    put(
+        "expert_shared_count",
+        Value::U32(hp.u32("n_shared_experts")?.unwrap_or(0)),
+    );
+    if let Some(v) = hp.f32("routed_scaling_factor")? {
+        put("expert_weights_scale", Value::F32(v));
+    }
+    if hp.raw("norm_topk_prob").and_then(Json::as_bool) == Some(true) {
+        put("expert_weights_norm", Value::Bool(true));
+    }
+    if let Some(g) = hp.u32("n_group")? {
+        put("expert_group_count", Value::U32(g));
+    }
+    if let Some(g) = hp.u32("topk_group")? {
+        put("expert_group_used_count", Value::U32(g));
+    }
+    match hp.raw("scoring_func").and_then(Json::as_str) {
+        Some("sigmoid") => put("expert_gating_func", Value::U32(2)),
+        Some("softmax") => put("expert_gating_func", Value::U32(1)),
+        _ => {}
+    }
+    put("rope.dimension_count", Value::U32(rope));
+    let params = hp.raw("rope_parameters").or_else(|| hp.raw("rope_scaling"));
+    if let Some(v) = params
+        .and_then(|p| p.get("mscale_all_dim"))
+        .and_then(Json::as_f64)
+    {
+        put(
+            "rope.scaling.yarn_log_multiplier",
+            Value::F32((0.1 * v) as f32),
+        );
+    }
+    Ok(())
 }
 
 /// The keys `Gemma2Model.set_gguf_parameters` writes: its own list (it does

@@ -387,6 +387,67 @@ fn build(
                             stride,
                             first,
                             transpose,
+                            rows: (0, shape[1]),
+                            src_size: t.size,
+                        }),
+                    }));
+                }
+                continue;
+            }
+            HfName::MlaKvB { k_b, v_b } => {
+                // `[n_head · (nope + v)][latent]`, per head nope rows of
+                // k_b then v rows of v_b (DeepseekV2Model.modify_tensors).
+                let dims_of = |key: &str| metadata.get_u32(&format!("{arch}.{key}"));
+                let bad = |name: &str| Error::BadTransform {
+                    file: path.clone(),
+                    tensor: name.to_string(),
+                    reason: TransformProblem::StridedShape,
+                };
+                let (Some(heads), Some(k_len), Some(rope), Some(v_len)) = (
+                    dims_of("attention.head_count"),
+                    dims_of("attention.key_length_mla"),
+                    dims_of("rope.dimension_count"),
+                    dims_of("attention.value_length_mla"),
+                ) else {
+                    return Err(bad(&t.name));
+                };
+                let (heads, nope, v) = (
+                    u64::from(heads),
+                    u64::from(k_len.saturating_sub(rope)),
+                    u64::from(v_len),
+                );
+                let ok = matches!(*t.shape.as_slice(), [r, _] if r == heads * (nope + v))
+                    && nope > 0
+                    && t.ggml_type.block_size() == 1;
+                if !ok {
+                    return Err(bad(&t.name));
+                }
+                let lat = t.shape[1];
+                let shape = [heads, nope + v, lat];
+                for (name, rows, transpose) in [(k_b, (0, nope), true), (v_b, (nope, v), false)] {
+                    let dims = match transpose {
+                        true => vec![nope, lat, heads],
+                        false => vec![lat, v, heads],
+                    };
+                    if !names.insert(name.clone()) {
+                        return Err(Error::DuplicateTensor {
+                            file: path.clone(),
+                            tensor: name,
+                        });
+                    }
+                    slots.push(Slot::Done(TensorInfo {
+                        size: heads * rows.1 * lat * t.ggml_type.type_size(),
+                        name,
+                        ggml_type: t.ggml_type,
+                        dims,
+                        file: fi,
+                        offset: t.offset,
+                        transform: Some(Transform::Strided {
+                            shape,
+                            stride: 1,
+                            first: 0,
+                            transpose,
+                            rows,
                             src_size: t.size,
                         }),
                     }));

@@ -53,6 +53,16 @@ pub enum HfName {
         /// The HF name of the scales.
         scales: String,
     },
+    /// DeepSeek's `self_attn.kv_b_proj` (`[n_head · (nope + v)][latent]`),
+    /// split per head into `attn_k_b` (the `nope` rows, transposed) and
+    /// `attn_v_b` (the `v` rows), as llama.cpp's `DeepseekV2Model` does for
+    /// MLA with absorption ([`crate::Transform::Strided`] with a row range).
+    MlaKvB {
+        /// `blk.N.attn_k_b.weight`.
+        k_b: String,
+        /// `blk.N.attn_v_b.weight`.
+        v_b: String,
+    },
     /// Read as part of another tensor (the `*_scales` of an [`HfName::Mxfp4`]).
     Consumed,
     /// Not understood: keep the HF name.
@@ -129,9 +139,34 @@ fn gpt_oss_name(layer: u64, rest: &str) -> Option<HfName> {
     })
 }
 
+/// DeepSeek-V2/V3's own names (llama.cpp's tensor_mapping for
+/// MODEL_ARCH.DEEPSEEK2): MLA's projections and norms, the shared experts,
+/// V3's selection bias; `kv_b_proj` is split ([`HfName::MlaKvB`]).
+fn deepseek2_name(layer: u64, rest: &str) -> Option<HfName> {
+    let g = match rest {
+        "self_attn.kv_b_proj.weight" => {
+            return Some(HfName::MlaKvB {
+                k_b: format!("blk.{layer}.attn_k_b.weight"),
+                v_b: format!("blk.{layer}.attn_v_b.weight"),
+            })
+        }
+        "self_attn.q_a_proj.weight" => "attn_q_a.weight",
+        "self_attn.q_a_layernorm.weight" => "attn_q_a_norm.weight",
+        "self_attn.q_b_proj.weight" => "attn_q_b.weight",
+        "self_attn.kv_a_proj_with_mqa.weight" => "attn_kv_a_mqa.weight",
+        "self_attn.kv_a_layernorm.weight" => "attn_kv_a_norm.weight",
+        "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
+        "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+        "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
+        "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
+        _ => return None,
+    };
+    Some(HfName::Gguf(format!("blk.{layer}.{g}")))
+}
+
 /// Maps an HF tensor name of a model of GGUF architecture `arch`
 /// (`"llama"`, `"smollm3"`, `"granite"`, `"qwen2"`, `"qwen3"`, `"qwen3moe"`, `"gemma2"`, `"gemma3"`,
-/// `"gemma3n"`, `"olmo2"`, `"phi3"`, `"gpt-oss"`; mixtral is `"llama"`).
+/// `"gemma3n"`, `"olmo2"`, `"phi3"`, `"gpt-oss"`, `"deepseek2"`; mixtral is `"llama"`).
 pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
     if !llama_like(arch)
         && !matches!(
@@ -145,6 +180,7 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
                 | "olmo2"
                 | "phi3"
                 | "gpt-oss"
+                | "deepseek2"
         )
     {
         return HfName::Unmapped;
@@ -205,6 +241,11 @@ pub fn map_tensor_name(arch: &str, hf: &str) -> HfName {
     }
     if arch == "gpt-oss" {
         if let Some(m) = gpt_oss_name(layer, rest) {
+            return m;
+        }
+    }
+    if arch == "deepseek2" {
+        if let Some(m) = deepseek2_name(layer, rest) {
             return m;
         }
     }

@@ -123,6 +123,7 @@ impl Model<'_> {
         let slots = &s.score_slots;
         let ld = s.score_ld;
         let window = if swa { c.sliding_window } else { None };
+        let mla = c.mla.is_some();
         let chunks: Vec<Mutex<&mut [f32]>> = s.att[..n * c.n_head * hdv]
             .chunks_mut(per_task * group * hdv)
             .map(Mutex::new)
@@ -175,11 +176,32 @@ impl Model<'_> {
                     ),
                     None => ops::softmax_rows(&mut slot, ld, len, group),
                 }
-                let v0 = (l * nc + start) * vd + kvh * hdv;
-                let v1 = (l + 1) * nc * vd;
-                q_seq
-                    .v_cache
-                    .weighted_group(&slot, ld, len, v0..v1, vd, o, hdv);
+                if mla {
+                    // The values are the keys' first `hdv` dims (the
+                    // latent): weighted sums over the same key blocks.
+                    o.fill(0.0);
+                    let mut b0 = start;
+                    while b0 <= p {
+                        let b1 = ((b0 / KB + 1) * KB).min(p + 1);
+                        let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
+                        q_seq.k_cache.weighted_transposed_group(
+                            &slot[b0 - start..],
+                            ld,
+                            base..base + hd * KB,
+                            b0 % KB,
+                            b1 - b0,
+                            o,
+                            hdv,
+                        );
+                        b0 = b1;
+                    }
+                } else {
+                    let v0 = (l * nc + start) * vd + kvh * hdv;
+                    let v1 = (l + 1) * nc * vd;
+                    q_seq
+                        .v_cache
+                        .weighted_group(&slot, ld, len, v0..v1, vd, o, hdv);
+                }
             }
         };
         // Small jobs (decode at short context) run on the caller: waking the

@@ -73,6 +73,25 @@ impl Kv {
             Kv::F16(x) => ops::weighted_rows_group(a, lda, len, &x[v], stride, out, w),
         }
     }
+    /// [`ops::weighted_transposed_group`] over one block of keys `kt` (a
+    /// range of this cache: `[head_dim][KB]`), `n` positions from `start`
+    /// in the block: `out[i·w + j] += Σ a[i·lda + p] · kt[j][start + p]`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn weighted_transposed_group(
+        &self,
+        a: &[f32],
+        lda: usize,
+        kt: std::ops::Range<usize>,
+        start: usize,
+        n: usize,
+        out: &mut [f32],
+        w: usize,
+    ) {
+        match self {
+            Kv::F32(k) => ops::weighted_transposed_group(a, lda, &k[kt], KB, start, n, out, w),
+            Kv::F16(k) => ops::weighted_transposed_group(a, lda, &k[kt], KB, start, n, out, w),
+        }
+    }
     pub(super) fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             Kv::F32(v) => v[at..at + src.len()].copy_from_slice(src),

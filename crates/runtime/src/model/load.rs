@@ -2,6 +2,7 @@
 //! name, shape-checked, the matrices in native layouts, the small vectors
 //! converted to f32.
 
+use super::mla::MlaLayer;
 use super::{gemma3n, Ffn, Layer, LoadOptions, Model, MoeFfn};
 use crate::config::Config;
 use crate::error::{Error, ExpertSliceProblem, Result};
@@ -66,7 +67,7 @@ pub(super) fn expert_slices<'a>(
     // No capacity from the metadata: a bogus expert count fails at the first
     // slice that does not exist, before any large allocation.
     let mut out = Vec::new();
-    for l in 0..c.n_layer {
+    for l in c.n_dense_lead..c.n_layer {
         for e in 0..c.n_expert {
             for part in 0..3 {
                 let s = w.expert_slice(l, e, part, c.n_expert).ok_or_else(|| {
@@ -142,7 +143,12 @@ impl<'a> Model<'a> {
             let mat = |s: &str, cols: usize, rows: usize| matrix(w, &n(s), cols, rows);
             // Gemma 3n's KV-sharing layers have queries only.
             let kv_shared = c.gemma3n.as_ref().is_some_and(|g| g.kv_source[l] != l);
-            let qkv = if kv_shared {
+            let mut mla = None;
+            let qkv = if let Some(m) = &c.mla {
+                let (first, rest) = MlaLayer::load(w, c, m, l)?;
+                mla = Some(Box::new(rest));
+                first
+            } else if kv_shared {
                 Proj::new(vec![mat("attn_q.weight", d, c.q_dim())?])
             } else if w.tensor(&n("attn_qkv.weight")).is_some() {
                 // Stored fused (Phi-3): q‖k‖v rows, our layout already.
@@ -175,10 +181,21 @@ impl<'a> Model<'a> {
             } else {
                 None
             };
-            let ffn = if c.n_expert > 0 {
+            let ffn = if c.n_expert > 0 && l >= c.n_dense_lead {
                 let name = n("ffn_gate_inp.weight");
                 let (ne, ff) = (c.n_expert, c.n_ff_exp);
                 let bias = |s: &str, len: usize| dense_vec(w, &n(s), ne * len, "bias");
+                let shared = match c.n_expert_shared {
+                    0 => None,
+                    k => {
+                        let sff = ff * k;
+                        let gate_up = vec![
+                            mat("ffn_gate_shexp.weight", d, sff)?,
+                            mat("ffn_up_shexp.weight", d, sff)?,
+                        ];
+                        Some((Proj::new(gate_up), mat("ffn_down_shexp.weight", sff, d)?))
+                    }
+                };
                 Ffn::Moe(Box::new(MoeFfn {
                     router: required_vec(w, &name, ne * d, "router")?,
                     router_bias: dense_vec(w, &n("ffn_gate_inp.bias"), ne, "bias")?,
@@ -187,6 +204,8 @@ impl<'a> Model<'a> {
                         bias("ffn_up_exps.bias", ff)?,
                         bias("ffn_down_exps.bias", d)?,
                     ],
+                    select_bias: dense_vec(w, &n("exp_probs_b.bias"), ne, "bias")?,
+                    shared,
                 }))
             } else {
                 // Phi-3 stores gate‖up as one `ffn_up` of 2·n_ff rows (gate
@@ -229,7 +248,11 @@ impl<'a> Model<'a> {
                 qkv_bias,
                 q_norm: dense_vec(w, &n("attn_q_norm.weight"), q_norm_len, "norm")?,
                 k_norm: dense_vec(w, &n("attn_k_norm.weight"), k_norm_len, "norm")?,
-                wo: mat("attn_output.weight", c.n_head * c.head_dim_v, d)?,
+                wo: mat(
+                    "attn_output.weight",
+                    c.n_head * c.mla.map_or(c.head_dim_v, |m| m.head_dim_v),
+                    d,
+                )?,
                 wo_bias: dense_vec(w, &n("attn_output.bias"), d, "bias")?,
                 sinks: dense_vec(w, &n("attn_sinks.weight"), c.n_head, "sinks")?,
                 // gpt-oss's pre-FFN norm has this name (then there is no
@@ -242,12 +265,14 @@ impl<'a> Model<'a> {
                 ffn,
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                 swa: c.swa_layers[l],
+                mla,
             });
         }
         let experts = if c.n_expert > 0 {
             Some(ExpertStore::new(
                 w,
                 c.n_expert,
+                c.n_dense_lead,
                 expert_slices(w, c)?,
                 opts.experts,
             )?)

@@ -1,8 +1,9 @@
-//! The routed-experts FFN (qwen3moe, mixtral).
+//! The routed-experts FFN (qwen3moe, mixtral, gpt-oss, deepseek2) and its
+//! router.
 
-use super::step::{add_bias, glu};
+use super::step::{add_bias, dense_ffn, glu};
 use super::{Model, MoeFfn, Scratch};
-use crate::config::Gating;
+use crate::config::{Gating, Routing};
 use crate::error::Result;
 use crate::ops;
 
@@ -21,10 +22,10 @@ impl Model<'_> {
     /// gpt-oss ([`Gating::TopKSoftmax`]) adds a router bias, takes the `k`
     /// largest logits and the softmax of those `k`, and adds each expert's
     /// gate, up and down biases (transformers' `GptOssTopKRouter` and
-    /// `GptOssExperts`).
-    pub(super) fn moe(&self, s: &mut Scratch, l: usize, f: &MoeFfn, n: usize) -> Result<()> {
+    /// `GptOssExperts`). DeepSeek routes as [`route`] says and adds its
+    /// shared experts' FFN.
+    pub(super) fn moe(&self, s: &mut Scratch, l: usize, f: &MoeFfn<'_>, n: usize) -> Result<()> {
         let router = &f.router;
-        let gating = self.config.arch.family().gating;
         let c = &self.config;
         let store = self
             .experts
@@ -37,6 +38,7 @@ impl Model<'_> {
         s.routes.resize_with(ne, Vec::new);
         s.routes.iter_mut().for_each(Vec::clear);
         s.probs.resize(ne, 0.0);
+        let mut chosen = [(0usize, 0f32); crate::config::MAX_EXPERT_USED];
         for t in 0..n {
             let x = &s.xb[t * d..(t + 1) * d];
             for (e, p) in s.probs.iter_mut().enumerate() {
@@ -45,50 +47,15 @@ impl Model<'_> {
             if let Some(b) = &f.router_bias {
                 s.probs.iter_mut().zip(b).for_each(|(p, b)| *p += b);
             }
-            if gating == Gating::SoftmaxTopK {
-                ops::softmax(&mut s.probs);
-            }
-            // Top-k by probability (ties: the lower expert id first, as
-            // torch.topk and ggml_argsort_top_k give for distinct values).
-            let mut chosen = [(0usize, 0f32); crate::config::MAX_EXPERT_USED];
-            let mut sum = 0f32;
-            for slot in chosen.iter_mut().take(k) {
-                let (best, &p) = s
-                    .probs
-                    .iter()
-                    .enumerate()
-                    .filter(|(e, _)| s.routes[*e].last().is_none_or(|r| r.0 != t))
-                    .fold((usize::MAX, &f32::NEG_INFINITY), |a, b| {
-                        if *b.1 > *a.1 {
-                            b
-                        } else {
-                            a
-                        }
-                    });
-                if best == usize::MAX {
-                    break;
-                }
-                *slot = (best, p);
-                sum += p;
-                s.routes[best].push((t, p));
-            }
-            // Normalize this row's weights (they are the last entries):
-            // divided by their sum, or (top-k logits) their softmax.
-            let max = chosen[0].1;
-            let mut esum = 0f32;
-            if gating == Gating::TopKSoftmax {
-                for c in chosen.iter_mut().take(k) {
-                    c.1 = (c.1 - max).exp();
-                    esum += c.1;
-                }
-            }
-            for &(e, p) in chosen.iter().take(k) {
-                if let Some(r) = s.routes[e].last_mut().filter(|r| r.0 == t) {
-                    r.1 = match gating {
-                        Gating::SoftmaxTopK => r.1 / sum,
-                        Gating::TopKSoftmax => p / esum,
-                    };
-                }
+            let got = route(
+                &c.routing,
+                &mut s.probs,
+                f.select_bias.as_deref(),
+                &mut s.select,
+                &mut chosen[..k],
+            );
+            for &(e, w) in &chosen[..got] {
+                s.routes[e].push((t, w));
             }
         }
         s.out[..n * d].iter_mut().for_each(|v| *v = 0.0);
@@ -137,6 +104,133 @@ impl Model<'_> {
                     .for_each(|(o, &y)| *o += w * y);
             }
         }
+        // The shared experts, added after the routed ones (transformers'
+        // DeepseekV2Moe: `experts(...) + shared_experts(residuals)`).
+        if let Some((gate_up, down)) = &f.shared {
+            s.moe_y.resize(n * d, 0.0);
+            let bufs = (&mut s.gu, &mut s.hb, &mut s.tmp);
+            let x = &s.xb[..n * d];
+            dense_ffn(
+                c.activation,
+                gate_up,
+                down,
+                x,
+                n,
+                bufs,
+                &mut s.moe_y[..n * d],
+            );
+            s.out[..n * d]
+                .iter_mut()
+                .zip(&s.moe_y[..n * d])
+                .for_each(|(o, y)| *o += y);
+        }
         Ok(())
     }
+}
+
+/// Chooses one row's experts from its router `logits` (`[n_expert]`,
+/// overwritten with the scores) as `r` says, into `chosen` (`k` slots of
+/// `(expert, weight)`, in the order picked); returns how many were filled
+/// (`k` unless a logit is NaN).
+///
+/// Scores: softmax over all experts ([`Gating::SoftmaxTopK`]), sigmoid of
+/// each ([`Gating::Sigmoid`]) or the logits ([`Gating::TopKSoftmax`]). The
+/// experts are picked by score plus `select_bias` (DeepSeek-V3's
+/// `e_score_correction_bias`, used for the choice only), among the best
+/// groups when `r.groups` limits them, the `k` largest with ties to the
+/// lower id (as `torch.topk` and `ggml_argsort_top_k` order distinct
+/// values). Weights: the softmax of the chosen logits (TopKSoftmax), else
+/// the chosen scores, divided by their sum when `r.norm`, times `r.scale`.
+pub(super) fn route(
+    r: &Routing,
+    logits: &mut [f32],
+    select_bias: Option<&[f32]>,
+    select: &mut Vec<f32>,
+    chosen: &mut [(usize, f32)],
+) -> usize {
+    match r.gating {
+        Gating::SoftmaxTopK => ops::softmax(logits),
+        Gating::Sigmoid => logits
+            .iter_mut()
+            .for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+        Gating::TopKSoftmax => {}
+    }
+    let scores = &*logits;
+    select.clear();
+    match select_bias {
+        Some(b) => select.extend(scores.iter().zip(b).map(|(s, b)| s + b)),
+        None => select.extend_from_slice(scores),
+    }
+    if let Some((g, used)) = r.groups {
+        let per = select.len() / g;
+        let group_score = |grp: &[f32]| match r.gating {
+            Gating::Sigmoid => {
+                let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+                for &v in grp {
+                    if v > a {
+                        (a, b) = (v, a);
+                    } else if v > b {
+                        b = v;
+                    }
+                }
+                a + b
+            }
+            _ => grp.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        };
+        let gs: Vec<f32> = select.chunks_exact(per).map(group_score).collect();
+        let mut keep = vec![false; g];
+        for _ in 0..used {
+            let best = (0..g)
+                .filter(|&i| !keep[i])
+                .fold(None, |a: Option<usize>, i| match a {
+                    Some(j) if gs[j] >= gs[i] => Some(j),
+                    _ => Some(i),
+                });
+            if let Some(i) = best {
+                keep[i] = true;
+            }
+        }
+        for (grp, &kept) in select.chunks_exact_mut(per).zip(&keep) {
+            if !kept {
+                grp.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+            }
+        }
+    }
+    let mut got = 0;
+    for i in 0..chosen.len() {
+        let best = select
+            .iter()
+            .enumerate()
+            .filter(|(e, _)| !chosen[..i].iter().any(|c| c.0 == *e))
+            .fold(None, |a: Option<(usize, f32)>, (e, &v)| match a {
+                Some((_, bv)) if bv >= v => a,
+                _ if v.is_nan() || v == f32::NEG_INFINITY => a,
+                _ => Some((e, v)),
+            });
+        let Some((e, _)) = best else { break };
+        chosen[i] = (e, scores[e]);
+        got += 1;
+    }
+    let chosen = &mut chosen[..got];
+    match r.gating {
+        Gating::TopKSoftmax => {
+            let max = chosen.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for c in chosen.iter_mut() {
+                c.1 = (c.1 - max).exp();
+                sum += c.1;
+            }
+            chosen.iter_mut().for_each(|c| c.1 /= sum);
+        }
+        _ => {
+            if r.norm {
+                let sum: f32 = chosen.iter().map(|c| c.1).sum();
+                chosen.iter_mut().for_each(|c| c.1 /= sum);
+            }
+        }
+    }
+    if r.scale != 1.0 {
+        chosen.iter_mut().for_each(|c| c.1 *= r.scale);
+    }
+    got
 }

@@ -5,6 +5,7 @@ use super::attention::QkvPrep;
 use super::{Ffn, Model, Scratch, Sequence};
 use crate::config::Activation;
 use crate::error::{Error, Result};
+use crate::matrix::{Matrix, Proj};
 use crate::ops;
 
 impl Model<'_> {
@@ -73,12 +74,16 @@ impl Model<'_> {
             for (l, layer) in self.layers.iter().enumerate() {
                 // ---- attention ----
                 norm_rows(&mut s.xb, &s.x, d, n, layer.attn_norm.as_deref(), c.rms_eps);
-                layer
-                    .qkv
-                    .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
-                self.prepare_qkv(layer, s, seqs, l, n, QkvPrep::STANDARD);
-                self.attention(s, seqs, l, layer.swa, layer.sinks.as_deref(), n);
-                layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
+                if let Some(m) = &layer.mla {
+                    self.mla_attention(layer, m, s, seqs, l, n);
+                } else {
+                    layer
+                        .qkv
+                        .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
+                    self.prepare_qkv(layer, s, seqs, l, n, QkvPrep::STANDARD);
+                    self.attention(s, seqs, l, layer.swa, layer.sinks.as_deref(), n);
+                    layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
+                }
                 if let Some(b) = &layer.wo_bias {
                     add_bias(&mut s.out[..n * d], b);
                 }
@@ -88,17 +93,9 @@ impl Model<'_> {
                 norm_rows(&mut s.xb, &s.x, d, n, layer.ffn_norm.as_deref(), c.rms_eps);
                 match &layer.ffn {
                     Ffn::Dense { gate_up, down } => {
-                        let n_ff = c.n_ff;
-                        gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp);
-                        let gu = &s.gu;
-                        ops::par_rows(&mut s.hb, n_ff, n, &|t0, h| {
-                            for (i, h) in h.chunks_exact_mut(n_ff).enumerate() {
-                                let t = t0 + i;
-                                let (g, u) = gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at(n_ff);
-                                glu(c.activation, g, u, h);
-                            }
-                        });
-                        down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
+                        let out = &mut s.out[..n * d];
+                        let bufs = (&mut s.gu, &mut s.hb, &mut s.tmp);
+                        dense_ffn(c.activation, gate_up, down, &s.xb[..n * d], n, bufs, out);
                     }
                     Ffn::Moe(m) => self.moe(s, l, m, n)?,
                 }
@@ -178,6 +175,31 @@ pub(super) fn norm_rows(
             ops::rmsnorm(o, &x[t * d..(t + 1) * d], w, eps);
         }
     });
+}
+
+/// The gated FFN `down · act(gate · x) ⊙ (up · x)` of the `n` rows of `x`
+/// into `out` (`gate_up`: gate‖up, `2 · ff` rows; the activation split by
+/// rows over the pool), with `(gu, hb, tmp)` as scratch.
+pub(super) fn dense_ffn(
+    act: Activation,
+    gate_up: &Proj,
+    down: &Matrix,
+    x: &[f32],
+    n: usize,
+    (gu, hb, tmp): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<f32>),
+    out: &mut [f32],
+) {
+    let ff = down.cols();
+    gate_up.matmul(x, n, &mut gu[..n * 2 * ff], tmp);
+    let gu = &*gu;
+    ops::par_rows(hb, ff, n, &|t0, h| {
+        for (i, h) in h.chunks_exact_mut(ff).enumerate() {
+            let t = t0 + i;
+            let (g, u) = gu[t * 2 * ff..(t + 1) * 2 * ff].split_at(ff);
+            glu(act, g, u, h);
+        }
+    });
+    down.matmul(&hb[..n * ff], n, out);
 }
 
 /// `rows[t] += bias` for every row of `bias.len()` values.
