@@ -142,10 +142,32 @@ pub fn assert_batched_equals_solo(m: &Model, prompts: &[&[u32]], what: &str) -> 
 const ARCHES: [&str; 9] = [
     "llama", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "gemma2", "olmo2", "phi3",
 ];
+/// Families whose fixture llama.cpp runs as another model than
+/// transformers defines: DeepSeek-V2's group-limited routing ranks groups by
+/// their best expert in transformers (`group_limited_greedy`), by the sum
+/// of their two best in llama.cpp (`build_moe_ffn`, DeepSeek-V3's rule).
+/// Measured on the tiny f16 file: our logits are 1.2e-6 (rel L2) from
+/// transformers and 2e-2 from llama.cpp; with llama.cpp's rule they would
+/// be 1.4e-3 from llama.cpp. Their q8_0 runs are compared with transformers
+/// on the file's q8_0 weights (`reference_q8_0.json`), and they are left
+/// out of the many-prompt comparison (llama.cpp's logits there are not a
+/// noise draw of the same model).
+pub const LLAMACPP_DIFFERS: [&str; 1] = ["deepseek2"];
 /// The q8_0 comparison with llama.cpp covers the MoE fixtures too.
-const Q8_ARCHES: [&str; 12] = [
-    "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
-    "olmo2", "phi3", "gpt-oss",
+const Q8_ARCHES: [&str; 13] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "qwen3moe",
+    "mixtral",
+    "smollm3",
+    "granite",
+    "gemma2",
+    "olmo2",
+    "phi3",
+    "gpt-oss",
+    "deepseek2",
 ];
 
 pub fn check_exact(arch: &str, src: &str, path: &Path) {
@@ -228,13 +250,27 @@ fn tiny_q8_0_no_worse_than_llamacpp() {
         let dir = testdata().join("tiny").join(arch);
         let r = json(&dir.join("reference.json"));
         let l = json(&dir.join("llamacpp_q8_0.json"));
+        let rq = json(&dir.join("reference_q8_0.json"));
         let prompt = ids(&r["prompt_ids"]);
-        let want_last = floats(&r["last_logits"]);
         let lc_last = floats(&l["last_logits"]);
-        let lc_greedy = ids(&l["greedy"]);
-        let lc_rl2 = check[format!("{arch}/q8_0")]["last_logits_rel_l2"]
-            .as_f64()
-            .unwrap();
+        // Where llama.cpp runs another model than transformers defines, the
+        // yardstick is transformers on this file's q8_0 weights, and the
+        // greedy tokens to follow are that model's.
+        let other_model = LLAMACPP_DIFFERS.contains(&arch);
+        let (want_last, lc_rl2, lc_greedy) = match other_model {
+            false => (
+                floats(&r["last_logits"]),
+                check[format!("{arch}/q8_0")]["last_logits_rel_l2"]
+                    .as_f64()
+                    .unwrap(),
+                ids(&l["greedy"]),
+            ),
+            true => {
+                let want = floats(&rq["last_logits"]);
+                let lc = rel_l2(&lc_last, &want);
+                (want, lc, ids(&rq["greedy_new_ids"]))
+            }
+        };
         let got = run(
             &dir.join(format!("{arch}-q8_0.gguf")),
             &prompt,
@@ -242,8 +278,12 @@ fn tiny_q8_0_no_worse_than_llamacpp() {
         );
         let rl2 = rel_l2(&got.last_logits, &want_last);
         // Our numeric noise: how far our logits are from llama.cpp's on the
-        // same file (both quantize activations, differently).
-        let noise = max_abs(&got.last_logits, &lc_last);
+        // same file (both quantize activations, differently), or from the
+        // q8_0-weights reference.
+        let noise = match other_model {
+            false => max_abs(&got.last_logits, &lc_last),
+            true => max_abs(&got.last_logits, &want_last),
+        };
         let ref_argmax = ids(&r["argmax_per_position"]);
         let am = got
             .argmax
@@ -269,12 +309,12 @@ fn tiny_q8_0_no_worse_than_llamacpp() {
             }
             equal_prefix = i + 1;
         }
-        let rq = json(&dir.join("reference_q8_0.json"));
         let act_noise = rel_l2(&got.last_logits, &floats(&rq["last_logits"]));
         let lc_act_noise = rel_l2(&lc_last, &floats(&rq["last_logits"]));
         eprintln!("{arch}/q8_0: rel_l2 vs transformers-with-q8_0-weights: ours {act_noise:.5}, llama.cpp {lc_act_noise:.5}");
         eprintln!(
-            "{arch}/q8_0: argmax vs transformers {am}/16, rel_l2 {rl2:.5} (llama.cpp {lc_rl2:.5}), noise vs llama.cpp {noise:.5}, greedy = llama.cpp for {equal_prefix}/16 ({compared} steps above noise)"
+            "{arch}/q8_0: argmax vs transformers {am}/16, rel_l2 {rl2:.5} (llama.cpp {lc_rl2:.5}), noise {noise:.5}, greedy = {} for {equal_prefix}/16 ({compared} steps above noise)",
+            if other_model { "transformers with q8_0 weights" } else { "llama.cpp" }
         );
         // Per file, activation-quantization noise is a random draw (llama.cpp's
         // and ours differ by ~0.05 max-abs on these 64-wide models), so one
@@ -497,6 +537,9 @@ fn q8_0_over_many_prompts(kv_f16: bool) {
     let mut worse = Vec::new();
     let mut all = Vec::new();
     for arch in Q8_ARCHES {
+        if LLAMACPP_DIFFERS.contains(&arch) {
+            continue;
+        }
         let dir = testdata().join("tiny").join(arch);
         let meta = json(&dir.join("llamacpp_q8_0_multi.json"));
         let lc: Vec<f32> = std::fs::read(dir.join("llamacpp_q8_0_multi.f32le"))
@@ -548,7 +591,7 @@ fn q8_0_over_many_prompts(kv_f16: bool) {
         // fresh draw of quantization noise, so at 2 s.e. one in ~40 would
         // fail by chance with a dozen families. A bias shared by every
         // family is caught by the pooled test below at 2 s.e.
-        let tests = 2.0 * Q8_ARCHES.len() as f64;
+        let tests = 2.0 * (Q8_ARCHES.len() - LLAMACPP_DIFFERS.len()) as f64;
         if mean > z_one_sided(0.05 / tests) * se {
             worse.push(format!("{arch}: {mean:+.5} ± {se:.5}"));
         }

@@ -2,6 +2,7 @@
 mod fixtures;
 mod gemma3n;
 mod generation;
+mod mla;
 mod moe;
 mod ple;
 mod smollm2;
