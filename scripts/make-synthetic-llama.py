@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Write a llama-architecture (or Gemma 2, Phi-3, gpt-oss) f16 GGUF with random weights at a real
-model's shape, carrying the tokenizer of another GGUF (SmolLM2's: vocab 49152), for speed
+"""Write a llama-architecture (or Gemma 2, Phi-3, gpt-oss, DeepSeek-V2) f16 GGUF with random weights
+at a real model's shape, carrying the tokenizer of another GGUF (SmolLM2's: vocab 49152), for speed
 comparisons at sizes that do not fit in cache (issue 13, "Measure").
 
 Usage: make-synthetic-llama.py SHAPE OUT.gguf TOKENIZER_SRC.gguf
   SHAPE  1b (Llama-3.2-1B body), 8b (Llama-3.1-8B body), gemma2-2b (Gemma-2-2B body),
-         phi3.5-mini (Phi-3.5-mini body), gpt-oss-20b (gpt-oss-20b body), or tiny and
-         gpt-oss-tiny (for testing this script), see SHAPES.
+         phi3.5-mini (Phi-3.5-mini body), gpt-oss-20b (gpt-oss-20b body), deepseek2-lite
+         (DeepSeek-V2-Lite body), or tiny, gpt-oss-tiny and deepseek2-tiny (for testing
+         this script), see SHAPES.
 Then quantize with `llama-quantize OUT.gguf OUT.Q4_K_M.gguf Q4_K_M`
 (scripts/make-bench-models.sh does both). A gpt-oss file: `... OUT.MXFP4.gguf MXFP4_MOE`.
 
@@ -24,6 +25,28 @@ The embeddings and head have SmolLM2's 49,152 rows, not the real 201,088 (o200k_
 so they are ~4x smaller than the real model's (0.28 GB each at f16 instead of 1.16 GB).
 A 2-layer variant (1.52 GB) took 12 s at 350 MB peak RSS on the 2-core machine; the 20B
 was not timed.
+
+DeepSeek-V2-Lite (llama.cpp's LLM_ARCH_DEEPSEEK2, 27 layers, which llama.cpp takes as
+"lite": no q_lora_rank, a plain attn_q): exactly the metadata and tensors (names, ggml
+shapes, f32/f16 types) that llama.cpp's DeepseekV2Model converter (conversion/deepseek.py)
+writes for deepseek-ai/DeepSeek-V2-Lite's config.json at --outtype f16, except for the
+vocabulary (SmolLM2's 49,152 tokens instead of 102,400, so vocab_size 49152 and
+embeddings and head ~2x smaller than the real model's: 0.20 GB each at f16 instead of
+0.42 GB) and general.* (only name and file_type). MLA as the converter stores it: MQA
+with head_count_kv 1, key_length 576 (kv_lora_rank 512 + rope 64), value_length 512,
+key/value_length_mla 192/128; kv_b_proj split into attn_k_b (ggml [128, 512, 16], the
+nope part transposed) and attn_v_b ([512, 128, 16]). Layer 0 has a dense FFN (n_ff
+10944), layers 1-26 a softmax router over 64 experts of 1408 (6 used, weights not
+renormalized, scale 1.0) plus 2 shared experts fused into one 2816-wide FFN. YaRN
+factor 40 over 4096, yarn_log_multiplier 0.1 * mscale_all_dim (0.0707, the converter's
+legacy convention). Norms and the router (ffn_gate_inp) are f32, every other matrix
+f16. Checked on deepseek2-tiny (same code path, tiny widths): the converter run on a
+random HF checkpoint of that config (vocabulary step skipped) gives the same 30
+non-general, non-tokenizer keys and the same 404 tensor names, shapes and types; that
+file (0.14 GB) takes 4 s and llama.cpp runs it (f16 and Q4_K_M).
+The 15.5B-parameter file is 31.0 GB (28.8 GB of routed experts); it took 4.4 min on the
+2-core machine (RNG-bound, ~120 MB/s) at 310 MB peak RSS. `llama-quantize … Q4_K_M`
+makes it 10.2 GB in 17 min (see scripts/make-bench-models.sh).
 
 Tested with Python 3.11, numpy 2.4.6, gguf 0.19.0 (`python3 -m pip install numpy gguf==0.19.0`).
 
@@ -65,6 +88,22 @@ SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv[, arch, head_dim[, n_expert, n
     # For testing the script: n_ff != n_embd and n_head * head_dim != n_embd, as in the 20B,
     # so a transposed shape fails llama.cpp's load.
     "gpt-oss-tiny": (256, 2, 384, 8, 2, "gpt-oss", 64, 4, 2),
+    # DeepSeek-V2-Lite body (deepseek-ai/DeepSeek-V2-Lite config.json) as llama.cpp's
+    # DeepseekV2Model converter writes it: MLA as MQA, so n_kv 1, and head_dim is
+    # qk_nope + qk_rope (key_length_mla 128 + 64); n_ff is the dense first layer's
+    # intermediate_size; 64 routed experts, 6 used. The rest is in MLA.
+    "deepseek2-lite": (2048, 27, 10944, 16, 1, "deepseek2", 192, 64, 6),
+    # For testing the script: llama.cpp reads no q_lora_rank (uses attn_q) only for 26 or
+    # 27 layers, so 27 tiny layers; no matrix is square and attn_k_b / attn_v_b differ
+    # (a transposed or swapped tensor fails the load): q 4 x (32 + 16), kv_a 128 + 16, v 4 x 48.
+    "deepseek2-tiny": (256, 27, 512, 4, 1, "deepseek2", 48, 8, 2),
+}
+# deepseek2's MLA and MoE extras: kv_lora_rank, qk_rope_head_dim, v_head_dim,
+# moe_intermediate_size (per routed expert; the shared experts are n_shared_experts of
+# these, fused), n_shared_experts, first_k_dense_replace. q_lora_rank is null (no attn_q_a).
+MLA = {
+    "deepseek2-lite": (512, 64, 128, 1408, 2, 1),
+    "deepseek2-tiny": (128, 16, 48, 192, 2, 1),
 }
 SEED = 0
 STD = 0.02
@@ -86,7 +125,7 @@ def main():
     # llama.cpp's vocabulary loader looks up Phi-3's "</s>" (absent from SmolLM2's vocabulary)
     # in any model whose name contains "phi3" or "phi-3": the Phi-3 body is "synthetic-phi_-…".
     w.add_name(f"synthetic-{arch}-{shape}".replace("phi3", "phi_"))
-    w.add_context_length(131072 if arch in ("phi3", "gpt-oss") else 8192)
+    w.add_context_length({"phi3": 131072, "gpt-oss": 131072, "deepseek2": 163840}.get(arch, 8192))
     w.add_embedding_length(E)
     w.add_block_count(L)
     w.add_feed_forward_length(F)
@@ -124,6 +163,40 @@ def main():
         w.add_value_length(hd)
         w.add_sliding_window(128)
         w.add_expert_feed_forward_length(F)
+    elif arch == "deepseek2":
+        # What llama.cpp's DeepseekV2Model converter writes for DeepSeek-V2-Lite's config:
+        # base set_gguf_parameters (YaRN factor 40 over 4096, beta 32 / 1, base 10000; no
+        # attention factor: "mscale" is not one of its keys; experts 64 / 6; n_group and
+        # topk_group 1; scoring_func softmax), then MLA as MQA with the latent as the KV
+        # head: key_length kv_lora_rank + rope dim, value_length kv_lora_rank, the real
+        # per-head sizes as key/value_length_mla. No q_lora_rank (null); no
+        # expert_weights_norm (norm_topk_prob false).
+        NE, NEU = moe
+        kv_lora, n_rot, hv, F_exp, n_shexp, n_dense = MLA[shape]
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(40.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+        w.add_rope_scaling_yarn_beta_fast(32.0)
+        w.add_rope_scaling_yarn_beta_slow(1.0)
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(1e-6)
+        w.add_expert_count(NE)
+        w.add_expert_used_count(NEU)
+        w.add_expert_group_count(1)
+        w.add_expert_group_used_count(1)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
+        w.add_leading_dense_block_count(n_dense)
+        w.add_kv_lora_rank(kv_lora)
+        w.add_key_length(kv_lora + n_rot)
+        w.add_value_length(kv_lora)
+        w.add_key_length_mla(hd)
+        w.add_value_length_mla(hv)
+        w.add_expert_feed_forward_length(F_exp)
+        w.add_expert_shared_count(n_shexp)
+        w.add_expert_weights_scale(1.0)  # routed_scaling_factor
+        w.add_rope_dimension_count(n_rot)
+        # 0.1 * mscale_all_dim: llama.cpp divides by 0.1 again ([TAG_DEEPSEEK2_YARN_LOG_MUL_FIX])
+        w.add_rope_scaling_yarn_log_mul(0.1 * 0.707)
     else:
         w.add_rope_dimension_count(hd)
         w.add_rope_freq_base(500000.0)
@@ -154,7 +227,7 @@ def main():
             w.add_key_value(name, f.parts[f.data[0]][0].item(), t)
     if n_vocab is None:
         sys.exit(f"{src}: no tokenizer.ggml.tokens")
-    if arch == "llama":
+    if arch in ("llama", "deepseek2"):
         w.add_vocab_size(n_vocab)
 
     # (name, dims, kind): dims outermost first (numpy order, the reverse of GGUF's ne), so
@@ -164,7 +237,7 @@ def main():
         ("token_embd.weight", (n_vocab, E), "mat"),
         ("output_norm.weight", (E,), "ones"),
     ]
-    if arch in ("llama", "phi3", "gpt-oss"):
+    if arch in ("llama", "phi3", "gpt-oss", "deepseek2"):
         tensors.append(("output.weight", (n_vocab, E), "mat"))
     if arch == "phi3":
         tensors = [("rope_factors_long.weight", (hd // 2,), "ones"),
@@ -204,6 +277,40 @@ def main():
                 (p + "ffn_down_exps.weight", (NE, E, F), "mxfp4"),
                 (p + "ffn_down_exps.bias", (NE, E), "f32"),
             ]
+            continue
+        if arch == "deepseek2":
+            # llama.cpp's src/models/deepseek2.cpp (lite: attn_q, no q_lora). kv_b_proj
+            # (H x (nope + v) rows of kv_lora) is split by the converter into attn_k_b,
+            # transposed (ggml [nope, kv_lora, H]), and attn_v_b (ggml [kv_lora, v, H]).
+            # The router (ffn_gate_inp) is f32, as the converter keeps it; the shared
+            # experts are one FFN of n_shexp * F_exp.
+            nope = hd - n_rot
+            tensors += [
+                (p + "attn_norm.weight", (E,), "ones"),
+                (p + "attn_q.weight", (H * hd, E), "mat"),
+                (p + "attn_kv_a_mqa.weight", (kv_lora + n_rot, E), "mat"),
+                (p + "attn_kv_a_norm.weight", (kv_lora,), "ones"),
+                (p + "attn_k_b.weight", (H, kv_lora, nope), "mat"),
+                (p + "attn_v_b.weight", (H, hv, kv_lora), "mat"),
+                (p + "attn_output.weight", (E, H * hv), "mat"),
+                (p + "ffn_norm.weight", (E,), "ones"),
+            ]
+            if i < n_dense:
+                tensors += [
+                    (p + "ffn_gate.weight", (F, E), "mat"),
+                    (p + "ffn_up.weight", (F, E), "mat"),
+                    (p + "ffn_down.weight", (E, F), "mat"),
+                ]
+            else:
+                tensors += [
+                    (p + "ffn_gate_inp.weight", (NE, E), "f32"),
+                    (p + "ffn_gate_exps.weight", (NE, F_exp, E), "mat"),
+                    (p + "ffn_up_exps.weight", (NE, F_exp, E), "mat"),
+                    (p + "ffn_down_exps.weight", (NE, E, F_exp), "mat"),
+                    (p + "ffn_gate_shexp.weight", (n_shexp * F_exp, E), "mat"),
+                    (p + "ffn_up_shexp.weight", (n_shexp * F_exp, E), "mat"),
+                    (p + "ffn_down_shexp.weight", (E, n_shexp * F_exp), "mat"),
+                ]
             continue
         tensors += [
             (p + "attn_norm.weight", (E,), "ones"),

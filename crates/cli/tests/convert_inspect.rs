@@ -10,8 +10,19 @@ fn inspect_lists_every_source_tensor_after_convert() {
     let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny");
     let dir = tempfile::tempdir().unwrap();
     for arch in [
-        "llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "mixtral", "smollm3", "granite", "gemma2",
-        "olmo2", "phi3", "gpt-oss",
+        "llama",
+        "qwen2",
+        "qwen3",
+        "gemma3",
+        "qwen3moe",
+        "mixtral",
+        "smollm3",
+        "granite",
+        "gemma2",
+        "olmo2",
+        "phi3",
+        "gpt-oss",
+        "deepseek2",
     ] {
         for src in [
             testdata.join(arch).join(format!("{arch}-q8_0.gguf")),
@@ -98,11 +109,24 @@ fn check_family(fam: &serde_json::Value, arch: &str, config: &Path) {
             n("hidden_size"),
             n("vocab_size")
         ),
-        format!(
-            "grouped-query attention: {} query / {} KV heads of {head_dim}",
-            n("num_attention_heads"),
-            n("num_key_value_heads")
-        ),
+        match c["kv_lora_rank"].as_u64() {
+            // DeepSeek's multi-head latent attention.
+            Some(lat) => format!(
+                "multi-head latent attention: {} heads of {} (q·k) / {} (v), {}cached per position: a latent of {lat} and {} rotated key dims",
+                n("num_attention_heads"),
+                n("qk_nope_head_dim") + n("qk_rope_head_dim"),
+                n("v_head_dim"),
+                c["q_lora_rank"]
+                    .as_u64()
+                    .map_or(String::new(), |r| format!("queries through a rank-{r} projection, ")),
+                n("qk_rope_head_dim")
+            ),
+            None => format!(
+                "grouped-query attention: {} query / {} KV heads of {head_dim}",
+                n("num_attention_heads"),
+                n("num_key_value_heads")
+            ),
+        },
     ];
     let layers = c["layer_types"].as_array();
     let sliding = layers.map_or(0, |l| {
@@ -129,21 +153,49 @@ fn check_family(fam: &serde_json::Value, arch: &str, config: &Path) {
     if let Some(e) = c["num_experts"]
         .as_u64()
         .or(c["num_local_experts"].as_u64())
+        .or(c["n_routed_experts"].as_u64())
     {
         let width = c["moe_intermediate_size"]
             .as_u64()
             .unwrap_or(n("intermediate_size"));
         // gpt-oss: the clamped SwiGLU at its config's alpha and limit, and
-        // a softmax over the chosen experts' logits.
-        let (act, gating) = match (c["swiglu_alpha"].as_f64(), c["swiglu_limit"].as_f64()) {
+        // a softmax over the chosen experts' logits; the others a softmax
+        // over all, renormalized as transformers' routers do (Mixtral
+        // always; Qwen3-MoE and DeepSeek by `norm_topk_prob`).
+        let (act, mut gating) = match (c["swiglu_alpha"].as_f64(), c["swiglu_limit"].as_f64()) {
             (Some(a), Some(l)) => (
                 format!("clamped SwiGLU (alpha {a}, limit {l})"),
-                ", softmax over the chosen",
+                "softmax over the chosen".to_string(),
             ),
-            _ => ("SwiGLU".to_string(), ""),
+            _ => (
+                "SwiGLU".to_string(),
+                match c["norm_topk_prob"].as_bool().unwrap_or(true) {
+                    true => "softmax gating, weights renormalized".to_string(),
+                    false => "softmax gating, weights not renormalized".to_string(),
+                },
+            ),
         };
+        // DeepSeek: routed scaling, expert groups, shared experts, leading
+        // dense layers.
+        if let Some(scale) = c["routed_scaling_factor"].as_f64().filter(|&s| s != 1.0) {
+            gating.push_str(&format!(", scaled by {scale}"));
+        }
+        if let (Some(g), Some(k)) = (c["n_group"].as_u64(), c["topk_group"].as_u64()) {
+            if g > 1 {
+                gating.push_str(&format!(", from the best {k} of {g} expert groups"));
+            }
+        }
+        if let Some(s) = c["n_shared_experts"].as_u64().filter(|&s| s > 0) {
+            gating.push_str(&format!(", plus {s} shared"));
+        }
+        if let Some(k) = c["first_k_dense_replace"].as_u64().filter(|&k| k > 0) {
+            gating.push_str(&format!(
+                "; the first {k} layers dense, width {}",
+                n("intermediate_size")
+            ));
+        }
         want.push(format!(
-            "{act} experts: {e} routed, {} per token, width {width}{gating}",
+            "{act} experts: {e} routed, {} per token, width {width}, {gating}",
             n("num_experts_per_tok")
         ));
     }

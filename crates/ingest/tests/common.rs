@@ -15,9 +15,21 @@ pub fn tiny(arch: &str) -> PathBuf {
 }
 
 /// The architectures of the tiny fixtures.
-pub const ARCHES: [&str; 13] = [
-    "llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gemma3", "gemma3n", "smollm3", "granite",
-    "gemma2", "olmo2", "phi3", "gpt-oss",
+pub const ARCHES: [&str; 14] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "mixtral",
+    "gemma3",
+    "gemma3n",
+    "smollm3",
+    "granite",
+    "gemma2",
+    "olmo2",
+    "phi3",
+    "gpt-oss",
+    "deepseek2",
 ];
 
 /// Little-endian GGUF bytes, written field by field so tests can lie.

@@ -22,6 +22,7 @@ fn every_tiny_gguf_parses_with_expected_tensor_counts() {
         ("olmo2", 25),
         ("phi3", 17),
         ("gpt-oss", 79),
+        ("deepseek2", 67),
     ];
     for (arch, n) in counts {
         for q in ["f16", "q8_0"] {
