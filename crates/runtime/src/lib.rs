@@ -43,7 +43,8 @@
 //! points), `load.rs` (binding tensors by their GGUF names), `kv.rs` (the KV
 //! cache), `step.rs` (one step: embedding, blocks, head), `attention.rs`,
 //! `moe.rs`, and one file per family with weights or steps of its own
-//! (`gemma3n.rs`). A family touches:
+//! (`gemma3n.rs`; `mla.rs`, DeepSeek's latent attention, called for the
+//! layers that have its weights). A family touches:
 //!
 //! 1. `config.rs`: an [`config::Arch`] variant and its row in
 //!    [`config::FAMILIES`] (GGUF name, rope style as llama.cpp's
@@ -52,7 +53,9 @@
 //!    (Granite), `swa_period` (Gemma 2 and 3), `post_norm` and
 //!    `qk_norm_all_heads` (OLMo 2), `longrope` (Phi-3), `gating`, `ffn_norm`
 //!    and `yarn_exact_range` (gpt-oss)); the `{arch}.…`
-//!    metadata keys it reads, bounded like the others. A family built from
+//!    metadata keys it reads, bounded like the others (routing details
+//!    that vary within a family, as DeepSeek's, are read into
+//!    [`config::Routing`]). A family built from
 //!    these pieces is only that row: `smollm3`, `granite`, `gemma2`, `olmo2`
 //!    and `phi3` are examples (fused `attn_qkv` / gate‖up `ffn_up` tensors
 //!    are bound by name in `load.rs`);
@@ -60,7 +63,8 @@
 //!    q/k norms (per head or over all heads), pre- or post-norm blocks,
 //!    post-attention/post-FFN norms, sliding-window and NoPE layers, soft-capping, embedding/residual/logit multipliers,
 //!    output-projection biases, attention sinks, YaRN, routed experts with
-//!    router and expert biases) needs nothing more, since `load.rs` switches them on by which
+//!    router and expert biases, shared experts, leading dense layers,
+//!    grouped/sigmoid routing) needs nothing more, since `load.rs` switches them on by which
 //!    tensors exist and `step.rs` / `attention.rs` by [`config::Config`];
 //!    anything else gets its own file in `model/` holding its own weights
 //!    and scratch, called from `step.rs`;
@@ -70,8 +74,8 @@
 //!    `llama_like` for the families llama.cpp converts as `LlamaModel`, whose
 //!    q/k rows are permuted; tensors the converter splits or transposes
 //!    become [`gpack_ingest`] `Transform`s, as gpt-oss's interleaved
-//!    experts); `tests/common.rs`'s `ARCHES` checks both against the
-//!    converter's GGUF;
+//!    experts and DeepSeek's per-head `kv_b_proj` split); `tests/common.rs`'s
+//!    `ARCHES` checks both against the converter's GGUF;
 //! 4. the tokenizer (`gpack-tokenizer`): its pre-tokenizer
 //!    (`PreTokenizer::from_gguf_name` for GGUF's `tokenizer.ggml.pre`, the
 //!    `tokenizer.json` pattern in `src/hf.rs`), and its end-of-turn markers
@@ -82,7 +86,8 @@
 //!    (stacked experts, per-layer embeddings);
 //! 6. a fixture: a tiny random model made with transformers
 //!    (`testdata/scripts/21_make_tiny_models.py`, or its own script as
-//!    `28_make_tiny_gemma3n.py` and `31_make_tiny_families.py`), converted
+//!    `28_make_tiny_gemma3n.py`, `31_make_tiny_families.py`,
+//!    `33_make_tiny_gpt_oss.py` and `35_make_tiny_deepseek2.py`), converted
 //!    by llama.cpp's converter (`22_convert_all.sh`, `31_convert_families.sh`),
 //!    with its references (`reference.json`, logits; llama.cpp's from
 //!    `24_check_gguf_llamacpp.py`, `23_q8_0_reference.py` and
