@@ -2,9 +2,10 @@
 //! holds one latent and one rotated key per position and layer, smaller
 //! than per-head K/V by the factor the model's sizes give; the values read
 //! from the key cache give the same logits from f32 and f16 caches within
-//! f16 rounding; a batched step equals each sequence alone.
+//! f16 rounding; a batched step equals each sequence alone; DeepSeek-V2-Lite's
+//! variant (no query compression, plain top-k) matches transformers.
 
-use super::fixtures::{ids, json, rel_l2, testdata};
+use super::fixtures::{check_exact, ids, json, rel_l2, testdata};
 use gpack_runtime::{GgufWeights, LoadOptions, Logits, Model};
 
 fn fixture() -> std::path::PathBuf {
@@ -118,4 +119,27 @@ fn mla_batched_step_equals_each_sequence_alone() {
             .all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "sequence {i}");
     }
+}
+
+/// DeepSeek-V2-Lite's variant of the fixture (queries straight from
+/// `attn_q`, plain top-2 of all experts): from its f16 GGUF, its HF
+/// directory and a .gpack converted from that directory.
+#[test]
+fn deepseek2_lite_variant_matches_transformers() {
+    let arch = "deepseek2-lite";
+    let d = testdata().join("tiny").join(arch);
+    check_exact(arch, "f16", &d.join(format!("{arch}-f16.gguf")));
+    check_exact(arch, "hf", &d.join("hf"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lite.gpack");
+    gpack_convert::convert(
+        &gpack_convert::ConvertOptions {
+            source: d.join("hf"),
+            output: out.clone(),
+            ..Default::default()
+        },
+        &(),
+    )
+    .unwrap();
+    check_exact(arch, "hf .gpack", &out);
 }
