@@ -116,12 +116,17 @@ impl TokenizerSpec {
                 })
             }
         };
-        let pre = match kind {
-            ModelKind::ByteLevelBpe => PreTokenizer::from_gguf_name(
-                meta.get_str("tokenizer.ggml.pre").unwrap_or("default"),
-            )?,
-            ModelKind::SentencePieceBpe => PreTokenizer::None,
+        let gpre = match kind {
+            ModelKind::ByteLevelBpe => {
+                PreTokenizer::from_gguf(meta.get_str("tokenizer.ggml.pre").unwrap_or("default"))?
+            }
+            ModelKind::SentencePieceBpe => GgufPre {
+                pre: PreTokenizer::None,
+                ignore_merges: false,
+                add_bos: true,
+            },
         };
+        let pre = gpre.pre;
         let texts = meta
             .get_string_array("tokenizer.ggml.tokens")
             .ok_or(Error::Missing {
@@ -237,10 +242,11 @@ impl TokenizerSpec {
             eos: id("tokenizer.ggml.eos_token_id"),
             pad: id("tokenizer.ggml.padding_token_id"),
             unk: id("tokenizer.ggml.unknown_token_id"),
-            // llama.cpp's defaults: BOS for SentencePiece and Llama 3, not for other BPE.
+            // llama.cpp's defaults: BOS for SentencePiece and the Llama 3 names, not for
+            // other BPE.
             add_bos: meta
                 .get_bool("tokenizer.ggml.add_bos_token")
-                .unwrap_or(is_spm || pre == PreTokenizer::Llama3),
+                .unwrap_or(gpre.add_bos),
             add_eos: meta
                 .get_bool("tokenizer.ggml.add_eos_token")
                 .unwrap_or(false),
@@ -249,7 +255,7 @@ impl TokenizerSpec {
                     .get_bool("tokenizer.ggml.add_space_prefix")
                     .unwrap_or(true),
             byte_fallback: is_spm,
-            ignore_merges: pre == PreTokenizer::Llama3,
+            ignore_merges: gpre.ignore_merges,
             chat_template: meta.get_str("tokenizer.chat_template").map(str::to_string),
             normalize_nfc: false,
         };

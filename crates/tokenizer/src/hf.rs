@@ -1,8 +1,9 @@
 //! Builder from a Hugging Face `tokenizer.json` (+ `tokenizer_config.json`).
 //!
 //! Supported: `model.type = "BPE"` with either the byte-level pipeline (ByteLevel
-//! pre-tokenizer, optionally after `Digits(individual_digits)` or a Split with the Llama 3 /
-//! Qwen 2 regex) or the SentencePiece pipeline (`Replace(" ", "▁")` normalizer, optional
+//! pre-tokenizer, optionally after `Digits(individual_digits)`, or after the Split steps of
+//! one of [`crate::pretok::regex_of`]'s pre-tokenizers: Llama 3, Qwen 2, o200k, DeepSeek...)
+//! or the SentencePiece pipeline (`Replace(" ", "▁")` normalizer, optional
 //! `Prepend("▁")`, byte fallback). Anything else is `Error::Unsupported`, not a silent
 //! approximation. The result reproduces HF `tokenizers` (merge ranks, merge-queue rule).
 
@@ -89,22 +90,30 @@ fn classify(j: &Value) -> Result<(ModelKind, PreTokenizer, bool, bool)> {
             {
                 PreTokenizer::Smollm
             }
-            [s, b] if s["type"] == "Split" && is_bl(b) && b["use_regex"] == false => {
-                let re = s["pattern"]["Regex"].as_str().unwrap_or("");
-                if s["behavior"] != "Isolated" || s["invert"] == true {
-                    return Err(unsupported("Split behavior", s));
+            // Split steps (DeepSeek: several, and `Digits`), then a ByteLevel that does not
+            // split: the pre-tokenizer whose regex list is exactly these steps.
+            [steps @ .., b] if !steps.is_empty() && is_bl(b) && b["use_regex"] == false => {
+                let mut res = Vec::with_capacity(steps.len());
+                for s in steps {
+                    if s["type"] == "Digits" && s["individual_digits"] == true {
+                        res.push(crate::pretok::DIGITS);
+                        continue;
+                    }
+                    if s["type"] != "Split" {
+                        return Err(unsupported("pre-tokenizer step", s));
+                    }
+                    if s["behavior"] != "Isolated" || s["invert"] == true {
+                        return Err(unsupported("Split behavior", s));
+                    }
+                    match s["pattern"]["Regex"].as_str() {
+                        Some(re) => res.push(re),
+                        None => return Err(unsupported("Split pattern", s)),
+                    }
                 }
-                if re == crate::pretok::regex_of(PreTokenizer::Llama3)[0] {
-                    PreTokenizer::Llama3
-                } else if re == crate::pretok::regex_of(PreTokenizer::Qwen2)[0] {
-                    PreTokenizer::Qwen2
-                } else if re == crate::pretok::regex_of(PreTokenizer::Gpt2)[0] {
-                    PreTokenizer::Gpt2
-                } else if re == crate::pretok::regex_of(PreTokenizer::O200k)[0] {
-                    PreTokenizer::O200k
-                } else {
-                    return Err(unsupported("Split regex", s));
-                }
+                (1..=u8::MAX)
+                    .filter_map(PreTokenizer::from_u8)
+                    .find(|&p| crate::pretok::regex_of(p) == res.as_slice())
+                    .ok_or_else(|| unsupported("Split regex", pre))?
             }
             _ => return Err(unsupported("pre-tokenizer", pre)),
         }

@@ -33,6 +33,6 @@ pub use error::{Error, Result};
 pub use gbt1::Gbt1;
 pub use gguf::GgufMeta;
 pub use load::{load_any, LoadedTokenizer};
-pub use spec::{MergeMode, ModelKind, PreTokenizer, SpecToken, TokenType, TokenizerSpec};
+pub use spec::{GgufPre, MergeMode, ModelKind, PreTokenizer, SpecToken, TokenType, TokenizerSpec};
 pub use stream::StreamDecoder;
 pub use tokenizer::Tokenizer;

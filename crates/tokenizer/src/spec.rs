@@ -40,6 +40,30 @@ pub enum PreTokenizer {
     /// case changes (`[Lu Lt Lm Lo M]*[Ll Lm Lo M]+` with a trailing
     /// contraction), `\p{N}{1,3}`, symbols with trailing `[\r\n/]*`.
     O200k = 5,
+    /// DeepSeek LLM, DeepSeek-V2 / V2-Lite (`deepseek-llm`): newlines, cased-script letter
+    /// runs, ASCII / fullwidth punctuation runs (each after an optional whitespace), trailing
+    /// whitespace, CJK runs and single digits, split in that order.
+    DeepseekLlm = 6,
+    /// DeepSeek Coder (`deepseek-coder`): newlines, `\s?\p{L}+`, `\s?\p{P}+`, CJK runs and
+    /// single digits, split in that order.
+    DeepseekCoder = 7,
+    /// DeepSeek-V3 / R1 (`deepseek-v3`): `\p{N}{1,3}`, then CJK / kana runs, then words
+    /// (letters and marks with an optional prefix, ASCII punctuation glued to the ASCII
+    /// letters after it, punctuation and symbol runs, whitespace as Llama 3).
+    DeepseekV3 = 8,
+}
+
+/// What llama.cpp makes of a `tokenizer.ggml.pre` name (llama-vocab.cpp, `llama_vocab::impl::load`):
+/// the split, and the defaults it attaches to the name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GgufPre {
+    /// The split.
+    pub pre: PreTokenizer,
+    /// llama.cpp's `ignore_merges` for the name (only the Llama 3 names set it).
+    pub ignore_merges: bool,
+    /// Whether BOS is added when the GGUF has no `tokenizer.ggml.add_bos_token` (llama.cpp
+    /// sets it for the Llama 3 names; byte-level BPE defaults to no BOS).
+    pub add_bos: bool,
 }
 
 impl PreTokenizer {
@@ -52,26 +76,51 @@ impl PreTokenizer {
             3 => Self::Qwen2,
             4 => Self::Smollm,
             5 => Self::O200k,
+            6 => Self::DeepseekLlm,
+            7 => Self::DeepseekCoder,
+            8 => Self::DeepseekV3,
             _ => return None,
         })
     }
 
-    /// From llama.cpp's `tokenizer.ggml.pre` name.
+    /// From llama.cpp's `tokenizer.ggml.pre` name (see [`PreTokenizer::from_gguf`]).
     pub fn from_gguf_name(name: &str) -> Result<Self> {
-        Ok(match name {
+        Self::from_gguf(name).map(|g| g.pre)
+    }
+
+    /// The split and llama.cpp's defaults for a `tokenizer.ggml.pre` name. Names are grouped
+    /// as llama-vocab.cpp groups them (the regex list of each `LLAMA_VOCAB_PRE_TYPE_*`);
+    /// the families' released GGUFs use: `deepseek-llm` (DeepSeek-V2, V2-Lite), `deepseek-v3`
+    /// (V3, R1), `dbrx` (Granite 4.0, Phi-4; OLMo 2's cl100k-based tokenizer hashes the
+    /// same in llama.cpp's converter), `refact` (Granite 3.x), `smaug-bpe` (SmolLM3),
+    /// `gpt-4o` (Phi-4-mini, gpt-oss); Phi-3 / 3.5 and Gemma 2 are SentencePiece (no name).
+    /// Moonlight's `kimi-k2` (a tiktoken regex with class intersections that llama.cpp
+    /// approximates) is refused.
+    pub fn from_gguf(name: &str) -> Result<GgufPre> {
+        let (pre, llama3) = match name {
             // llama.cpp's "default" (no `pre` key) is a different, legacy regex set: refused
             // rather than approximated.
-            "gpt2" | "gpt-2" => Self::Gpt2,
-            "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" => Self::Llama3,
-            "qwen2" | "deepseek-r1-qwen" => Self::Qwen2,
-            "smollm" | "starcoder" | "refact" | "codeshell" => Self::Smollm,
-            "gpt-4o" | "llama4" => Self::O200k,
+            "gpt2" | "gpt-2" | "olmo" => (Self::Gpt2, false),
+            "llama-bpe" | "llama3" | "llama-v3" => (Self::Llama3, true),
+            // llama.cpp: "same as llama3" regex, without Llama 3's ignore_merges and BOS.
+            "smaug-bpe" | "dbrx" => (Self::Llama3, false),
+            "qwen2" | "deepseek-r1-qwen" => (Self::Qwen2, false),
+            "smollm" | "starcoder" | "refact" | "codeshell" => (Self::Smollm, false),
+            "gpt-4o" | "llama4" => (Self::O200k, false),
+            "deepseek-llm" => (Self::DeepseekLlm, false),
+            "deepseek-coder" => (Self::DeepseekCoder, false),
+            "deepseek-v3" => (Self::DeepseekV3, false),
             _ => {
                 return Err(Error::Unsupported {
                     what: "pre-tokenizer",
                     value: name.to_string(),
                 })
             }
+        };
+        Ok(GgufPre {
+            pre,
+            ignore_merges: llama3,
+            add_bos: llama3,
         })
     }
 
@@ -84,6 +133,9 @@ impl PreTokenizer {
             Self::Qwen2 => "qwen2",
             Self::Smollm => "smollm",
             Self::O200k => "gpt-4o",
+            Self::DeepseekLlm => "deepseek-llm",
+            Self::DeepseekCoder => "deepseek-coder",
+            Self::DeepseekV3 => "deepseek-v3",
         }
     }
 }

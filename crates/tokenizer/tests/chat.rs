@@ -86,7 +86,8 @@ fn tool_templates_match_transformers() {
 }
 
 /// The chat templates of the families added with the runtime's family table
-/// (SmolLM3, Gemma 2, Granite 3.3, Phi-3.5), rendered as transformers renders them
+/// (SmolLM3, Gemma 2, Granite 3.3, Phi-3.5, gpt-oss, DeepSeek-V2), rendered as
+/// transformers renders them
 /// (testdata/tokenizer/family_chat_refs.json, made by
 /// scripts/make_family_chat_refs.py): every conversation with and without the
 /// generation prompt, once with `tools`; a turn the template refuses (Gemma
@@ -145,7 +146,7 @@ fn family_templates_match_transformers() {
             n += 1;
         }
     }
-    assert_eq!(n, 45);
+    assert_eq!(n, 54);
 }
 
 /// gpt-oss's `reasoning_effort` reaches the template as a variable (the

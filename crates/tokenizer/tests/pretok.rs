@@ -37,12 +37,15 @@ fn mine(p: PreTokenizer, s: &str) -> Vec<String> {
     v
 }
 
-const ALL: [PreTokenizer; 5] = [
+const ALL: [PreTokenizer; 8] = [
     PreTokenizer::Gpt2,
     PreTokenizer::Llama3,
     PreTokenizer::Qwen2,
     PreTokenizer::Smollm,
     PreTokenizer::O200k,
+    PreTokenizer::DeepseekLlm,
+    PreTokenizer::DeepseekCoder,
+    PreTokenizer::DeepseekV3,
 ];
 
 #[test]
@@ -102,6 +105,26 @@ fn tricky_char() -> impl Strategy<Value = char> {
         Just('\u{0903}'),
         Just('_'),
         Just('\u{b}'),
+        // The DeepSeek regexes' classes: ASCII punctuation and symbols, the letter class's
+        // edges (µ, Kelvin sign, an astral Deseret letter vs a mathematical one), fullwidth
+        // forms, quotes, CJK / kana / Hangul, U+0800, a non-Han letter, NEL.
+        Just('('),
+        Just('$'),
+        Just('"'),
+        Just('\u{b5}'),
+        Just('\u{212a}'),
+        Just('\u{10400}'),
+        Just('\u{1d539}'),
+        Just('\u{ff21}'),
+        Just('\u{ff01}'),
+        Just('\u{2018}'),
+        Just('\u{3002}'),
+        Just('\u{304b}'),
+        Just('\u{30ab}'),
+        Just('\u{d55c}'),
+        Just('\u{800}'),
+        Just('\u{5d0}'),
+        Just('\u{85}'),
         any::<char>(),
     ]
 }

