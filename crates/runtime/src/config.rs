@@ -1179,6 +1179,102 @@ mod tests {
         assert_eq!(c.rope_freq_scale, 0.125);
     }
 
+    /// DeepSeek-V2: MLA sizes as the converter writes them (one KV head of
+    /// latent + rope), YaRN's mscale in the softmax scale and not in cos/sin,
+    /// the routing keys; inconsistent sizes and unknown gating are errors.
+    #[test]
+    fn deepseek2_reads_mla_and_routing() {
+        let keys = [
+            ("deepseek2.attention.head_count_kv", "1"),
+            ("deepseek2.attention.key_length", "40"),
+            ("deepseek2.attention.value_length", "32"),
+            ("deepseek2.attention.kv_lora_rank", "32"),
+            ("deepseek2.attention.key_length_mla", "24"),
+            ("deepseek2.attention.value_length_mla", "16"),
+            ("deepseek2.rope.dimension_count", "8"),
+            ("deepseek2.expert_count", "8"),
+            ("deepseek2.expert_used_count", "2"),
+            ("deepseek2.expert_group_count", "2"),
+            ("deepseek2.expert_group_used_count", "1"),
+            ("deepseek2.expert_weights_scale", "1.5"),
+            ("deepseek2.expert_shared_count", "1"),
+            ("deepseek2.leading_dense_block_count", "1"),
+            ("deepseek2.rope.scaling.type", "yarn"),
+            ("deepseek2.rope.scaling.factor", "40"),
+            ("deepseek2.rope.scaling.original_context_length", "4096"),
+            ("deepseek2.rope.scaling.yarn_log_multiplier", "0.0707"),
+        ];
+        let c = Config::from_metadata(&llama_like("deepseek2", &keys), 100).unwrap();
+        let mla = c.mla.unwrap();
+        assert_eq!((mla.q_lora_rank, mla.kv_lora_rank), (0, 32));
+        assert_eq!(
+            (mla.head_dim_k, mla.head_dim_v, mla.nope(c.n_rot)),
+            (24, 16, 16)
+        );
+        let mscale = 1.0 + 0.0707f32 * 40f32.ln();
+        assert_eq!(c.attn_scale, mscale * mscale / 24f32.sqrt());
+        assert_eq!(c.yarn.unwrap().attn_factor, 1.0);
+        assert_eq!(c.rope_style, RopeStyle::Normal);
+        let r = c.routing;
+        assert_eq!(
+            (r.gating, r.norm, r.scale, r.groups),
+            (Gating::SoftmaxTopK, false, 1.5, Some((2, 1)))
+        );
+        assert_eq!((c.n_expert_shared, c.n_dense_lead), (1, 1));
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut k: Vec<_> = keys.to_vec();
+            k.extend_from_slice(extra);
+            Config::from_metadata(&llama_like("deepseek2", &k), 100)
+        };
+        let c = with(&[
+            ("deepseek2.expert_gating_func", "2"),
+            ("deepseek2.expert_weights_norm", "true"),
+            ("deepseek2.attention.q_lora_rank", "24"),
+        ])
+        .unwrap();
+        assert_eq!((c.routing.gating, c.routing.norm), (Gating::Sigmoid, true));
+        assert_eq!(c.mla.unwrap().q_lora_rank, 24);
+        for (bad, what) in [
+            (
+                ("deepseek2.attention.key_length", "41"),
+                "attention.key_length",
+            ),
+            (
+                ("deepseek2.attention.head_count_kv", "2"),
+                "attention.key_length",
+            ),
+            (("deepseek2.expert_gating_func", "7"), "expert_gating_func"),
+            // No group kept: no expert is eligible.
+            (
+                ("deepseek2.expert_group_used_count", "0"),
+                "expert_group_count",
+            ),
+            (
+                ("deepseek2.leading_dense_block_count", "9"),
+                "leading_dense_block_count",
+            ),
+        ] {
+            match with(&[bad]) {
+                Err(Error::Hparam { what: w, .. }) => assert!(w.starts_with(what), "{bad:?}: {w}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        // Files from before llama.cpp split attn_kv_b have no MLA lengths.
+        let old: Vec<_> = keys
+            .iter()
+            .copied()
+            .filter(|(k, _)| !k.ends_with("_mla"))
+            .collect();
+        assert!(matches!(
+            Config::from_metadata(&llama_like("deepseek2", &old), 100),
+            Err(Error::Metadata { .. })
+        ));
+        assert!(c
+            .features()
+            .iter()
+            .any(|f| f.starts_with("multi-head latent attention: 4 heads of 24 (q·k) / 16 (v)")));
+    }
+
     /// A llama body under another family's name and keys.
     fn llama_like(arch: &'static str, extra: &[(&'static str, &'static str)]) -> Meta {
         let keys: [(&str, &str); 7] = [
@@ -1206,7 +1302,7 @@ mod tests {
             assert_eq!(f.arch.family().name, f.name);
             assert_eq!(FAMILIES.iter().filter(|g| g.arch == f.arch).count(), 1);
         }
-        assert_eq!(FAMILIES.len(), 12, "a new Arch variant needs its row");
+        assert_eq!(FAMILIES.len(), 13, "a new Arch variant needs its row");
     }
 
     /// SmolLM3 skips RoPE on layers 4, 8, … (llama.cpp
