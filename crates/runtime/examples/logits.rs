@@ -18,7 +18,11 @@ fn main() {
     });
     let ids: Vec<u32> = ids
         .split(',')
-        .map(|s| s.trim().parse().expect("token ids: comma-separated integers"))
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("token ids: comma-separated integers")
+        })
         .collect();
     let n_new: usize = n_new.parse().expect("N_NEW: an integer");
     let p = Path::new(&path);
@@ -30,7 +34,10 @@ fn main() {
     let m = Model::load(w.as_ref()).unwrap_or_else(|e| panic!("{path}: {e}"));
     let nv = m.config.n_vocab;
     let mut s = m.new_state(ids.len() + n_new + 1);
-    let all = m.forward(&mut s, &ids, Logits::All).expect("forward").to_vec();
+    let all = m
+        .forward(&mut s, &ids, Logits::All)
+        .expect("forward")
+        .to_vec();
     let am: Vec<u32> = all.chunks_exact(nv).map(argmax).collect();
     let last = all[all.len() - nv..].to_vec();
     let mut greedy = Vec::with_capacity(n_new);
@@ -40,6 +47,7 @@ fn main() {
         let l = m.forward(&mut s, &[next], Logits::Last).expect("forward");
         next = argmax(l);
     }
-    let out = serde_json::json!({"argmax": am, "last_logits": last, "greedy": greedy, "n_vocab": nv});
+    let out =
+        serde_json::json!({"argmax": am, "last_logits": last, "greedy": greedy, "n_vocab": nv});
     println!("{out}");
 }

@@ -603,7 +603,7 @@ fn routing(m: &dyn MetadataSource, a: &str, arch: Arch, n_expert: usize) -> Resu
             // The kept groups must hold at least `expert_used_count` experts.
             let per_group = n_expert as u64 / g;
             let n_used = m.meta_u64(&k("expert_used_count")).unwrap_or(0);
-            let ok = n_expert as u64 % g == 0
+            let ok = (n_expert as u64).is_multiple_of(g)
                 && (1..=g).contains(&used)
                 && per_group.saturating_mul(used) >= n_used;
             if !ok {

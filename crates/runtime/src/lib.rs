@@ -67,7 +67,8 @@
 //!    grouped/sigmoid routing) needs nothing more, since `load.rs` switches them on by which
 //!    tensors exist and `step.rs` / `attention.rs` by [`config::Config`];
 //!    anything else gets its own file in `model/` holding its own weights
-//!    and scratch, called from `step.rs`;
+//!    and scratch, called from `step.rs` (per layer, as `mla.rs`), or, for a
+//!    graph of its own, a variant of `model.rs`'s `Graph` (as Gemma 3n);
 //! 3. Hugging Face ingest (`gpack-ingest`, `src/hf/config.rs`: the
 //!    `architectures`/`model_type` → GGUF arch name and the `config.json` keys
 //!    → GGUF metadata; `src/hf/names.rs`: HF tensor names → GGUF names, and

@@ -106,6 +106,19 @@ struct Layer<'a> {
     mla: Option<Box<mla::MlaLayer<'a>>>,
 }
 
+/// The graph that runs a model's layers: the shared block graph (every
+/// family of the table, with DeepSeek's latent attention in `mla.rs` for
+/// the layers that have its weights), or a family's own graph with its own
+/// weights, in its own file.
+#[derive(Debug)]
+enum Graph<'a> {
+    /// `step.rs`'s blocks.
+    Shared,
+    /// Gemma 3n's AltUp streams, Laurel, per-layer embeddings and KV sharing
+    /// (`gemma3n.rs`).
+    Gemma3n(Box<gemma3n::Gemma3n<'a>>),
+}
+
 /// How [`Model::load_with`] binds a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
@@ -167,8 +180,8 @@ pub struct Model<'a> {
     rope_swa: Rope,
     /// Routed experts of MoE models.
     experts: Option<ExpertStore<'a>>,
-    /// Gemma 3n's own weights and PLE table.
-    g3n: Option<Box<gemma3n::Gemma3n<'a>>>,
+    /// Which graph runs the layers.
+    graph: Graph<'a>,
     /// Sequences keep K/V as f16 ([`LoadOptions::kv_f16`]).
     kv_f16: bool,
 }
@@ -281,7 +294,10 @@ impl State {
 impl<'a> Model<'a> {
     /// The PLE table's counters (`None` for a model without one).
     pub fn ple_stats(&self) -> Option<PleStats> {
-        self.g3n.as_ref().map(|g| g.stats())
+        match &self.graph {
+            Graph::Gemma3n(g) => Some(g.stats()),
+            Graph::Shared => None,
+        }
     }
 
     /// Whether every layer's q‖k‖v and gate‖up run as single kernel calls.

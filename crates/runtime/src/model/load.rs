@@ -3,7 +3,7 @@
 //! converted to f32.
 
 use super::mla::MlaLayer;
-use super::{gemma3n, Ffn, Layer, LoadOptions, Model, MoeFfn};
+use super::{gemma3n, Ffn, Graph, Layer, LoadOptions, Model, MoeFfn};
 use crate::config::Config;
 use crate::error::{Error, ExpertSliceProblem, Result};
 use crate::experts::{ExpertSlice, ExpertStore, SliceData};
@@ -279,11 +279,11 @@ impl<'a> Model<'a> {
         } else {
             None
         };
-        let g3n = match &c.gemma3n {
-            Some(g) => Some(Box::new(gemma3n::Gemma3n::load(
+        let graph = match &c.gemma3n {
+            Some(g) => Graph::Gemma3n(Box::new(gemma3n::Gemma3n::load(
                 w, g, d, c.n_layer, opts.ple,
             )?)),
-            None => None,
+            None => Graph::Shared,
         };
         // Llama 3.1-style frequency factors (llama.cpp `rope_freqs.weight`,
         // divided into the frequencies by `ggml_rope_ext`).
@@ -335,7 +335,7 @@ impl<'a> Model<'a> {
             rope_global,
             rope_swa,
             experts,
-            g3n,
+            graph,
             kv_f16: opts.kv_f16,
         })
     }

@@ -2,7 +2,7 @@
 //! or routed FFN), the head.
 
 use super::attention::QkvPrep;
-use super::{Ffn, Model, Scratch, Sequence};
+use super::{Ffn, Graph, Model, Scratch, Sequence};
 use crate::config::Activation;
 use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Proj};
@@ -68,7 +68,7 @@ impl Model<'_> {
             self.rope_swa.cos_sin(p, &mut s.cs_swa[t * r..(t + 1) * r]);
         }
 
-        if let Some(g) = &self.g3n {
+        if let Graph::Gemma3n(g) = &self.graph {
             self.gemma3n_layers(g, s, seqs, tokens, n)?;
         } else {
             for (l, layer) in self.layers.iter().enumerate() {
