@@ -4,8 +4,9 @@
 //! .gguf / HF directory through the GGUF provider) on the comma-separated
 //! token ids and prints the same JSON, `{"argmax": [per prompt position],
 //! "last_logits": [...], "greedy": [N_NEW ids]}` (greedy with the KV cache,
-//! one token per step, never stopping). `bench/crosscheck.sh` compares the
-//! two on models too large for a transformers reference.
+//! one token per step, never stopping), and on stderr the KV cache's bytes per
+//! position. `bench/crosscheck.sh` compares the two on models too large for
+//! a transformers reference.
 
 use gpack_runtime::{argmax, GgufWeights, GpackWeights, Logits, Model, WeightSource};
 use std::path::Path;
@@ -33,7 +34,14 @@ fn main() {
     };
     let m = Model::load(w.as_ref()).unwrap_or_else(|e| panic!("{path}: {e}"));
     let nv = m.config.n_vocab;
-    let mut s = m.new_state(ids.len() + n_new + 1);
+    // Whole 64-position key blocks, so the cache's bytes per position are exact.
+    let mut s = m.new_state((ids.len() + n_new + 1).div_ceil(64) * 64);
+    eprintln!(
+        "KV cache: {} bytes per position ({} bytes for {} positions)",
+        s.kv_bytes() / s.n_ctx(),
+        s.kv_bytes(),
+        s.n_ctx()
+    );
     let all = m
         .forward(&mut s, &ids, Logits::All)
         .expect("forward")
