@@ -143,3 +143,22 @@ fn deepseek2_lite_variant_matches_transformers() {
     .unwrap();
     check_exact(arch, "hf .gpack", &out);
 }
+
+/// The expert counters with leading dense layers: tokens counted once per
+/// step (at the first MoE layer), and per token at most `k` experts of each
+/// MoE layer read.
+#[test]
+fn deepseek2_expert_counters_skip_the_dense_layers() {
+    let w = GgufWeights::open(&fixture().join("deepseek2-q8_0.gguf")).unwrap();
+    let m = Model::load(&w).unwrap();
+    let c = m.config.clone();
+    let moe_layers = c.n_layer - c.n_dense_lead;
+    let per_expert = m.expert_bytes() / (moe_layers * c.n_expert) as u64;
+    let mut s = m.new_state(32);
+    m.forward(&mut s, &[5, 17, 300, 2047, 9], Logits::Last)
+        .unwrap();
+    let st = m.expert_stats().unwrap();
+    assert_eq!(st.tokens, 5);
+    assert!(st.bytes_read > 0);
+    assert!(st.bytes_read <= 5 * (moe_layers * c.n_expert_used) as u64 * per_expert);
+}

@@ -32,7 +32,9 @@ impl Model<'_> {
             .as_ref()
             .expect("MoE layers have an expert store");
         let (d, ne, k, ff) = (c.n_embd, c.n_expert, c.n_expert_used, c.n_ff_exp);
-        if l == 0 {
+        // Counted once per step, at the first MoE layer (DeepSeek's first
+        // layers are dense).
+        if l == c.n_dense_lead {
             store.count_tokens(n);
         }
         s.routes.resize_with(ne, Vec::new);
