@@ -19,9 +19,7 @@ weights N(0, 0.5) so that some gate/up values pass the clamp limit of 7 (checked
 """
 import importlib.util
 import os
-import shutil
 import sys
-import tempfile
 
 import torch
 
@@ -71,13 +69,7 @@ def main():
         return orig(self, gate_up)
 
     mg.GptOssExperts._apply_gate = apply_gate
-    with tempfile.TemporaryDirectory() as tok:
-        os.makedirs(os.path.join(tok, "bpe2048"))
-        for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-            src = os.path.join(root, "llama", "hf", f)
-            if os.path.exists(src):
-                shutil.copy(src, os.path.join(tok, "bpe2048"))
-        tiny21.make("gpt-oss", (GptOssConfig, GptOssForCausalLM, kw, "bpe2048", torch.bfloat16, SEED), tok, root)
+    tiny21.make_with_bpe2048("gpt-oss", (GptOssConfig, GptOssForCausalLM, kw, "bpe2048", torch.bfloat16, SEED), root)
     print("gate/up values past the clamp limit in the reference runs:", clamped["n"])
     assert clamped["n"] > 0, "the clamp is not exercised"
 

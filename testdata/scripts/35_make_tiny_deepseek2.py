@@ -27,9 +27,7 @@ runs this variant only at V2-Lite's depth (its loader reads `q_lora_rank` unless
 """
 import importlib.util
 import os
-import shutil
 import sys
-import tempfile
 
 import torch
 
@@ -85,14 +83,7 @@ def main():
     if lite:
         name, seed = "deepseek2-lite", SEED + 1
         kw.update(q_lora_rank=None, topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0)
-    with tempfile.TemporaryDirectory() as tok:
-        os.makedirs(os.path.join(tok, "bpe2048"))
-        for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-            src = os.path.join(root, "llama", "hf", f)
-            if os.path.exists(src):
-                shutil.copy(src, os.path.join(tok, "bpe2048"))
-        tiny21.make(name, (DeepseekV2Config, DeepseekV2ForCausalLM, kw, "bpe2048", torch.bfloat16, seed),
-                    tok, root)
+    tiny21.make_with_bpe2048(name, (DeepseekV2Config, DeepseekV2ForCausalLM, kw, "bpe2048", torch.bfloat16, seed), root)
     print("rows whose experts the group limit changed in the reference runs:", groups_pruned["n"])
     assert lite or groups_pruned["n"] > 0, "the group limit is not exercised"
 

@@ -9,21 +9,7 @@ use std::path::Path;
 fn inspect_lists_every_source_tensor_after_convert() {
     let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny");
     let dir = tempfile::tempdir().unwrap();
-    for arch in [
-        "llama",
-        "qwen2",
-        "qwen3",
-        "gemma3",
-        "qwen3moe",
-        "mixtral",
-        "smollm3",
-        "granite",
-        "gemma2",
-        "olmo2",
-        "phi3",
-        "gpt-oss",
-        "deepseek2",
-    ] {
+    for arch in gpack_testkit::TINY_FAMILIES {
         for src in [
             testdata.join(arch).join(format!("{arch}-q8_0.gguf")),
             testdata.join(arch).join("hf"),

@@ -5,21 +5,7 @@ use gpack_format::giw::{Giw, Target};
 use gpack_format::{Gpack, SectionKind};
 use std::path::Path;
 
-const ARCHES: [&str; 13] = [
-    "llama",
-    "qwen2",
-    "qwen3",
-    "gemma3",
-    "qwen3moe",
-    "mixtral",
-    "smollm3",
-    "granite",
-    "gemma2",
-    "olmo2",
-    "phi3",
-    "gpt-oss",
-    "deepseek2",
-];
+const ARCHES: [&str; 13] = gpack_testkit::TINY_FAMILIES;
 
 /// Every tiny fixture converts from its f16 and q8_0 GGUFs and from its HF
 /// directory; every tensor keeps its name, type and shape and dequantizes to

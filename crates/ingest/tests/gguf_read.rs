@@ -3,7 +3,7 @@
 use gpack_ingest::gguf::{self, TensorHeader, Writer};
 use gpack_ingest::{Array, GgmlType, GgufString, Metadata, Source, SourceKind, Value};
 
-use crate::common::{tiny, ARCHES, B};
+use crate::common::{arches, tiny, B};
 
 #[test]
 fn every_tiny_gguf_parses_with_expected_tensor_counts() {
@@ -88,7 +88,7 @@ fn llama_f16_metadata_and_tensors() {
 #[test]
 fn rewriting_every_tiny_gguf_reproduces_its_bytes() {
     let mut paths = vec![];
-    for arch in ARCHES {
+    for arch in arches() {
         for q in ["f16", "q8_0"] {
             paths.push(tiny(arch).join(format!("{arch}-{q}.gguf")));
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use gpack_ingest::hf::to_f32;
 use gpack_ingest::{GgmlType, Source, SourceKind, Transform, Value};
 
-use crate::common::{f16_bits, tiny, ARCHES};
+use crate::common::{arches, f16_bits, tiny};
 
 fn arch_keys(s: &Source, arch: &str) -> BTreeMap<String, Value> {
     s.metadata
@@ -77,7 +77,7 @@ fn compare(hf: &Source, gguf: &Source, what: &str) {
 
 #[test]
 fn every_tiny_hf_dir_equals_its_f16_gguf() {
-    for arch in ARCHES {
+    for arch in arches() {
         let hf = Source::open(&tiny(arch).join("hf")).unwrap_or_else(|e| panic!("{arch}: {e}"));
         let gguf = Source::open(&tiny(arch).join(format!("{arch}-f16.gguf"))).unwrap();
         assert_eq!(hf.kind, SourceKind::Safetensors);

@@ -154,21 +154,7 @@ const ARCHES: [&str; 9] = [
 /// noise draw of the same model).
 pub const LLAMACPP_DIFFERS: [&str; 1] = ["deepseek2"];
 /// The q8_0 comparison with llama.cpp covers the MoE fixtures too.
-const Q8_ARCHES: [&str; 13] = [
-    "llama",
-    "qwen2",
-    "qwen3",
-    "gemma3",
-    "qwen3moe",
-    "mixtral",
-    "smollm3",
-    "granite",
-    "gemma2",
-    "olmo2",
-    "phi3",
-    "gpt-oss",
-    "deepseek2",
-];
+const Q8_ARCHES: [&str; 13] = gpack_testkit::TINY_FAMILIES;
 
 pub fn check_exact(arch: &str, src: &str, path: &Path) {
     let dir = testdata().join("tiny").join(arch);

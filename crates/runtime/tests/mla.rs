@@ -12,6 +12,15 @@ fn fixture() -> std::path::PathBuf {
     testdata().join("tiny/deepseek2")
 }
 
+/// `w` with its KV cache f16 or f32.
+fn load(w: &GgufWeights, kv_f16: bool) -> Model<'_> {
+    let opts = LoadOptions {
+        kv_f16,
+        ..LoadOptions::default()
+    };
+    Model::load_with(w, &opts).unwrap()
+}
+
 /// A `config.json` size.
 fn size(c: &serde_json::Value, key: &str) -> usize {
     c[key]
@@ -34,14 +43,7 @@ fn mla_cache_holds_the_latent_and_rope_key_only() {
     let lat = size(&c, "kv_lora_rank");
     let w = GgufWeights::open(&fixture().join("deepseek2-f16.gguf")).unwrap();
     for (kv_f16, bytes) in [(false, 4), (true, 2)] {
-        let m = Model::load_with(
-            &w,
-            &LoadOptions {
-                kv_f16,
-                ..LoadOptions::default()
-            },
-        )
-        .unwrap();
+        let m = load(&w, kv_f16);
         // A multiple of the key blocks' 64 positions, so the count is exact.
         let n_ctx = 256;
         let s = m.new_state(n_ctx);
@@ -67,14 +69,7 @@ fn mla_f16_cache_stays_within_f16_rounding_of_f32() {
     let prompt = ids(&r["prompt_ids"]);
     let w = GgufWeights::open(&fixture().join("deepseek2-f16.gguf")).unwrap();
     let logits = |kv_f16| {
-        let m = Model::load_with(
-            &w,
-            &LoadOptions {
-                kv_f16,
-                ..LoadOptions::default()
-            },
-        )
-        .unwrap();
+        let m = load(&w, kv_f16);
         let mut s = m.new_state(64);
         m.forward(&mut s, &prompt, Logits::All).unwrap().to_vec()
     };

@@ -13,6 +13,25 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The tiny fixture families under `testdata/tiny/` that llama.cpp's
+/// converter made GGUFs for and its runtime runs (every one but Gemma 3n),
+/// the one list the convert, inspect and runtime suites go over.
+pub const TINY_FAMILIES: [&str; 13] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "qwen3moe",
+    "mixtral",
+    "smollm3",
+    "granite",
+    "gemma2",
+    "olmo2",
+    "phi3",
+    "gpt-oss",
+    "deepseek2",
+];
+
 /// Runs `scripts/NAME` (its stderr goes to the test's), which must succeed,
 /// and returns its stdout, trimmed, as a path.
 pub fn script(name: &str) -> PathBuf {

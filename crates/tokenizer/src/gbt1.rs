@@ -57,8 +57,10 @@ pub const FLAG_PAIR_UNIQUE: u32 = 1 << 6;
 pub const FLAG_CHAR_PSEUDO_IDS: u32 = 1 << 7;
 /// Header flag: NFC-normalize every text fragment (not split tokens) before the model.
 pub const FLAG_NFC: u32 = 1 << 8;
+/// The header's `eot_id` and `eom_id` are set (else they are 0).
+pub const FLAG_END_IDS: u32 = 1 << 9;
 /// All flags version 1 defines.
-pub const KNOWN_FLAGS: u32 = (1 << 9) - 1;
+pub const KNOWN_FLAGS: u32 = (1 << 10) - 1;
 
 /// Token-type byte: low 3 bits are the [`TokenType`], this bit marks "matched before the model".
 pub const TYPE_SPLIT: u8 = 0x80;
@@ -271,6 +273,8 @@ pub struct Gbt1<'a> {
     pre: PreTokenizer,
     counts: Counts,
     ids: [u32; 4],
+    /// End-of-turn and end-of-message ids (`NONE` without [`FLAG_END_IDS`]).
+    end_ids: [u32; 2],
     max_token_bytes: u32,
     content_hash: u64,
     r: Regions<'a>,
@@ -379,8 +383,21 @@ impl<'a> Gbt1<'a> {
                 limit: counts.merges as u64,
             });
         }
+        let end_ids = [h.eot_id, h.eom_id].map(U32::get);
+        if flags & FLAG_END_IDS == 0 && end_ids != [0, 0] {
+            return Err(Error::Invalid {
+                what: "end-of-turn ids without their flag (reserved bytes)",
+                value: end_ids[0].max(end_ids[1]) as u64,
+                limit: 0,
+            });
+        }
         let ids = [h.bos_id, h.eos_id, h.pad_id, h.unk_id].map(U32::get);
-        for v in ids {
+        let ends = if flags & FLAG_END_IDS != 0 {
+            &end_ids[..]
+        } else {
+            &[]
+        };
+        for &v in ids.iter().chain(ends) {
             if v != NONE && v >= counts.vocab {
                 return Err(Error::TokenOutOfRange {
                     id: v as u64,
@@ -426,6 +443,10 @@ impl<'a> Gbt1<'a> {
             pre,
             counts,
             ids,
+            end_ids: match flags & FLAG_END_IDS {
+                0 => [NONE; 2],
+                _ => end_ids,
+            },
             max_token_bytes,
             content_hash: h.content_hash.get(),
             r,
@@ -490,6 +511,14 @@ impl<'a> Gbt1<'a> {
     /// Unknown id.
     pub fn unk(&self) -> Option<u32> {
         Self::opt(self.ids[3])
+    }
+    /// End-of-turn id, when the model's metadata names one.
+    pub fn eot(&self) -> Option<u32> {
+        Self::opt(self.end_ids[0])
+    }
+    /// End-of-message id, when the model's metadata names one.
+    pub fn eom(&self) -> Option<u32> {
+        Self::opt(self.end_ids[1])
     }
     /// The writer's hash of everything after the header ([`hash_bytes`]); identifies the
     /// content (checked by `validate_deep`, not by `parse`).
@@ -726,6 +755,7 @@ impl<'a> Gbt1<'a> {
             (FLAG_PAIR_UNIQUE, "pair_unique"),
             (FLAG_CHAR_PSEUDO_IDS, "char_pseudo_ids"),
             (FLAG_NFC, "nfc"),
+            (FLAG_END_IDS, "end_ids"),
         ];
         let flags: Vec<&str> = names
             .iter()
@@ -747,6 +777,7 @@ impl<'a> Gbt1<'a> {
             "eos": self.eos(), "eos_text": name(self.eos()),
             "pad": self.pad(),
             "unk": self.unk(),
+            "eot": self.eot(), "eom": self.eom(),
             "flags": flags,
             "chat_template_bytes": self.counts.template,
             "bytes": self.bytes.len(),
@@ -816,6 +847,8 @@ impl<'a> Gbt1<'a> {
             eos: self.eos(),
             pad: self.pad(),
             unk: self.unk(),
+            eot: self.eot(),
+            eom: self.eom(),
             add_bos: f & FLAG_ADD_BOS != 0,
             add_eos: f & FLAG_ADD_EOS != 0,
             add_space_prefix: f & FLAG_ADD_SPACE_PREFIX != 0,
@@ -913,6 +946,8 @@ mod tests {
             eos: None,
             pad: None,
             unk: None,
+            eot: None,
+            eom: None,
             add_bos: false,
             add_eos: false,
             add_space_prefix: false,

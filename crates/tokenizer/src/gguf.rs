@@ -242,6 +242,8 @@ impl TokenizerSpec {
             eos: id("tokenizer.ggml.eos_token_id"),
             pad: id("tokenizer.ggml.padding_token_id"),
             unk: id("tokenizer.ggml.unknown_token_id"),
+            eot: id("tokenizer.ggml.eot_token_id"),
+            eom: id("tokenizer.ggml.eom_token_id"),
             // llama.cpp's defaults: BOS for SentencePiece and the Llama 3 names, not for
             // other BPE.
             add_bos: meta

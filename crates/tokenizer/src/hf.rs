@@ -335,6 +335,10 @@ impl TokenizerSpec {
             eos,
             pad,
             unk,
+            // tokenizer.json has no end-of-turn key (the chat markers are
+            // found by name, `Tokenizer::stop_ids`).
+            eot: None,
+            eom: None,
             add_bos,
             add_eos,
             add_space_prefix: prefix,

@@ -61,8 +61,12 @@ pub(crate) struct Header {
     pub n_mark_crossers: U32,
     /// [`crate::gbt1::hash_bytes`] of everything after the header.
     pub content_hash: U64,
+    /// End-of-turn id or `NONE` (with [`crate::gbt1::FLAG_END_IDS`]; 0 without).
+    pub eot_id: U32,
+    /// End-of-message id or `NONE` (same).
+    pub eom_id: U32,
     /// Must be 0.
-    pub reserved: [u8; 44],
+    pub reserved: [u8; 36],
 }
 
 /// One entry of the `merges` region: `(left, right, merged)`.
@@ -116,7 +120,9 @@ const _: () = assert!(offset_of!(Header, max_token_bytes) == 60);
 const _: () = assert!(offset_of!(Header, total_size) == 64);
 const _: () = assert!(offset_of!(Header, n_mark_crossers) == 72);
 const _: () = assert!(offset_of!(Header, content_hash) == 76);
-const _: () = assert!(offset_of!(Header, reserved) == 84);
+const _: () = assert!(offset_of!(Header, eot_id) == 84);
+const _: () = assert!(offset_of!(Header, eom_id) == 88);
+const _: () = assert!(offset_of!(Header, reserved) == 92);
 
 /// The one cursor over untrusted bytes ([`gpack_format::cursor`]), which
 /// GBT1 reads through: its steps' errors as this crate's (a shortfall is

@@ -243,6 +243,11 @@ pub struct TokenizerSpec {
     pub pad: Option<u32>,
     /// Unknown id.
     pub unk: Option<u32>,
+    /// End-of-turn id, when the model's metadata names one (GGUF
+    /// `tokenizer.ggml.eot_token_id`).
+    pub eot: Option<u32>,
+    /// End-of-message id (GGUF `tokenizer.ggml.eom_token_id`).
+    pub eom: Option<u32>,
     /// Prepend BOS when encoding with `add_special`.
     pub add_bos: bool,
     /// Append EOS when encoding with `add_special`.
@@ -360,7 +365,7 @@ impl TokenizerSpec {
                 limit: crate::gbt1::MAX_VOCAB as u64,
             });
         }
-        for id in [self.bos, self.eos, self.pad, self.unk]
+        for id in [self.bos, self.eos, self.pad, self.unk, self.eot, self.eom]
             .into_iter()
             .flatten()
         {

@@ -512,7 +512,9 @@ impl<'a> Tokenizer<'a> {
     /// Ids that end a generation: the one end-of-turn rule of gpack (`run`,
     /// `serve`, the Python package and the runtime's `generate` all call it).
     ///
-    /// EOS first, then the end-of-turn tokens of the chat formats gpack runs
+    /// EOS first, then the end-of-turn and end-of-message ids the metadata
+    /// names (GGUF `tokenizer.ggml.eot_token_id` / `eom_token_id`), then the
+    /// end-of-turn tokens of the chat formats gpack runs
     /// (`<|im_end|>`, `<end_of_turn>`, `<|eot_id|>`, `<|eom_id|>`, `<|end|>`,
     /// `<|endoftext|>`, `<|return|>`, `<|call|>`, `<eos>`, `</s>`) where the vocabulary has
     /// them as split (control) tokens, as llama.cpp's end-of-generation set.
@@ -525,6 +527,12 @@ impl<'a> Tokenizer<'a> {
     pub fn stop_ids(&self) -> Vec<u32> {
         let harmony = crate::harmony::is_harmony(self);
         let mut v: Vec<u32> = self.eos().into_iter().collect();
+        // The end-of-turn/message ids the model's metadata names.
+        for id in [self.g.eot(), self.g.eom()].into_iter().flatten() {
+            if !v.contains(&id) {
+                v.push(id);
+            }
+        }
         for t in [
             "<|im_end|>",
             "<end_of_turn>",

@@ -119,6 +119,12 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     if producers.iter().all(|&p| p <= 1) {
         flags |= FLAG_PAIR_UNIQUE;
     }
+    // End-of-turn/message ids only where the metadata has them (files
+    // without keep the bytes reserved, readable by readers from before).
+    let end_ids = spec.eot.is_some() || spec.eom.is_some();
+    if end_ids {
+        flags |= FLAG_END_IDS;
+    }
     let max_len = spec.tokens.iter().map(|t| t.bytes.len()).max().unwrap_or(0) as u32;
     let id = |id: Option<u32>| U32::new(id.unwrap_or(NONE));
     let mut header = Header {
@@ -145,7 +151,15 @@ pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         n_mark_crossers: counts.crossers.into(),
         // Set once the bytes it hashes are written.
         content_hash: U64::ZERO,
-        reserved: [0; 44],
+        eot_id: match end_ids {
+            true => id(spec.eot),
+            false => U32::ZERO,
+        },
+        eom_id: match end_ids {
+            true => id(spec.eom),
+            false => U32::ZERO,
+        },
+        reserved: [0; 36],
     };
 
     // Offsets, types, scores, blob.

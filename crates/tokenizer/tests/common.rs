@@ -71,7 +71,12 @@ pub fn corpus_ids(name: &str, file: &str) -> Vec<u32> {
 }
 
 pub fn line_ids(name: &str) -> Vec<Vec<u32>> {
-    let v = u32s(&gunzip(&testdata().join(name).join("lines_ids.u32le.gz")));
+    records(&gunzip(&testdata().join(name).join("lines_ids.u32le.gz")))
+}
+
+/// `[u32 n][n x u32]` records.
+pub fn records(b: &[u8]) -> Vec<Vec<u32>> {
+    let v = u32s(b);
     let mut out = Vec::new();
     let mut i = 0;
     while i < v.len() {
@@ -80,6 +85,17 @@ pub fn line_ids(name: &str) -> Vec<Vec<u32>> {
         i += 1 + n;
     }
     out
+}
+
+/// GBT1 bytes and the `tokenizers` crate's tokenizer, both from the
+/// tokenizer.json value `j`.
+pub fn gbt1_and_peer(j: &serde_json::Value) -> (Vec<u8>, tokenizers::Tokenizer) {
+    let s = serde_json::to_vec(j).unwrap();
+    let g = TokenizerSpec::from_hf_json(&s, None)
+        .unwrap()
+        .to_gbt1()
+        .unwrap();
+    (g, tokenizers::Tokenizer::from_bytes(&s).unwrap())
 }
 
 pub fn tricky() -> serde_json::Value {

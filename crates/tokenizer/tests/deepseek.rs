@@ -18,19 +18,6 @@ fn refs() -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(testdata().join("pretok/refs.json")).unwrap()).unwrap()
 }
 
-/// `[u32 n][n x u32]` records.
-fn records(b: &[u8]) -> Vec<Vec<u32>> {
-    let v = u32s(b);
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let n = v[i] as usize;
-        out.push(v[i + 1..i + 1 + n].to_vec());
-        i += 1 + n;
-    }
-    out
-}
-
 fn pieces(p: PreTokenizer, s: &str) -> Vec<String> {
     let mut v = Vec::new();
     split(p, s, |x| v.push(x.to_string()));
@@ -269,13 +256,8 @@ fn pipelines_match_tokenizers_crate() {
         let mut j = base.clone();
         j["pre_tokenizer"] =
             serde_json::json!({"type": "Sequence", "pretokenizers": r["pipelines"][name]});
-        let s = serde_json::to_vec(&j).unwrap();
-        let g = TokenizerSpec::from_hf_json(&s, None)
-            .unwrap()
-            .to_gbt1()
-            .unwrap();
+        let (g, peer) = gbt1_and_peer(&j);
         let ours = Tokenizer::from_bytes(&g).unwrap();
-        let peer = tokenizers::Tokenizer::from_bytes(&s).unwrap();
         let want = peer.encode(corpus(), false).unwrap().get_ids().to_vec();
         assert_eq!(ours.encode(corpus(), false), want, "{name}: whole corpus");
         for t in tricky()["strings"].as_array().unwrap() {

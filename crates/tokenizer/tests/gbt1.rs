@@ -194,6 +194,49 @@ fn stop_ids() {
     assert_eq!(t.stop_ids()[0], t.eos().unwrap());
 }
 
+/// End-of-turn/message ids from the metadata: stored under their flag, read
+/// back, stops; without the flag the bytes must stay 0, with it the ids must
+/// be in the vocabulary.
+#[test]
+fn end_of_turn_ids_from_metadata() {
+    let mut spec = hf_spec("bpe2048");
+    // A plain token no chat rule knows: only the metadata makes it a stop.
+    let word = 300u32;
+    let plain = Tokenizer::from_bytes(&spec.to_gbt1().unwrap())
+        .unwrap()
+        .stop_ids();
+    assert!(!plain.contains(&word));
+    spec.eot = Some(word);
+    spec.eom = Some(word + 1);
+    let g = spec.to_gbt1().unwrap();
+    let p = Gbt1::parse(&g).unwrap();
+    assert_eq!((p.eot(), p.eom()), (Some(word), Some(word + 1)));
+    assert_ne!(p.flags() & gbt1::FLAG_END_IDS, 0);
+    assert_eq!(p.to_spec().unwrap().to_gbt1().unwrap(), g);
+    let stops = Tokenizer::from_bytes(&g).unwrap().stop_ids();
+    assert_eq!(&stops[..3], &[plain[0], word, word + 1]);
+    // Without the flag, the ids' bytes are reserved.
+    let flags_at = 8;
+    let mut b = g.clone();
+    let f = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().unwrap());
+    b[flags_at..flags_at + 4].copy_from_slice(&(f & !gbt1::FLAG_END_IDS).to_le_bytes());
+    assert!(matches!(Gbt1::parse(&b), Err(Error::Invalid { .. })));
+    // With it, an id past the vocabulary is refused.
+    let mut b = g.clone();
+    b[84..88].copy_from_slice(&1_000_000u32.to_le_bytes());
+    assert!(matches!(
+        Gbt1::parse(&b),
+        Err(Error::TokenOutOfRange { id: 1_000_000, .. })
+    ));
+    // Files without end ids keep the pre-flag bytes (readable by older readers).
+    let plain_g = hf_spec("bpe2048").to_gbt1().unwrap();
+    assert_eq!(
+        Gbt1::parse(&plain_g).unwrap().flags() & gbt1::FLAG_END_IDS,
+        0
+    );
+    assert!(plain_g[84..128].iter().all(|&x| x == 0));
+}
+
 #[test]
 fn summary() {
     let s = Gbt1::parse(hf_gbt1("smollm2")).unwrap().summary_json();
@@ -236,6 +279,8 @@ fn split_token_with_partial_utf8_does_not_panic() {
         eos: None,
         pad: None,
         unk: None,
+        eot: None,
+        eom: None,
         add_bos: false,
         add_eos: false,
         add_space_prefix: false,

@@ -234,6 +234,18 @@ enum Slot {
     Group(String, Option<u64>),
 }
 
+/// Claims the GGUF name `name` for a tensor of `file`: a second tensor under
+/// one name is an error.
+fn claim(names: &mut HashSet<String>, name: &str, file: &Path) -> Result<(), Error> {
+    match names.insert(name.to_string()) {
+        true => Ok(()),
+        false => Err(Error::DuplicateTensor {
+            file: file.to_path_buf(),
+            tensor: name.to_string(),
+        }),
+    }
+}
+
 fn build(
     dir: &Path,
     files: Vec<SourceFile>,
@@ -329,12 +341,7 @@ fn build(
                 };
                 let g = groups.entry(stacked.clone()).or_default();
                 if g.is_empty() {
-                    if !names.insert(stacked.clone()) {
-                        return Err(Error::DuplicateTensor {
-                            file: path.clone(),
-                            tensor: stacked,
-                        });
-                    }
+                    claim(&mut names, &stacked, path)?;
                     slots.push(Slot::Group(stacked, count));
                 }
                 g.push((index, fi, t));
@@ -369,12 +376,7 @@ fn build(
                         (false, 2) => vec![cols, shape[0]],
                         (false, _) => vec![cols, shape[1], shape[0]],
                     };
-                    if !names.insert(name.clone()) {
-                        return Err(Error::DuplicateTensor {
-                            file: path.clone(),
-                            tensor: name,
-                        });
-                    }
+                    claim(&mut names, &name, path)?;
                     slots.push(Slot::Done(TensorInfo {
                         size: t.size / stride,
                         name,
@@ -429,12 +431,7 @@ fn build(
                         true => vec![nope, lat, heads],
                         false => vec![lat, v, heads],
                     };
-                    if !names.insert(name.clone()) {
-                        return Err(Error::DuplicateTensor {
-                            file: path.clone(),
-                            tensor: name,
-                        });
-                    }
+                    claim(&mut names, &name, path)?;
                     slots.push(Slot::Done(TensorInfo {
                         size: heads * rows.1 * lat * t.ggml_type.type_size(),
                         name,
@@ -481,12 +478,7 @@ fn build(
                     size: x.size,
                 };
                 for (name, first) in parts {
-                    if !names.insert(name.clone()) {
-                        return Err(Error::DuplicateTensor {
-                            file: path.clone(),
-                            tensor: name,
-                        });
-                    }
+                    claim(&mut names, &name, path)?;
                     let n = shape[0] * (shape[1] / stride) * shape[2];
                     slots.push(Slot::Done(TensorInfo {
                         name,
@@ -510,12 +502,7 @@ fn build(
             HfName::Gguf(n) => (n, true),
             HfName::Unmapped => (t.name.clone(), false),
         };
-        if !names.insert(name.clone()) {
-            return Err(Error::DuplicateTensor {
-                file: path.clone(),
-                tensor: name,
-            });
-        }
+        claim(&mut names, &name, path)?;
         let mut info = TensorInfo {
             name,
             ggml_type: t.ggml_type,
