@@ -22,6 +22,10 @@ use crate::weights::MetadataSource;
 /// The most experts a token may be routed to (`expert_used_count`).
 pub const MAX_EXPERT_USED: usize = 64;
 
+/// The most expert groups a router may rank (`expert_group_count`;
+/// DeepSeek-V2/V3 use 8).
+pub const MAX_EXPERT_GROUPS: usize = 64;
+
 /// A model family with its own graph details.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -603,7 +607,8 @@ fn routing(m: &dyn MetadataSource, a: &str, arch: Arch, n_expert: usize) -> Resu
             // The kept groups must hold at least `expert_used_count` experts.
             let per_group = n_expert as u64 / g;
             let n_used = m.meta_u64(&k("expert_used_count")).unwrap_or(0);
-            let ok = (n_expert as u64).is_multiple_of(g)
+            let ok = g <= MAX_EXPERT_GROUPS as u64
+                && (n_expert as u64).is_multiple_of(g)
                 && (1..=g).contains(&used)
                 && per_group.saturating_mul(used) >= n_used;
             if !ok {

@@ -361,6 +361,45 @@ impl Rope {
 mod tests {
     use super::*;
 
+    /// The transposed weighted sums equal the naive double loop, for f32
+    /// and f16 keys, partial blocks and more positions than one chunk.
+    #[test]
+    fn weighted_transposed_group_matches_naive() {
+        let (stride, w, rows) = (300usize, 7usize, 3usize);
+        let kt: Vec<f32> = (0..stride * (w + 2))
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let kt16: Vec<u16> = kt
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect();
+        let lda = 290;
+        let a: Vec<f32> = (0..rows * lda).map(|i| (i % 13) as f32 / 13.0).collect();
+        for (start, n) in [(0, 1), (5, 17), (0, 280), (3, 290)] {
+            let mut want = vec![0.5f32; rows * w];
+            let mut want16 = want.clone();
+            for i in 0..rows {
+                for j in 0..w {
+                    for p in 0..n {
+                        want[i * w + j] += a[i * lda + p] * kt[j * stride + start + p];
+                        let k16 = half::f16::from_bits(kt16[j * stride + start + p]).to_f32();
+                        want16[i * w + j] += a[i * lda + p] * k16;
+                    }
+                }
+            }
+            let mut got = vec![0.5f32; rows * w];
+            weighted_transposed_group(&a, lda, &kt, stride, start, n, &mut got, w);
+            let mut got16 = vec![0.5f32; rows * w];
+            weighted_transposed_group(&a, lda, &kt16, stride, start, n, &mut got16, w);
+            for (g, e) in got.iter().zip(&want).chain(got16.iter().zip(&want16)) {
+                assert!(
+                    (g - e).abs() <= 1e-4 * e.abs().max(1.0),
+                    "{start} {n}: {g} vs {e}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn dot_matches_naive() {
         let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();

@@ -179,8 +179,13 @@ pub(super) fn route(
             }
             _ => grp.iter().copied().fold(f32::NEG_INFINITY, f32::max),
         };
-        let gs: Vec<f32> = select.chunks_exact(per).map(group_score).collect();
-        let mut keep = vec![false; g];
+        // At most MAX_EXPERT_GROUPS (checked with the config): no allocation
+        // per row.
+        let mut gs = [f32::NEG_INFINITY; crate::config::MAX_EXPERT_GROUPS];
+        for (s, grp) in gs.iter_mut().zip(select.chunks_exact(per)) {
+            *s = group_score(grp);
+        }
+        let mut keep = [false; crate::config::MAX_EXPERT_GROUPS];
         for _ in 0..used {
             let best = (0..g)
                 .filter(|&i| !keep[i])
