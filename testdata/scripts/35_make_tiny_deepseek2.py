@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Create the seeded random-init tiny DeepSeek-V2 (MLA) model + transformers reference.
 
-Usage: HF_HUB_OFFLINE=1 python 35_make_tiny_deepseek2.py TESTDATA_TINY_DIR [lite]
+Usage: HF_HUB_OFFLINE=1 python 35_make_tiny_deepseek2.py TESTDATA_TINY_DIR [lite|v3]
   Reads the bpe2048 tokenizer from TESTDATA_TINY_DIR/llama/hf/ and writes TESTDATA_TINY_DIR/deepseek2/hf/,
   reference.json and logits.f32le through 21_make_tiny_models.py's `make` (same prompt, same 16
   greedy steps, same reference format). Then `ARCHES=deepseek2 31_convert_families.sh` makes the GGUFs.
-  With `lite`: TESTDATA_TINY_DIR/deepseek2-lite/, DeepSeek-V2-Lite's variant (below).
+  With `lite`: TESTDATA_TINY_DIR/deepseek2-lite/, DeepSeek-V2-Lite's variant; with `v3`:
+  TESTDATA_TINY_DIR/deepseek2-v3/, DeepSeek-V3's (below).
 
 DeepSeek-V2 as released, scaled down (transformers' DeepseekV2ForCausalLM):
 * multi-head latent attention: 4 heads; queries through a low-rank q_a (24) + RMS norm + q_b
@@ -24,6 +25,12 @@ Shape otherwise 21's COMMON (hidden 64, vocab 2048); 4 layers.
 (`q_lora_rank` null), plain top-2 routing over all experts (`greedy`, no groups), scale 1. llama.cpp
 runs this variant only at V2-Lite's depth (its loader reads `q_lora_rank` unless the model has
 26 or 27 layers), so transformers is its only reference.
+
+`v3`: DeepSeek-V3's router on the same body (transformers' DeepseekV3ForCausalLM, seed 1025; also
+Moonlight's): sigmoid scores plus a selection bias (`e_score_correction_bias`, N(0, 0.1) here, used
+for the choice only), groups ranked by the sum of their two best (`noaux_tc`; 2 groups of 4, the
+best 1 kept), the chosen sigmoid scores renormalized and scaled by 2.5; `scoring_func: sigmoid`
+in config.json as the released models have it (the converter's `expert_gating_func`).
 """
 import importlib.util
 import os
@@ -78,14 +85,30 @@ def main():
         return logits, w, idx
 
     md.DeepseekV2TopkRouter.forward = forward
-    lite = sys.argv[2:] == ["lite"]
-    name, seed = "deepseek2", SEED
+    variant = sys.argv[2] if len(sys.argv) > 2 else ""
+    lite = variant == "lite"
+    name, seed, cfg_cls, model_cls = "deepseek2", SEED, DeepseekV2Config, DeepseekV2ForCausalLM
     if lite:
         name, seed = "deepseek2-lite", SEED + 1
         kw.update(q_lora_rank=None, topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0)
-    tiny21.make_with_bpe2048(name, (DeepseekV2Config, DeepseekV2ForCausalLM, kw, "bpe2048", torch.bfloat16, seed), root)
+    if variant == "v3":
+        from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+        name, seed, cfg_cls, model_cls = "deepseek2-v3", SEED + 2, DeepseekV3Config, DeepseekV3ForCausalLM
+        kw.update(topk_method="noaux_tc", norm_topk_prob=True, routed_scaling_factor=2.5, scoring_func="sigmoid")
+        _p = tiny21.perturb
+
+        def perturb_v3(model, arch, seed):
+            _p(model, arch, seed)
+            g = torch.Generator().manual_seed(seed + 13)
+            with torch.no_grad():
+                for n, b in model.named_buffers():
+                    if n.endswith("e_score_correction_bias"):
+                        b.copy_(0.1 * torch.randn(b.shape, generator=g))
+
+        tiny21.perturb = perturb_v3
+    tiny21.make_with_bpe2048(name, (cfg_cls, model_cls, kw, "bpe2048", torch.bfloat16, seed), root)
     print("rows whose experts the group limit changed in the reference runs:", groups_pruned["n"])
-    assert lite or groups_pruned["n"] > 0, "the group limit is not exercised"
+    assert variant or groups_pruned["n"] > 0, "the group limit is not exercised"
 
 
 if __name__ == "__main__":

@@ -14,11 +14,13 @@ pub fn tiny(arch: &str) -> PathBuf {
     testdata().join("tiny").join(arch)
 }
 
-/// The architectures of the tiny fixtures: the testkit's families and
-/// Gemma 3n (whose GGUFs llama.cpp's converter made, though its runtime
-/// cannot run them).
+/// The tiny fixtures with GGUFs from llama.cpp's converter: the testkit's
+/// families, Gemma 3n (which llama.cpp's runtime cannot run at that size)
+/// and DeepSeek's V2-Lite and V3 variants.
 pub fn arches() -> impl Iterator<Item = &'static str> {
-    gpack_testkit::TINY_FAMILIES.into_iter().chain(["gemma3n"])
+    gpack_testkit::TINY_FAMILIES
+        .into_iter()
+        .chain(["gemma3n", "deepseek2-lite", "deepseek2-v3"])
 }
 
 /// Little-endian GGUF bytes, written field by field so tests can lie.

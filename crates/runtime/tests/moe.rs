@@ -11,7 +11,15 @@ use gpack_runtime::{
 };
 use std::path::{Path, PathBuf};
 
-const MOE: [&str; 4] = ["qwen3moe", "mixtral", "gpt-oss", "deepseek2"];
+/// With DeepSeek-V3's router (sigmoid, selection bias, groups by their two
+/// best, renormalized and scaled), which llama.cpp runs as transformers does.
+const MOE: [&str; 5] = [
+    "qwen3moe",
+    "mixtral",
+    "gpt-oss",
+    "deepseek2",
+    "deepseek2-v3",
+];
 
 #[test]
 fn tiny_moe_f16_and_hf_match_transformers() {
