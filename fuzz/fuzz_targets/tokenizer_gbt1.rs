@@ -35,6 +35,9 @@ fn valid() -> &'static [u8] {
             eos: Some(258),
             pad: None,
             unk: None,
+            // The end-ids flag and fields are in the seed, for mutation.
+            eot: Some(258),
+            eom: None,
             add_bos: true,
             add_eos: false,
             add_space_prefix: false,
@@ -56,6 +59,7 @@ fn check(bytes: &[u8]) {
     for r in 0..g.n_merges().min(4096) {
         let _ = (g.merge(r), g.merge_priority(r));
     }
+    let _ = (g.eot(), g.eom());
     let _ = (
         g.chat_template(),
         g.bos(),
