@@ -190,6 +190,14 @@ fn classify(t: &TensorInfo) -> Placement {
     if expert_part(&t.name).is_some() && t.dims.len() == 3 {
         return Placement::Experts;
     }
+    // DeepSeek's per-head MLA matrices (`[cols, rows, n_head]`): stored as
+    // one native matrix of `rows · n_head` rows, each head a whole row range
+    // of it (else they would be raw ggml rows, transcoded at every load).
+    if t.dims.len() == 3
+        && (t.name.ends_with(".attn_k_b.weight") || t.name.ends_with(".attn_v_b.weight"))
+    {
+        return Placement::Native;
+    }
     if t.dims.len() == 2 && t.dims[1] > 1 && t.dims[0] > 1 {
         Placement::Native
     } else {

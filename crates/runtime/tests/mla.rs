@@ -137,6 +137,16 @@ fn deepseek2_lite_variant_matches_transformers() {
     )
     .unwrap();
     check_exact(arch, "hf .gpack", &out);
+    // The per-head MLA matrices are stored natively (not raw rows to
+    // transcode at load).
+    let w = gpack_runtime::GpackWeights::open(&out).unwrap();
+    for name in ["blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight"] {
+        let t = gpack_runtime::WeightSource::tensor(&w, name).unwrap();
+        assert!(
+            matches!(t, gpack_runtime::weights::TensorRef::Native { .. }),
+            "{name}"
+        );
+    }
 }
 
 /// The expert counters with leading dense layers: tokens counted once per
