@@ -148,16 +148,22 @@ impl Model<'_> {
                 // scores = (q · K[start..=p]) * scale over the transposed
                 // cache, block by block (each position's sum is the same
                 // whatever the blocks), head i's into slot row i.
-                let mut b0 = start;
-                while b0 <= p {
-                    let b1 = ((b0 / KB + 1) * KB).min(p + 1);
-                    let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
-                    let kt = base..base + hd * KB;
+                // The key blocks holding positions start..=p: (first
+                // position, end, the block's range of the cache).
+                let blocks = || {
+                    std::iter::successors(Some(start), |&b0| Some((b0 / KB + 1) * KB))
+                        .take_while(move |&b0| b0 <= p)
+                        .map(move |b0| {
+                            let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
+                            let b1 = ((b0 / KB + 1) * KB).min(p + 1);
+                            (b0, b1, base..base + hd * KB)
+                        })
+                };
+                for (b0, b1, kt) in blocks() {
                     let sc = &mut slot[b0 - start..];
                     q_seq
                         .k_cache
                         .scores_group(q, hd, c.attn_scale, kt, b0 % KB, b1 - b0, sc, ld);
-                    b0 = b1;
                 }
                 if let Some(cap) = c.attn_softcap {
                     for sc in slot.chunks_mut(ld).take(group) {
@@ -180,20 +186,17 @@ impl Model<'_> {
                     // The values are the keys' first `hdv` dims (the
                     // latent): weighted sums over the same key blocks.
                     o.fill(0.0);
-                    let mut b0 = start;
-                    while b0 <= p {
-                        let b1 = ((b0 / KB + 1) * KB).min(p + 1);
-                        let base = q_seq.k_at(c, l, kvh, 0, b0 / KB * KB);
+                    for (b0, b1, kt) in blocks() {
+                        let a = &slot[b0 - start..];
                         q_seq.k_cache.weighted_transposed_group(
-                            &slot[b0 - start..],
+                            a,
                             ld,
-                            base..base + hd * KB,
+                            kt,
                             b0 % KB,
                             b1 - b0,
                             o,
                             hdv,
                         );
-                        b0 = b1;
                     }
                 } else {
                     let v0 = (l * nc + start) * vd + kvh * hdv;
