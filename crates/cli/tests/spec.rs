@@ -155,3 +155,67 @@ fn speculation_flags_are_checked() {
     assert!(err.contains("speculation: draft,"), "{err}");
     assert_eq!(spec, plain);
 }
+
+/// `--spec mtp` drafts with the model's multi-token-prediction block (the
+/// tiny GLM-4.7-Flash fixture, from its GGUF and its .gpack) and prints the
+/// text of `--spec none`; a model without a block is refused with its
+/// path named, exit 1; `serve` refuses the mode it does not serve yet.
+#[test]
+fn spec_mtp_drafts_with_the_models_block_and_keeps_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = tiny("glm4-mtp/glm4-mtp-f16.gguf");
+    let packed = dir.path().join("glm4-mtp.gpack");
+    let o = gpack()
+        .arg("convert")
+        .arg(&gguf)
+        .arg("-o")
+        .arg(&packed)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for model in [&gguf, &packed] {
+        let (ok, plain, err) = run(model, &["--spec", "none"]);
+        assert!(ok, "{err}");
+        let (ok, spec, err) = run(model, &["--spec", "mtp", "--draft-p-min", "0"]);
+        assert!(ok, "{err}");
+        assert_eq!(
+            spec,
+            plain,
+            "{}: --spec mtp changed the text",
+            model.display()
+        );
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("speculation: mtp"))
+            .unwrap_or_else(|| panic!("no speculation line: {err}"));
+        let drafted: u64 = line
+            .split(", ")
+            .nth(1)
+            .and_then(|s| s.strip_suffix(" drafted"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(drafted > 0, "{line}");
+    }
+    let llama = tiny("llama/llama-f16.gguf");
+    let o = gpack()
+        .arg("run")
+        .arg(&llama)
+        .args(["-p", "hi", "-n", "4", "--spec", "mtp"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("multi-token-prediction block") && err.contains("llama-f16.gguf"),
+        "{err}"
+    );
+    let o = gpack()
+        .arg("serve")
+        .arg(&gguf)
+        .args(["--spec", "mtp", "--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("mtp"), "{err}");
+}

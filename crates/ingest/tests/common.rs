@@ -16,11 +16,14 @@ pub fn tiny(arch: &str) -> PathBuf {
 
 /// The tiny fixtures with GGUFs from llama.cpp's converter: the testkit's
 /// families, Gemma 3n (which llama.cpp's runtime cannot run at that size)
-/// and DeepSeek's V2-Lite and V3 variants.
+/// DeepSeek's V2-Lite and V3 variants and GLM-4.7-Flash with its MTP block.
 pub fn arches() -> impl Iterator<Item = &'static str> {
-    gpack_testkit::TINY_FAMILIES
-        .into_iter()
-        .chain(["gemma3n", "deepseek2-lite", "deepseek2-v3"])
+    gpack_testkit::TINY_FAMILIES.into_iter().chain([
+        "gemma3n",
+        "deepseek2-lite",
+        "deepseek2-v3",
+        "glm4-mtp",
+    ])
 }
 
 /// Little-endian GGUF bytes, written field by field so tests can lie.

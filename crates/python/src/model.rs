@@ -142,6 +142,9 @@ fn checked_speculative(mode: &str) -> PyResult<bool> {
         Ok(SpecMode::Draft) => Err(PyValueError::new_err(
             "speculative=\"draft\" is not available in the Python package yet; use \"ngram\" or \"none\" (gpack run/serve take a draft model)",
         )),
+        Ok(SpecMode::Mtp) => Err(PyValueError::new_err(
+            "speculative=\"mtp\" is not available in the Python package yet; use \"ngram\" or \"none\" (gpack run --spec mtp drafts with a model's MTP block)",
+        )),
         Err(e) => Err(PyValueError::new_err(e)),
     }
 }

@@ -313,8 +313,13 @@ pub struct Config {
     pub arch: Arch,
     /// Residual width (`embedding_length`).
     pub n_embd: usize,
-    /// Number of blocks.
+    /// Number of blocks of the trunk (`block_count` less the MTP blocks).
     pub n_layer: usize,
+    /// Multi-token-prediction blocks stored after the trunk's
+    /// (`nextn_predict_layers`: GLM-4.5, GLM-4.7-Flash, DeepSeek-V3.2 as
+    /// llama.cpp converts them): blocks `n_layer .. n_layer + n_nextn`, run
+    /// only as a draft source ([`crate::Mtp`]), never by the trunk.
+    pub n_nextn: usize,
     /// Query heads.
     pub n_head: usize,
     /// Key/value heads (grouped-query attention when < n_head).
@@ -571,11 +576,25 @@ fn mla_dims(
 
 /// The routing of `arch`'s MoE layers: the family's gating, DeepSeek's
 /// `expert_gating_func`, weight normalization, scale and expert groups.
-fn routing(m: &dyn MetadataSource, a: &str, arch: Arch, n_expert: usize) -> Result<Routing> {
+/// Vocabulary size of GLM-4.7-Flash, whose GGUFs (llama.cpp's converter,
+/// deepseek2 architecture) carry no `expert_gating_func` although its
+/// router is a sigmoid: llama.cpp's loader recognizes it by this and its
+/// 47 (48 with the MTP block) layers; so do we.
+const GLM47_FLASH_VOCAB: usize = 154_880;
+
+fn routing(
+    m: &dyn MetadataSource,
+    a: &str,
+    arch: Arch,
+    n_expert: usize,
+    (n_layer, n_vocab): (usize, usize),
+) -> Result<Routing> {
     let k = |s: &str| format!("{a}.{s}");
     let fam = arch.family();
     let deepseek = arch == Arch::Deepseek2;
+    let glm47_flash = n_vocab == GLM47_FLASH_VOCAB && (n_layer == 47 || n_layer == 48);
     let gating = match (deepseek, m.meta_u64(&k("expert_gating_func"))) {
+        (true, None) if glm47_flash => Gating::Sigmoid,
         (false, _) | (true, None | Some(0 | 1)) => fam.gating,
         (true, Some(2)) => Gating::Sigmoid,
         (true, Some(v)) => {
@@ -773,6 +792,14 @@ impl Config {
         } else {
             format!("{act} feed-forward, width {}", self.n_ff)
         });
+        if self.n_nextn > 0 {
+            f.push(format!(
+                "{} multi-token-prediction block{} after the {} layers (drafts for --spec mtp)",
+                self.n_nextn,
+                if self.n_nextn == 1 { "" } else { "s" },
+                self.n_layer
+            ));
+        }
         if let Some(g) = &self.gemma3n {
             let shared = g
                 .kv_source
@@ -801,7 +828,20 @@ impl Config {
         let a = arch.name();
         let k = |s: &str| format!("{a}.{s}");
         let n_embd = get_dim(m, k("embedding_length"), "embedding_length", MAX_WIDTH)?;
-        let n_layer = get_dim(m, k("block_count"), "block_count", MAX_LAYERS)?;
+        let block_count = get_dim(m, k("block_count"), "block_count", MAX_LAYERS)?;
+        // MTP blocks count in block_count (llama.cpp's n_layer_all) but are
+        // not part of the trunk.
+        let n_nextn = match m.meta_u64(&k("nextn_predict_layers")) {
+            Some(v) if v >= block_count as u64 => {
+                return Err(Error::Hparam {
+                    what: "nextn_predict_layers",
+                    value: v,
+                })
+            }
+            Some(v) => v as usize,
+            None => 0,
+        };
+        let n_layer = block_count - n_nextn;
         let n_head = get_dim(
             m,
             k("attention.head_count"),
@@ -1043,7 +1083,7 @@ impl Config {
                 }
             }
         }
-        let routing = routing(m, a, arch, n_expert)?;
+        let routing = routing(m, a, arch, n_expert, (n_layer, n_vocab))?;
         let n_expert_shared = match m.meta_u64(&k("expert_shared_count")) {
             Some(v) if v > MAX_EXPERT_USED as u64 => {
                 return Err(Error::Hparam {
@@ -1100,6 +1140,7 @@ impl Config {
             routing,
             n_expert_shared,
             n_dense_lead,
+            n_nextn,
             mla,
             gemma3n,
         })

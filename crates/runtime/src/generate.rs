@@ -143,7 +143,11 @@ pub fn generate_with(
         } else {
             Logits::None
         };
+        let from = state.pos();
         model.forward(state, c, want)?;
+        if let Some(d) = drafter.as_deref_mut().filter(|d| d.wants_hidden()) {
+            d.hidden(from, &model.step_hidden(state, c.len()));
+        }
     }
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
@@ -169,6 +173,7 @@ pub fn generate_with(
     // The last emitted token, not yet in the cache (`None` before the first).
     let mut pending: Option<u32> = None;
     while em.out.tokens.len() < cfg.max_tokens {
+        let rows_ran = pending.is_some();
         let rows = match pending {
             None => 1,
             Some(tok) => {
@@ -237,6 +242,13 @@ pub fn generate_with(
             // Keep the positions of the token and its accepted drafts: the
             // cache of the one-token path at this point.
             state.truncate(base + used);
+        }
+        if let Some(d) = drafter.as_deref_mut().filter(|d| d.wants_hidden()) {
+            // The rows this iteration ran (none on the first, which samples
+            // the prefill's logits).
+            if state.pos() == base + used && rows_ran {
+                d.hidden(base, &model.step_hidden(state, used));
+            }
         }
         if pending.is_none() {
             break;

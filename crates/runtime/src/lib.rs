@@ -124,9 +124,10 @@ pub use generate::{generate, generate_with, partial_stop, GenerateConfig, Genera
 pub use gguf::GgufWeights;
 pub use gpack::{DraftWeights, GpackWeights};
 pub use model::{
-    LoadOptions, Logits, Model, PleMode, PleStats, Scratch, Sequence, State, DEFAULT_PLE_CACHE,
+    LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode, PleStats, Scratch, Sequence, State,
+    DEFAULT_PLE_CACHE,
 };
 pub use open::{Loaded, OpenError};
 pub use sampler::{argmax, Sampler, SamplerConfig};
-pub use spec::{Drafter, ModelDrafter, NgramDrafter, SpecMode, SpecStats};
+pub use spec::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecMode, SpecStats};
 pub use weights::{AlignedBuf, HasMetadata, MetadataSource, TensorRef, WeightSource};

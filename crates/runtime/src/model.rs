@@ -24,6 +24,7 @@ use crate::experts::{ExpertMode, ExpertStats, ExpertStore};
 use crate::matrix::{Matrix, Proj};
 use crate::ops::{self, Rope};
 use crate::ple::PleIo;
+use crate::weights::WeightSource;
 use gpack_quant::Pool;
 use std::sync::Mutex;
 
@@ -33,11 +34,13 @@ mod kv;
 mod load;
 mod mla;
 mod moe;
+mod mtp;
 mod step;
 pub use gemma3n::{PleMode, PleStats};
 use kv::Kv;
 pub use kv::{Sequence, KB};
 use load::{matrix, required_vec, tensor};
+pub use mtp::{Mtp, MtpWeights};
 use step::{glu, norm_rows};
 
 /// The feed-forward part of a block.
@@ -423,6 +426,20 @@ impl<'a> Model<'a> {
         s.head_rows.clear();
         self.step(s, seqs, tokens)?;
         Ok(self.output_normed(s, tokens.iter().map(|t| t.len()).sum()))
+    }
+
+    /// The output-normed hidden states of rows `0 .. n` of the last
+    /// forward on `s` (`[n][n_embd]`, as [`Model::hidden_states`] gives
+    /// them, without running anything): what an MTP block drafts from.
+    pub fn step_hidden(&self, s: &State, n: usize) -> Vec<f32> {
+        self.output_normed(&s.scratch, n)
+    }
+
+    /// The MTP block of `w` (which this model was loaded from), if it has
+    /// one: the view to [`Mtp::load`] from.
+    pub fn mtp_weights<'w>(&self, w: &'w dyn WeightSource) -> Option<MtpWeights<'w>> {
+        let c = &self.config;
+        MtpWeights::of(w, c.arch.name(), c.n_layer, c.n_nextn)
     }
 
     /// The first `n` rows of the residual stream after the output norm.

@@ -23,7 +23,7 @@
 //! the tests).
 
 use crate::error::Result;
-use crate::model::{Logits, Model, State};
+use crate::model::{Logits, Model, Mtp, State};
 use crate::sampler::argmax;
 
 /// Which draft source a generation uses.
@@ -35,18 +35,26 @@ pub enum SpecMode {
     Ngram,
     /// [`ModelDrafter`]: a smaller model with the same vocabulary.
     Draft,
+    /// [`MtpDrafter`]: the model's own multi-token-prediction block.
+    Mtp,
 }
 
 impl SpecMode {
     /// Every mode, in `--help` order.
-    pub const ALL: [SpecMode; 3] = [SpecMode::Ngram, SpecMode::Draft, SpecMode::None];
+    pub const ALL: [SpecMode; 4] = [
+        SpecMode::Ngram,
+        SpecMode::Draft,
+        SpecMode::Mtp,
+        SpecMode::None,
+    ];
 
-    /// `ngram`, `draft`, `none`.
+    /// `ngram`, `draft`, `mtp`, `none`.
     pub fn name(self) -> &'static str {
         match self {
             SpecMode::None => "none",
             SpecMode::Ngram => "ngram",
             SpecMode::Draft => "draft",
+            SpecMode::Mtp => "mtp",
         }
     }
 }
@@ -58,7 +66,7 @@ impl std::str::FromStr for SpecMode {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("unknown speculation mode {s:?} (expected ngram, draft or none)")
+                format!("unknown speculation mode {s:?} (expected ngram, draft, mtp or none)")
             })
     }
 }
@@ -73,6 +81,18 @@ pub trait Drafter {
     /// Told, after each verification, how many of the `drafted` tokens the
     /// target accepted (adapts the draft length).
     fn observe(&mut self, drafted: usize, accepted: usize);
+
+    /// Whether the source drafts from the target's hidden states (an MTP
+    /// block): then the generation loop passes them to [`Drafter::hidden`]
+    /// after every forward of the target.
+    fn wants_hidden(&self) -> bool {
+        false
+    }
+
+    /// The target's output-normed hidden states (`[n][n_embd]`,
+    /// [`Model::step_hidden`]) of the positions `from .. from + n` it kept;
+    /// they replace whatever was given for positions from `from` on.
+    fn hidden(&mut self, _from: usize, _rows: &[f32]) {}
 }
 
 /// Counters of a speculative generation.
@@ -331,6 +351,133 @@ impl Drafter for ModelDrafter<'_, '_> {
 
     fn observe(&mut self, drafted: usize, accepted: usize) {
         self.len.observe(drafted, accepted);
+    }
+}
+
+/// Drafts with the target's own multi-token-prediction block ([`Mtp`]):
+/// greedily, from the trunk's hidden states, chaining the block's own
+/// output for drafts past the first; stops early where its top probability
+/// falls below `p_min`. The block's cache entry `p` is the pair
+/// `(h_p, x_{p+1})`; it follows the text (a changed token or hidden state
+/// drops the entries from there on) and drafted entries are dropped after
+/// each call.
+pub struct MtpDrafter<'m, 'w> {
+    mtp: &'m Mtp<'w>,
+    state: State,
+    /// The token `x_{p+1}` of each entry `p` in `state`'s cache.
+    seen: Vec<u32>,
+    /// `[known][n_embd]` the trunk's hidden states by position.
+    hidden: Vec<f32>,
+    /// Positions of `hidden` that are valid.
+    known: usize,
+    len: DraftLength,
+    p_min: f32,
+}
+
+impl std::fmt::Debug for MtpDrafter<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MtpDrafter")
+            .field("seen", &self.seen.len())
+            .field("known", &self.known)
+            .field("len", &self.len)
+            .field("p_min", &self.p_min)
+            .finish()
+    }
+}
+
+impl<'m, 'w> MtpDrafter<'m, 'w> {
+    /// A drafter over `mtp` with a cache of `n_ctx` pairs (the target's
+    /// context).
+    pub fn new(mtp: &'m Mtp<'w>, n_ctx: usize, max_draft: usize, p_min: f32) -> Self {
+        MtpDrafter {
+            mtp,
+            state: mtp.new_state(n_ctx),
+            seen: Vec::new(),
+            hidden: Vec::new(),
+            known: 0,
+            len: DraftLength::new(4, max_draft),
+            p_min,
+        }
+    }
+}
+
+impl Drafter for MtpDrafter<'_, '_> {
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        let k = self.len.for_step().min(max);
+        // The target holds positions 0 .. h; history[h] is the token after.
+        let Some(h) = history.len().checked_sub(1) else {
+            return Ok(());
+        };
+        if k == 0 || h == 0 || self.known < h || h + k > self.state.n_ctx() {
+            return Ok(());
+        }
+        let d = self.mtp.model().config.n_embd;
+        // Entries whose token still matches the text (their hidden states
+        // are current: `hidden` truncates them when it replaces a row).
+        let common = self
+            .seen
+            .iter()
+            .zip(&history[1..])
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(h - 1);
+        self.state.truncate(common);
+        self.seen.truncate(common);
+        let toks = &history[common + 1..=h];
+        self.mtp.forward(
+            &mut self.state,
+            toks,
+            &self.hidden[common * d..h * d],
+            Logits::Last,
+        )?;
+        self.seen.extend_from_slice(toks);
+        // Rows of the last forward.
+        let mut rows = toks.len();
+        for i in 0..k {
+            let logits = self.state.logits();
+            let t = argmax(logits);
+            if top_prob(logits, t) < self.p_min {
+                break;
+            }
+            out.push(t);
+            if i + 1 < k {
+                let g = self.mtp.output_normed(&self.state, rows);
+                self.mtp
+                    .forward(&mut self.state, &[t], &g[(rows - 1) * d..], Logits::Last)?;
+                rows = 1;
+            }
+        }
+        // Drafted entries stand on guessed hidden states: drop them.
+        self.state.truncate(h);
+        Ok(())
+    }
+
+    fn observe(&mut self, drafted: usize, accepted: usize) {
+        self.len.observe(drafted, accepted);
+    }
+
+    fn wants_hidden(&self) -> bool {
+        true
+    }
+
+    fn hidden(&mut self, from: usize, rows: &[f32]) {
+        let d = self.mtp.model().config.n_embd;
+        let n = rows.len() / d;
+        self.known = self.known.min(from);
+        // Entries from `from` on were made from the replaced states.
+        let keep = self.seen.len().min(from);
+        self.state.truncate(keep);
+        self.seen.truncate(keep);
+        if from > self.known {
+            // A gap: nothing before `from` can be trusted either.
+            self.known = 0;
+            self.state.truncate(0);
+            self.seen.clear();
+            return;
+        }
+        self.hidden.resize((from + n) * d, 0.0);
+        self.hidden[from * d..].copy_from_slice(&rows[..n * d]);
+        self.known = from + n;
     }
 }
 

@@ -4,6 +4,7 @@ mod gemma3n;
 mod generation;
 mod mla;
 mod moe;
+mod mtp;
 mod ple;
 mod smollm2;
 mod spec;

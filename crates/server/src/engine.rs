@@ -892,7 +892,8 @@ impl Engine {
                 draft.clear();
                 if room > 0 {
                     let d: Option<&mut dyn Drafter> = match a.job.spec {
-                        SpecMode::None => None,
+                        // Refused when the job is made (http.rs, lib.rs).
+                        SpecMode::None | SpecMode::Mtp => None,
                         SpecMode::Ngram => Some(&mut a.ngram),
                         SpecMode::Draft => self.drafters[i].as_mut().map(|d| d as &mut dyn Drafter),
                     };
@@ -1092,7 +1093,7 @@ impl Engine {
                                 d.observe(rows - 1, accepted);
                             }
                         }
-                        SpecMode::None => {}
+                        SpecMode::None | SpecMode::Mtp => {}
                     }
                 }
                 // Keep the token and its accepted drafts: the cache of plain

@@ -533,6 +533,13 @@ async fn run(
         _ if constraint.is_some() => gpack_runtime::SpecMode::None,
         m => m,
     };
+    if p.spec == Some(gpack_runtime::SpecMode::Mtp) {
+        return Err(ApiError::invalid(
+            "speculative \"mtp\" is not served yet (gpack run --spec mtp drafts with the \
+             model's MTP block): use \"ngram\", \"draft\" or \"none\"",
+            Some("speculative"),
+        ));
+    }
     if p.spec == Some(gpack_runtime::SpecMode::Draft) && !s.has_draft {
         return Err(ApiError::invalid(
             "speculative \"draft\" needs a draft model: start the server with --draft MODEL",

@@ -234,6 +234,12 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         }
         (None, None) => None,
     };
+    if opts.spec == gpack_runtime::SpecMode::Mtp {
+        return Err(Error::Option {
+            what: "spec (mtp is not served yet: gpack run --spec mtp)",
+            value: "mtp".into(),
+        });
+    }
     if opts.spec == gpack_runtime::SpecMode::Draft && draft.is_none() {
         return Err(Error::Option {
             what: "spec (draft needs a draft model)",

@@ -87,7 +87,9 @@ pub struct SpecArgs {
     /// latest earlier occurrence of the last few tokens (prompt or answer; no
     /// extra weights; fast where the answer quotes its input: code edits,
     /// summaries, extraction), `draft` drafts with the model given by
-    /// --draft, `none` runs one token per forward. The model checks each
+    /// --draft, `mtp` with the model's own multi-token-prediction block
+    /// (GLM-4.7-Flash and other models converted with their `nextn`
+    /// layers), `none` runs one token per forward. The model checks each
     /// draft in one batched forward and keeps what it would have generated
     /// anyway: the output is the same in every mode (the same tokens for the
     /// same seed). Default: `draft` with --draft or when the .gpack carries
@@ -104,8 +106,8 @@ pub struct SpecArgs {
     #[arg(long, value_name = "N", default_value_t = gpack_runtime::spec::DEFAULT_MAX_DRAFT,
           value_parser = parse_draft_max)]
     pub draft_max: usize,
-    /// --spec draft: stop a draft where the draft model's top probability
-    /// falls below P.
+    /// --spec draft and mtp: stop a draft where the draft model's (block's)
+    /// top probability falls below P.
     #[arg(long, value_name = "P", default_value_t = gpack_runtime::spec::DEFAULT_P_MIN)]
     pub draft_p_min: f32,
 }
@@ -140,6 +142,25 @@ impl SpecArgs {
     }
 }
 
+/// The multi-token-prediction block `--spec mtp` drafts with: `model`'s
+/// (loaded from `w`, the file `path`), or an error saying the file has none.
+pub fn mtp_weights<'w>(
+    model: &gpack_runtime::Model<'_>,
+    w: &'w dyn gpack_runtime::WeightSource,
+    path: &std::path::Path,
+) -> anyhow::Result<gpack_runtime::MtpWeights<'w>> {
+    model.mtp_weights(w).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--spec mtp needs a model with a multi-token-prediction block \
+             (`{}.nextn_predict_layers` and `blk.{}.nextn.eh_proj.weight`, as llama.cpp's \
+             converter writes GLM-4.5/4.7 and DeepSeek-V3.2); {} has none: use --spec ngram",
+            model.config.arch.name(),
+            model.config.n_layer,
+            path.display()
+        )
+    })
+}
+
 fn parse_draft_max(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=64).contains(&n) => Ok(n),
@@ -153,6 +174,7 @@ fn spec_parser() -> impl clap::builder::TypedValueParser<Value = gpack_runtime::
     let help = |m: SpecMode| match m {
         SpecMode::Ngram => "prompt lookup: no extra weights",
         SpecMode::Draft => "a draft model (--draft MODEL)",
+        SpecMode::Mtp => "the model's multi-token-prediction block (run only)",
         SpecMode::None => "one token per forward",
     };
     PossibleValuesParser::new(SpecMode::ALL.map(|m| PossibleValue::new(m.name()).help(help(m))))

@@ -4,8 +4,8 @@ use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
 use gpack_runtime::Loaded;
 use gpack_runtime::{
-    generate_with, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter,
-    NgramDrafter, PleMode, SamplerConfig, SpecMode,
+    generate_with, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
+    MtpDrafter, NgramDrafter, PleMode, SamplerConfig, SpecMode,
 };
 use gpack_tokenizer::ChatMessage;
 use std::io::{IsTerminal, Write};
@@ -273,6 +273,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ),
         _ => None,
     };
+    // --spec mtp: the model's own multi-token-prediction block.
+    let mtp_weights = match spec_mode {
+        SpecMode::Mtp => Some(super::mtp_weights(&model, loaded.weights(), &a.model)?),
+        _ => None,
+    };
+    let mtp = match &mtp_weights {
+        Some(w) => Some(Mtp::load(w, &opts).context("loading the multi-token-prediction block")?),
+        None => None,
+    };
     let load_time = t0.elapsed();
     let anon_after_load = rss_anon_kib();
 
@@ -314,10 +323,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let mut by_model = draft_model
         .as_ref()
         .map(|m| ModelDrafter::new(m, a.ctx, a.spec.draft_max, a.spec.draft_p_min));
+    let mut by_mtp = mtp
+        .as_ref()
+        .map(|m| MtpDrafter::new(m, a.ctx, a.spec.draft_max, a.spec.draft_p_min));
     let drafter: Option<&mut dyn Drafter> = match spec_mode {
         SpecMode::None => None,
         SpecMode::Ngram => Some(&mut ngram),
         SpecMode::Draft => by_model.as_mut().map(|d| d as &mut dyn Drafter),
+        SpecMode::Mtp => by_mtp.as_mut().map(|d| d as &mut dyn Drafter),
     };
     let g = generate_with(
         &model,

@@ -33,7 +33,9 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "Olmo2ForCausalLM" => "olmo2",
             "Phi3ForCausalLM" => "phi3",
             "GptOssForCausalLM" => "gpt-oss",
-            "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => "deepseek2",
+            "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" | "Glm4MoeLiteForCausalLM" => {
+                "deepseek2"
+            }
             "Qwen2ForCausalLM" | "Qwen2Model" => "qwen2",
             "Qwen3ForCausalLM" | "Qwen3Model" => "qwen3",
             "Qwen3MoeForCausalLM" => "qwen3moe",
@@ -51,7 +53,7 @@ pub fn gguf_architecture(config: &Json) -> Option<&'static str> {
             "olmo2" => "olmo2",
             "phi3" => "phi3",
             "gpt_oss" => "gpt-oss",
-            "deepseek_v2" | "deepseek_v3" => "deepseek2",
+            "deepseek_v2" | "deepseek_v3" | "glm4_moe_lite" => "deepseek2",
             "qwen2" => "qwen2",
             "qwen3" => "qwen3",
             "qwen3_moe" => "qwen3moe",
@@ -347,6 +349,19 @@ fn deepseek2_keys(hp: &Hp<'_>, m: &mut Metadata, a: &str) -> Result<(), Error> {
         (None, Some(_)) => 0,
     };
     put("leading_dense_block_count", Value::U32(dense));
+    // The MTP blocks after the trunk count in block_count where llama.cpp's
+    // converter keeps them (Glm4MoeLiteModel; its DeepseekV2Model drops
+    // DeepSeek-V3's); their tensors are mapped (`names::deepseek2_name`),
+    // the runtime drafts with them.
+    let keeps_mtp = hp.raw("model_type").and_then(Json::as_str) == Some("glm4_moe_lite");
+    if let Some(n) = hp
+        .u32("num_nextn_predict_layers")?
+        .filter(|&n| n > 0 && keeps_mtp)
+    {
+        let trunk = hp.u32("num_hidden_layers")?.unwrap_or(0);
+        put("block_count", Value::U32(trunk.saturating_add(n)));
+        put("nextn_predict_layers", Value::U32(n));
+    }
     if let Some(v) = hp.u32("vocab_size")? {
         put("vocab_size", Value::U32(v));
     }

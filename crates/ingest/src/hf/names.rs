@@ -159,6 +159,15 @@ fn deepseek2_name(layer: u64, rest: &str) -> Option<HfName> {
         "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
         "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
         "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
+        // The multi-token-prediction block after the trunk (DeepSeek-V3,
+        // GLM-4.7-Flash: `model.layers.{num_hidden_layers}.*`), named as
+        // llama.cpp's converter names it.
+        "eh_proj.weight" => "nextn.eh_proj.weight",
+        "enorm.weight" => "nextn.enorm.weight",
+        "hnorm.weight" => "nextn.hnorm.weight",
+        "embed_tokens.weight" => "nextn.embed_tokens.weight",
+        "shared_head.norm.weight" => "nextn.shared_head_norm.weight",
+        "shared_head.head.weight" => "nextn.shared_head_head.weight",
         _ => return None,
     };
     Some(HfName::Gguf(format!("blk.{layer}.{g}")))

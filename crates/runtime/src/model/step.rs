@@ -17,6 +17,18 @@ impl Model<'_> {
         seqs: &mut [&mut Sequence],
         tokens: &[&[u32]],
     ) -> Result<&'s [f32]> {
+        self.step_with(s, seqs, tokens, None)
+    }
+
+    /// [`Model::step`], its first residual rows given (`[n][n_embd]`, an
+    /// MTP block's projected input) instead of looked up from `tokens`.
+    pub(super) fn step_with<'s>(
+        &self,
+        s: &'s mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+        embedded: Option<&[f32]>,
+    ) -> Result<&'s [f32]> {
         let c = &self.config;
         for (q, t) in seqs.iter().zip(tokens) {
             if q.pos + t.len() > q.n_ctx {
@@ -53,11 +65,16 @@ impl Model<'_> {
         let r = c.n_rot;
 
         // Embedding lookup (and gemma's sqrt(n_embd) scale).
-        for (t, &tok) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
-            let x = &mut s.x[t * d..(t + 1) * d];
-            self.embd.row(tok as usize, x);
-            if let Some(scale) = c.embed_scale {
-                x.iter_mut().for_each(|v| *v *= scale);
+        match embedded {
+            Some(rows) => s.x[..n * d].copy_from_slice(&rows[..n * d]),
+            None => {
+                for (t, &tok) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
+                    let x = &mut s.x[t * d..(t + 1) * d];
+                    self.embd.row(tok as usize, x);
+                    if let Some(scale) = c.embed_scale {
+                        x.iter_mut().for_each(|v| *v *= scale);
+                    }
+                }
             }
         }
         // Rotary tables for this step's positions.
