@@ -159,7 +159,7 @@ fn speculation_flags_are_checked() {
 /// `--spec mtp` drafts with the model's multi-token-prediction block (the
 /// tiny GLM-4.7-Flash fixture, from its GGUF and its .gpack) and prints the
 /// text of `--spec none`; a model without a block is refused with its
-/// path named, exit 1; `serve` refuses the mode it does not serve yet.
+/// path named, exit 1, by `run` and `serve`.
 #[test]
 fn spec_mtp_drafts_with_the_models_block_and_keeps_the_text() {
     let dir = tempfile::tempdir().unwrap();
@@ -170,9 +170,60 @@ fn spec_mtp_drafts_with_the_models_block_and_keeps_the_text() {
         .arg(&gguf)
         .arg("-o")
         .arg(&packed)
+        .arg("--json")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The block is in the Mtp section; verify hashes it; inspect says so.
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mtp = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "mtp")
+        .unwrap_or_else(|| panic!("no mtp section: {report}"));
+    let source = gpack_ingest::Source::open(&gguf).unwrap();
+    let block: Vec<&str> = source
+        .tensors
+        .iter()
+        .map(|t| t.name.as_str())
+        .filter(|n| n.starts_with("blk.4."))
+        .collect();
+    assert!(block.contains(&"blk.4.nextn.eh_proj.weight"), "{block:?}");
+    assert_eq!(mtp["items"].as_u64(), Some(block.len() as u64), "{mtp}");
+    assert!(
+        report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| !t["name"].as_str().unwrap().starts_with("blk.4.")),
+        "a block tensor among the trunk's"
+    );
+    let o = gpack().arg("verify").arg(&packed).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = gpack().arg("inspect").arg(&packed).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("mtp:       1 multi-token-prediction block(s) after layer 4"),
+        "{text}"
+    );
+    // A draft model cannot take the block's place.
+    let o = gpack()
+        .arg("convert")
+        .arg(&gguf)
+        .arg("--draft")
+        .arg(&gguf)
+        .arg("-o")
+        .arg(dir.path().join("refused.gpack"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("its own multi-token-prediction block"),
+        "{err}"
+    );
+    assert!(!dir.path().join("refused.gpack").exists());
     for model in [&gguf, &packed] {
         let (ok, plain, err) = run(model, &["--spec", "none"]);
         assert!(ok, "{err}");
@@ -211,11 +262,11 @@ fn spec_mtp_drafts_with_the_models_block_and_keeps_the_text() {
     );
     let o = gpack()
         .arg("serve")
-        .arg(&gguf)
+        .arg(&llama)
         .args(["--spec", "mtp", "--port", "0"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("mtp"), "{err}");
+    assert!(err.contains("multi-token-prediction block"), "{err}");
 }

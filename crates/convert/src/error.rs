@@ -159,6 +159,23 @@ pub enum OptionProblem {
     /// `--draft` and `--mtp-dir` together.
     #[error("--draft and --mtp-dir both fill the Mtp section: give one")]
     DraftAndMtpDir,
+    /// `--draft` or `--mtp-dir` for a model whose own MTP block fills the
+    /// Mtp section.
+    #[error(
+        "{option}: {} carries its own multi-token-prediction block ({blocks} after {trunk} layers), \
+         which the Mtp section holds: give no {option}",
+        model.display()
+    )]
+    MtpBlockAndDraft {
+        /// "--draft" or "--mtp-dir".
+        option: &'static str,
+        /// The model.
+        model: PathBuf,
+        /// Its MTP blocks.
+        blocks: u32,
+        /// Its trunk's layers.
+        trunk: u32,
+    },
     /// The `--mtp-dir` directory cannot be listed.
     #[error("--mtp-dir {}: cannot list the directory", dir.display())]
     MtpDirUnreadable {

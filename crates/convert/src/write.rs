@@ -211,13 +211,31 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
     if !opts.force && opts.output.exists() {
         return Err(Error::OutputExists(opts.output.clone()));
     }
-    let source = Source::open(&opts.source)?;
+    let mut source = Source::open(&opts.source)?;
     if opts.external_experts && source.kind != SourceKind::Gguf {
         return Err(OptionProblem::ExternalNeedsGguf.into());
     }
+    // The model's own MTP blocks go to the Mtp section, not the trunk's.
+    let mut mtp_block = take_mtp_blocks(&mut source);
     let plan = plan::plan(&source, opts.quant, opts.external_experts)?;
     if opts.draft.is_some() && opts.mtp_dir.is_some() {
         return Err(OptionProblem::DraftAndMtpDir.into());
+    }
+    if let Some((blocks, trunk, _)) = &mtp_block {
+        let option = match (&opts.draft, &opts.mtp_dir) {
+            (Some(_), _) => Some("--draft"),
+            (None, Some(_)) => Some("--mtp-dir"),
+            (None, None) => None,
+        };
+        if let Some(option) = option {
+            return Err(OptionProblem::MtpBlockAndDraft {
+                option,
+                model: opts.source.clone(),
+                blocks: *blocks,
+                trunk: *trunk,
+            }
+            .into());
+        }
     }
     let draft = match &opts.draft {
         Some(d) => Some(open_draft(d, &source)?),
@@ -630,12 +648,35 @@ pub fn convert(opts: &ConvertOptions, progress: &dyn Progress) -> Result<Report,
             opts.quant,
             &mut w,
             progress,
+            false,
         )?;
         record(SectionKind::Mtp, size, n);
         mtp_desc = serde_json::json!({"path": dir.display().to_string(), "tensors": n});
     }
+    if let Some((blocks, trunk, tensors)) = &mut mtp_block {
+        // The blocks' tensors stand in for the trunk's while they are written.
+        std::mem::swap(&mut source.tensors, tensors);
+        let written = write_mtp(
+            &source,
+            "the model's MTP block",
+            &opts.source,
+            opts.quant,
+            &mut w,
+            progress,
+            true,
+        );
+        std::mem::swap(&mut source.tensors, tensors);
+        let (n, size) = written?;
+        record(SectionKind::Mtp, size, n);
+        mtp_desc = serde_json::json!({
+            "role": "mtp",
+            "blocks": *blocks,
+            "after_layers": *trunk,
+            "tensors": n,
+        });
+    }
     if let (Some(d), Some(path)) = (&draft, &opts.draft) {
-        let (n, size) = write_mtp(d, "--draft", path, opts.quant, &mut w, progress)?;
+        let (n, size) = write_mtp(d, "--draft", path, opts.quant, &mut w, progress, false)?;
         record(SectionKind::Mtp, size, n);
         mtp_desc = serde_json::json!({
             "role": "draft",
@@ -777,8 +818,41 @@ fn open_draft(path: &Path, target: &Source) -> Result<Source, Error> {
     Ok(d)
 }
 
+/// Takes the tensors of `source`'s multi-token-prediction blocks out of it
+/// (`blk.N.*` for `N` from `block_count - {arch}.nextn_predict_layers` on):
+/// `(blocks, trunk layers, tensors)`, or `None` when it has none. The
+/// metadata keeps both keys: the runtime finds the blocks' tensors in the Mtp
+/// section.
+fn take_mtp_blocks(source: &mut Source) -> Option<(u32, u32, Vec<gpack_ingest::TensorInfo>)> {
+    let arch = source.architecture()?.to_string();
+    let blocks = source
+        .metadata
+        .get_u32(&format!("{arch}.nextn_predict_layers"))
+        .filter(|&n| n > 0)?;
+    let trunk = source
+        .metadata
+        .get_u32(&format!("{arch}.block_count"))?
+        .checked_sub(blocks)?;
+    let is_mtp = |name: &str| {
+        name.strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|l| l.parse::<u32>().ok())
+            .is_some_and(|l| l >= trunk)
+    };
+    let (mtp, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut source.tensors)
+        .into_iter()
+        .partition(|t| is_mtp(&t.name));
+    source.tensors = rest;
+    if mtp.is_empty() {
+        return None;
+    }
+    Some((blocks, trunk, mtp))
+}
+
 /// Writes the Mtp section from `src` (given by `option` `dir`, as errors name it); returns
-/// (tensors, payload bytes).
+/// (tensors, payload bytes). Routed experts (a model's own MTP block) are
+/// stored as one native matrix per stacked tensor, `rows × n_expert` rows,
+/// each expert a whole row range of it.
 fn write_mtp(
     src: &Source,
     option: &'static str,
@@ -786,6 +860,7 @@ fn write_mtp(
     quant: Quant,
     w: &mut GpackWriter,
     progress: &dyn Progress,
+    stacked_experts: bool,
 ) -> Result<(u64, u64), Error> {
     if src.tensors.is_empty() {
         return Err(OptionProblem::DraftEmpty {
@@ -794,16 +869,21 @@ fn write_mtp(
         }
         .into());
     }
-    let mtp_plan = plan::plan(src, quant, false)?;
-    if let Some(p) = mtp_plan
-        .tensors
-        .iter()
-        .find(|p| p.placement == Placement::Experts)
-    {
-        return Err(Error::Tensor {
-            tensor: src.tensors[p.source].name.clone(),
-            problem: TensorProblem::DraftExperts,
-        });
+    let mut mtp_plan = plan::plan(src, quant, false)?;
+    for p in &mut mtp_plan.tensors {
+        if p.placement != Placement::Experts {
+            continue;
+        }
+        let t = &src.tensors[p.source];
+        if !stacked_experts {
+            return Err(Error::Tensor {
+                tensor: t.name.clone(),
+                problem: TensorProblem::DraftExperts,
+            });
+        }
+        // The stacked tensor as one matrix (`Placement::Native`).
+        p.placement = Placement::Native;
+        p.rows = t.dims.iter().skip(1).product::<u64>();
     }
     // Offsets in the data area: every tensor 256-aligned; matrices native,
     // everything else raw.

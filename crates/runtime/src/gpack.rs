@@ -26,6 +26,10 @@ pub struct GpackWeights {
     index: HashMap<String, TensorEntry>,
     /// The ExpertLayout and, for external experts, its files mapped.
     experts: Option<(ExpertLayout, Vec<Mmap>)>,
+    /// The model's own multi-token-prediction blocks, when the Mtp section
+    /// holds them (not a draft model): their tensor index and where the
+    /// section's data area starts.
+    mtp: Option<(HashMap<String, TensorEntry>, usize)>,
 }
 
 impl GpackWeights {
@@ -41,6 +45,13 @@ impl GpackWeights {
         for name in w.index.keys() {
             if let Some(Err(e)) = w.lookup(name) {
                 return Err(e);
+            }
+        }
+        if let Some((index, _)) = &w.mtp {
+            for name in index.keys() {
+                if let Some(Err(e)) = w.lookup(name) {
+                    return Err(e);
+                }
             }
         }
         Ok(w)
@@ -98,11 +109,28 @@ impl GpackWeights {
                 Some((layout, maps))
             }
         };
+        // The Mtp section holds a draft model (its keys under
+        // `gpack.draft.`) or the model's own MTP blocks.
+        let draft = metadata
+            .iter()
+            .any(|(k, _)| k.starts_with(payload::DRAFT_KEY_PREFIX));
+        let mtp = match g.section(SectionKind::Mtp) {
+            Some(s) if !draft => {
+                let (entries, data) = payload::parse_mtp(s.bytes)?;
+                let start = data.as_ptr() as usize - s.bytes.as_ptr() as usize;
+                Some((
+                    entries.into_iter().map(|e| (e.name.clone(), e)).collect(),
+                    start,
+                ))
+            }
+            _ => None,
+        };
         Ok(GpackWeights {
             g,
             metadata,
             index,
             experts,
+            mtp,
         })
     }
 
@@ -134,7 +162,13 @@ impl GpackWeights {
     }
 
     fn lookup(&self, name: &str) -> Option<Result<TensorRef<'_>>> {
-        let e = self.index.get(name)?;
+        let Some(e) = self.index.get(name) else {
+            // A tensor of the model's MTP blocks, in the Mtp section.
+            let (index, start) = self.mtp.as_ref()?;
+            let e = index.get(name)?;
+            let s = self.g.section(SectionKind::Mtp)?;
+            return Some(mtp_tensor(name, e, &s.bytes[*start..]));
+        };
         let kind = SectionKind::from_u32(e.section)?;
         if matches!(kind, SectionKind::ExpertBlobs | SectionKind::ExpertLayout) {
             // Stacked routed experts: served per expert by `expert_slice`.
@@ -267,38 +301,46 @@ pub struct DraftWeights<'g> {
 
 impl DraftWeights<'_> {
     fn lookup(&self, name: &str) -> Result<TensorRef<'_>> {
-        let bad = |problem: SectionProblem| Error::Section {
+        let e = self.index.get(name).ok_or_else(|| Error::Section {
             section: SectionKind::Mtp,
-            problem,
-        };
-        let tensor = || name.to_string();
-        let e = self
-            .index
-            .get(name)
-            .ok_or_else(|| bad(SectionProblem::DraftTensorAbsent { tensor: tensor() }))?;
-        let bytes = slice_of(self.data, e).ok_or_else(|| {
-            bad(SectionProblem::DraftTensorOutside {
+            problem: SectionProblem::DraftTensorAbsent {
+                tensor: name.to_string(),
+            },
+        })?;
+        mtp_tensor(name, e, self.data)
+    }
+}
+
+/// Tensor `name` (index record `e`) of the Mtp section's data area `data`:
+/// raw ggml blocks or a native view, bounds-checked.
+fn mtp_tensor<'b>(name: &str, e: &TensorEntry, data: &'b [u8]) -> Result<TensorRef<'b>> {
+    let bad = |problem: SectionProblem| Error::Section {
+        section: SectionKind::Mtp,
+        problem,
+    };
+    let tensor = || name.to_string();
+    let bytes = slice_of(data, e).ok_or_else(|| {
+        bad(SectionProblem::DraftTensorOutside {
+            tensor: tensor(),
+            offset: e.offset,
+            size: e.size,
+            len: data.len() as u64,
+        })
+    })?;
+    if e.layout == payload::LAYOUT_GGML {
+        let ggml_type = GgmlType::from_id(e.src_type).ok_or_else(|| {
+            bad(SectionProblem::UnknownType {
                 tensor: tensor(),
-                offset: e.offset,
-                size: e.size,
-                len: self.data.len() as u64,
+                ty: e.src_type,
             })
         })?;
-        if e.layout == payload::LAYOUT_GGML {
-            let ggml_type = GgmlType::from_id(e.src_type).ok_or_else(|| {
-                bad(SectionProblem::UnknownType {
-                    tensor: tensor(),
-                    ty: e.src_type,
-                })
-            })?;
-            return Ok(TensorRef::Dense {
-                ggml_type,
-                dims: e.dims.clone(),
-                bytes,
-            });
-        }
-        native_ref(name, bytes)
+        return Ok(TensorRef::Dense {
+            ggml_type,
+            dims: e.dims.clone(),
+            bytes,
+        });
     }
+    native_ref(name, bytes)
 }
 
 impl HasMetadata for DraftWeights<'_> {
@@ -376,7 +418,12 @@ impl WeightSource for GpackWeights {
         part: usize,
         n_expert: usize,
     ) -> Option<Result<ExpertSlice<'_>>> {
-        let Some((layout, maps)) = &self.experts else {
+        let in_mtp = self.mtp.as_ref().is_some_and(|(index, _)| {
+            index.contains_key(&crate::experts::stacked_name(layer, part))
+        });
+        let (Some((layout, maps)), false) = (&self.experts, in_mtp) else {
+            // A dense model's, or an MTP block's experts (stacked matrices
+            // in the Mtp section).
             return crate::experts::stacked_slice(self, layer, expert, part, n_expert);
         };
         let err = |origin: String, problem: ExpertSliceProblem| Error::ExpertSlice {

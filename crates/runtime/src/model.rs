@@ -435,6 +435,20 @@ impl<'a> Model<'a> {
         self.output_normed(&s.scratch, n)
     }
 
+    /// [`Model::step_hidden`] of rows `first .. first + n` of the last
+    /// batched step run on `s` (a server step's rows of one sequence).
+    pub fn hidden_rows(&self, s: &Scratch, first: usize, n: usize) -> Vec<f32> {
+        let d = self.config.n_embd;
+        let mut out = vec![0.0; n * d];
+        for (o, x) in out
+            .chunks_exact_mut(d)
+            .zip(s.x[first * d..].chunks_exact(d))
+        {
+            ops::rmsnorm(o, x, &self.output_norm, self.config.rms_eps);
+        }
+        out
+    }
+
     /// The MTP block of `w` (which this model was loaded from), if it has
     /// one: the view to [`Mtp::load`] from.
     pub fn mtp_weights<'w>(&self, w: &'w dyn WeightSource) -> Option<MtpWeights<'w>> {

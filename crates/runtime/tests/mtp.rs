@@ -88,6 +88,12 @@ fn mtp_block_matches_transformers() {
     )
     .unwrap();
     let gp = GpackWeights::open(&packed).unwrap();
+    // The block lives in the Mtp section, not in the trunk's index.
+    for name in ["blk.4.attn_norm.weight", "blk.4.nextn.eh_proj.weight"] {
+        assert!(gp.tensor_entry(name).is_none(), "{name} in the TensorIndex");
+        assert!(gp.tensor(name).is_some(), "{name} not served");
+    }
+    assert!(gp.tensor_entry("blk.3.attn_norm.weight").is_some());
     for (src, w) in [
         ("f16", &gg as &dyn WeightSource),
         ("hf", &hf as &dyn WeightSource),

@@ -36,7 +36,7 @@ use crate::api::ApiError;
 use crate::constrain::Guide;
 use crate::metrics::Metrics;
 use gpack_runtime::{partial_stop, Logits, Model, Scratch, Sequence};
-use gpack_runtime::{Drafter, ModelDrafter, NgramDrafter, SpecMode};
+use gpack_runtime::{Drafter, ModelDrafter, Mtp, MtpDrafter, NgramDrafter, SpecMode};
 use gpack_runtime::{Sampler, SamplerConfig};
 use gpack_tokenizer::{StreamDecoder, Tokenizer};
 use llguidance::toktrie::SimpleVob;
@@ -384,6 +384,7 @@ pub type FirstOutput = Box<dyn FnOnce() + Send>;
 pub fn start(
     model: &'static Model<'static>,
     draft: Option<&'static Model<'static>>,
+    mtp: Option<&'static Mtp<'static>>,
     tok: Tokenizer<'static>,
     cfg: EngineConfig,
     metrics: Arc<Metrics>,
@@ -404,7 +405,7 @@ pub fn start(
         .name("gpack-engine".into())
         .spawn(move || {
             let _alive = AliveGuard(h.clone());
-            let mut e = Engine::new(model, draft, tok, cfg, metrics, h);
+            let mut e = Engine::new(model, (draft, mtp), tok, cfg, metrics, h);
             e.first_output = first_output;
             e.run(rx)
         })
@@ -429,6 +430,11 @@ struct Engine {
     /// Per slot: the draft model's drafter (its own cache follows the slot's
     /// text, and like `cached` outlives a job), when there is a draft model.
     drafters: Vec<Option<ModelDrafter<'static, 'static>>>,
+    /// Per slot: the drafter of the model's MTP block, when it has one. It
+    /// is handed the trunk's hidden states of every position the slot keeps
+    /// (whatever the job's mode), so it follows the slot's text as `cached`
+    /// does.
+    mtps: Vec<Option<MtpDrafter<'static, 'static>>>,
     /// A masked copy of a logits row (constrained sampling).
     masked: Vec<f32>,
     /// Embedding jobs, first in first out, and the sequence they run in.
@@ -510,7 +516,10 @@ fn spare_core() -> bool {
 impl Engine {
     fn new(
         model: &'static Model<'static>,
-        draft: Option<&'static Model<'static>>,
+        (draft, mtp): (
+            Option<&'static Model<'static>>,
+            Option<&'static Mtp<'static>>,
+        ),
         tok: Tokenizer<'static>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
@@ -529,6 +538,9 @@ impl Engine {
                 .map(|_| {
                     draft.map(|d| ModelDrafter::new(d, cfg.n_ctx, cfg.draft_max, cfg.draft_p_min))
                 })
+                .collect(),
+            mtps: (0..cfg.parallel)
+                .map(|_| mtp.map(|m| MtpDrafter::new(m, cfg.n_ctx, cfg.draft_max, cfg.draft_p_min)))
                 .collect(),
             cfg,
             metrics,
@@ -892,9 +904,9 @@ impl Engine {
                 draft.clear();
                 if room > 0 {
                     let d: Option<&mut dyn Drafter> = match a.job.spec {
-                        // Refused when the job is made (http.rs, lib.rs).
-                        SpecMode::None | SpecMode::Mtp => None,
+                        SpecMode::None => None,
                         SpecMode::Ngram => Some(&mut a.ngram),
+                        SpecMode::Mtp => self.mtps[i].as_mut().map(|d| d as &mut dyn Drafter),
                         SpecMode::Draft => self.drafters[i].as_mut().map(|d| d as &mut dyn Drafter),
                     };
                     if let Some(d) = d {
@@ -1010,6 +1022,9 @@ impl Engine {
             for &i in &idx {
                 self.seqs[i].reset();
                 self.cached[i].clear();
+                if let Some(d) = self.mtps[i].as_mut() {
+                    d.hidden(0, &[]);
+                }
                 self.retire(i, Some(Event::Error(msg.clone())));
             }
             return;
@@ -1024,10 +1039,13 @@ impl Engine {
         let mut k = 0;
         let mut off = 0;
         let mut sampled = false;
+        // Per slot of the step: (slot, first position, first row, rows kept).
+        let mut kept: Vec<(usize, usize, usize, usize)> = Vec::new();
         for (j, &i) in idx.iter().enumerate() {
             let a = self.slots[i].as_mut().expect("active slot");
             let start = off;
             off += lens[j];
+            kept.push((i, self.seqs[i].pos() - lens[j], start, lens[j]));
             let decoding = a.fed >= a.job.prompt.len();
             a.fed = (a.fed + lens[j]).min(a.job.prompt.len());
             let rows = match wants[j] {
@@ -1093,13 +1111,26 @@ impl Engine {
                                 d.observe(rows - 1, accepted);
                             }
                         }
-                        SpecMode::None | SpecMode::Mtp => {}
+                        SpecMode::Mtp => {
+                            if let Some(d) = self.mtps[i].as_mut() {
+                                d.observe(rows - 1, accepted);
+                            }
+                        }
+                        SpecMode::None => {}
                     }
                 }
                 // Keep the token and its accepted drafts: the cache of plain
                 // decoding at this point.
                 self.seqs[i].truncate(base + used);
                 self.cached[i].truncate(base + used);
+                if let Some(e) = kept.last_mut() {
+                    e.3 = used;
+                }
+            }
+        }
+        for (i, from, row, n) in kept {
+            if let Some(d) = self.mtps[i].as_mut() {
+                d.hidden(from, &self.model.hidden_rows(&self.scratch, row, n));
             }
         }
         if sampled {

@@ -38,6 +38,8 @@ pub(crate) struct AppState {
     pub spec: gpack_runtime::SpecMode,
     /// Whether a draft model was loaded (`"speculative": "draft"` allowed).
     pub has_draft: bool,
+    /// Whether the model has an MTP block (per-request "mtp").
+    pub has_mtp: bool,
     pub created: u64,
     pub next_id: AtomicU64,
     /// Requests tokenized or rendered at once (on the blocking pool). Its
@@ -533,10 +535,9 @@ async fn run(
         _ if constraint.is_some() => gpack_runtime::SpecMode::None,
         m => m,
     };
-    if p.spec == Some(gpack_runtime::SpecMode::Mtp) {
+    if p.spec == Some(gpack_runtime::SpecMode::Mtp) && !s.has_mtp {
         return Err(ApiError::invalid(
-            "speculative \"mtp\" is not served yet (gpack run --spec mtp drafts with the \
-             model's MTP block): use \"ngram\", \"draft\" or \"none\"",
+            "speculative \"mtp\" needs a model with a multi-token-prediction block; this one has none",
             Some("speculative"),
         ));
     }

@@ -234,9 +234,25 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         }
         (None, None) => None,
     };
-    if opts.spec == gpack_runtime::SpecMode::Mtp {
+    // The model's MTP block, when it has one (per-request "mtp" then
+    // works whatever the default mode).
+    let mtp = match bm.mtp_weights(loaded.weights()) {
+        Some(w) => {
+            let w: &'static gpack_runtime::MtpWeights<'static> = Box::leak(Box::new(w));
+            let m = gpack_runtime::Mtp::load(w, &load).map_err(|source| Error::Model {
+                path: format!(
+                    "{} (its multi-token-prediction block)",
+                    loaded.path().display()
+                ),
+                source: Box::new(source),
+            })?;
+            Some(&*Box::leak(Box::new(m)))
+        }
+        None => None,
+    };
+    if opts.spec == gpack_runtime::SpecMode::Mtp && mtp.is_none() {
         return Err(Error::Option {
-            what: "spec (mtp is not served yet: gpack run --spec mtp)",
+            what: "spec (mtp needs a model with a multi-token-prediction block)",
             value: "mtp".into(),
         });
     }
@@ -267,6 +283,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     let (engine, thread) = engine::start(
         bm,
         draft,
+        mtp,
         tok,
         engine::EngineConfig {
             parallel: opts.parallel,
@@ -294,6 +311,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
         stop_tokens,
         spec: opts.spec,
         has_draft: draft.is_some(),
+        has_mtp: mtp.is_some(),
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -788,7 +788,11 @@ fn speculative_streams_equal_their_solo_runs() {
     // Per request: "none" is the same text; "draft" needs a draft model; an
     // unknown mode is named.
     assert_eq!(text(s.addr, &req(&prompts[0], 0, Some("none"))), want[0]);
-    for (mode, needle) in [("draft", "--draft"), ("fast", "unknown speculation mode")] {
+    for (mode, needle) in [
+        ("draft", "--draft"),
+        ("mtp", "multi-token-prediction block"),
+        ("fast", "unknown speculation mode"),
+    ] {
         let resp = read_all(post(
             s.addr,
             "/v1/completions",
@@ -813,6 +817,72 @@ fn speculative_streams_equal_their_solo_runs() {
         !metrics.contains("gpack_spec_accepted_tokens_total 0\n"),
         "the draft model's drafts were never accepted:\n{metrics}"
     );
+}
+
+/// The MTP block of a model that has one (the tiny GLM-4.7-Flash fixture)
+/// drafts in the server: 4 concurrent streams, greedy and seeded, give the
+/// text each prompt gets alone without speculation, and /metrics counts its
+/// drafts.
+#[test]
+fn mtp_streams_equal_their_solo_runs() {
+    let gguf = root().join("testdata/tiny/glm4-mtp/glm4-mtp-f16.gguf");
+    let prompts: Vec<String> = (0..4)
+        .map(|i| format!("Question {i}: what comes after one two three? Answer:"))
+        .collect();
+    let req = |p: &str, i: usize| {
+        let sampling = if i.is_multiple_of(2) {
+            r#""temperature":0"#.to_string()
+        } else {
+            format!(r#""temperature":0.8,"top_k":40,"seed":{i}"#)
+        };
+        format!(r#"{{"prompt":{p:?},"max_tokens":32,{sampling}}}"#)
+    };
+    let text = |addr: SocketAddr, req: &str| -> String {
+        let resp = read_all(post(addr, "/v1/completions", req));
+        let v: serde_json::Value =
+            serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
+        v["choices"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no text: {resp}"))
+            .to_string()
+    };
+    let solo = start(&gguf, &["--parallel", "1", "--spec", "none"]);
+    let want: Vec<String> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| text(solo.addr, &req(p, i)))
+        .collect();
+    drop(solo);
+    let s = start(
+        &gguf,
+        &["--parallel", "4", "--spec", "mtp", "--draft-p-min", "0"],
+    );
+    for round in 0..2 {
+        let got: Vec<String> = std::thread::scope(|sc| {
+            let hs: Vec<_> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let body = req(p, i);
+                    sc.spawn(move || text(s.addr, &body))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g, w,
+                "round {round} (slots reuse their prefix), stream {i} with MTP drafts"
+            );
+        }
+    }
+    let metrics = get(s.addr, "/metrics");
+    let drafted: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gpack_spec_drafted_tokens_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(drafted > 0, "the MTP block drafted nothing:\n{metrics}");
 }
 
 /// `logprobs` are the log-softmax of the logits the runtime computes: the

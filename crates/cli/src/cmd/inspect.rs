@@ -122,6 +122,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     writeln!(out, "source:    {}", m.source)?;
     let mv = m.to_value();
     let mtp = &mv["convert"]["mtp"];
+    if mtp["role"] == "mtp" {
+        writeln!(
+            out,
+            "mtp:       {} multi-token-prediction block(s) after layer {}, {} tensors in the mtp section (gpack run/serve --spec mtp)",
+            mtp["blocks"], mtp["after_layers"], mtp["tensors"]
+        )?;
+    }
     if mtp["role"] == "draft" {
         writeln!(
             out,
