@@ -8,6 +8,11 @@
 #          noise, so its acceptance is not that of a real model: the figure
 #          that transfers is the cost of a check).
 #   REPS   repetitions per configuration (default 3): medians with min–max.
+#   CHAT_TEMPLATE=FILE  a Jinja chat template both servers use (gpack serve
+#          --chat-template, llama-server --jinja --chat-template-file), for a GGUF
+#          without one: e.g. scripts/fetch-gemma3-270m.sh's base Gemma 3 270M (a real
+#          model larger than the cache) with testdata/tokenizer/family_templates/gemma2.jinja
+#          (Gemma 2 and 3 share the turn format).
 # Prompts (bench/data/spec/): (a) edit.prompt, a 2.3 KB Rust file to rewrite
 # with one rename; (b) summary.prompt, a summary that quotes its input;
 # (c) chat.prompt, an open-ended story. Greedy, 256 tokens, streamed chat
@@ -82,6 +87,10 @@ for GGUF in "${MODELS[@]}"; do
   echo "== $tag" >&2
   GS=("$G" serve "$GP" --host 127.0.0.1 --parallel 1 --ctx $CTX --threads 2)
   LS=("$BIN/llama-server" -m "$GGUF" --host 127.0.0.1 -np 1 -c $CTX -t 2 -tb 2 --no-webui)
+  if [ -n "${CHAT_TEMPLATE:-}" ]; then
+    GS+=(--chat-template "$CHAT_TEMPLATE")
+    LS+=(--jinja --chat-template-file "$CHAT_TEMPLATE")
+  fi
   # Alternate the sides, configuration by configuration.
   run_cfg gpack-none "$tag" "${GS[@]}" --spec none
   run_cfg llama-none "$tag" "${LS[@]}"
