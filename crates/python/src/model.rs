@@ -9,10 +9,11 @@
 
 use crate::tok::{check_ids, messages};
 use crate::{err_msg, json_to_py};
+use gpack_runtime::spec::{DEFAULT_MAX_DRAFT, DEFAULT_P_MIN};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_with, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
-    NgramDrafter, SamplerConfig, SpecMode, StopReason,
+    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, SpecMode, StopReason,
 };
 use gpack_server::{Integrity, VerifyMode};
 use gpack_tokenizer::Tokenizer as RTokenizer;
@@ -44,8 +45,9 @@ self_cell::self_cell!(
 struct Job {
     prompt: Vec<u32>,
     cfg: GenerateConfig,
-    /// Speculative decoding by prompt lookup (`speculative="ngram"`).
-    ngram: bool,
+    /// Speculative decoding: prompt lookup (`speculative="ngram"`), the
+    /// model's MTP block (`"mtp"`) or none.
+    spec: SpecMode,
 }
 
 /// Shared by a `Model` and its running streams.
@@ -59,6 +61,12 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether the model has an MTP block (`speculative="mtp"`).
+    fn has_mtp(&self) -> bool {
+        self.cell
+            .with_dependent(|loaded, e| e.model.mtp_weights(loaded.weights()).is_some())
+    }
+
     /// Runs `job`, calling `on_token(id, text)`; stops early (with the
     /// message) when the background check finds a damaged section.
     fn run(
@@ -80,13 +88,36 @@ impl Shared {
             }
             let mut state = e.model.new_state(self.n_ctx);
             let mut ngram = NgramDrafter::default();
+            // The MTP block, bound for this generation (a few vectors).
+            let mtp_weights = match job.spec {
+                SpecMode::Mtp => Some(e.model.mtp_weights(loaded.weights()).ok_or_else(|| {
+                    "speculative=\"mtp\" needs a model with a multi-token-prediction block; \
+                     this one has none"
+                        .to_string()
+                })?),
+                _ => None,
+            };
+            let mtp = match &mtp_weights {
+                Some(w) => {
+                    Some(Mtp::load(w, &LoadOptions::default()).map_err(|e| crate::chain(&e))?)
+                }
+                None => None,
+            };
+            let mut by_mtp = mtp
+                .as_ref()
+                .map(|m| MtpDrafter::new(m, self.n_ctx, DEFAULT_MAX_DRAFT, DEFAULT_P_MIN));
+            let drafter: Option<&mut dyn Drafter> = match job.spec {
+                SpecMode::Ngram => Some(&mut ngram),
+                SpecMode::Mtp => by_mtp.as_mut().map(|d| d as &mut dyn Drafter),
+                SpecMode::None | SpecMode::Draft => None,
+            };
             generate_with(
                 &e.model,
                 &mut state,
                 &job.prompt,
                 &job.cfg,
                 Some(e.tok),
-                job.ngram.then_some(&mut ngram as &mut dyn Drafter),
+                drafter,
                 |id, text| {
                     if self.verify == VerifyMode::Background {
                         let mut c = self.integrity.lock().unwrap_or_else(|p| p.into_inner());
@@ -131,22 +162,6 @@ fn checked_sampling(top_p: f32, stop: Option<Vec<String>>) -> PyResult<Vec<Strin
         return Err(PyValueError::new_err("stop strings must not be empty"));
     }
     Ok(stop)
-}
-
-/// `speculative=`: `"ngram"` (prompt lookup, as `gpack run`'s default) or
-/// `"none"`; the text is the same either way.
-fn checked_speculative(mode: &str) -> PyResult<bool> {
-    match mode.parse::<SpecMode>() {
-        Ok(SpecMode::Ngram) => Ok(true),
-        Ok(SpecMode::None) => Ok(false),
-        Ok(SpecMode::Draft) => Err(PyValueError::new_err(
-            "speculative=\"draft\" is not available in the Python package yet; use \"ngram\" or \"none\" (gpack run/serve take a draft model)",
-        )),
-        Ok(SpecMode::Mtp) => Err(PyValueError::new_err(
-            "speculative=\"mtp\" is not available in the Python package yet; use \"ngram\" or \"none\" (gpack run --spec mtp drafts with a model's MTP block)",
-        )),
-        Err(e) => Err(PyValueError::new_err(e)),
-    }
 }
 
 /// OpenAI's `finish_reason`.
@@ -210,6 +225,22 @@ impl Model {
             return Err(e);
         }
         r.map_err(err_msg)
+    }
+
+    /// `speculative=`: `"ngram"` (prompt lookup, as `gpack run`'s default),
+    /// `"mtp"` (the model's multi-token-prediction block, when it has one)
+    /// or `"none"`; the text is the same either way.
+    fn checked_speculative(&self, mode: &str) -> PyResult<SpecMode> {
+        match mode.parse::<SpecMode>() {
+            Ok(SpecMode::Draft) => Err(PyValueError::new_err(
+                "speculative=\"draft\" is not available in the Python package yet; use \"ngram\", \"mtp\" or \"none\" (gpack run/serve take a draft model)",
+            )),
+            Ok(SpecMode::Mtp) if !self.shared.has_mtp() => Err(PyValueError::new_err(
+                "speculative=\"mtp\" needs a model with a multi-token-prediction block; this one has none",
+            )),
+            Ok(m) => Ok(m),
+            Err(e) => Err(PyValueError::new_err(e)),
+        }
     }
 
     fn tok<R>(&self, f: impl FnOnce(&RTokenizer<'_>) -> R) -> R {
@@ -504,7 +535,7 @@ impl Model {
         speculative: &str,
     ) -> PyResult<Py<PyAny>> {
         let stop_strings = checked_sampling(top_p, stop)?;
-        let ngram = checked_speculative(speculative)?;
+        let spec = self.checked_speculative(speculative)?;
         let prompt = self.prompt_ids(py, prompt)?;
         let job = Job {
             prompt,
@@ -527,7 +558,7 @@ impl Model {
                 stop_strings,
                 ..GenerateConfig::default()
             },
-            ngram,
+            spec,
         };
         if stream {
             return Ok(Bound::new(py, self.stream(job, None))?.into_any().unbind());
@@ -554,7 +585,7 @@ impl Model {
         speculative: &str,
     ) -> PyResult<Py<PyAny>> {
         let stop_strings = checked_sampling(top_p, stop)?;
-        let ngram = checked_speculative(speculative)?;
+        let spec = self.checked_speculative(speculative)?;
         let prompt = self.prompt_ids(py, prompt)?;
         let job = Job {
             prompt,
@@ -571,7 +602,7 @@ impl Model {
                 stop_strings,
                 ..GenerateConfig::default()
             },
-            ngram,
+            spec,
         };
         let g = self.run_blocking(py, &job)?;
         json_to_py(
@@ -615,7 +646,7 @@ impl Model {
         stream_options: Option<&Bound<'_, PyDict>>,
         speculative: &str,
     ) -> PyResult<Py<PyAny>> {
-        let ngram = checked_speculative(speculative)?;
+        let spec = self.checked_speculative(speculative)?;
         let msgs = self::messages(messages)?;
         if msgs.is_empty() {
             return Err(PyValueError::new_err("messages must not be empty"));
@@ -664,7 +695,7 @@ impl Model {
                 ..GenerateConfig::default()
             },
             prompt,
-            ngram,
+            spec,
         };
         let created = now_secs();
         let id = format!(

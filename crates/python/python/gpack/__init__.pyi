@@ -127,7 +127,7 @@ class Model:
         stop: Optional[List[str]] = None,
         ignore_eos: bool = False,
         stream: Literal[False] = False,
-        speculative: Literal["ngram", "none"] = "ngram",
+        speculative: Literal["ngram", "mtp", "none"] = "ngram",
     ) -> str: ...
     @overload
     def generate(
@@ -145,7 +145,7 @@ class Model:
         stop: Optional[List[str]] = None,
         ignore_eos: bool = False,
         stream: Literal[True],
-        speculative: Literal["ngram", "none"] = "ngram",
+        speculative: Literal["ngram", "mtp", "none"] = "ngram",
     ) -> Iterator[str]: ...
     def generate_ids(
         self,
@@ -157,7 +157,7 @@ class Model:
         top_p: float = 0.95,
         seed: int = 42,
         stop: Optional[List[str]] = None,
-        speculative: Literal["ngram", "none"] = "ngram",
+        speculative: Literal["ngram", "mtp", "none"] = "ngram",
     ) -> Dict[str, Any]:
         """text, tokens, finish_reason, prompt_tokens, prefill_tps, decode_tps,
         drafted, accepted (speculative decoding's draft tokens)."""
@@ -175,7 +175,7 @@ class Model:
         stop: Union[None, str, List[str]] = None,
         stream: Literal[False] = False,
         stream_options: Optional[Dict[str, Any]] = None,
-        speculative: Literal["ngram", "none"] = "ngram",
+        speculative: Literal["ngram", "mtp", "none"] = "ngram",
     ) -> Dict[str, Any]: ...
     @overload
     def create_chat_completion(
@@ -191,7 +191,7 @@ class Model:
         stop: Union[None, str, List[str]] = None,
         stream: Literal[True],
         stream_options: Optional[Dict[str, Any]] = None,
-        speculative: Literal["ngram", "none"] = "ngram",
+        speculative: Literal["ngram", "mtp", "none"] = "ngram",
     ) -> Iterator[Dict[str, Any]]: ...
 
 def convert(
