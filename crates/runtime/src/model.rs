@@ -262,6 +262,18 @@ impl Scratch {
     pub fn logits(&self) -> &[f32] {
         &self.logits
     }
+
+    /// The rows of a one-sequence step of `n` tokens whose logits `want`
+    /// asks for.
+    fn want_rows(&mut self, n: usize, want: Logits) {
+        self.head_rows.clear();
+        match want {
+            Logits::None => {}
+            Logits::Last if n > 0 => self.head_rows.push(n - 1),
+            Logits::Last => {}
+            Logits::All => self.head_rows.extend(0..n),
+        }
+    }
 }
 
 /// One sequence and its scratch: what [`Model::forward`] runs on.
@@ -392,15 +404,8 @@ impl<'a> Model<'a> {
     /// On an error the cache position is unchanged (what was written past it
     /// is overwritten by the next call).
     pub fn forward<'s>(&self, s: &'s mut State, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
-        let n = tokens.len();
         let State { seq, scratch } = s;
-        scratch.head_rows.clear();
-        match want {
-            Logits::None => {}
-            Logits::Last if n > 0 => scratch.head_rows.push(n - 1),
-            Logits::Last => {}
-            Logits::All => scratch.head_rows.extend(0..n),
-        }
+        scratch.want_rows(tokens.len(), want);
         self.step(scratch, &mut [seq], &[tokens])
     }
 

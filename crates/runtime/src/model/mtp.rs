@@ -206,13 +206,7 @@ impl<'a> Mtp<'a> {
         let mut u = vec![0f32; n * d];
         self.eh_proj.matmul(&cat, n, &mut u);
         let State { seq, scratch } = s;
-        scratch.head_rows.clear();
-        match want {
-            Logits::None => {}
-            Logits::Last if n > 0 => scratch.head_rows.push(n - 1),
-            Logits::Last => {}
-            Logits::All => scratch.head_rows.extend(0..n),
-        }
+        scratch.want_rows(n, want);
         self.model
             .step_with(scratch, &mut [seq], &[tokens], Some(&u))
     }
