@@ -189,7 +189,12 @@ pub fn generate_with(
                     .saturating_sub(1);
                 if let Some(d) = drafter.as_deref_mut() {
                     if room > 0 {
-                        d.draft(&em.history, room, &mut drafts)?;
+                        // A failed draft only costs the speculation: the
+                        // text is plain decoding's either way.
+                        if let Err(e) = d.draft(&em.history, room, &mut drafts) {
+                            log::warn!("drafting failed: {e}");
+                            drafts.clear();
+                        }
                         // A draft model's padded vocabulary may name ids
                         // the target lacks: draft up to the first.
                         let valid = drafts.iter().take_while(|&&t| (t as usize) < n_vocab);

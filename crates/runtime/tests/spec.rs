@@ -313,3 +313,34 @@ fn smollm2_speculative_greedy_equals_plain() {
     let g = generate(&m, &mut s, &ids, &cfg, Some(tok), |_, _| true).unwrap();
     assert_eq!(g.spec.drafted, 0);
 }
+
+/// A draft source that fails costs only the speculation: generation goes on
+/// and gives plain decoding's tokens.
+#[test]
+fn a_failing_drafter_leaves_plain_decoding() {
+    struct Failing(usize);
+    impl Drafter for Failing {
+        fn draft(&mut self, _: &[u32], _: usize, _: &mut Vec<u32>) -> gpack_runtime::Result<()> {
+            self.0 += 1;
+            Err(gpack_runtime::Error::ContextFull {
+                needed: 2,
+                capacity: 1,
+            })
+        }
+        fn observe(&mut self, _: usize, _: usize) {}
+    }
+    let w = GgufWeights::open(&testdata().join("tiny/llama/llama-f16.gguf")).unwrap();
+    let m = Model::load(&w).unwrap();
+    let cfg = GenerateConfig {
+        max_tokens: 12,
+        sampler: SamplerConfig::greedy(),
+        ..GenerateConfig::default()
+    };
+    let prompt = [5u32, 6, 7, 5, 6];
+    let plain = run(&m, &prompt, &cfg, 64, None, None);
+    let mut f = Failing(0);
+    let o = run(&m, &prompt, &cfg, 64, None, Some(&mut f));
+    assert_same(&plain, &o, "failing drafter");
+    assert!(f.0 > 0, "the drafter was never asked");
+    assert_eq!(o.drafted, 0);
+}
