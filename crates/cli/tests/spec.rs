@@ -33,20 +33,19 @@ fn run(model: &Path, extra: &[&str]) -> (bool, String, String) {
     )
 }
 
-#[test]
-fn a_packed_draft_drafts_by_default_and_keeps_the_text() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("llama-with-draft.gpack");
-    let o = gpack()
-        .arg("convert")
-        .arg(tiny("llama/llama-f16.gguf"))
-        .arg("--draft")
-        .arg(tiny("llama/llama-q8_0.gguf"))
-        .arg("-o")
-        .arg(&out)
-        .arg("--json")
-        .output()
-        .unwrap();
+/// `gpack convert MODEL -o OUT --json [--draft D]`, which must succeed:
+/// its report and the report's `mtp` section.
+fn convert_json(
+    model: &Path,
+    out: &Path,
+    draft: &[&Path],
+) -> (serde_json::Value, serde_json::Value) {
+    let mut c = gpack();
+    c.arg("convert").arg(model).arg("-o").arg(out).arg("--json");
+    for d in draft {
+        c.arg("--draft").arg(d);
+    }
+    let o = c.output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let mtp = report["sections"]
@@ -54,7 +53,17 @@ fn a_packed_draft_drafts_by_default_and_keeps_the_text() {
         .unwrap()
         .iter()
         .find(|s| s["name"] == "mtp")
+        .cloned()
         .unwrap_or_else(|| panic!("no mtp section: {report}"));
+    (report, mtp)
+}
+
+#[test]
+fn a_packed_draft_drafts_by_default_and_keeps_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama-with-draft.gpack");
+    let draft = tiny("llama/llama-q8_0.gguf");
+    let (_, mtp) = convert_json(&tiny("llama/llama-f16.gguf"), &out, &[&draft]);
     assert!(mtp["items"].as_u64().unwrap() > 0, "{mtp}");
 
     let (ok, plain, err) = run(&out, &["--spec", "none"]);
@@ -165,23 +174,8 @@ fn spec_mtp_drafts_with_the_models_block_and_keeps_the_text() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = tiny("glm4-mtp/glm4-mtp-f16.gguf");
     let packed = dir.path().join("glm4-mtp.gpack");
-    let o = gpack()
-        .arg("convert")
-        .arg(&gguf)
-        .arg("-o")
-        .arg(&packed)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // The block is in the Mtp section; verify hashes it; inspect says so.
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mtp = report["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "mtp")
-        .unwrap_or_else(|| panic!("no mtp section: {report}"));
+    let (report, mtp) = convert_json(&gguf, &packed, &[]);
     let source = gpack_ingest::Source::open(&gguf).unwrap();
     let block: Vec<&str> = source
         .tensors

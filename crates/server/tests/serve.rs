@@ -704,6 +704,17 @@ fn an_empty_api_key_is_refused() {
     assert!(err.contains("api-key"), "{err}");
 }
 
+/// The text of the first choice of a `/v1/completions` request `req`.
+fn completion_text(addr: SocketAddr, req: &str) -> String {
+    let resp = read_all(post(addr, "/v1/completions", req));
+    let v: serde_json::Value =
+        serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
+    v["choices"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text: {resp}"))
+        .to_string()
+}
+
 /// Speculative decoding in the server: 8 concurrent streams (n-gram drafts
 /// checked in the shared batched step) give the text each prompt gets alone
 /// without speculation, greedy and seeded; so does a draft model; /metrics
@@ -732,21 +743,12 @@ fn speculative_streams_equal_their_solo_runs() {
             .unwrap_or_default();
         format!(r#"{{"prompt":{p:?},"max_tokens":48,{sampling}{spec}}}"#)
     };
-    let text = |addr: SocketAddr, req: &str| -> String {
-        let resp = read_all(post(addr, "/v1/completions", req));
-        let v: serde_json::Value =
-            serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
-        v["choices"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no text: {resp}"))
-            .to_string()
-    };
     // Solo, no speculation.
     let solo = start(&m.gpack, &["--parallel", "1", "--spec", "none"]);
     let want: Vec<String> = prompts
         .iter()
         .enumerate()
-        .map(|(i, p)| text(solo.addr, &req(p, i, None)))
+        .map(|(i, p)| completion_text(solo.addr, &req(p, i, None)))
         .collect();
     drop(solo);
     // 8 at once, n-gram speculation (the server's default).
@@ -757,7 +759,7 @@ fn speculative_streams_equal_their_solo_runs() {
             .enumerate()
             .map(|(i, p)| {
                 let body = req(p, i, None);
-                sc.spawn(move || text(s.addr, &body))
+                sc.spawn(move || completion_text(s.addr, &body))
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -787,7 +789,10 @@ fn speculative_streams_equal_their_solo_runs() {
     );
     // Per request: "none" is the same text; "draft" needs a draft model; an
     // unknown mode is named.
-    assert_eq!(text(s.addr, &req(&prompts[0], 0, Some("none"))), want[0]);
+    assert_eq!(
+        completion_text(s.addr, &req(&prompts[0], 0, Some("none"))),
+        want[0]
+    );
     for (mode, needle) in [
         ("draft", "--draft"),
         ("mtp", "multi-token-prediction block"),
@@ -807,7 +812,7 @@ fn speculative_streams_equal_their_solo_runs() {
     let s = start(&m.gpack, &["--parallel", "4", "--draft", gguf]);
     for (i, p) in prompts.iter().enumerate().take(4) {
         assert_eq!(
-            text(s.addr, &req(p, i, None)),
+            completion_text(s.addr, &req(p, i, None)),
             want[i],
             "draft model, prompt {i}"
         );
@@ -837,20 +842,11 @@ fn mtp_streams_equal_their_solo_runs() {
         };
         format!(r#"{{"prompt":{p:?},"max_tokens":32,{sampling}}}"#)
     };
-    let text = |addr: SocketAddr, req: &str| -> String {
-        let resp = read_all(post(addr, "/v1/completions", req));
-        let v: serde_json::Value =
-            serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
-        v["choices"][0]["text"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no text: {resp}"))
-            .to_string()
-    };
     let solo = start(&gguf, &["--parallel", "1", "--spec", "none"]);
     let want: Vec<String> = prompts
         .iter()
         .enumerate()
-        .map(|(i, p)| text(solo.addr, &req(p, i)))
+        .map(|(i, p)| completion_text(solo.addr, &req(p, i)))
         .collect();
     drop(solo);
     let s = start(
@@ -864,7 +860,7 @@ fn mtp_streams_equal_their_solo_runs() {
                 .enumerate()
                 .map(|(i, p)| {
                     let body = req(p, i);
-                    sc.spawn(move || text(s.addr, &body))
+                    sc.spawn(move || completion_text(s.addr, &body))
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
