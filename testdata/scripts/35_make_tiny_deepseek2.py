@@ -50,13 +50,7 @@ groups_pruned = {"n": 0}
 
 def perturb(model, arch, seed):
     _perturb(model, arch, seed)
-    # Router weights large enough that the routing is decided by clear margins (the default
-    # init gives near-uniform router probabilities: ties within float error).
-    g = torch.Generator().manual_seed(seed + 11)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("mlp.gate.weight"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+    tiny21.perturb_routers(model, seed)
 
 
 def main():
@@ -95,15 +89,9 @@ def main():
         from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
         name, seed, cfg_cls, model_cls = "deepseek2-v3", SEED + 2, DeepseekV3Config, DeepseekV3ForCausalLM
         kw.update(topk_method="noaux_tc", norm_topk_prob=True, routed_scaling_factor=2.5, scoring_func="sigmoid")
-        _p = tiny21.perturb
-
         def perturb_v3(model, arch, seed):
-            _p(model, arch, seed)
-            g = torch.Generator().manual_seed(seed + 13)
-            with torch.no_grad():
-                for n, b in model.named_buffers():
-                    if n.endswith("e_score_correction_bias"):
-                        b.copy_(0.1 * torch.randn(b.shape, generator=g))
+            _perturb(model, arch, seed)
+            tiny21.perturb_routers(model, seed, selection_bias=True)
 
         tiny21.perturb = perturb_v3
     tiny21.make_with_bpe2048(name, (cfg_cls, model_cls, kw, "bpe2048", torch.bfloat16, seed), root)

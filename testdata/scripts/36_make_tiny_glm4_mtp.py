@@ -85,18 +85,8 @@ bias_changed = {"n": 0}
 
 def perturb(model, arch, seed):
     _perturb(model, arch, seed)
-    # Router weights large enough that the routing is decided by clear margins (as 35), and a
-    # non-zero selection bias (DeepSeek-V3 / GLM's `e_score_correction_bias`).
-    g = torch.Generator().manual_seed(seed + 11)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("mlp.gate.weight"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-    g = torch.Generator().manual_seed(seed + 13)
-    with torch.no_grad():
-        for n, b in model.named_buffers():
-            if n.endswith("e_score_correction_bias"):
-                b.copy_(0.1 * torch.randn(b.shape, generator=g))
+    # Clear routing margins (as 35) and a non-zero selection bias (GLM's `e_score_correction_bias`).
+    tiny21.perturb_routers(model, seed, selection_bias=True)
 
 
 def make_tokenizer(root, tok):
