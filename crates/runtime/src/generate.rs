@@ -248,12 +248,14 @@ pub fn generate_with(
             // cache of the one-token path at this point.
             state.truncate(base + used);
         }
-        if let Some(d) = drafter.as_deref_mut().filter(|d| d.wants_hidden()) {
-            // The rows this iteration ran (none on the first, which samples
-            // the prefill's logits).
-            if state.pos() == base + used && rows_ran {
-                d.hidden(base, &model.step_hidden(state, used));
-            }
+        // The rows this iteration ran and kept (none on the first, which
+        // samples the prefill's logits).
+        if let Some(d) = drafter
+            .as_deref_mut()
+            .filter(|d| rows_ran && d.wants_hidden())
+        {
+            debug_assert_eq!(state.pos(), base + used);
+            d.hidden(base, &model.step_hidden(state, used));
         }
         if pending.is_none() {
             break;

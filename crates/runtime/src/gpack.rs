@@ -109,13 +109,9 @@ impl GpackWeights {
                 Some((layout, maps))
             }
         };
-        // The Mtp section holds a draft model (its keys under
-        // `gpack.draft.`) or the model's own MTP blocks.
-        let draft = metadata
-            .iter()
-            .any(|(k, _)| k.starts_with(payload::DRAFT_KEY_PREFIX));
+        // The Mtp section holds a draft model or the model's own MTP blocks.
         let mtp = match g.section(SectionKind::Mtp) {
-            Some(s) if !draft => {
+            Some(s) if !holds_draft(&metadata) => {
                 let (entries, data) = payload::parse_mtp(s.bytes)?;
                 let start = data.as_ptr() as usize - s.bytes.as_ptr() as usize;
                 Some((
@@ -263,16 +259,18 @@ impl GpackWeights {
 impl GpackWeights {
     /// The draft model packed in the Mtp section (`gpack convert --draft`),
     /// its tensors validated; `None` when the file has none (no Mtp section,
-    /// or one holding a draft module that is not a whole model).
+    /// or one holding a draft module or the model's own MTP blocks).
     pub fn draft(&self) -> Option<Result<DraftWeights<'_>>> {
         let s = self.g.section(SectionKind::Mtp)?;
+        if !holds_draft(&self.metadata) {
+            return None;
+        }
         let mut metadata = Metadata::new();
         for (k, v) in self.metadata.iter() {
             if let Some(own) = k.strip_prefix(payload::DRAFT_KEY_PREFIX) {
                 metadata.insert(own.to_string(), v.clone());
             }
         }
-        metadata.get_str("general.architecture")?;
         Some((|| {
             let (entries, data) = payload::parse_mtp(s.bytes)?;
             let d = DraftWeights {
@@ -287,6 +285,18 @@ impl GpackWeights {
             Ok(d)
         })())
     }
+}
+
+/// Whether the Mtp section of a file with `metadata` holds a draft model
+/// (`gpack convert --draft`): exactly when `gpack.draft.general.architecture`
+/// is present (docs/FORMAT.md, "Mtp (13)").
+fn holds_draft(metadata: &Metadata) -> bool {
+    metadata
+        .get_str(&format!(
+            "{}general.architecture",
+            payload::DRAFT_KEY_PREFIX
+        ))
+        .is_some()
 }
 
 /// A draft model's weights, served in place from the Mtp section of a

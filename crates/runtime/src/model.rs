@@ -414,7 +414,7 @@ impl<'a> Model<'a> {
     /// (`[n][n_embd]`: transformers' last `hidden_states`), for embeddings.
     pub fn hidden_states(&self, s: &mut State, tokens: &[u32]) -> Result<Vec<f32>> {
         self.forward(s, tokens, Logits::None)?;
-        Ok(self.output_normed(&s.scratch, tokens.len()))
+        Ok(self.hidden_rows(&s.scratch, 0, tokens.len()))
     }
 
     /// [`Model::hidden_states`] of several sequences in one batched step:
@@ -430,18 +430,18 @@ impl<'a> Model<'a> {
         assert_eq!(seqs.len(), tokens.len(), "one token slice per sequence");
         s.head_rows.clear();
         self.step(s, seqs, tokens)?;
-        Ok(self.output_normed(s, tokens.iter().map(|t| t.len()).sum()))
+        Ok(self.hidden_rows(s, 0, tokens.iter().map(|t| t.len()).sum()))
     }
 
     /// The output-normed hidden states of rows `0 .. n` of the last
     /// forward on `s` (`[n][n_embd]`, as [`Model::hidden_states`] gives
     /// them, without running anything): what an MTP block drafts from.
     pub fn step_hidden(&self, s: &State, n: usize) -> Vec<f32> {
-        self.output_normed(&s.scratch, n)
+        self.hidden_rows(&s.scratch, 0, n)
     }
 
-    /// [`Model::step_hidden`] of rows `first .. first + n` of the last
-    /// batched step run on `s` (a server step's rows of one sequence).
+    /// Rows `first .. first + n` of the last step run on `s`, after the
+    /// output norm (`[n][n_embd]`; a server step's rows of one sequence).
     pub fn hidden_rows(&self, s: &Scratch, first: usize, n: usize) -> Vec<f32> {
         let d = self.config.n_embd;
         let mut out = vec![0.0; n * d];
@@ -459,16 +459,6 @@ impl<'a> Model<'a> {
     pub fn mtp_weights<'w>(&self, w: &'w dyn WeightSource) -> Option<MtpWeights<'w>> {
         let c = &self.config;
         MtpWeights::of(w, c.arch.name(), c.n_layer, c.n_nextn)
-    }
-
-    /// The first `n` rows of the residual stream after the output norm.
-    fn output_normed(&self, s: &Scratch, n: usize) -> Vec<f32> {
-        let d = self.config.n_embd;
-        let mut out = vec![0.0; n * d];
-        for (o, x) in out.chunks_exact_mut(d).zip(s.x.chunks_exact(d)) {
-            ops::rmsnorm(o, x, &self.output_norm, self.config.rms_eps);
-        }
-        out
     }
 
     /// One step for several sequences: `tokens[i]` (non-empty) is appended

@@ -303,11 +303,18 @@ impl<'m, 'w> ModelDrafter<'m, 'w> {
     }
 }
 
-/// The largest softmax probability of `logits` (the argmax's).
-fn top_prob(logits: &[f32], best: u32) -> f32 {
+/// The argmax of `logits` when its softmax probability is at least
+/// `p_min` (how both model-based sources decide to go on drafting).
+fn confident(logits: &[f32], p_min: f32) -> Option<u32> {
+    let best = argmax(logits);
     let m = logits[best as usize];
     let s: f32 = logits.iter().map(|&v| (v - m).exp()).sum();
-    1.0 / s
+    // As before: only a probability below `p_min` stops (a NaN does not).
+    if 1.0 / s < p_min {
+        None
+    } else {
+        Some(best)
+    }
 }
 
 impl Drafter for ModelDrafter<'_, '_> {
@@ -335,11 +342,9 @@ impl Drafter for ModelDrafter<'_, '_> {
             .forward(&mut self.state, &history[common..], Logits::Last)?;
         self.seen.extend_from_slice(&history[common..]);
         for i in 0..k {
-            let logits = self.state.logits();
-            let t = argmax(logits);
-            if top_prob(logits, t) < self.p_min {
+            let Some(t) = confident(self.state.logits(), self.p_min) else {
                 break;
-            }
+            };
             out.push(t);
             if i + 1 < k {
                 self.model.forward(&mut self.state, &[t], Logits::Last)?;
@@ -434,16 +439,13 @@ impl Drafter for MtpDrafter<'_, '_> {
         // Rows of the last forward.
         let mut rows = toks.len();
         for i in 0..k {
-            let logits = self.state.logits();
-            let t = argmax(logits);
-            if top_prob(logits, t) < self.p_min {
+            let Some(t) = confident(self.state.logits(), self.p_min) else {
                 break;
-            }
+            };
             out.push(t);
             if i + 1 < k {
-                let g = self.mtp.output_normed(&self.state, rows);
-                self.mtp
-                    .forward(&mut self.state, &[t], &g[(rows - 1) * d..], Logits::Last)?;
+                let g = self.mtp.output_normed(&self.state, rows - 1);
+                self.mtp.forward(&mut self.state, &[t], &g, Logits::Last)?;
                 rows = 1;
             }
         }
@@ -463,16 +465,13 @@ impl Drafter for MtpDrafter<'_, '_> {
     fn hidden(&mut self, from: usize, rows: &[f32]) {
         let d = self.mtp.model().config.n_embd;
         let n = rows.len() / d;
-        self.known = self.known.min(from);
-        // Entries from `from` on were made from the replaced states.
-        let keep = self.seen.len().min(from);
-        self.state.truncate(keep);
+        // A gap (positions before `from` never given): start over. Else the
+        // entries from `from` on were made from the replaced states.
+        let keep = if from > self.known { 0 } else { from };
+        self.state.truncate(self.seen.len().min(keep));
         self.seen.truncate(keep);
         if from > self.known {
-            // A gap: nothing before `from` can be trusted either.
             self.known = 0;
-            self.state.truncate(0);
-            self.seen.clear();
             return;
         }
         self.hidden.resize((from + n) * d, 0.0);

@@ -1123,9 +1123,7 @@ impl Engine {
                 // decoding at this point.
                 self.seqs[i].truncate(base + used);
                 self.cached[i].truncate(base + used);
-                if let Some(e) = kept.last_mut() {
-                    e.3 = used;
-                }
+                kept[j].3 = used;
             }
         }
         for (i, from, row, n) in kept {

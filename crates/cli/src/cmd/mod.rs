@@ -174,7 +174,7 @@ fn spec_parser() -> impl clap::builder::TypedValueParser<Value = gpack_runtime::
     let help = |m: SpecMode| match m {
         SpecMode::Ngram => "prompt lookup: no extra weights",
         SpecMode::Draft => "a draft model (--draft MODEL)",
-        SpecMode::Mtp => "the model's multi-token-prediction block (run only)",
+        SpecMode::Mtp => "the model's multi-token-prediction block",
         SpecMode::None => "one token per forward",
     };
     PossibleValuesParser::new(SpecMode::ALL.map(|m| PossibleValue::new(m.name()).help(help(m))))

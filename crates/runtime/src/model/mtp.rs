@@ -211,10 +211,10 @@ impl<'a> Mtp<'a> {
             .step_with(scratch, &mut [seq], &[tokens], Some(&u))
     }
 
-    /// The block's output rows `0 .. n` of the last [`Mtp::forward`] after
-    /// its head norm: what stands in for the trunk's next hidden state when
+    /// The block's output row `row` of the last [`Mtp::forward`] after its
+    /// head norm: what stands in for the trunk's next hidden state when
     /// drafting further.
-    pub fn output_normed(&self, s: &State, n: usize) -> Vec<f32> {
-        self.model.output_normed(&s.scratch, n)
+    pub fn output_normed(&self, s: &State, row: usize) -> Vec<f32> {
+        self.model.hidden_rows(&s.scratch, row, 1)
     }
 }
