@@ -774,6 +774,14 @@ fn softmax_rows_equal_the_reference_per_row() {
                 x[(rows - 1) * ld + 1] = f32::INFINITY;
                 x[3] = 200.0;
             }
+            if rows > 2 {
+                // A row of signed zeros (its maximum's sign is the fold's
+                // choice) and a row of NaNs.
+                for (j, v) in x[ld..ld + len].iter_mut().enumerate() {
+                    *v = if j % 3 == 0 { -0.0 } else { 0.0 };
+                }
+                x[2 * ld..2 * ld + len].fill(f32::NAN);
+            }
             let mut want = x.clone();
             for r in 0..rows {
                 attn::softmax_ref(&mut want[r * ld..r * ld + len]);

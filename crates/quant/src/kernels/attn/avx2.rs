@@ -1,6 +1,6 @@
-//! AVX2 + F16C paths of the attention helpers: 8 lanes per vector, each
-//! element computed with the scalar reference's operations in its order (a
-//! rounded product, then a rounded add, terms in row order; the scale
+//! AVX2 + FMA + F16C paths of the attention helpers: 8 lanes per vector,
+//! each element computed with the scalar reference's operations in its
+//! order (one fused multiply-add per term, terms in row order; the scale
 //! last), so the results equal it bit for bit. f16 caches are widened by
 //! `vcvtph2ps` (exact). Tails narrower than 8 lanes run the scalar
 //! reference itself.
@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 /// share a KV head).
 ///
 /// # Safety
-/// AVX and F16C; every `c[i · cs + r]`, `m[r · stride + o + t]` read and
+/// AVX, FMA and F16C; every `c[i · cs + r]`, `m[r · stride + o + t]` read and
 /// `out[i · os + o + t]` written is in bounds.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -46,7 +46,7 @@ unsafe fn sum_rows_k<const M: usize, const K: usize, E: KvElem>(
             for (i, acc) in acc.iter_mut().enumerate() {
                 let cv = _mm256_set1_ps(*c.add(i * cs + r));
                 for (a, x) in acc.iter_mut().zip(&row) {
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(cv, *x));
+                    *a = _mm256_fmadd_ps(cv, *x, *a);
                 }
             }
         }
