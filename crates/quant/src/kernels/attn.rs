@@ -7,8 +7,9 @@
 //! one bit for bit: the vectors only run many independent elements side by
 //! side. Until 2026-12-05 each term was a rounded product, then a rounded
 //! add: on Zen 4 the adds and the f16 widening shared two pipes, and the
-//! fused form made a 1B 2048-token prefill 6.5 % faster. The path is the integer kernels' ([`Isa::best`]);
-//! the `_on` variants take one explicitly (the tests run every path).
+//! fused form made a 1B 2048-token prefill 6.5 % faster. The path is the
+//! integer kernels' ([`Isa::best`]); the `_on` variants take one explicitly
+//! (the tests run every path).
 //!
 //! Perf log (SmolLM2-135M Q8_0, 512-token prefill, 2 threads): the safe-Rust
 //! versions (SSE2, 16 positions per block) took ~21 % of the prefill's
@@ -933,8 +934,7 @@ pub fn softmax_rows(x: &mut [f32], ld: usize, len: usize, rows: usize) {
 /// `sum[..K]`, each in index order, side by side (their add latencies
 /// overlap). The rows are sliced to `len` first and `K` is a constant, so
 /// the loop has no bounds checks: with them and a run-time row count it was
-/// most of `softmax_rows`' time in a 2048-token prefill.
-/// Returns `K`.
+/// most of `softmax_rows`' time in a 2048-token prefill. Returns `K`.
 fn row_sums<const K: usize>(x: &[f32], ld: usize, len: usize, r0: usize, sum: &mut [f32]) -> usize {
     let rows: [&[f32]; K] = std::array::from_fn(|j| &x[(r0 + j) * ld..][..len]);
     let mut s = [0f32; K];
