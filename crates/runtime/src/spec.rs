@@ -309,7 +309,7 @@ fn confident(logits: &[f32], p_min: f32) -> Option<u32> {
     let best = argmax(logits);
     let m = logits[best as usize];
     let s: f32 = logits.iter().map(|&v| (v - m).exp()).sum();
-    // As before: only a probability below `p_min` stops (a NaN does not).
+    // Only a probability below `p_min` stops drafting (a NaN does not).
     if 1.0 / s < p_min {
         None
     } else {
@@ -467,10 +467,11 @@ impl Drafter for MtpDrafter<'_, '_> {
         let n = rows.len() / d;
         // A gap (positions before `from` never given): start over. Else the
         // entries from `from` on were made from the replaced states.
-        let keep = if from > self.known { 0 } else { from };
+        let gap = from > self.known;
+        let keep = if gap { 0 } else { from };
         self.state.truncate(self.seen.len().min(keep));
         self.seen.truncate(keep);
-        if from > self.known {
+        if gap {
             self.known = 0;
             return;
         }
