@@ -310,6 +310,68 @@ fn mixed_type_members_in_one_call_give_each_members_bits() {
     }
 }
 
+/// Decode-sized calls (at most 8 vectors) large enough to be split share
+/// their row groups among the threads by regions, each thread streaming its
+/// own and then taking from the back of the others: on 2, 3 and 5 threads,
+/// with members of mixed types and ragged row counts, every member's rows
+/// are the scalar reference's bits on every ISA.
+#[test]
+fn decode_sized_calls_split_over_threads_give_the_reference_bits() {
+    let mut rng = Rng::new(31);
+    let cols = 2048;
+    let members = [
+        (GgmlType::Q4_K, 400),
+        (GgmlType::Q6_K, 37),
+        (GgmlType::IQ4_XS, 64),
+        (GgmlType::Q8_0, 40),
+    ];
+    let bufs: Vec<Aligned> = members
+        .iter()
+        .map(|&(t, rows)| rows16(t, &random_blocks(&mut rng, t, rows, cols), rows, cols))
+        .collect();
+    let views: Vec<NativeView> = bufs
+        .iter()
+        .map(|b| NativeView::parse(b.bytes()).unwrap())
+        .collect();
+    // The Q4_K member alone is 450 KiB: above the 96 KiB from which a call
+    // is split over the pool.
+    for threads in [2, 3, 5] {
+        let pool = Pool::new(threads);
+        for n in [1usize, 2, 8] {
+            let x = random_x(&mut rng, n * cols);
+            let want: Vec<Vec<f32>> = views
+                .iter()
+                .map(|w| {
+                    let mut y = vec![0f32; n * w.rows()];
+                    matmul_ref(w, &x, n, &mut y);
+                    y
+                })
+                .collect();
+            for isa in Isa::available() {
+                for single in [true, false] {
+                    let ws = if single { &views[..1] } else { &views[..] };
+                    let rows: usize = ws.iter().map(NativeView::rows).sum();
+                    let mut got = vec![f32::NAN; n * rows];
+                    matmul_concat_on(isa, &pool, ws, &x, n, &mut got);
+                    let mut off = 0;
+                    for (w, want) in ws.iter().zip(&want) {
+                        let r = w.rows();
+                        for v in 0..n {
+                            assert_eq!(
+                                bits(&got[v * rows + off..v * rows + off + r]),
+                                bits(&want[v * r..(v + 1) * r]),
+                                "{} at {off}, n {n}, {threads} threads, {isa:?}",
+                                w.layout()
+                            );
+                        }
+                        off += r;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Bits, with every NaN the same (its sign and payload depend on which
 /// operand an ISA propagates, not on the formula).
 fn bits_nan_as_one(v: &[f32]) -> Vec<u32> {

@@ -76,6 +76,7 @@ mod avx2_decode;
 mod avx2_direct;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod split;
 
 /// How a type's blocks map onto the canonical formula.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -364,6 +365,8 @@ struct Bufs {
     parts: Vec<(Kind, usize, usize)>,
     /// The call's tasks: `(member, first group, end group)`.
     tasks: Vec<(usize, usize, usize)>,
+    /// The threads' regions of a decode-sized call.
+    regions: split::Regions,
 }
 
 thread_local! {
@@ -421,6 +424,25 @@ pub(crate) fn matmul_concat(
     let work = bytes + bytes * (n - 1) / 4;
     let split = pool.threads() > 1 && work >= MIN_PARALLEL_BYTES;
     bufs.tasks.clear();
+    if split && n <= VT {
+        // Decode: each thread streams its own region (see `split`).
+        bufs.regions.reset(ws, pool.threads());
+        let out = SendPtr(y.as_mut_ptr());
+        let (regions, parts, preps) = (&bufs.regions, &bufs.parts, &bufs.preps);
+        let task = |t: usize| {
+            while let Some((p, g0, g1)) = regions.next(t) {
+                let (k, prep, first_row) = &parts[p];
+                // SAFETY: `Regions` hands out every group of every member
+                // exactly once, so tasks write disjoint rows of y ([n][total]),
+                // which outlives the pool run; first_row + rows of p <= total.
+                let o = unsafe { out.at(*first_row) };
+                run_groups(isa, k, &ws[p], g0, g1, n, &preps[*prep].1, o, total, 1);
+            }
+        };
+        pool.run(regions.len(), &task);
+        BUFS.with(|b| *b.borrow_mut() = bufs);
+        return;
+    }
     if split {
         guided_tasks(ws, pool.threads(), &mut bufs.tasks);
     } else {
@@ -448,8 +470,10 @@ pub(crate) fn matmul_concat(
     BUFS.with(|b| *b.borrow_mut() = bufs);
 }
 
-/// The tasks of a split call: each member's row groups in chunks that
-/// shrink as the call proceeds (guided scheduling): a chunk takes
+/// The tasks of a split prefill-sized call (more than [`VT`] vectors;
+/// decode-sized calls split by [`split::Regions`]): each member's row
+/// groups in chunks that shrink as the call proceeds (guided scheduling): a
+/// chunk takes
 /// `1 / (2 · threads)` of the weight bytes still unassigned, at least
 /// [`MIN_TASK_BYTES`], so the first chunks are long streams and the last
 /// ones short, and the thread that finishes first waits for at most a short
@@ -976,12 +1000,18 @@ pub(crate) fn dequantize_rows(isa: Isa, w: &NativeView, r0: usize, out: &mut [f3
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Random ggml blocks of `t` (`rows × cols`) whose f16 scale fields
     /// (the first `f16s` of each block) are small finite values.
-    fn blocks(t: GgmlType, rows: usize, cols: usize, f16s: usize, seed: &mut u64) -> Vec<u8> {
+    pub(crate) fn blocks(
+        t: GgmlType,
+        rows: usize,
+        cols: usize,
+        f16s: usize,
+        seed: &mut u64,
+    ) -> Vec<u8> {
         let (qk, ts) = t.block();
         let mut next = || {
             *seed = seed
@@ -1004,7 +1034,7 @@ mod tests {
 
     /// `src` (ggml blocks of `t`, `rows × cols`) in the canonical Rows16
     /// layout, in an aligned buffer for [`NativeView::parse`].
-    fn rows16(t: GgmlType, src: &[u8], rows: usize, cols: usize) -> crate::AlignedBuf {
+    pub(crate) fn rows16(t: GgmlType, src: &[u8], rows: usize, cols: usize) -> crate::AlignedBuf {
         let mut bytes = Vec::new();
         crate::transcode_canonical(t, src, rows as u64, cols as u64, &mut bytes).unwrap();
         let mut buf = crate::AlignedBuf::zeroed(bytes.len());
