@@ -12,10 +12,14 @@
 #   2. REPS rounds, each: gpack's crates/runtime/examples/bench.rs on the .gpack (opened
 #      as `gpack run` opens it, default load options), -p 512 -n 64 -r 1,
 #      GPACK_THREADS=2; then llama-bench -m GGUF -t 2 -p 512 -n 64 -r 1 -o json
-#      (alternating, so the machine's drift falls on both sides alike).
+#      (alternating, so the machine's drift falls on both sides alike); each round starts
+#      with `membw 2 3` (read bandwidth, 2 threads), and each side's decode GB/s is taken
+#      as a share of its own round's bandwidth (median over the rounds): this host's
+#      memory rate moves by up to 40 % from minute to minute.
 # Once per run: crates/quant/examples/membw.rs, 2 threads (read bandwidth of a 1 GiB
-# buffer and the int8 peak of the kernels' path: a `vpdpbusd` or `vpmaddubsw` loop). Then two tables (see docs/PERFORMANCE.md,
-# "Quant types vs llama.cpp"). Raw outputs go to bench/logs/quants-TIMESTAMP/.
+# buffer and the int8 peak of the kernels' path: a `vpdpbusd` or `vpmaddubsw` loop).
+# Then two tables (see docs/PERFORMANCE.md, "Quant types vs llama.cpp"). Raw outputs go
+# to bench/logs/quants-TIMESTAMP/.
 # Run on an idle machine: other processes on 2 cores wreck -t 2 timings.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -80,6 +84,32 @@ for f in files:
 print(f"{statistics.median(s):.2f} {min(s):.2f} {max(s):.2f}" if s else "nan nan nan")
 PY
 }
+# Decode as a share of the read bandwidth measured in the same round: the median over
+# the rounds of (side's tg tok/s × its bytes per token) / the round's read GB/s, for gpack
+# ($1: the bench file, $2: bytes per token) and llama.cpp ($3: bytes per token, then its
+# json files, one per round), against the per-round bandwidths in $4. "n/a" for a side
+# whose rounds do not line up with the bandwidths (a failed repetition).
+round_pct() {
+  python3 - "$@" <<'PY'
+import json, re, statistics, sys
+f, gbpt, lbpt, bwf, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+bw = [float(x) for x in open(bwf).read().split()]
+g = [float(m) for m in re.findall(r"^bench: .*\btg_med=([0-9.]+)", open(f).read(), re.M)]
+l = []
+for j in files:
+    s = [x for r in json.load(open(j)) if r["n_gen"] > 0 and r["n_prompt"] == 0 for x in r["samples_ts"]]
+    l.append(statistics.median(s) if s else float("nan"))
+def share(tps, bpt):
+    try:
+        bpt = float(bpt)
+    except ValueError:
+        return "n/a"
+    if len(tps) != len(bw) or not tps:
+        return "n/a"
+    return f"{statistics.median(100 * t * bpt / 1e9 / b for t, b in zip(tps, bw)):.0f} %"
+print(share(g, gbpt), "|", share(l, lbpt))
+PY
+}
 # The gpack bench's `bench:` lines in $1: median, min, max of key $2 over them.
 kv_stats() {
   sed -n 's/^bench: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | python3 -c '
@@ -126,7 +156,12 @@ for M in "${MODELS[@]}"; do
   : >"$F"
   gfail= lfail=
   LJ=()
+  BWF=$LOGS/$name.bw.txt
+  : >"$BWF"
   for r in $(seq "$REPS"); do
+    # The read bandwidth of this round, next to both sides' runs (the decode columns'
+    # "% of read BW" divide each side's round by its own round's bandwidth).
+    "$MB" 2 3 | sed -n 's/^membw: read_gbps=\([^ ]*\).*/\1/p' >>"$BWF"
     if [ -z "$gfail" ]; then
       if ! GPACK_THREADS=2 RUST_BACKTRACE=0 "$GB" "$GP" -p 512 -n 64 -r 1 >>"$F" 2>&1; then
         # Keep going: llama.cpp's figures for this model are still wanted.
@@ -164,14 +199,18 @@ for M in "${MODELS[@]}"; do
   sg=$(stat -c %s "$M") sp=$(stat -c %s "$GP")
   SIZE_ROWS+=("| $name | $(f1 "$(div "$sg" 1e6)") | $(f1 "$(div "$sp" 1e6)") | $(div "$sp" "$sg") | $(f1 "$load") | $(f1 "$(div "$anon" 1024)") | $(f1 "$(div "$lbpt" 1e6)") | $(f1 "$(div "$bpt" 1e6)") | $(div "$bpt" "$lbpt") |")
   ggbs=$(mul "$bpt" "$gtg" 1e-9) lgbs=$(mul "$lbpt" "$ltg" 1e-9)
+  IFS='|' read -r gshare lshare <<<"$(round_pct "$F" "$bpt" "$lbpt" "$BWF" "${LJ[@]}")"
+  gshare=$(echo $gshare) lshare=$(echo $lshare)
+  read -r rbw rbwmin rbwmax <<<"$(python3 -c 'import statistics, sys; v = [float(x) for x in open(sys.argv[1]).read().split()]; print(f"{statistics.median(v):.1f} {min(v):.1f} {max(v):.1f}" if v else "n/a n/a n/a")' "$BWF")"
+  echo "read bandwidth in the rounds: $rbw ($rbwmin–$rbwmax) GB/s; decode at $gshare (gpack) / $lshare (llama.cpp) of their rounds' bandwidth"
   gmac=$(mul "$ppmacs" "$gpp" 1e-9) lmac=$(mul "$ppmacs" "$lpp" 1e-9)
   if [ -n "$gfail" ]; then
     gcols="gpack failed: $gfail | | | | | | |"
   else
-    gcols="$(f1 "$gpp") ($(f1 "$gppmin")–$(f1 "$gppmax")) | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $(div "$gpp" "$lpp")× | $gmac / $lmac ($(pct "$gmac" "$PEAK") / $(pct "$lmac" "$PEAK")) | $(f1 "$gtg") ($(f1 "$gtgmin")–$(f1 "$gtgmax")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $(div "$gtg" "$ltg")× | $ggbs / $lgbs ($(pct "$ggbs" "$BW") / $(pct "$lgbs" "$BW"))"
+    gcols="$(f1 "$gpp") ($(f1 "$gppmin")–$(f1 "$gppmax")) | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $(div "$gpp" "$lpp")× | $gmac / $lmac ($(pct "$gmac" "$PEAK") / $(pct "$lmac" "$PEAK")) | $(f1 "$gtg") ($(f1 "$gtgmin")–$(f1 "$gtgmax")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $(div "$gtg" "$ltg")× | $ggbs / $lgbs ($gshare / $lshare of $rbw)"
   fi
   SPEED_ROWS+=("| $name | $gcols |")
-  [ -z "$gfail" ] || LLAMA_ONLY+=("| $name | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $lmac ($(pct "$lmac" "$PEAK")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $lgbs ($(pct "$lgbs" "$BW")) |")
+  [ -z "$gfail" ] || LLAMA_ONLY+=("| $name | $(f1 "$lpp") ($(f1 "$lppmin")–$(f1 "$lppmax")) | $lmac ($(pct "$lmac" "$PEAK")) | $(f1 "$ltg") ($(f1 "$ltgmin")–$(f1 "$ltgmax")) | $lgbs ($lshare of $rbw) |")
 done
 
 echo
@@ -181,14 +220,14 @@ echo "| model | GGUF MB | .gpack MB | .gpack/GGUF | gpack load ms | RssAnon afte
 echo "|---|---|---|---|---|---|---|---|---|"
 for r in "${SIZE_ROWS[@]}"; do echo "$r"; done
 echo
-echo "| model | pp512 gpack tok/s | llama.cpp | gpack/llama.cpp | pp GMAC/s gpack / llama.cpp (% of int8 peak) | tg64 gpack tok/s | llama.cpp | gpack/llama.cpp | decode GB/s gpack / llama.cpp (% of read BW) |"
+echo "| model | pp512 gpack tok/s | llama.cpp | gpack/llama.cpp | pp GMAC/s gpack / llama.cpp (% of int8 peak) | tg64 gpack tok/s | llama.cpp | gpack/llama.cpp | decode GB/s gpack / llama.cpp (% of the read GB/s of the same rounds) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for r in "${SPEED_ROWS[@]}"; do echo "$r"; done
 if [ ${#LLAMA_ONLY[@]} -gt 0 ]; then
   echo
   echo "llama.cpp alone, where gpack failed:"
   echo
-  echo "| model | pp512 tok/s | pp GMAC/s (% of int8 peak) | tg64 tok/s | decode GB/s (% of read BW) |"
+  echo "| model | pp512 tok/s | pp GMAC/s (% of int8 peak) | tg64 tok/s | decode GB/s (% of the read GB/s of the same rounds) |"
   echo "|---|---|---|---|---|"
   for r in "${LLAMA_ONLY[@]}"; do echo "$r"; done
 fi
