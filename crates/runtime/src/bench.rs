@@ -17,47 +17,68 @@ pub struct BenchRun {
     pub tg_tps: f64,
 }
 
-/// Runs `reps` repetitions of: prefill `n_prompt` tokens into an empty cache,
-/// then (in a fresh cache, as llama-bench's `tg` test) decode `n_gen` tokens.
+/// Runs `reps` repetitions of: prefill `n_prompt` tokens, then (in a fresh
+/// cache, as llama-bench's `tg` test) decode `n_gen` tokens; each test
+/// after `n_depth` tokens already in the cache (llama-bench's `-d`: a
+/// context prefilled before the clock starts, so the figures are those of a
+/// conversation `n_depth` tokens long).
 pub fn bench(
     model: &Model<'_>,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     reps: usize,
 ) -> Result<Vec<BenchRun>> {
     let n_vocab = model.config.n_vocab as u32;
     // Deterministic pseudo-random token ids (llama-bench uses random ids too).
-    let prompt: Vec<u32> = (0..n_prompt as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % n_vocab)
-        .collect();
-    let mut state = model.new_state((n_prompt + n_gen).max(1));
+    let ids = |from: u32, n: usize| -> Vec<u32> {
+        (from..from + n as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % n_vocab)
+            .collect()
+    };
+    let prompt = ids(0, n_prompt);
+    let depth = ids(n_prompt as u32, n_depth);
+    let mut state = model.new_state((n_depth + n_prompt.max(n_gen)).max(1));
+    // The context of each test: `n_depth` tokens from an empty cache.
+    let fill = |state: &mut crate::model::State| -> Result<()> {
+        state.truncate(0);
+        if n_depth > 0 {
+            model.forward(state, &depth, Logits::Last)?;
+        }
+        Ok(())
+    };
     // Warm-up, as llama-bench's (its default): the full prompt, then one
     // generated token, so every weight, the KV cache and the batch's scratch
     // are touched before the clock starts (first-touch page faults were ~7 %
     // of the profile of a 1B pp256 warmed up with 8 tokens).
     if n_prompt > 0 {
+        fill(&mut state)?;
         model.forward(&mut state, &prompt, Logits::Last)?;
     }
     if n_gen > 0 {
-        state.truncate(0);
+        fill(&mut state)?;
         model.forward(&mut state, &[1 % n_vocab], Logits::Last)?;
     }
     let mut runs = Vec::with_capacity(reps);
     for _ in 0..reps {
-        state.truncate(0);
-        let t = Instant::now();
+        let mut pp = 0.0;
         if n_prompt > 0 {
+            fill(&mut state)?;
+            let t = Instant::now();
             model.forward(&mut state, &prompt, Logits::Last)?;
+            pp = n_prompt as f64 / t.elapsed().as_secs_f64().max(1e-9);
         }
-        let pp = n_prompt as f64 / t.elapsed().as_secs_f64().max(1e-9);
-        state.truncate(0);
-        let mut tok = 1u32 % n_vocab;
-        let t = Instant::now();
-        for _ in 0..n_gen {
-            let logits = model.forward(&mut state, &[tok], Logits::Last)?;
-            tok = crate::sampler::argmax(logits);
+        let mut tg = 0.0;
+        if n_gen > 0 {
+            fill(&mut state)?;
+            let mut tok = 1u32 % n_vocab;
+            let t = Instant::now();
+            for _ in 0..n_gen {
+                let logits = model.forward(&mut state, &[tok], Logits::Last)?;
+                tok = crate::sampler::argmax(logits);
+            }
+            tg = n_gen as f64 / t.elapsed().as_secs_f64().max(1e-9);
         }
-        let tg = n_gen as f64 / t.elapsed().as_secs_f64().max(1e-9);
         runs.push(BenchRun {
             pp_tps: pp,
             tg_tps: tg,

@@ -16,6 +16,9 @@ use std::time::Instant;
 /// empty cache, then, in a fresh cache, `-n N` tokens are decoded one at a
 /// time (synthetic token ids, greedy), `-r N` times; the table gives the
 /// mean ± standard deviation of tokens/s (the median in the JSON too).
+/// With `-d N` each test runs after N tokens of context (prefilled before
+/// the clock starts): the speed of a conversation that long, where
+/// attention over the cache adds to every token.
 ///
 /// Beside each figure: for tg, the bytes of weights the kernels read per
 /// token times tokens/s, and its share of this machine's memory read
@@ -28,6 +31,7 @@ use std::time::Instant;
 #[command(after_help = "Examples:
   gpack bench smollm2.gpack
   gpack bench smollm2.gpack -p 128 -n 32 -r 3
+  gpack bench smollm2.gpack -p 0 -n 64 -d 4096   (decode after 4096 tokens)
   gpack bench model.gguf --json > bench.json")]
 pub struct Args {
     /// The model: .gpack, .giw, .gguf, a Hugging Face directory, or a
@@ -41,6 +45,9 @@ pub struct Args {
     /// Tokens generated per tg test (0: no tg test).
     #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
     n_gen: usize,
+    /// Tokens of context already in the cache when each test starts.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    n_depth: usize,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -68,8 +75,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.n_prompt == 0 && a.n_gen == 0 {
         bail!("nothing to measure: -p and -n are both 0");
     }
-    if a.n_prompt + a.n_gen > 1 << 20 {
-        bail!("-p + -n must be at most 1048576 tokens");
+    if a.n_depth + a.n_prompt.max(a.n_gen) > 1 << 20 {
+        bail!("-d plus the larger of -p and -n must be at most 1048576 tokens");
     }
     let t = Instant::now();
     let loaded = super::open_model(&a.model, None, None, &a.registry)
@@ -82,7 +89,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let bw = read_bandwidth_gbs(threads);
     let best = gpack_quant::Isa::best();
     let peak = gpack_quant::int8_peak(best, threads, 3);
-    let runs = bench(&model, a.n_prompt, a.n_gen, a.reps).context("benchmarking")?;
+    let runs = bench(&model, a.n_prompt, a.n_gen, a.n_depth, a.reps).context("benchmarking")?;
     let pp: Vec<f64> = runs.iter().map(|r| r.pp_tps).collect();
     let tg: Vec<f64> = runs.iter().map(|r| r.tg_tps).collect();
     let name = a
@@ -98,7 +105,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let (m, sd) = mean_sd(v);
         let med = median(v.to_vec());
         let mut o = json!({
-            "test": format!("{what}{n}"), "n_prompt": if what == "pp" { n } else { 0 },
+            "test": if a.n_depth > 0 { format!("{what}{n} @ d{}", a.n_depth) } else { format!("{what}{n}") },
+            "n_prompt": if what == "pp" { n } else { 0 }, "n_depth": a.n_depth,
             "n_gen": if what == "tg" { n } else { 0 }, "avg_ts": m, "stddev_ts": sd,
             "median_ts": med, "samples_ts": v,
         });
