@@ -199,11 +199,11 @@ impl Model<'_> {
                         );
                     }
                 } else {
-                    let v0 = (l * nc + start) * vd + kvh * hdv;
-                    let v1 = (l + 1) * nc * vd;
+                    let v0 = q_seq.v_at(c, l, kvh, start);
+                    let v1 = q_seq.v_at(c, l, kvh, nc);
                     q_seq
                         .v_cache
-                        .weighted_group(&slot, ld, len, v0..v1, vd, o, hdv);
+                        .weighted_group(&slot, ld, len, v0..v1, hdv, o, hdv);
                 }
             }
         };

@@ -117,7 +117,8 @@ pub struct Sequence {
     /// write and a short context's read touch a few pages, not `head_dim`
     /// pages `n_ctx · 4` bytes apart (perf log in [`Sequence::k_at`]).
     pub(super) k_cache: Kv,
-    /// `[n_layer][n_ctx][v_dim]` values.
+    /// `[n_layer][n_head_kv][n_ctx][head_dim_v]` values: one head's rows
+    /// contiguous, as attention reads them ([`Sequence::v_at`]).
     pub(super) v_cache: Kv,
 }
 
@@ -141,8 +142,22 @@ impl Sequence {
     /// Writes the values `v` (`[v_dim]`) of position `p` in layer `l`.
     #[inline]
     pub(super) fn put_values(&mut self, c: &Config, l: usize, p: usize, v: &[f32]) {
-        let vd = c.v_dim();
-        self.v_cache.write((l * self.n_ctx + p) * vd, v);
+        for (kvh, vh) in v.chunks_exact(c.head_dim_v).enumerate() {
+            self.v_cache.write(self.v_at(c, l, kvh, p), vh);
+        }
+    }
+
+    /// Index of the first value of kv head `kvh`, layer `l`, position `p`:
+    /// each head's values are one run of `n_ctx` rows of `head_dim_v`.
+    ///
+    /// Perf log (1B llama body, 8 KV heads of 64, decode after 4096 tokens,
+    /// 2 threads, Zen 4): with `[n_layer][n_ctx][v_dim]` rows, a (row, KV
+    /// head) unit read 128 bytes of every 1 KiB row, and the weighted sums
+    /// of the values took 36 % of decode (more than the scores' 9 %, for as
+    /// many multiply-adds): 28.6 tok/s.
+    #[inline]
+    pub(super) fn v_at(&self, c: &Config, l: usize, kvh: usize, p: usize) -> usize {
+        ((l * c.n_head_kv + kvh) * self.n_ctx + p) * c.head_dim_v
     }
 
     /// Writes the rotated keys `k` (`[n_head_kv][head_dim]`) of position `p`
