@@ -189,16 +189,19 @@ mod tests {
         .collect()
     }
 
+    fn views(bufs: &[crate::AlignedBuf]) -> Vec<NativeView<'_>> {
+        bufs.iter()
+            .map(|b| NativeView::parse(b.as_slice()).unwrap())
+            .collect()
+    }
+
     /// Claimed by several threads at once, every group of every member is
     /// run exactly once, no claim crosses a member's end, and each thread's
     /// own claims continue one another (one sequential stream).
     #[test]
     fn every_group_is_claimed_once_and_own_claims_are_contiguous() {
         let bufs = members();
-        let ws: Vec<NativeView> = bufs
-            .iter()
-            .map(|b| NativeView::parse(b.as_slice()).unwrap())
-            .collect();
+        let ws = views(&bufs);
         for threads in [1, 2, 3, 8] {
             let mut regions = Regions::default();
             regions.reset(&ws, threads);
@@ -243,10 +246,7 @@ mod tests {
     #[test]
     fn regions_split_the_bytes_evenly() {
         let bufs = members();
-        let ws: Vec<NativeView> = bufs
-            .iter()
-            .map(|b| NativeView::parse(b.as_slice()).unwrap())
-            .collect();
+        let ws = views(&bufs);
         let total: usize = ws
             .iter()
             .map(|w| w.rows() / 16 * w.rows16_group_bytes())
