@@ -423,27 +423,12 @@ pub(crate) fn matmul_concat(
     let bytes: usize = ws.iter().map(NativeView::byte_len).sum();
     let work = bytes + bytes * (n - 1) / 4;
     let split = pool.threads() > 1 && work >= MIN_PARALLEL_BYTES;
+    let decode = split && n <= VT;
     bufs.tasks.clear();
-    if split && n <= VT {
-        // Decode: each thread streams its own region (see `split`).
+    if decode {
+        // Each thread streams its own region (see `split`).
         bufs.regions.reset(ws, pool.threads());
-        let out = SendPtr(y.as_mut_ptr());
-        let (regions, parts, preps) = (&bufs.regions, &bufs.parts, &bufs.preps);
-        let task = |t: usize| {
-            while let Some((p, g0, g1)) = regions.next(t) {
-                let (k, prep, first_row) = &parts[p];
-                // SAFETY: `Regions` hands out every group of every member
-                // exactly once, so tasks write disjoint rows of y ([n][total]),
-                // which outlives the pool run; first_row + rows of p <= total.
-                let o = unsafe { out.at(*first_row) };
-                run_groups(isa, k, &ws[p], g0, g1, n, &preps[*prep].1, o, total, 1);
-            }
-        };
-        pool.run(regions.len(), &task);
-        BUFS.with(|b| *b.borrow_mut() = bufs);
-        return;
-    }
-    if split {
+    } else if split {
         guided_tasks(ws, pool.threads(), &mut bufs.tasks);
     } else {
         for (p, w) in ws.iter().enumerate() {
@@ -451,21 +436,30 @@ pub(crate) fn matmul_concat(
         }
     }
     let out = SendPtr(y.as_mut_ptr());
-    let (tasks, parts, preps) = (&bufs.tasks, &bufs.parts, &bufs.preps);
-    let task = |t: usize| {
-        let (p, g0, g1) = tasks[t];
+    let (tasks, regions, parts, preps) = (&bufs.tasks, &bufs.regions, &bufs.parts, &bufs.preps);
+    // Row groups g0..g1 of member p, for every vector.
+    let run = |p: usize, g0: usize, g1: usize| {
         let (k, prep, first_row) = &parts[p];
-        // SAFETY: tasks write the rows of their own groups of their own
-        // member for every vector: disjoint and inside y ([n][total]),
-        // which outlives the pool run; first_row + rows of p <= total.
+        // SAFETY: both schedules hand out every group of every member exactly
+        // once, so runs write disjoint rows of y ([n][total]), which outlives
+        // the pool run; first_row + rows of p <= total.
         let o = unsafe { out.at(*first_row) };
         let per = panel_groups(k, ws[p].cols() / k.qk);
         run_groups(isa, k, &ws[p], g0, g1, n, &preps[*prep].1, o, total, per);
     };
-    if !split || tasks.len() == 1 {
-        (0..tasks.len()).for_each(task);
+    if decode {
+        pool.run(regions.len(), &|t| {
+            while let Some((p, g0, g1)) = regions.next(t) {
+                run(p, g0, g1);
+            }
+        });
+    } else if !split || tasks.len() == 1 {
+        tasks.iter().for_each(|&(p, g0, g1)| run(p, g0, g1));
     } else {
-        pool.run(tasks.len(), &task);
+        pool.run(tasks.len(), &|t| {
+            let (p, g0, g1) = tasks[t];
+            run(p, g0, g1)
+        });
     }
     BUFS.with(|b| *b.borrow_mut() = bufs);
 }
