@@ -4,7 +4,11 @@
 //! each reads its weights from memory. Prints the median over 7 passes of
 //! the time per call and the weight GB/s.
 //!
-//! `cargo run --release -p gpack-quant --example cold_calls -- TYPE ROWS COLS [TOTAL_MB]`
+//! `cargo run --release -p gpack-quant --example cold_calls -- TYPE ROWS COLS [TOTAL_MB] [GAP_US]`
+//!
+//! GAP_US (default 0): the caller spins this long between calls, as a step's
+//! serial work does between its matrices; the time printed is the calls'
+//! own (the workers' look-ahead, `GPACK_LOOKAHEAD_KB`, runs in the gaps).
 //!
 //! Compare sizes in one run (the memory rate of a shared host moves from
 //! minute to minute): a decoding step's small matrices (a 1B's 2048×2048
@@ -18,13 +22,14 @@ mod probe;
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
-        eprintln!("usage: cold_calls TYPE ROWS COLS [TOTAL_MB]");
+        eprintln!("usage: cold_calls TYPE ROWS COLS [TOTAL_MB] [GAP_US]");
         std::process::exit(2);
     }
     let t = GgmlType::from_name(&a[1]).expect("a ggml type name");
     let rows: usize = a[2].parse().expect("ROWS");
     let cols: usize = a[3].parse().expect("COLS");
     let total: usize = a.get(4).map_or(400, |s| s.parse().expect("TOTAL_MB")) << 20;
+    let gap = std::time::Duration::from_micros(a.get(5).map_or(0, |s| s.parse().expect("GAP_US")));
     let one = probe::matrix(t, rows, cols);
     let bytes = one.as_slice().len();
     let copies: Vec<AlignedBuf> = (0..(total / bytes).max(2))
@@ -43,24 +48,49 @@ fn main() {
         .collect();
     let mut y = vec![0f32; rows];
     let (isa, pool) = (Isa::best(), Pool::global());
-    let mut per_call: Vec<f64> = (0..7)
-        .map(|_| {
-            let t0 = Instant::now();
+    // Look-ahead sizes to compare, alternated pass by pass (KB; from
+    // LOOKAHEAD_KB="0,256", default: the library's setting alone).
+    let sizes: Vec<usize> = std::env::var("LOOKAHEAD_KB").map_or(vec![usize::MAX], |v| {
+        v.split(',')
+            .map(|s| s.parse().expect("LOOKAHEAD_KB"))
+            .collect()
+    });
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
+    for pass in 0..7 * sizes.len() {
+        let which = pass % sizes.len();
+        if sizes[which] != usize::MAX {
+            gpack_quant::kernels::lookahead::set_bytes(sizes[which] * 1024);
+        }
+        per[which].push({
+            let mut busy = 0f64;
             for v in &views {
+                let t0 = Instant::now();
                 gpack_quant::matmul_on(isa, pool, v, &x, 1, &mut y);
+                busy += t0.elapsed().as_secs_f64();
+                let g0 = Instant::now();
+                while g0.elapsed() < gap {
+                    std::hint::spin_loop();
+                }
             }
-            t0.elapsed().as_secs_f64() / views.len() as f64
-        })
-        .collect();
-    per_call.sort_by(f64::total_cmp);
-    let m = per_call[per_call.len() / 2];
-    println!(
-        "cold {} {rows}x{cols} ({} KiB, {} copies, {} threads): {:.1} us/call, {:.1} GB/s",
-        a[1],
-        bytes / 1024,
-        views.len(),
-        pool.threads(),
-        m * 1e6,
-        bytes as f64 / m / 1e9
-    );
+            busy / views.len() as f64
+        });
+    }
+    for (kb, mut per_call) in sizes.into_iter().zip(per) {
+        per_call.sort_by(f64::total_cmp);
+        let m = per_call[per_call.len() / 2];
+        let ahead = if kb == usize::MAX {
+            String::new()
+        } else {
+            format!(", look-ahead {kb} KiB")
+        };
+        println!(
+            "cold {} {rows}x{cols} ({} KiB, {} copies, {} threads{ahead}): {:.1} us/call, {:.1} GB/s",
+            a[1],
+            bytes / 1024,
+            views.len(),
+            pool.threads(),
+            m * 1e6,
+            bytes as f64 / m / 1e9
+        );
+    }
 }

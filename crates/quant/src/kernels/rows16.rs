@@ -60,7 +60,7 @@
 //! vectors (decode) both ISAs skip the stage: `avx512::dot_direct` and
 //! `avx2_direct.rs` dot the decoded registers at once.
 
-use super::{Isa, QuantizedActivations, SendPtr, QA};
+use super::{lookahead, Isa, QuantizedActivations, SendPtr, QA};
 use crate::interleave::R;
 use crate::layout::Layout;
 use crate::pool::Pool;
@@ -373,6 +373,16 @@ thread_local! {
     static BUFS: RefCell<Bufs> = RefCell::new(Bufs::default());
 }
 
+fn lookahead_caller_bytes() -> usize {
+    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("GPACK_LOOKAHEAD_CALLER_KB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(0, |kb| kb * 1024)
+    })
+}
+
 /// Below this many weight bytes (times the vectors' work) a call runs on
 /// the caller alone.
 const MIN_PARALLEL_BYTES: usize = 96 * 1024;
@@ -426,8 +436,20 @@ pub(crate) fn matmul_concat(
     let decode = split && n <= VT;
     bufs.tasks.clear();
     if decode {
-        // Each thread streams its own region (see `split`).
+        // Each thread streams its own region (see `split`); the workers,
+        // once done, bring in the start of theirs in the call predicted to
+        // come next (see `lookahead`).
         bufs.regions.reset(ws, pool.threads());
+        let ahead = lookahead::bytes();
+        if ahead > 0 {
+            let plan = bufs.regions.plan(ws, ahead);
+            if let Some(next) = lookahead::observe(first.codes().as_ptr() as usize, &plan) {
+                let caller = lookahead_caller_bytes();
+                for (t, &own) in next.iter().enumerate().take(pool.threads()).skip(1) {
+                    pool.hint_lookahead(t, [own, (next[0].0, next[0].1.min(caller))]);
+                }
+            }
+        }
     } else if split {
         guided_tasks(ws, pool.threads(), &mut bufs.tasks);
     } else {
@@ -711,8 +733,12 @@ fn run_groups(
                     } else {
                         read(acc, v0, g);
                     }
-                    for b in b0..b1 {
-                        let st = &mut panel[(g - c0) * nbr + b - b0];
+                    let mut b = b0;
+                    while b < b1 {
+                        // `tile_stages` staged group-blocks at a time.
+                        let bn = tile_stages(k).min(b1 - b);
+                        let at = (g - c0) * nbr + b - b0;
+                        let sts = &mut panel[at..at + bn];
                         // Tiles of VT vectors, each with its prep words
                         // interleaved per block (see `build_prep`).
                         let mut t0 = 0;
@@ -724,20 +750,24 @@ fn run_groups(
                                 #[cfg(target_arch = "x86_64")]
                                 // SAFETY: the dispatcher checked the ISA; `pp` holds
                                 // the tile's prep words from block b on.
-                                Isa::Avx512Vnni => unsafe { avx512::dot(k, st, pp, bs, acc) },
+                                Isa::Avx512Vnni => unsafe { avx512::dot(k, sts, pp, bs, acc) },
                                 #[cfg(target_arch = "x86_64")]
                                 // SAFETY: as above (AVX2 + FMA checked).
                                 Isa::Avx2 | Isa::AvxVnni => unsafe {
-                                    avx2::dot(k, st, pp, bs, acc)
+                                    avx2::dot(k, sts, pp, bs, acc)
                                 },
                                 _ => {
-                                    for (v, a) in acc.iter_mut().enumerate() {
-                                        dot_prep_scalar(k, st, &pp[v * PREP..], bs, a);
+                                    for (i, st) in sts.iter().enumerate() {
+                                        let pp = &pp[i * k.blocks() * bs..];
+                                        for (v, a) in acc.iter_mut().enumerate() {
+                                            dot_prep_scalar(k, st, &pp[v * PREP..], bs, a);
+                                        }
                                     }
                                 }
                             }
                             t0 += nt;
                         }
+                        b += bn;
                     }
                     write(acc, v0, g);
                 }
@@ -752,6 +782,19 @@ fn run_groups(
 
 /// Vectors per dot tile (the widest register tile of the SIMD paths).
 const VT: usize = 8;
+
+/// Staged group-blocks per dot call of the prefill path: one-block kinds
+/// (32-element group-blocks, 64 `vpdpbusd`s per tile and stage) take 8 at
+/// a time, keeping their accumulators in registers across them; bigger
+/// group-blocks one (their codes, 4 KiB a stage, are read by every tile of
+/// the call from L1).
+fn tile_stages(k: &Kind) -> usize {
+    if k.blocks() == 1 {
+        8
+    } else {
+        1
+    }
+}
 
 /// Prefetch distance of the weight stream, in bytes (into L2). Measured
 /// 2026-12-01, 8B Q4_K_M decode, 2 threads, tok/s: 2 KiB 6.0, 8 KiB 7.1–7.2,

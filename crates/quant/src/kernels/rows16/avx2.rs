@@ -15,14 +15,27 @@
 use super::{words_in_i16, Kind, Stage, PREP, R, VT};
 use std::arch::x86_64::*;
 
-/// Adds the stage's contribution to the accumulators of one tile of
-/// `acc.len()` vectors (prep words of vector `v`, block `kb` at
-/// `pp[v * PREP + kb * bs]`).
+/// Adds the contribution of the consecutive staged group-blocks `sts` to
+/// the accumulators of one tile of `acc.len()` vectors (prep words of
+/// vector `v`, block `kb` counted over `sts`, at `pp[v * PREP + kb * bs]`),
+/// one group-block after the other.
 ///
 /// # Safety
 /// AVX2 and FMA available.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
+pub(super) unsafe fn dot(k: &Kind, sts: &[Stage], pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
+    for (g, st) in sts.iter().enumerate() {
+        // SAFETY: as this fn's; `dot_one` checks the prep words it reads.
+        unsafe { dot_one(k, st, &pp[g * k.blocks() * bs..], bs, acc) };
+    }
+}
+
+/// [`dot`] over one staged group-block.
+///
+/// # Safety
+/// As [`dot`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_one(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
     let n = acc.len();
     assert!(n <= VT && (n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP));
     // SAFETY: the features are enabled here; the prep words are asserted.

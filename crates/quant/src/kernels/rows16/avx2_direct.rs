@@ -59,7 +59,13 @@ pub(super) unsafe fn dot_direct(
             // No AVX2 decoder for the type: stage each group-block.
             for g in 0..ngb {
                 decode_scalar(k, &grp[g * gbs..(g + 1) * gbs], st);
-                super::avx2::dot(k, st, &pp[g * k.blocks() * bs..], bs, acc);
+                super::avx2::dot(
+                    k,
+                    std::slice::from_ref(st),
+                    &pp[g * k.blocks() * bs..],
+                    bs,
+                    acc,
+                );
             }
         }
     }

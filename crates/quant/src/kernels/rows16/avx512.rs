@@ -23,6 +23,11 @@ trait Dec: Sized {
     fn at(&self, off: usize) -> Self;
     /// The group-block's first byte (null for the stage).
     fn ptr(&self) -> *const u8;
+    /// The stage holding this group-block's scales and mins: `st`, where
+    /// [`Dec::scales`] writes them, unless the decoder is a stage itself.
+    fn stage(&self, st: *mut Stage) -> *mut Stage {
+        st
+    }
     /// Writes the stage's scales and mins.
     ///
     /// # Safety
@@ -573,18 +578,22 @@ impl Dec for Mxfp4 {
 }
 
 /// The stage as a decoder (types without a SIMD decoder, and prefill,
-/// which decodes once per group-block for many vectors): one group-block,
-/// its scales already in the stage.
-struct Staged<const S16: bool, const A: bool, const O: bool>(*const Stage);
+/// which decodes once per group-block for many vectors): consecutive staged
+/// group-blocks (`.1`: the kind's group-block bytes, by which [`Dec::at`]
+/// counts), their scales already in their stages.
+struct Staged<const S16: bool, const A: bool, const O: bool>(*const Stage, usize);
 impl<const S16: bool, const A: bool, const O: bool> Dec for Staged<S16, A, O> {
     const SUB16: bool = S16;
     const ASYM: bool = A;
     const ONE: bool = O;
-    fn at(&self, _off: usize) -> Self {
-        Staged(self.0)
+    fn at(&self, off: usize) -> Self {
+        Staged(self.0.wrapping_add(off / self.1), self.1)
     }
     fn ptr(&self) -> *const u8 {
         std::ptr::null()
+    }
+    fn stage(&self, _st: *mut Stage) -> *mut Stage {
+        self.0 as *mut Stage
     }
     #[inline(always)]
     unsafe fn scales(&self, _st: *mut Stage) {}
@@ -730,34 +739,92 @@ pub(super) unsafe fn dot_direct(
             for g in 0..ngb {
                 decode_scalar(k, &grp[g * gbs..(g + 1) * gbs], &mut *stp);
                 let pg = p.add(g * k.blocks() * bs);
-                staged_tiles(k, stp, pg, bs, a, n);
+                staged_tiles(k, stp, 1, pg, bs, a, n);
             }
         }
     }
 }
 
-/// [`tiles`] over one staged group-block, the stage's kind picked at run time.
+/// [`tiles`] over `ngb` consecutive staged group-blocks from `st`, the
+/// stage's kind picked at run time.
 ///
 /// # Safety
-/// As [`tile`].
+/// As [`tile`]; `st` points to `ngb` stages.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn staged_tiles(
     k: &Kind,
     st: *mut Stage,
+    ngb: usize,
     p: *const u32,
     bs: usize,
     a: *mut [f32; R],
     n: usize,
 ) {
+    let gbs = k.group_block();
     // SAFETY: per this fn's contract.
     unsafe {
         match (k.sub, k.asym, k.blocks() == 1) {
-            (16, false, _) => tiles(k, &Staged::<true, false, false>(st), st, 1, p, bs, a, n),
-            (16, true, _) => tiles(k, &Staged::<true, true, false>(st), st, 1, p, bs, a, n),
-            (_, false, false) => tiles(k, &Staged::<false, false, false>(st), st, 1, p, bs, a, n),
-            (_, false, true) => tiles(k, &Staged::<false, false, true>(st), st, 1, p, bs, a, n),
-            (_, true, false) => tiles(k, &Staged::<false, true, false>(st), st, 1, p, bs, a, n),
-            (_, true, true) => tiles(k, &Staged::<false, true, true>(st), st, 1, p, bs, a, n),
+            (16, false, _) => tiles(
+                k,
+                &Staged::<true, false, false>(st, gbs),
+                st,
+                ngb,
+                p,
+                bs,
+                a,
+                n,
+            ),
+            (16, true, _) => tiles(
+                k,
+                &Staged::<true, true, false>(st, gbs),
+                st,
+                ngb,
+                p,
+                bs,
+                a,
+                n,
+            ),
+            (_, false, false) => tiles(
+                k,
+                &Staged::<false, false, false>(st, gbs),
+                st,
+                ngb,
+                p,
+                bs,
+                a,
+                n,
+            ),
+            (_, false, true) => tiles(
+                k,
+                &Staged::<false, false, true>(st, gbs),
+                st,
+                ngb,
+                p,
+                bs,
+                a,
+                n,
+            ),
+            (_, true, false) => tiles(
+                k,
+                &Staged::<false, true, false>(st, gbs),
+                st,
+                ngb,
+                p,
+                bs,
+                a,
+                n,
+            ),
+            (_, true, true) => tiles(
+                k,
+                &Staged::<false, true, true>(st, gbs),
+                st,
+                ngb,
+                p,
+                bs,
+                a,
+                n,
+            ),
         }
     }
 }
@@ -799,19 +866,24 @@ unsafe fn tiles<D: Dec>(
     }
 }
 
-/// Adds the stage's contribution to the accumulators of one tile of
-/// `acc.len() <= VT` vectors: vector `v`'s prep words for 32-element block
-/// `kb` of this group-block are at `pp[v * PREP + kb * bs]`.
+/// Adds the contribution of the consecutive staged group-blocks `sts` to
+/// the accumulators of one tile of `acc.len() <= VT` vectors: vector `v`'s
+/// prep words for 32-element block `kb` (counted over `sts`) are at
+/// `pp[v * PREP + kb * bs]`. Several group-blocks per call let one-block
+/// kinds keep their accumulators in registers across them.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI available.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn dot(k: &Kind, st: &mut Stage, pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
+pub(super) unsafe fn dot(k: &Kind, sts: &mut [Stage], pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
     let n = acc.len();
-    assert!(n <= VT && (n == 0 || pp.len() >= (k.blocks() - 1) * bs + n * PREP));
-    let stp: *mut Stage = st;
-    // SAFETY: the asserted prep words and `acc`; the stage is only read.
-    unsafe { staged_tiles(k, stp, pp.as_ptr(), bs, acc.as_mut_ptr(), n) }
+    let nblk = sts.len() * k.blocks();
+    assert!(n <= VT && (n == 0 || nblk == 0 || pp.len() >= (nblk - 1) * bs + n * PREP));
+    // SAFETY: the asserted prep words and `acc`; the stages are only read.
+    unsafe {
+        let stp = sts.as_mut_ptr();
+        staged_tiles(k, stp, sts.len(), pp.as_ptr(), bs, acc.as_mut_ptr(), n)
+    }
 }
 
 #[inline(always)]
@@ -863,7 +935,7 @@ unsafe fn tile<const N: usize, D: Dec>(
         for g in 0..ngb {
             let d = d0.at(g * k.group_block());
             d.scales(st);
-            let st: &Stage = &*st;
+            let st: &Stage = &*d.stage(st);
             let p = p0.add(g * k.blocks() * bs);
             // The ggml block's sub-block sums, per vector (the formula's `t`).
             let mut t = [_mm512_setzero_ps(); N];
@@ -914,15 +986,27 @@ unsafe fn tile<const N: usize, D: Dec>(
                         }
                     }
                 } else {
-                    for (j, cj) in c.iter().enumerate() {
-                        for (v, a) in i0.iter_mut().enumerate() {
-                            *a = _mm512_dpbusd_epi32(*a, *cj, bi(q(v), j));
+                    if D::ONE {
+                        for (j, cj) in c.iter().enumerate() {
+                            for (v, a) in i0.iter_mut().enumerate() {
+                                *a = _mm512_dpbusd_epi32(*a, *cj, bi(q(v), j));
+                            }
+                        }
+                    } else {
+                        // Two chains per vector (even and odd code words), added
+                        // before the scale: exact, and twice the sums in flight.
+                        for j in (0..8).step_by(2) {
+                            for (v, (a, b)) in i0.iter_mut().zip(&mut i1).enumerate() {
+                                *a = _mm512_dpbusd_epi32(*a, c[j], bi(q(v), j));
+                                *b = _mm512_dpbusd_epi32(*b, c[j + 1], bi(q(v), j + 1));
+                            }
                         }
                     }
                     let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
                     let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
-                    for (v, (x, a)) in t.iter_mut().zip(&i0).enumerate() {
-                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(*a), *x);
+                    for (v, ((x, a), b)) in t.iter_mut().zip(&i0).zip(&i1).enumerate() {
+                        let a = _mm512_add_epi32(*a, *b);
+                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(a), *x);
                         if D::ASYM {
                             *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
                         }
