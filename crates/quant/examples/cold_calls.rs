@@ -8,7 +8,7 @@
 //!
 //! GAP_US (default 0): the caller spins this long between calls, as a step's
 //! serial work does between its matrices; the time printed is the calls'
-//! own (the workers' look-ahead, `GPACK_LOOKAHEAD_KB`, runs in the gaps).
+//! own.
 //!
 //! Compare sizes in one run (the memory rate of a shared host moves from
 //! minute to minute): a decoding step's small matrices (a 1B's 2048×2048
@@ -48,20 +48,8 @@ fn main() {
         .collect();
     let mut y = vec![0f32; rows];
     let (isa, pool) = (Isa::best(), Pool::global());
-    // Look-ahead sizes to compare, alternated pass by pass (KB; from
-    // LOOKAHEAD_KB="0,256", default: the library's setting alone).
-    let sizes: Vec<usize> = std::env::var("LOOKAHEAD_KB").map_or(vec![usize::MAX], |v| {
-        v.split(',')
-            .map(|s| s.parse().expect("LOOKAHEAD_KB"))
-            .collect()
-    });
-    let mut per: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
-    for pass in 0..7 * sizes.len() {
-        let which = pass % sizes.len();
-        if sizes[which] != usize::MAX {
-            gpack_quant::kernels::lookahead::set_bytes(sizes[which] * 1024);
-        }
-        per[which].push({
+    let mut per_call: Vec<f64> = (0..7)
+        .map(|_| {
             let mut busy = 0f64;
             for v in &views {
                 let t0 = Instant::now();
@@ -73,24 +61,17 @@ fn main() {
                 }
             }
             busy / views.len() as f64
-        });
-    }
-    for (kb, mut per_call) in sizes.into_iter().zip(per) {
-        per_call.sort_by(f64::total_cmp);
-        let m = per_call[per_call.len() / 2];
-        let ahead = if kb == usize::MAX {
-            String::new()
-        } else {
-            format!(", look-ahead {kb} KiB")
-        };
-        println!(
-            "cold {} {rows}x{cols} ({} KiB, {} copies, {} threads{ahead}): {:.1} us/call, {:.1} GB/s",
-            a[1],
-            bytes / 1024,
-            views.len(),
-            pool.threads(),
-            m * 1e6,
-            bytes as f64 / m / 1e9
-        );
-    }
+        })
+        .collect();
+    per_call.sort_by(f64::total_cmp);
+    let m = per_call[per_call.len() / 2];
+    println!(
+        "cold {} {rows}x{cols} ({} KiB, {} copies, {} threads): {:.1} us/call, {:.1} GB/s",
+        a[1],
+        bytes / 1024,
+        views.len(),
+        pool.threads(),
+        m * 1e6,
+        bytes as f64 / m / 1e9
+    );
 }

@@ -106,10 +106,6 @@ struct Shared {
     sleep_lock: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
-    /// Per thread (index 0, the caller, unused): bytes to bring into its
-    /// cache once it has no task left, `(address, bytes)` twice (see
-    /// [`Pool::hint_lookahead`]).
-    hints: Vec<[AtomicUsize; 4]>,
 }
 
 impl Shared {
@@ -200,7 +196,7 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-fn worker(shared: Arc<Shared>, index: usize) {
+fn worker(shared: Arc<Shared>) {
     let spin = spin_duration();
     let mut seen = shared.word.load(Ordering::Acquire) >> EPOCH_SHIFT;
     loop {
@@ -230,17 +226,6 @@ fn worker(shared: Arc<Shared>, index: usize) {
         };
         seen = epoch;
         shared.work(epoch);
-        // Idle until the next job: bring in what the caller hinted, giving
-        // up as soon as that job is published.
-        let h = &shared.hints[index];
-        let stop = || shared.word.load(Ordering::Relaxed) >> EPOCH_SHIFT != epoch;
-        for pair in [0, 2] {
-            let addr = h[pair].swap(0, Ordering::Relaxed);
-            let len = h[pair + 1].swap(0, Ordering::Relaxed);
-            if addr != 0 && len != 0 {
-                crate::kernels::lookahead::prefetch(addr, len, &stop);
-            }
-        }
     }
 }
 
@@ -259,14 +244,13 @@ impl Pool {
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
-            hints: (0..threads).map(|_| Default::default()).collect(),
         });
         let workers = (1..threads)
             .filter_map(|i| {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("gpack-quant-{i}"))
-                    .spawn(move || worker(s, i))
+                    .spawn(move || worker(s))
                     .ok()
             })
             .collect::<Vec<_>>();
@@ -297,20 +281,6 @@ impl Pool {
     /// Threads a job runs on (workers + the caller).
     pub fn threads(&self) -> usize {
         self.threads
-    }
-
-    /// Asks worker `index` (1 ≤ index < threads) to bring the byte ranges
-    /// `(address, bytes)` into its cache after its next job, while it would
-    /// otherwise spin idle (replacing an earlier hint it has not taken).
-    /// A hint only moves cache lines: any address is allowed.
-    pub fn hint_lookahead(&self, index: usize, ranges: [(usize, usize); 2]) {
-        let Some(h) = self.shared.hints.get(index).filter(|_| index > 0) else {
-            return;
-        };
-        for (i, (a, n)) in ranges.into_iter().enumerate() {
-            h[2 * i].store(a, Ordering::Relaxed);
-            h[2 * i + 1].store(n, Ordering::Relaxed);
-        }
     }
 
     /// Runs `f(i)` for every `i in 0..n_tasks`, each exactly once, across the

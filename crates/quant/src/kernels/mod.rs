@@ -64,7 +64,6 @@ pub mod attn;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-pub mod lookahead;
 pub mod peak;
 pub mod rows16;
 mod scalar;

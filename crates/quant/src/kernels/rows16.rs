@@ -60,7 +60,7 @@
 //! vectors (decode) both ISAs skip the stage: `avx512::dot_direct` and
 //! `avx2_direct.rs` dot the decoded registers at once.
 
-use super::{lookahead, Isa, QuantizedActivations, SendPtr, QA};
+use super::{Isa, QuantizedActivations, SendPtr, QA};
 use crate::interleave::R;
 use crate::layout::Layout;
 use crate::pool::Pool;
@@ -373,16 +373,6 @@ thread_local! {
     static BUFS: RefCell<Bufs> = RefCell::new(Bufs::default());
 }
 
-fn lookahead_caller_bytes() -> usize {
-    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *B.get_or_init(|| {
-        std::env::var("GPACK_LOOKAHEAD_CALLER_KB")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .map_or(0, |kb| kb * 1024)
-    })
-}
-
 /// Below this many weight bytes (times the vectors' work) a call runs on
 /// the caller alone.
 const MIN_PARALLEL_BYTES: usize = 96 * 1024;
@@ -436,20 +426,8 @@ pub(crate) fn matmul_concat(
     let decode = split && n <= VT;
     bufs.tasks.clear();
     if decode {
-        // Each thread streams its own region (see `split`); the workers,
-        // once done, bring in the start of theirs in the call predicted to
-        // come next (see `lookahead`).
+        // Each thread streams its own region (see `split`).
         bufs.regions.reset(ws, pool.threads());
-        let ahead = lookahead::bytes();
-        if ahead > 0 {
-            let plan = bufs.regions.plan(ws, ahead);
-            if let Some(next) = lookahead::observe(first.codes().as_ptr() as usize, &plan) {
-                let caller = lookahead_caller_bytes();
-                for (t, &own) in next.iter().enumerate().take(pool.threads()).skip(1) {
-                    pool.hint_lookahead(t, [own, (next[0].0, next[0].1.min(caller))]);
-                }
-            }
-        }
     } else if split {
         guided_tasks(ws, pool.threads(), &mut bufs.tasks);
     } else {

@@ -20,7 +20,6 @@
 //! member's end, so each claim is one [`super::run_groups`] call. Which
 //! thread computes a group does not change its bits.
 
-use crate::kernels::lookahead;
 use crate::view::NativeView;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -164,27 +163,6 @@ impl Regions {
                 return Some(c);
             }
         }
-    }
-
-    /// Where each region starts, up to `bytes` of it within its first member
-    /// (for [`crate::kernels::lookahead`]); call before any claim.
-    pub(super) fn plan(&self, ws: &[NativeView], bytes: usize) -> lookahead::Plan {
-        let mut plan = [(0, 0); lookahead::MAX_REGIONS];
-        for (s, p) in self.spans.iter().zip(plan.iter_mut()) {
-            let (f, b) = unpack(s.0.load(Ordering::Relaxed));
-            if f >= b {
-                continue;
-            }
-            let m = self.member_of(f);
-            let gb = ws[m].rows16_group_bytes();
-            let (g0, g1) = (
-                f - self.starts[m],
-                b.min(self.starts[m + 1]) - self.starts[m],
-            );
-            let at = ws[m].codes().as_ptr() as usize + g0 * gb;
-            *p = (at, ((g1 - g0) * gb).min(bytes));
-        }
-        plan
     }
 
     /// The number of regions (the tasks of the call's pool run).
