@@ -69,6 +69,8 @@ use crate::GgmlType;
 use std::cell::RefCell;
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_decode;
@@ -272,7 +274,15 @@ pub(crate) const PREP: usize = 16;
 /// the calling thread (2 % of a 1B prefill while the other core waited).
 type PrepKey = (usize, i32, usize);
 
-fn build_preps(pool: &Pool, x: &[f32], n: usize, cols: usize, preps: &mut [(PrepKey, Vec<u32>)]) {
+#[allow(clippy::too_many_arguments)]
+fn build_preps(
+    pool: &Pool,
+    x: &[f32],
+    n: usize,
+    cols: usize,
+    pt: usize,
+    preps: &mut [(PrepKey, Vec<u32>)],
+) {
     assert_eq!(x.len(), n * cols, "x length must equal n * cols");
     let nb = cols / QA;
     let mut outs: Vec<(PrepKey, SendPtr<u32>)> = preps
@@ -284,7 +294,7 @@ fn build_preps(pool: &Pool, x: &[f32], n: usize, cols: usize, preps: &mut [(Prep
         .collect();
     // Keys of one span next to each other: each vector quantized once per span.
     outs.sort_by_key(|(key, _)| key.2);
-    let tiles = n.div_ceil(VT);
+    let tiles = n.div_ceil(pt);
     if tiles == 0 {
         return;
     }
@@ -294,12 +304,12 @@ fn build_preps(pool: &Pool, x: &[f32], n: usize, cols: usize, preps: &mut [(Prep
         tiles
     };
     let task = |c: usize| {
-        let (v0, v1) = (c * per * VT, ((c + 1) * per * VT).min(n));
+        let (v0, v1) = (c * per * pt, ((c + 1) * per * pt).min(n));
         ONE.with(|one| {
             let mut one = one.borrow_mut();
             let one = &mut *one;
             for v in v0..v1 {
-                let (t0, nt) = (v - v % VT, VT.min(n - (v - v % VT)));
+                let (t0, nt) = (v - v % pt, pt.min(n - (v - v % pt)));
                 let mut span = 0;
                 for &((sub, off, sp), p) in &outs {
                     if sp != span {
@@ -418,7 +428,8 @@ pub(crate) fn matmul_concat(
         bufs.parts.push((k, prep, off));
         off += w.rows();
     }
-    build_preps(pool, x, n, cols, &mut bufs.preps[..used]);
+    let pt = prep_width(isa);
+    build_preps(pool, x, n, cols, pt, &mut bufs.preps[..used]);
     // Tasks: each member's row groups in chunks sized as for one matrix.
     let bytes: usize = ws.iter().map(NativeView::byte_len).sum();
     let work = bytes + bytes * (n - 1) / 4;
@@ -680,6 +691,7 @@ fn run_groups(
         }
         return;
     }
+    let pt = prep_width(isa);
     let mut panel = PANEL.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let span = range_blocks(k).min(nbg);
     let need = per.min(g1 - g0) * span;
@@ -717,18 +729,38 @@ fn run_groups(
                         let bn = tile_stages(k).min(b1 - b);
                         let at = (g - c0) * nbr + b - b0;
                         let sts = &mut panel[at..at + bn];
-                        // Tiles of VT vectors, each with its prep words
-                        // interleaved per block (see `build_prep`).
+                        // Tiles of `pt` vectors, each with its prep words
+                        // interleaved per block (see `build_prep`); on AMX
+                        // the full ones in one call.
                         let mut t0 = 0;
+                        #[cfg(target_arch = "x86_64")]
+                        if pt == amx::TW && amx::runs(k) && nv >= pt {
+                            let full = nv / pt;
+                            for i in 0..full {
+                                let (pp, bs) =
+                                    prep_tile(prep, nba, v0 + i * pt, pt, b * k.blocks());
+                                let acc = &mut acc[i * pt..(i + 1) * pt];
+                                // SAFETY: `prep_width` found AMX usable (on
+                                // this ISA) and `runs` holds; the tile's prep
+                                // words from block b on.
+                                unsafe { amx::dot(k, sts, pp, bs, acc) };
+                            }
+                            t0 = full * pt;
+                        }
                         while t0 < nv {
-                            let nt = VT.min(nv - t0);
+                            let nt = pt.min(nv - t0);
                             let (pp, bs) = prep_tile(prep, nba, v0 + t0, nt, b * k.blocks());
                             let acc = &mut acc[t0..t0 + nt];
                             match isa {
                                 #[cfg(target_arch = "x86_64")]
                                 // SAFETY: the dispatcher checked the ISA; `pp` holds
-                                // the tile's prep words from block b on.
-                                Isa::Avx512Vnni => unsafe { avx512::dot(k, sts, pp, bs, acc) },
+                                // the tile's prep words from block b on, VT-vector
+                                // parts of it at i · PREP.
+                                Isa::Avx512Vnni => unsafe {
+                                    for (i, acc) in acc.chunks_mut(VT).enumerate() {
+                                        avx512::dot(k, sts, &pp[i * VT * PREP..], bs, acc)
+                                    }
+                                },
                                 #[cfg(target_arch = "x86_64")]
                                 // SAFETY: as above (AVX2 + FMA checked).
                                 Isa::Avx2 | Isa::AvxVnni => unsafe {
@@ -760,6 +792,17 @@ fn run_groups(
 
 /// Vectors per dot tile (the widest register tile of the SIMD paths).
 const VT: usize = 8;
+
+/// Vectors per tile of the prep words' layout on `isa` (see
+/// [`prep_tile`]): [`VT`], or the AMX tile's 16 where that runs.
+fn prep_width(isa: Isa) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && amx::enabled() {
+        return amx::TW;
+    }
+    let _ = isa;
+    VT
+}
 
 /// Staged group-blocks per dot call of the prefill path: one-block kinds
 /// (32-element group-blocks, 64 `vpdpbusd`s per tile and stage) take 8 at
@@ -845,7 +888,7 @@ fn stage(isa: Isa, k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8) {
 }
 
 /// The prep words of the tile of `nt` vectors starting at vector `v` (a
-/// multiple of [`VT`]) from 32-element block `blk` on, and their block
+/// multiple of the call's [`prep_width`]) from 32-element block `blk` on, and their block
 /// stride in words (vector `i` of the tile is `i * PREP` words in).
 fn prep_tile(prep: &[u32], nba: usize, v: usize, nt: usize, blk: usize) -> (&[u32], usize) {
     (&prep[(v * nba + blk * nt) * PREP..], nt * PREP)
@@ -1085,11 +1128,11 @@ pub(crate) mod tests {
             let w = NativeView::parse(buf.as_slice()).unwrap();
             let (x, want) = inputs_and_reference(&w, n);
             let k = kind_of(&w);
-            let mut preps = vec![((k.sub, k.off, k.span()), Vec::new())];
-            build_preps(Pool::global(), &x, n, cols, &mut preps);
-            let prep = &preps[0].1;
             let groups = rows.div_ceil(R);
             for isa in Isa::available() {
+                let mut preps = vec![((k.sub, k.off, k.span()), Vec::new())];
+                build_preps(Pool::global(), &x, n, cols, prep_width(isa), &mut preps);
+                let prep = &preps[0].1;
                 for per in [1, 2, 3, groups] {
                     let mut got = vec![f32::NAN; n * rows];
                     run_groups(isa, &k, &w, 0, groups, n, prep, got.as_mut_ptr(), rows, per);

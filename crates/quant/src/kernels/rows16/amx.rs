@@ -1,0 +1,385 @@
+//! The prefill tile on AMX-INT8 (Intel Xeon 4th generation and later): the
+//! integer sums `P_h` of a staged group-block for a tile of [`TW`] vectors
+//! come from one `tdpbsud` per 32-element block instead of 128 `vpdpbusd`s
+//! (kinds with 32-element sub-blocks: see [`runs`]); the float steps of the
+//! canonical formula (`fma(s_h, P_h, t)`, the mins, `fma(D_B, t, acc)`) then
+//! run on AVX-512 exactly as in `avx512::tile`. Integer sums are exact, so
+//! the bits are those of every other path (tested against the AVX-512 tile
+//! and, through the ISA tests, the scalar reference).
+//!
+//! The tiles (palette 1), one configuration per thread, kept for the
+//! thread's life: two sets, tmm0–2 and tmm3–5, used by alternate blocks so
+//! that one block's loads and product overlap the other's, each of the sums
+//! (`TW × 64`: 16 vectors × 16 rows, i32), the activation codes (`TW × 32`,
+//! s8; rows `PREP` words apart) and the block's stage codes (`8 × 64`: 8
+//! words × 16 rows × 4, u8).
+//!
+//! Measured on a 2-vCPU Xeon (AMX, AVX-512; `rows16_probe TYPE 2048 2048
+//! 512`, 1 thread, alternating with `GPACK_NO_AMX=1`): IQ4_XS 178–215 →
+//! 199–274 GMAC/s, Q5_K 166–204 → 210–228, Q4_K 167–178 → 195–213. Tiles
+//! of 8 vectors (half the rows per product) were no faster than the
+//! AVX-512 tile; sharing one stage-code load among 4 vector tiles (a 32 KiB
+//! sums buffer) was slower (155–160 GMAC/s).
+//!
+//! Linux hands out AMX state only on request (`arch_prctl`
+//! `ARCH_REQ_XCOMP_PERM`, once per process): [`enabled`] asks, and is false
+//! when the CPU lacks AMX-INT8, the kernel refuses, or `GPACK_NO_AMX` is set.
+
+use super::{Kind, Stage, PREP, R};
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// Vectors per AMX tile (the rows of its sums).
+pub(super) const TW: usize = 16;
+
+/// The tile configuration (`ldtilecfg`'s 64-byte operand).
+#[repr(C, align(64))]
+struct TileCfg {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+/// A palette-1 configuration of tiles 0..6 with these `(rows, bytes)`.
+const fn cfg(shapes: [(u8, u16); 6]) -> TileCfg {
+    let mut c = TileCfg {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [0; 16],
+        rows: [0; 16],
+    };
+    let mut i = 0;
+    while i < 6 {
+        c.rows[i] = shapes[i].0;
+        c.colsb[i] = shapes[i].1;
+        i += 1;
+    }
+    c
+}
+
+/// See the module docs.
+static CFG: TileCfg = cfg([
+    (TW as u8, 64),
+    (TW as u8, 32),
+    (8, 64),
+    (TW as u8, 64),
+    (TW as u8, 32),
+    (8, 64),
+]);
+
+/// Whether the prefill tile runs on AMX (see the module docs; decided once
+/// per process).
+pub(crate) fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(detect)
+}
+
+fn detect() -> bool {
+    if std::env::var_os("GPACK_NO_AMX").is_some() || !super::super::Isa::Avx512Vnni.is_available() {
+        return false;
+    }
+    // CPUID.(EAX=7, ECX=0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
+    let edx = __cpuid_count(7, 0).edx;
+    if edx & (1 << 24) == 0 || edx & (1 << 25) == 0 {
+        return false;
+    }
+    request_permission()
+}
+
+#[cfg(target_os = "linux")]
+fn request_permission() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a plain system call with integer arguments; it changes only
+    // which xsave features this process may use.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_permission() -> bool {
+    false
+}
+
+thread_local! {
+    static CONFIGURED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Loads [`CFG`] into this thread's tile configuration, once.
+///
+/// # Safety
+/// [`enabled`] returned true.
+unsafe fn configure() {
+    if !CONFIGURED.get() {
+        // SAFETY: AMX is usable (caller); CFG is a valid palette-1
+        // configuration (rows ≤ 16, bytes per row ≤ 64).
+        unsafe { asm!("ldtilecfg [{}]", in(reg) &CFG, options(nostack, readonly)) };
+        CONFIGURED.set(true);
+    }
+}
+
+#[inline(always)]
+unsafe fn bi(p: *const u32) -> __m512i {
+    // SAFETY: the caller guarantees a readable word.
+    unsafe { _mm512_set1_epi32(p.read() as i32) }
+}
+
+/// A sum `c` from [`sums`] plus its start `-OFF · S` at `w`, as the AVX-512
+/// tile starts its sums (asymmetric kinds start at zero).
+#[inline(always)]
+unsafe fn start<const A: bool>(c: &[i32; R], w: *const u32) -> __m512i {
+    // SAFETY: `c` is 64-byte aligned (`Sums`); the caller guarantees `w`.
+    unsafe {
+        let c = _mm512_load_si512(c.as_ptr().cast());
+        if A {
+            c
+        } else {
+            _mm512_add_epi32(c, bi(w))
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn bf(p: *const u32) -> __m512 {
+    // SAFETY: the caller guarantees a readable word.
+    unsafe { _mm512_set1_ps(f32::from_bits(p.read())) }
+}
+
+/// Whether `k` takes the AMX tile: kinds with 32-element sub-blocks. Those
+/// of 16 (Q6_K, Q3_K, Q2_K) ran slower on it than on the AVX-512 tile (two
+/// half-size products per block: Q6_K 120–136 against 153–162 GMAC/s,
+/// `rows16_probe Q6_K 2048 2048 512`, 1 thread, 3 alternating rounds).
+pub(super) fn runs(k: &Kind) -> bool {
+    k.sub == 32
+}
+
+/// As `avx512::dot` for a tile of [`TW`] vectors (`acc.len() == TW`; prep
+/// words laid out for 16-vector tiles), the integer sums from AMX.
+///
+/// # Safety
+/// [`enabled`] returned true (AVX-512 and AMX-INT8 usable); [`runs`] holds
+/// for `k`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn dot(k: &Kind, sts: &[Stage], pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
+    let nblk = sts.len() * k.blocks();
+    assert!(runs(k) && acc.len() == TW);
+    assert!(nblk == 0 || pp.len() >= (nblk - 1) * bs + TW * PREP);
+    // SAFETY: AMX usable (contract); every prep word read is below
+    // (nblk - 1) * bs + TW * PREP (asserted), every stage read inside `sts`.
+    unsafe {
+        configure();
+        let (p, a) = (pp.as_ptr(), acc.as_mut_ptr());
+        if k.asym {
+            tile::<true>(k, sts, p, bs, a)
+        } else {
+            tile::<false>(k, sts, p, bs, a)
+        }
+    }
+}
+
+/// Loads the stage codes at `u` into tile `B`.
+///
+/// # Safety
+/// Tiles configured; `u` readable for 512 bytes.
+#[inline(always)]
+unsafe fn load_codes<const B: usize>(u: *const u8) {
+    // SAFETY: per this fn's contract.
+    unsafe {
+        asm!(
+            "tileloadd tmm{b}, [{u} + {s}*1]",
+            b = const B,
+            u = in(reg) u,
+            s = in(reg) 64usize,
+            options(nostack),
+        )
+    }
+}
+
+/// `c = x · codes(B)` for the `TW` vectors at `x` (rows `PREP` words apart),
+/// with tiles `C` and `A`.
+///
+/// # Safety
+/// Tiles configured, tile `B` loaded; `x` readable for `TW` rows of 32
+/// bytes, `c` writable.
+#[inline(always)]
+unsafe fn product<const C: usize, const A: usize, const B: usize>(
+    x: *const u32,
+    c: *mut [[i32; R]; TW],
+) {
+    // SAFETY: per this fn's contract.
+    unsafe {
+        asm!(
+            "tilezero tmm{c}",
+            "tileloadd tmm{a}, [{x} + {s}*1]",
+            "tdpbsud tmm{c}, tmm{a}, tmm{b}",
+            "tilestored [{out} + {s}*1], tmm{c}",
+            c = const C,
+            a = const A,
+            b = const B,
+            x = in(reg) x,
+            out = in(reg) c,
+            s = in(reg) PREP * 4,
+            options(nostack),
+        )
+    }
+}
+
+/// The sums of a staged group-block's `nb` blocks into `c[kb]` (the
+/// tile's codes of block `kb` at `x + kb · bs` words), every product issued
+/// before any sum is read back, alternate blocks on alternate tile sets.
+///
+/// # Safety
+/// Tiles configured; as [`dot`] for the prep words of the group-block's
+/// blocks.
+#[inline(always)]
+unsafe fn sums(st: &Stage, nb: usize, x: *const u32, bs: usize, c: *mut [[i32; R]; TW]) {
+    // SAFETY: per this fn's contract.
+    unsafe {
+        for kb in 0..nb {
+            let (u, x, out) = (st.codes[kb].as_ptr(), x.add(kb * bs), c.add(kb));
+            if kb % 2 == 0 {
+                load_codes::<2>(u);
+                product::<0, 1, 2>(x, out);
+            } else {
+                load_codes::<5>(u);
+                product::<3, 4, 5>(x, out);
+            }
+        }
+    }
+}
+
+/// `avx512::tile` for the tile at `p0` over the staged group-blocks `sts`,
+/// with `P_h` from [`sums`]: the same float operations in the same order.
+///
+/// # Safety
+/// As [`dot`], tiles configured.
+#[inline(always)]
+unsafe fn tile<const A: bool>(
+    k: &Kind,
+    sts: &[Stage],
+    p0: *const u32,
+    bs: usize,
+    a: *mut [f32; R],
+) {
+    #[repr(C, align(64))]
+    struct Sums([[[i32; R]; TW]; 8]);
+    // Written by `sums` before it is read (no zeroing: 8 KiB per call).
+    let mut c = std::mem::MaybeUninit::<Sums>::uninit();
+    let cp = c.as_mut_ptr().cast::<[[i32; R]; TW]>();
+    // SAFETY: per `dot`; `c` is this frame's, read after `sums` wrote it.
+    unsafe {
+        for (g, st) in sts.iter().enumerate() {
+            let p = p0.add(g * k.blocks() * bs);
+            sums(st, k.blocks(), p, bs, cp);
+            let mut t = [_mm512_setzero_ps(); TW];
+            for kb in 0..k.blocks() {
+                let q = |v: usize| p.add(v * PREP + kb * bs);
+                let cs = &*cp.add(kb);
+                let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
+                let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
+                for (v, x) in t.iter_mut().enumerate() {
+                    let i0 = start::<A>(&cs[v], q(v).add(9));
+                    *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i0), *x);
+                    if A {
+                        *x = _mm512_fmadd_ps(m, bf(q(v).add(11)), *x);
+                    }
+                }
+            }
+            // (The AVX-512 tile keeps one-block kinds' accumulators in
+            // registers: the same fma, the same bits.)
+            for (v, t) in t.iter().enumerate() {
+                let d = bf(p.add(v * PREP + 8));
+                let acc = (*a.add(v)).as_mut_ptr();
+                _mm512_storeu_ps(acc, _mm512_fmadd_ps(d, *t, _mm512_loadu_ps(acc)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::rows16::tests::{blocks, rows16};
+    use crate::kernels::rows16::{decode_scalar, Kind, Stage};
+    use crate::GgmlType;
+
+    /// The AMX tile gives the AVX-512 tile's bits for every kind, over one
+    /// and several staged group-blocks, with activations at the int8 edges.
+    /// Where the CPU has no AMX-INT8, `enabled` must say so (CPUID) and
+    /// the AVX-512 tile is the one that runs.
+    #[test]
+    fn amx_tile_equals_the_avx512_tile() {
+        let edx = __cpuid_count(7, 0).edx;
+        let has = edx & (3 << 24) == 3 << 24 && crate::Isa::Avx512Vnni.is_available();
+        if !(has && enabled()) {
+            assert!(!enabled(), "AMX enabled without AMX-INT8");
+            return;
+        }
+        let mut seed = 5u64;
+        for t in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
+            GgmlType::MXFP4,
+        ] {
+            let k = Kind::of(t).unwrap();
+            assert!(runs(&k), "{t}");
+            let cols = 8 * k.qk;
+            let w = rows16(t, &blocks(t, 16, cols, 1, &mut seed), 16, cols);
+            let v = crate::NativeView::parse(w.as_slice()).unwrap();
+            let gbs = k.group_block();
+            let mut sts: Vec<Stage> = (0..cols / k.qk).map(|_| *Stage::new()).collect();
+            for (g, st) in sts.iter_mut().enumerate() {
+                decode_scalar(&k, &v.codes()[g * gbs..(g + 1) * gbs], st);
+            }
+            let nblk = sts.len() * k.blocks();
+            let bs = TW * PREP;
+            let mut pp = vec![0u32; nblk * bs];
+            for (i, w) in pp.iter_mut().enumerate() {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (seed >> 33) as u32;
+                *w = match i % PREP {
+                    // Codes at the edges now and then.
+                    0..=7 if r.is_multiple_of(5) => 0x8181_7f7f,
+                    0..=7 => r,
+                    8 | 11 | 12 => f32::to_bits((r % 1000) as f32 / 333.0 - 1.5),
+                    9 | 10 => ((r % 8192) as i32 - 4096) as u32,
+                    _ => 0,
+                };
+            }
+            for n_st in [1, sts.len()] {
+                let init: Vec<[f32; R]> = (0..TW).map(|v| [v as f32 * 0.25 - 1.0; R]).collect();
+                let (mut want, mut got) = (init.clone(), init);
+                // SAFETY: AVX-512 and AMX checked above; sizes as asserted
+                // by the callees. The AVX-512 tile takes 8 vectors at a time.
+                unsafe {
+                    for (i, w) in want.chunks_mut(8).enumerate() {
+                        let pp = &pp[i * 8 * PREP..];
+                        super::super::avx512::dot(&k, &mut sts[..n_st], pp, bs, w);
+                    }
+                    dot(&k, &sts[..n_st], &pp, bs, &mut got);
+                }
+                let bits =
+                    |a: &[[f32; R]]| a.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{t} over {n_st} group-blocks");
+            }
+        }
+    }
+}
