@@ -30,6 +30,12 @@ fn bench_reports_pp_and_tg_with_the_read_bandwidth_and_int8_peak_shares() {
     assert!(tests[0]["gmacs"].as_f64().unwrap() > 0.0);
     assert!(tests[1]["read_bw_fraction"].as_f64().unwrap() > 0.0);
     assert!(v["read_bw_gbs"].as_f64().unwrap() > 0.1);
+    // The prefill tile: the ISA's own, or AMX under the AVX-512 path.
+    let tile = v["prefill_tile"].as_str().unwrap();
+    assert!(
+        tile == v["isa"] || (tile == "amx-int8" && v["isa"] == "avx512vnni"),
+        "{v}"
+    );
     // The int8 peak of the path the kernels ran, and pp's share of it.
     let gmacs = tests[0]["gmacs"].as_f64().unwrap();
     if v["isa"] == "scalar" {

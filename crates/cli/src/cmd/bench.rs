@@ -99,6 +99,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .unwrap_or_default();
     let size = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
     let isa = best.name();
+    let tile = gpack_quant::kernels::rows16::prefill_tile(best);
     let pp_macs = cost.prefill_macs_per_token(a.n_prompt);
     let bpt = cost.bytes_per_token();
     let test = |what: &str, n: usize, v: &[f64]| {
@@ -132,6 +133,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let out = json!({
             "model_filename": a.model.display().to_string(), "model_size": size,
             "n_layer": model.config.n_layer, "n_threads": threads, "isa": isa,
+            "prefill_tile": tile,
             "load_ms": load_ms, "bytes_per_token": bpt, "macs_per_token": cost.body_macs + cost.head_macs,
             "read_bw_gbs": bw, "int8_peak_gmacs": peak.map(|p| p.gmacs),
             "int8_peak_instruction": peak.map(|p| p.instruction), "tests": tests,
@@ -169,6 +171,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             t["avg_ts"].as_f64().unwrap_or(0.0),
             t["stddev_ts"].as_f64().unwrap_or(0.0),
         );
+    }
+    if tile != isa {
+        eprintln!("prefill tile: {tile} (32-element sub-block kinds; others {isa})");
     }
     eprintln!(
         "load {load_ms:.0} ms; per token {:.1} MB read, {:.3} G multiply-adds ({} matrices)",

@@ -793,6 +793,17 @@ fn run_groups(
 /// Vectors per dot tile (the widest register tile of the SIMD paths).
 const VT: usize = 8;
 
+/// The tile prefill-sized calls run on `isa`: `"amx-int8"` where the
+/// AVX-512 path hands kinds with 32-element sub-blocks to AMX (see
+/// `rows16/amx.rs`), else the ISA's own name.
+pub fn prefill_tile(isa: Isa) -> &'static str {
+    if prep_width(isa) == VT {
+        isa.name()
+    } else {
+        "amx-int8"
+    }
+}
+
 /// Vectors per tile of the prep words' layout on `isa` (see
 /// [`prep_tile`]): [`VT`], or the AMX tile's 16 where that runs.
 fn prep_width(isa: Isa) -> usize {
