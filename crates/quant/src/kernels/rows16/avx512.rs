@@ -762,69 +762,30 @@ unsafe fn staged_tiles(
     n: usize,
 ) {
     let gbs = k.group_block();
+    // The tiles over the stages as a decoder of the kind's shape.
+    macro_rules! go {
+        ($s16:literal, $asym:literal, $one:literal) => {
+            tiles(
+                k,
+                &Staged::<$s16, $asym, $one>(st, gbs),
+                st,
+                ngb,
+                p,
+                bs,
+                a,
+                n,
+            )
+        };
+    }
     // SAFETY: per this fn's contract.
     unsafe {
         match (k.sub, k.asym, k.blocks() == 1) {
-            (16, false, _) => tiles(
-                k,
-                &Staged::<true, false, false>(st, gbs),
-                st,
-                ngb,
-                p,
-                bs,
-                a,
-                n,
-            ),
-            (16, true, _) => tiles(
-                k,
-                &Staged::<true, true, false>(st, gbs),
-                st,
-                ngb,
-                p,
-                bs,
-                a,
-                n,
-            ),
-            (_, false, false) => tiles(
-                k,
-                &Staged::<false, false, false>(st, gbs),
-                st,
-                ngb,
-                p,
-                bs,
-                a,
-                n,
-            ),
-            (_, false, true) => tiles(
-                k,
-                &Staged::<false, false, true>(st, gbs),
-                st,
-                ngb,
-                p,
-                bs,
-                a,
-                n,
-            ),
-            (_, true, false) => tiles(
-                k,
-                &Staged::<false, true, false>(st, gbs),
-                st,
-                ngb,
-                p,
-                bs,
-                a,
-                n,
-            ),
-            (_, true, true) => tiles(
-                k,
-                &Staged::<false, true, true>(st, gbs),
-                st,
-                ngb,
-                p,
-                bs,
-                a,
-                n,
-            ),
+            (16, false, _) => go!(true, false, false),
+            (16, true, _) => go!(true, true, false),
+            (_, false, false) => go!(false, false, false),
+            (_, false, true) => go!(false, false, true),
+            (_, true, false) => go!(false, true, false),
+            (_, true, true) => go!(false, true, true),
         }
     }
 }
