@@ -274,7 +274,6 @@ pub(crate) const PREP: usize = 16;
 /// the calling thread (2 % of a 1B prefill while the other core waited).
 type PrepKey = (usize, i32, usize);
 
-#[allow(clippy::too_many_arguments)]
 fn build_preps(
     pool: &Pool,
     x: &[f32],
@@ -731,7 +730,7 @@ fn run_groups(
                         let sts = &mut panel[at..at + bn];
                         // Tiles of `pt` vectors, each with its prep words
                         // interleaved per block (see `build_prep`); on AMX
-                        // the full ones in one call.
+                        // the full ones on its tile, the rest on AVX-512's.
                         let mut t0 = 0;
                         #[cfg(target_arch = "x86_64")]
                         if pt == amx::TW && amx::runs(k) && nv >= pt {
@@ -899,8 +898,9 @@ fn stage(isa: Isa, k: &Kind, gb: &[u8], st: &mut Stage, next: *const u8) {
 }
 
 /// The prep words of the tile of `nt` vectors starting at vector `v` (a
-/// multiple of the call's [`prep_width`]) from 32-element block `blk` on, and their block
-/// stride in words (vector `i` of the tile is `i * PREP` words in).
+/// multiple of the call's [`prep_width`]) from 32-element block `blk` on,
+/// and their block stride in words (vector `i` of the tile is `i * PREP`
+/// words in).
 fn prep_tile(prep: &[u32], nba: usize, v: usize, nt: usize, blk: usize) -> (&[u32], usize) {
     (&prep[(v * nba + blk * nt) * PREP..], nt * PREP)
 }
