@@ -247,6 +247,22 @@ fn row_ranges_split_at_row_groups() {
     }
 }
 
+/// Rows16 buffers of random blocks, one per `(type, rows)`, `cols` wide:
+/// the members of a fused call.
+fn member_bufs(rng: &mut Rng, members: &[(GgmlType, usize)], cols: usize) -> Vec<Aligned> {
+    members
+        .iter()
+        .map(|&(t, rows)| rows16(t, &random_blocks(rng, t, rows, cols), rows, cols))
+        .collect()
+}
+
+/// The views of [`member_bufs`]' buffers.
+fn member_views(bufs: &[Aligned]) -> Vec<NativeView<'_>> {
+    bufs.iter()
+        .map(|b| NativeView::parse(b.bytes()).unwrap())
+        .collect()
+}
+
 #[test]
 fn mixed_type_members_in_one_call_give_each_members_bits() {
     // q‖k‖v of Q4_K_M: Q4_K, Q4_K, Q6_K (and a ragged Q8_0 member, and an
@@ -259,10 +275,7 @@ fn mixed_type_members_in_one_call_give_each_members_bits() {
         (GgmlType::Q6_K, 21),
         (GgmlType::Q8_0, 40),
     ];
-    let bufs: Vec<Aligned> = members
-        .iter()
-        .map(|&(t, rows)| rows16(t, &random_blocks(&mut rng, t, rows, cols), rows, cols))
-        .collect();
+    let bufs = member_bufs(&mut rng, &members, cols);
     let f16 = {
         let src: Vec<u8> = (0..8 * cols)
             .flat_map(|i| half::f16::from_f32((i % 13) as f32 * 0.01 - 0.05).to_le_bytes())
@@ -271,10 +284,7 @@ fn mixed_type_members_in_one_call_give_each_members_bits() {
         transcode(GgmlType::F16, &src, 8, cols as u64, &mut out).unwrap();
         Aligned::new(&out)
     };
-    let mut views: Vec<NativeView> = bufs
-        .iter()
-        .map(|b| NativeView::parse(b.bytes()).unwrap())
-        .collect();
+    let mut views = member_views(&bufs);
     let pool = Pool::new(2);
     for with_f16 in [false, true] {
         if with_f16 {
@@ -325,14 +335,8 @@ fn decode_sized_calls_split_over_threads_give_the_reference_bits() {
         (GgmlType::IQ4_XS, 64),
         (GgmlType::Q8_0, 40),
     ];
-    let bufs: Vec<Aligned> = members
-        .iter()
-        .map(|&(t, rows)| rows16(t, &random_blocks(&mut rng, t, rows, cols), rows, cols))
-        .collect();
-    let views: Vec<NativeView> = bufs
-        .iter()
-        .map(|b| NativeView::parse(b.bytes()).unwrap())
-        .collect();
+    let bufs = member_bufs(&mut rng, &members, cols);
+    let views = member_views(&bufs);
     // The Q4_K member alone is 450 KiB: above the 96 KiB from which a call
     // is split over the pool.
     for threads in [2, 3, 5] {
