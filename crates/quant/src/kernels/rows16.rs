@@ -162,6 +162,9 @@ pub(crate) struct Stage {
     pub scales: [[f32; R]; 16],
     /// Per sub-block: the 16 rows' mins (asymmetric kinds).
     pub mins: [[f32; R]; 16],
+    /// Per 32-element block, for the AMX tile of symmetric kinds: `codes`
+    /// less OFF, as i8 (written by `amx::sign`; unused elsewhere).
+    pub signed: [[i8; 8 * R * 4]; 8],
 }
 
 impl Stage {
@@ -170,6 +173,7 @@ impl Stage {
             codes: [[0; 8 * R * 4]; 8],
             scales: [[0.0; R]; 16],
             mins: [[0.0; R]; 16],
+            signed: [[0; 8 * R * 4]; 8],
         })
     }
 }
@@ -709,7 +713,12 @@ fn run_groups(
                     let at = g * gs + b * k.group_block();
                     let gb = &codes[at..][..k.group_block()];
                     let next = codes.as_ptr().wrapping_add(at + k.group_block() + PF_BYTES);
-                    stage(isa, k, gb, &mut panel[(g - c0) * nbr + b - b0], next);
+                    let st = &mut panel[(g - c0) * nbr + b - b0];
+                    stage(isa, k, gb, st, next);
+                    #[cfg(target_arch = "x86_64")]
+                    if pt == amx::TW && amx::runs(k) && !k.asym {
+                        amx::sign(k, st);
+                    }
                 }
             }
             let mut v0 = 0;

@@ -1,25 +1,37 @@
 //! The prefill tile on AMX-INT8 (Intel Xeon 4th generation and later): the
 //! integer sums `P_h` of a staged group-block for a tile of [`TW`] vectors
-//! come from one `tdpbsud` per 32-element block instead of 128 `vpdpbusd`s
-//! (kinds with 32-element sub-blocks: see [`runs`]); the float steps of the
+//! come from one product per 32-element block instead of 128 `vpdpbusd`s
+//! (kinds with 32-element sub-blocks: see [`runs`]): `tdpbssd` with the
+//! stage's codes less OFF as i8 for the symmetric kinds ([`sign`], so no
+//! start `-OFF · S` is added per vector and block: +3–5 % on IQ4_XS, Q4_0
+//! and Q8_0, `rows16_probe`), `tdpbsud` with the unsigned codes for the
+//! asymmetric ones (OFF 0). The float steps of the
 //! canonical formula (`fma(s_h, P_h, t)`, the mins, `fma(D_B, t, acc)`) then
 //! run on AVX-512 exactly as in `avx512::tile`. Integer sums are exact, so
 //! the bits are those of every other path (tested against the AVX-512 tile
 //! and, through the ISA tests, the scalar reference).
 //!
 //! The tiles (palette 1), one configuration per thread, kept for the
-//! thread's life: two sets, tmm0–2 and tmm3–5, used by alternate blocks so
-//! that one block's loads and product overlap the other's, each of the sums
+//! thread's life: two sets, tmm0–2 and tmm3–5, used by alternate blocks
+//! (no block waits for the previous one's store to free its tiles), each of the sums
 //! (`TW × 64`: 16 vectors × 16 rows, i32), the activation codes (`TW × 32`,
 //! s8; rows `PREP` words apart) and the block's stage codes (`8 × 64`: 8
-//! words × 16 rows × 4, u8).
+//! words × 16 rows × 4).
 //!
 //! Measured on a 2-vCPU Xeon (AMX, AVX-512; `rows16_probe TYPE 2048 2048
 //! 512`, 1 thread, alternating with `GPACK_NO_AMX=1`): IQ4_XS 178–215 →
 //! 199–274 GMAC/s, Q5_K 166–204 → 210–228, Q4_K 167–178 → 195–213. Tiles
 //! of 8 vectors (half the rows per product) were no faster than the
 //! AVX-512 tile; sharing one stage-code load among 4 vector tiles (a 32 KiB
-//! sums buffer) was slower (155–160 GMAC/s).
+//! sums buffer) was slower (155–160 GMAC/s), and among 2 (four sums tiles
+//! in flight) too: 188–192 against 226–228. Issuing the next blocks'
+//! products before the float steps of earlier ones (a ring of sums, 2
+//! blocks ahead) fell to 87–180 GMAC/s; storing each block's sums after the
+//! next product was issued, or rotating four sums tiles, changed nothing
+//! beyond noise (+0–7 %). `examples/amx_tiles.rs` shows why: the tile unit
+//! runs its loads, products and 1 KiB stores one after another, and the
+//! core's reads of the sums add to that wherever they are placed; the
+//! float steps are about 40 % of the tile's time.
 //!
 //! Linux hands out AMX state only on request (`arch_prctl`
 //! `ARCH_REQ_XCOMP_PERM`, once per process): [`enabled`] asks, and is false
@@ -129,27 +141,6 @@ unsafe fn configure() {
 }
 
 #[inline(always)]
-unsafe fn bi(p: *const u32) -> __m512i {
-    // SAFETY: the caller guarantees a readable word.
-    unsafe { _mm512_set1_epi32(p.read() as i32) }
-}
-
-/// A sum `c` from [`sums`] plus its start `-OFF · S` at `w`, as the AVX-512
-/// tile starts its sums (asymmetric kinds start at zero).
-#[inline(always)]
-unsafe fn start<const A: bool>(c: &[i32; R], w: *const u32) -> __m512i {
-    // SAFETY: `c` is 64-byte aligned (`Sums`); the caller guarantees `w`.
-    unsafe {
-        let c = _mm512_load_si512(c.as_ptr().cast());
-        if A {
-            c
-        } else {
-            _mm512_add_epi32(c, bi(w))
-        }
-    }
-}
-
-#[inline(always)]
 unsafe fn bf(p: *const u32) -> __m512 {
     // SAFETY: the caller guarantees a readable word.
     unsafe { _mm512_set1_ps(f32::from_bits(p.read())) }
@@ -163,12 +154,26 @@ pub(super) fn runs(k: &Kind) -> bool {
     k.sub == 32
 }
 
+/// Writes the stage's `signed` codes for the AMX tile of a symmetric kind:
+/// `u - OFF` as i8, so that `tdpbssd` gives `P_h` itself, with no start
+/// to add per vector and block (exact: every symmetric kind's weights are
+/// in `[-128, 127]`).
+pub(super) fn sign(k: &Kind, st: &mut Stage) {
+    debug_assert!(!k.asym);
+    for kb in 0..k.blocks() {
+        for (s, &u) in st.signed[kb].iter_mut().zip(&st.codes[kb]) {
+            *s = (i32::from(u) - k.off) as i8;
+        }
+    }
+}
+
 /// As `avx512::dot` for a tile of [`TW`] vectors (`acc.len() == TW`; prep
 /// words laid out for 16-vector tiles), the integer sums from AMX.
 ///
 /// # Safety
 /// [`enabled`] returned true (AVX-512 and AMX-INT8 usable); [`runs`] holds
-/// for `k`.
+/// for `k`. For a symmetric kind, [`sign`] wrote the stages' signed codes
+/// (else the sums are wrong, though every access stays in bounds).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn dot(k: &Kind, sts: &[Stage], pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
     let nblk = sts.len() * k.blocks();
@@ -206,53 +211,83 @@ unsafe fn load_codes<const B: usize>(u: *const u8) {
 }
 
 /// `c = x · codes(B)` for the `TW` vectors at `x` (rows `PREP` words apart),
-/// with tiles `C` and `A`.
+/// with tiles `C` and `A`: `tdpbsud` (unsigned codes: asymmetric kinds,
+/// OFF 0) when `U`, else `tdpbssd` (signed codes: symmetric kinds).
 ///
 /// # Safety
 /// Tiles configured, tile `B` loaded; `x` readable for `TW` rows of 32
 /// bytes, `c` writable.
 #[inline(always)]
-unsafe fn product<const C: usize, const A: usize, const B: usize>(
+unsafe fn product<const U: bool, const C: usize, const A: usize, const B: usize>(
     x: *const u32,
     c: *mut [[i32; R]; TW],
 ) {
     // SAFETY: per this fn's contract.
     unsafe {
-        asm!(
-            "tilezero tmm{c}",
-            "tileloadd tmm{a}, [{x} + {s}*1]",
-            "tdpbsud tmm{c}, tmm{a}, tmm{b}",
-            "tilestored [{out} + {s}*1], tmm{c}",
-            c = const C,
-            a = const A,
-            b = const B,
-            x = in(reg) x,
-            out = in(reg) c,
-            s = in(reg) PREP * 4,
-            options(nostack),
-        )
+        if !U {
+            asm!(
+                "tilezero tmm{c}",
+                "tileloadd tmm{a}, [{x} + {s}*1]",
+                "tdpbssd tmm{c}, tmm{a}, tmm{b}",
+                "tilestored [{out} + {s}*1], tmm{c}",
+                c = const C,
+                a = const A,
+                b = const B,
+                x = in(reg) x,
+                out = in(reg) c,
+                s = in(reg) PREP * 4,
+                options(nostack),
+            )
+        } else {
+            asm!(
+                "tilezero tmm{c}",
+                "tileloadd tmm{a}, [{x} + {s}*1]",
+                "tdpbsud tmm{c}, tmm{a}, tmm{b}",
+                "tilestored [{out} + {s}*1], tmm{c}",
+                c = const C,
+                a = const A,
+                b = const B,
+                x = in(reg) x,
+                out = in(reg) c,
+                s = in(reg) PREP * 4,
+                options(nostack),
+            )
+        }
     }
 }
 
-/// The sums of a staged group-block's `nb` blocks into `c[kb]` (the
+/// The sums `P_h` of a staged group-block's `nb` blocks into `c[kb]` (the
 /// tile's codes of block `kb` at `x + kb · bs` words), every product issued
-/// before any sum is read back, alternate blocks on alternate tile sets.
+/// before any sum is read back, alternate blocks on alternate tile sets:
+/// symmetric kinds multiply the signed codes ([`sign`]), asymmetric ones
+/// (`A`) the unsigned codes, whose OFF is 0.
 ///
 /// # Safety
 /// Tiles configured; as [`dot`] for the prep words of the group-block's
 /// blocks.
 #[inline(always)]
-unsafe fn sums(st: &Stage, nb: usize, x: *const u32, bs: usize, c: *mut [[i32; R]; TW]) {
+unsafe fn sums<const A: bool>(
+    st: &Stage,
+    nb: usize,
+    x: *const u32,
+    bs: usize,
+    c: *mut [[i32; R]; TW],
+) {
     // SAFETY: per this fn's contract.
     unsafe {
         for kb in 0..nb {
-            let (u, x, out) = (st.codes[kb].as_ptr(), x.add(kb * bs), c.add(kb));
+            let u = if A {
+                st.codes[kb].as_ptr()
+            } else {
+                st.signed[kb].as_ptr().cast()
+            };
+            let (x, out) = (x.add(kb * bs), c.add(kb));
             if kb % 2 == 0 {
                 load_codes::<2>(u);
-                product::<0, 1, 2>(x, out);
+                product::<A, 0, 1, 2>(x, out);
             } else {
                 load_codes::<5>(u);
-                product::<3, 4, 5>(x, out);
+                product::<A, 3, 4, 5>(x, out);
             }
         }
     }
@@ -280,7 +315,7 @@ unsafe fn tile<const A: bool>(
     unsafe {
         for (g, st) in sts.iter().enumerate() {
             let p = p0.add(g * k.blocks() * bs);
-            sums(st, k.blocks(), p, bs, cp);
+            sums::<A>(st, k.blocks(), p, bs, cp);
             let mut t = [_mm512_setzero_ps(); TW];
             for kb in 0..k.blocks() {
                 let q = |v: usize| p.add(v * PREP + kb * bs);
@@ -288,7 +323,8 @@ unsafe fn tile<const A: bool>(
                 let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
                 let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
                 for (v, x) in t.iter_mut().enumerate() {
-                    let i0 = start::<A>(&cs[v], q(v).add(9));
+                    // P_h itself (the AVX-512 tile's sum from its start).
+                    let i0 = _mm512_load_si512(cs[v].as_ptr().cast());
                     *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i0), *x);
                     if A {
                         *x = _mm512_fmadd_ps(m, bf(q(v).add(11)), *x);
@@ -346,6 +382,9 @@ mod tests {
             let mut sts: Vec<Stage> = (0..cols / k.qk).map(|_| *Stage::new()).collect();
             for (g, st) in sts.iter_mut().enumerate() {
                 decode_scalar(&k, &v.codes()[g * gbs..(g + 1) * gbs], st);
+                if !k.asym {
+                    sign(&k, st);
+                }
             }
             let nblk = sts.len() * k.blocks();
             let bs = TW * PREP;
@@ -359,10 +398,19 @@ mod tests {
                     // Codes at the edges now and then.
                     0..=7 if r.is_multiple_of(5) => 0x8181_7f7f,
                     0..=7 => r,
-                    8 | 11 | 12 => f32::to_bits((r % 1000) as f32 / 333.0 - 1.5),
-                    9 | 10 => ((r % 8192) as i32 - 4096) as u32,
+                    8 => f32::to_bits((r % 1000) as f32 / 333.0 - 1.5),
                     _ => 0,
                 };
+            }
+            // The sums' words as `prep_vector` writes them from the codes:
+            // the start -OFF · S, and S as f32 (one 32-element sub-block).
+            for p in pp.chunks_exact_mut(PREP) {
+                let sum: i32 = bytemuck::cast_slice::<u32, i8>(&p[..8])
+                    .iter()
+                    .map(|&x| i32::from(x))
+                    .sum();
+                p[9] = (-k.off * sum) as u32;
+                p[11] = (sum as f32).to_bits();
             }
             for n_st in [1, sts.len()] {
                 let init: Vec<[f32; R]> = (0..TW).map(|v| [v as f32 * 0.25 - 1.0; R]).collect();
