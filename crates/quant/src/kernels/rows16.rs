@@ -291,7 +291,13 @@ fn build_preps(
     let mut outs: Vec<(PrepKey, SendPtr<u32>)> = preps
         .iter_mut()
         .map(|(key, p)| {
-            p.resize(n * nb * PREP, 0);
+            // Grown, never shrunk: a layer's calls alternate between
+            // widths (2048 and 8192 columns on the 1B), and growing back
+            // after a truncation zero-filled megabytes per call. Words
+            // past this call's are not read.
+            if p.len() < n * nb * PREP {
+                p.resize(n * nb * PREP, 0);
+            }
             (*key, SendPtr(p.as_mut_ptr()))
         })
         .collect();
