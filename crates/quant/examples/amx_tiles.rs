@@ -39,52 +39,24 @@ mod x86 {
     use std::time::Instant;
 
     #[repr(C, align(64))]
-    struct TileCfg {
-        palette: u8,
-        start_row: u8,
-        reserved: [u8; 14],
-        colsb: [u16; 16],
-        rows: [u8; 16],
-    }
-
-    #[repr(C, align(64))]
     struct Buf([u8; 16384]);
 
-    fn permission() -> bool {
-        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-        const XFEATURE_XTILEDATA: libc::c_long = 18;
-        let edx = __cpuid_count(7, 0).edx;
-        if edx & (3 << 24) != 3 << 24 {
-            return false;
-        }
-        // SAFETY: a plain system call with integer arguments.
-        unsafe {
-            libc::syscall(
-                libc::SYS_arch_prctl,
-                ARCH_REQ_XCOMP_PERM,
-                XFEATURE_XTILEDATA,
-            ) == 0
-        }
-    }
+    #[repr(C, align(64))]
+    struct Cfg([u8; 64]);
 
-    /// Tiles 0–3 sums (16 × 64 B), 4–5 activations (16 × 32 B), 6–7 codes
-    /// (8 × 64 B).
-    fn config() -> TileCfg {
-        let mut c = TileCfg {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            colsb: [0; 16],
-            rows: [0; 16],
-        };
+    /// The `ldtilecfg` operand (palette 1): tiles 0–3 sums (16 × 64 B),
+    /// 4–5 activations (16 × 32 B), 6–7 codes (8 × 64 B).
+    fn config() -> Cfg {
+        let mut c = Cfg([0; 64]);
+        c.0[0] = 1;
         for i in 0..8 {
-            let (r, b) = match i {
+            let (rows, bytes): (u8, u16) = match i {
                 0..=3 => (16, 64),
                 4 | 5 => (16, 32),
                 _ => (8, 64),
             };
-            c.rows[i] = r;
-            c.colsb[i] = b;
+            c.0[16 + 2 * i..18 + 2 * i].copy_from_slice(&bytes.to_le_bytes());
+            c.0[48 + i] = rows;
         }
         c
     }
@@ -201,7 +173,9 @@ mod x86 {
     }
 
     pub fn main() {
-        if !is_x86_feature_detected!("avx512f") || !permission() {
+        // `amx_enabled` asks Linux for the tile state (and honours
+        // GPACK_NO_AMX).
+        if !is_x86_feature_detected!("avx512f") || !gpack_quant::kernels::rows16::amx_enabled() {
             eprintln!("amx_tiles: this CPU or kernel gives no AMX-INT8 (or no AVX-512)");
             std::process::exit(1);
         }
@@ -213,7 +187,7 @@ mod x86 {
         // SAFETY: AMX permitted (above); the configuration is valid; the
         // operand tiles are loaded from inside `a` and `b`.
         unsafe {
-            asm!("ldtilecfg [{}]", in(reg) &cfg, options(nostack, readonly));
+            asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly));
             asm!(
                 "tileloadd tmm4, [{a} + {s}*1]", "tileloadd tmm5, [{a} + {s}*1]",
                 "tileloadd tmm6, [{b} + {s}*1]", "tileloadd tmm7, [{b} + {s}*1]",

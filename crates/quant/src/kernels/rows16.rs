@@ -818,6 +818,21 @@ pub fn prefill_tile(isa: Isa) -> &'static str {
     }
 }
 
+/// Whether this process may use AMX-INT8 for the prefill tile: the CPU has
+/// it, Linux granted the tile state (asked once, here), and `GPACK_NO_AMX`
+/// is not set. Probes that run AMX code of their own call it for the
+/// permission.
+pub fn amx_enabled() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::enabled()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Vectors per tile of the prep words' layout on `isa` (see
 /// [`prep_tile`]): [`VT`], or the AMX tile's 16 where that runs.
 fn prep_width(isa: Isa) -> usize {

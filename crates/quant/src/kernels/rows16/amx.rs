@@ -222,36 +222,30 @@ unsafe fn product<const U: bool, const C: usize, const A: usize, const B: usize>
     x: *const u32,
     c: *mut [[i32; R]; TW],
 ) {
+    // One block, the mnemonic aside.
+    macro_rules! go {
+        ($op:literal) => {
+            asm!(
+                "tilezero tmm{c}",
+                "tileloadd tmm{a}, [{x} + {s}*1]",
+                concat!($op, " tmm{c}, tmm{a}, tmm{b}"),
+                "tilestored [{out} + {s}*1], tmm{c}",
+                c = const C,
+                a = const A,
+                b = const B,
+                x = in(reg) x,
+                out = in(reg) c,
+                s = in(reg) PREP * 4,
+                options(nostack),
+            )
+        };
+    }
     // SAFETY: per this fn's contract.
     unsafe {
-        if !U {
-            asm!(
-                "tilezero tmm{c}",
-                "tileloadd tmm{a}, [{x} + {s}*1]",
-                "tdpbssd tmm{c}, tmm{a}, tmm{b}",
-                "tilestored [{out} + {s}*1], tmm{c}",
-                c = const C,
-                a = const A,
-                b = const B,
-                x = in(reg) x,
-                out = in(reg) c,
-                s = in(reg) PREP * 4,
-                options(nostack),
-            )
+        if U {
+            go!("tdpbsud")
         } else {
-            asm!(
-                "tilezero tmm{c}",
-                "tileloadd tmm{a}, [{x} + {s}*1]",
-                "tdpbsud tmm{c}, tmm{a}, tmm{b}",
-                "tilestored [{out} + {s}*1], tmm{c}",
-                c = const C,
-                a = const A,
-                b = const B,
-                x = in(reg) x,
-                out = in(reg) c,
-                s = in(reg) PREP * 4,
-                options(nostack),
-            )
+            go!("tdpbssd")
         }
     }
 }
