@@ -47,7 +47,11 @@
 //! 8-bit and lookup ones), likewise started at `-OFF · S_h`, adding as many
 //! words in 16 bits as cannot overflow ([`words_in_i16`]), and for the
 //! others takes `w = u - OFF` as i8 and uses `vpmaddubsw(|w|, sign(xq, w))`
-//! (|w| ≤ 128, no saturation). The stage is decoded once per group-block and shared by
+//! (|w| ≤ 128, no saturation). On CPUs with AMX-INT8, the AVX-512 path's
+//! prefill tile takes `P_h` of the kinds with 32-element sub-blocks from
+//! tile products (`rows16/amx.rs`): the symmetric kinds multiply a signed
+//! copy of the codes (`u - OFF`, so their sums need no start), the
+//! asymmetric ones the unsigned codes. The stage is decoded once per group-block and shared by
 //! every vector of the call, which is the on-the-fly conversion to an int8
 //! interleaved form that makes prefill compute-bound rather than
 //! unpack-bound.
