@@ -159,10 +159,12 @@ pub(super) fn runs(k: &Kind) -> bool {
 /// to add per vector and block (exact: every symmetric kind's weights are
 /// in `[-128, 127]`).
 pub(super) fn sign(k: &Kind, st: &mut Stage) {
-    debug_assert!(!k.asym);
+    debug_assert!(!k.asym && (0..=255).contains(&k.off));
+    // Byte arithmetic (vectorized): u - OFF wraps to the i8 it is.
+    let off = k.off as u8;
     for kb in 0..k.blocks() {
         for (s, &u) in st.signed[kb].iter_mut().zip(&st.codes[kb]) {
-            *s = (i32::from(u) - k.off) as i8;
+            *s = u.wrapping_sub(off) as i8;
         }
     }
 }
