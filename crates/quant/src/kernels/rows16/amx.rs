@@ -37,6 +37,7 @@
 //! `ARCH_REQ_XCOMP_PERM`, once per process): [`enabled`] asks, and is false
 //! when the CPU lacks AMX-INT8, the kernel refuses, or `GPACK_NO_AMX` is set.
 
+use super::avx512::bf;
 use super::{Kind, Stage, PREP, R};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -138,12 +139,6 @@ unsafe fn configure() {
         unsafe { asm!("ldtilecfg [{}]", in(reg) &CFG, options(nostack, readonly)) };
         CONFIGURED.set(true);
     }
-}
-
-#[inline(always)]
-unsafe fn bf(p: *const u32) -> __m512 {
-    // SAFETY: the caller guarantees a readable word.
-    unsafe { _mm512_set1_ps(f32::from_bits(p.read())) }
 }
 
 /// Whether `k` takes the AMX tile: kinds with 32-element sub-blocks. Those
@@ -323,14 +318,14 @@ unsafe fn tile<const A: bool>(
                     let i0 = _mm512_load_si512(cs[v].as_ptr().cast());
                     *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(i0), *x);
                     if A {
-                        *x = _mm512_fmadd_ps(m, bf(q(v).add(11)), *x);
+                        *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
                     }
                 }
             }
             // (The AVX-512 tile keeps one-block kinds' accumulators in
             // registers: the same fma, the same bits.)
             for (v, t) in t.iter().enumerate() {
-                let d = bf(p.add(v * PREP + 8));
+                let d = bf(p, v * PREP + 8);
                 let acc = (*a.add(v)).as_mut_ptr();
                 _mm512_storeu_ps(acc, _mm512_fmadd_ps(d, *t, _mm512_loadu_ps(acc)));
             }

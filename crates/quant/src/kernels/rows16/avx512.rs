@@ -853,8 +853,9 @@ unsafe fn bi(p: *const u32, i: usize) -> __m512i {
     unsafe { _mm512_set1_epi32(p.add(i).read() as i32) }
 }
 
+/// Word `i` at `p`, an f32, in every lane (also the AMX tile's).
 #[inline(always)]
-unsafe fn bf(p: *const u32, i: usize) -> __m512 {
+pub(super) unsafe fn bf(p: *const u32, i: usize) -> __m512 {
     // SAFETY: the caller guarantees a readable word.
     unsafe { _mm512_set1_ps(f32::from_bits(p.add(i).read())) }
 }
