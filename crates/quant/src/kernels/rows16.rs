@@ -705,6 +705,9 @@ fn run_groups(
         return;
     }
     let pt = prep_width(isa);
+    // Whether this kind's full tiles run on AMX (decided once per call).
+    #[cfg(target_arch = "x86_64")]
+    let on_amx = pt == amx::TW && amx::runs(k);
     let mut panel = PANEL.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let span = range_blocks(k).min(nbg);
     let need = per.min(g1 - g0) * span;
@@ -726,7 +729,7 @@ fn run_groups(
                     let st = &mut panel[(g - c0) * nbr + b - b0];
                     stage(isa, k, gb, st, next);
                     #[cfg(target_arch = "x86_64")]
-                    if pt == amx::TW && amx::runs(k) && !k.asym {
+                    if on_amx && !k.asym {
                         amx::sign(k, st);
                     }
                 }
@@ -752,7 +755,7 @@ fn run_groups(
                         // the full ones on its tile, the rest on AVX-512's.
                         let mut t0 = 0;
                         #[cfg(target_arch = "x86_64")]
-                        if pt == amx::TW && amx::runs(k) && nv >= pt {
+                        if on_amx && nv >= pt {
                             let full = nv / pt;
                             for i in 0..full {
                                 let (pp, bs) =
