@@ -584,3 +584,32 @@ fn a_huge_tensor_count_in_a_huge_sparse_file_is_an_error_not_an_abort() {
     };
     assert!(e.to_string().contains("sparse.gguf"), "{e}");
 }
+
+/// A file without tensors may declare `general.alignment` = 2^31 and end right
+/// after its metadata (nothing is aligned, so the reader accepts it). Writing it
+/// back must not pad the header to the alignment: that asked for 2 GiB from these
+/// 99 bytes (found by the `ingest_gguf` fuzz target, 2026-12-05; the input is its
+/// artifact, magic and version prepended as the target does).
+#[test]
+fn a_huge_alignment_without_tensors_is_written_back_unpadded() {
+    let tail = "0000000000000000020000000000000002000000000000000000090000000000\
+                000002000000000000000200110000000000000067656e6572616c2e616c6967\
+                6e6d656e740400000000000080020000000000000000000000000000000007010000";
+    let mut bytes = b"GGUF\x03\0\0\0".to_vec();
+    bytes.extend(
+        (0..tail.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&tail[i..i + 2], 16).unwrap()),
+    );
+    let g = gguf::parse(&bytes).expect("a tensorless file with a large alignment is valid");
+    assert_eq!((g.alignment, g.tensors.len()), (1 << 31, 0));
+    let out = gguf::to_vec(&g.metadata, std::iter::empty()).expect("written back");
+    assert!(
+        out.len() <= bytes.len(),
+        "{} bytes written for {}",
+        out.len(),
+        bytes.len()
+    );
+    let again = gguf::parse(&out).expect("re-read");
+    assert_eq!(again.alignment, 1 << 31);
+}

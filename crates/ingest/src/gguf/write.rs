@@ -4,7 +4,7 @@
 //! reproduces it byte for byte: metadata in the given order, tensor descriptors in
 //! the given order with offsets packed back to back (each tensor's data padded with
 //! zeros to the alignment, the last one included), and the header padded to the
-//! alignment. Descriptors go first, so all tensor shapes are needed up front, but
+//! alignment when there are tensors. Descriptors go first, so all tensor shapes are needed up front, but
 //! tensor data is then streamed one tensor at a time ([`Writer::write_tensor_data`]):
 //! `gpack export` never holds more than one tensor.
 
@@ -107,8 +107,14 @@ impl<W: Write> Writer<W> {
                 .ok_or_else(|| bad(&t.name, WriteProblem::TotalOverflow))?;
             sizes.push((t.name.clone(), size));
         }
-        let padded = align_up(nowhere, head.len() as u64, alignment)?;
-        head.resize(padded as usize, 0);
+        // The padding aligns the tensor data: a file without tensors has
+        // none to align. (A parsed file with no tensors may declare any
+        // power-of-two alignment, up to 2^31, without holding its padding:
+        // writing it back padded asked for gigabytes from a 99-byte input.)
+        if !tensors.is_empty() {
+            let padded = align_up(nowhere, head.len() as u64, alignment)?;
+            head.resize(padded as usize, 0);
+        }
         out.write_all(&head).map_err(io)?;
         Ok(Self {
             out,
