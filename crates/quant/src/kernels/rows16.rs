@@ -27,6 +27,23 @@
 //! y = acc
 //! ```
 //!
+//! Q6_K ([`Kind::iscale`]), whose sub-block scales are int8 `sc_h` times
+//! one f16 `d` per row and ggml block, applies them as integers instead:
+//!
+//! ```text
+//!     T = Σ_h sc_h * P_h                             exact i32
+//!     t = d * (T as f32)                             one rounded product
+//!     acc = fma(D_B, t, acc)
+//! ```
+//!
+//! (`|P_h| ≤ 16 · 32 · 127`, `|sc_h| ≤ 128`, 16 sub-blocks: `|T| < 2^28`.)
+//! This is how ggml's own Q6_K dot sums (`madd(scale, p16)`), and it lets
+//! the AMX tile take Q6_K: the weights times their scales, `w · sc_h` (at
+//! most 4096 in magnitude), split into a high and a low i8 plane, give `T`
+//! from two products per 32-element block summed in the tile registers
+//! over the whole ggml block, with one store and one float step per ggml
+//! block instead of one per 16 elements.
+//!
 //! The activation scale is applied once per ggml block: a K-quant's 8 or 16
 //! sub-blocks cost one `cvt` and one `fma` each per (16 rows × vector), not
 //! a scale product besides (the prefill tile's float steps were a quarter
@@ -101,6 +118,9 @@ pub(crate) struct Kind {
     pub off: i32,
     /// The largest staged code `u` (what bounds `vpmaddubsw(u, xq)`).
     pub umax: u32,
+    /// Whether the sub-block scales are applied as integers (Q6_K: see
+    /// the module docs), from the stage's `iscales` and `d`.
+    pub iscale: bool,
 }
 
 impl Kind {
@@ -132,6 +152,7 @@ impl Kind {
             asym,
             off,
             umax,
+            iscale: t == T::Q6_K,
         })
     }
 
@@ -166,9 +187,17 @@ pub(crate) struct Stage {
     pub scales: [[f32; R]; 16],
     /// Per sub-block: the 16 rows' mins (asymmetric kinds).
     pub mins: [[f32; R]; 16],
-    /// Per 32-element block, for the AMX tile of symmetric kinds: `codes`
-    /// less OFF, as i8 (written by `amx::sign`; unused elsewhere).
+    /// Per 32-element block, for the AMX tile (written by `amx::prepare`;
+    /// unused elsewhere): the symmetric kinds' `codes` less OFF, as i8;
+    /// for [`Kind::iscale`], the low 7 bits of `w · sc_h` (0..=127).
     pub signed: [[i8; 8 * R * 4]; 8],
+    /// For [`Kind::iscale`] on the AMX tile: `w · sc_h` less its low 7
+    /// bits, over 128 (`-32..=32`).
+    pub high: [[i8; 8 * R * 4]; 8],
+    /// For [`Kind::iscale`]: per sub-block, the 16 rows' integer scales.
+    pub iscales: [[i32; R]; 16],
+    /// For [`Kind::iscale`]: the 16 rows' block scale `d`.
+    pub d: [f32; R],
 }
 
 impl Stage {
@@ -178,6 +207,9 @@ impl Stage {
             scales: [[0.0; R]; 16],
             mins: [[0.0; R]; 16],
             signed: [[0; 8 * R * 4]; 8],
+            high: [[0; 8 * R * 4]; 8],
+            iscales: [[0; R]; 16],
+            d: [0.0; R],
         })
     }
 }
@@ -214,6 +246,13 @@ pub(crate) fn decode_scalar(k: &Kind, gb: &[u8], st: &mut Stage) {
             st.scales[h][i] = scales[h];
             st.mins[h][i] = if k.asym { mins[h] } else { 0.0 };
         }
+        if k.iscale {
+            // Q6_K: scales (i8) @192, d (f16) @208.
+            for h in 0..k.subs() {
+                st.iscales[h][i] = i32::from(blk[192 + h] as i8);
+            }
+            st.d[i] = half::f16::from_le_bytes([blk[208], blk[209]]).to_f32();
+        }
     }
 }
 
@@ -224,6 +263,7 @@ fn dot_stage_scalar(k: &Kind, st: &Stage, xq: &[i8], db: f32, acc: &mut [f32; R]
     let per = QA / k.sub; // sub-blocks per 32-block
     for (i, a) in acc.iter_mut().enumerate() {
         let mut t = 0f32;
+        let mut ti = 0i32;
         for kb in 0..k.blocks() {
             for hh in 0..per {
                 let h = kb * per + hh;
@@ -234,11 +274,18 @@ fn dot_stage_scalar(k: &Kind, st: &Stage, xq: &[i8], db: f32, acc: &mut [f32; R]
                     p += (u - k.off) * x;
                     s += x;
                 }
+                if k.iscale {
+                    ti += st.iscales[h][i] * p;
+                    continue;
+                }
                 t = st.scales[h][i].mul_add(p as f32, t);
                 if k.asym {
                     t = st.mins[h][i].mul_add(s as f32, t);
                 }
             }
+        }
+        if k.iscale {
+            t = st.d[i] * ti as f32;
         }
         *a = db.mul_add(t, *a);
     }
@@ -729,8 +776,9 @@ fn run_groups(
                     let st = &mut panel[(g - c0) * nbr + b - b0];
                     stage(isa, k, gb, st, next);
                     #[cfg(target_arch = "x86_64")]
-                    if on_amx && !k.asym {
-                        amx::sign(k, st);
+                    if on_amx {
+                        // SAFETY: AMX is enabled only with AVX-512.
+                        unsafe { amx::prepare(k, st) };
                     }
                 }
             }
@@ -949,6 +997,7 @@ fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], bs: usize, acc: &mut [f32; R
     let per = QA / k.sub;
     for (i, a) in acc.iter_mut().enumerate() {
         let mut t = 0f32;
+        let mut ti = 0i32;
         for kb in 0..k.blocks() {
             let pw = &p[kb * bs..][..PREP];
             let xq: &[u8] = bytemuck::cast_slice(&pw[..8]);
@@ -959,11 +1008,18 @@ fn dot_prep_scalar(k: &Kind, st: &Stage, p: &[u32], bs: usize, acc: &mut [f32; R
                     let u = i32::from(st.codes[kb][(o / 4) * R * 4 + i * 4 + o % 4]);
                     pv += u * i32::from(x as i8);
                 }
+                if k.iscale {
+                    ti += st.iscales[h][i] * pv;
+                    continue;
+                }
                 t = st.scales[h][i].mul_add(pv as f32, t);
                 if k.asym {
                     t = st.mins[h][i].mul_add(f32::from_bits(pw[11 + hh]), t);
                 }
             }
+        }
+        if k.iscale {
+            t = st.d[i] * ti as f32;
         }
         *a = f32::from_bits(p[8]).mul_add(t, *a);
     }
@@ -1010,6 +1066,10 @@ pub fn stage_matches(isa: Isa, w: &NativeView, g: usize, b: usize) -> bool {
                 .flatten()
                 .map(|&c| u32::from(c)),
         );
+        if k.iscale {
+            v.extend(st.iscales[..k.subs()].iter().flatten().map(|&c| c as u32));
+            v.extend(st.d.iter().map(|f| f.to_bits()));
+        }
         v
     };
     bits(&a) == bits(&s)

@@ -1,7 +1,7 @@
 //! The prefill tile on AMX-INT8 (Intel Xeon 4th generation and later): the
 //! integer sums `P_h` of a staged group-block for a tile of [`TW`] vectors
 //! come from one product per 32-element block instead of 128 `vpdpbusd`s
-//! (kinds with 32-element sub-blocks: see [`runs`]): `tdpbssd` with the
+//! (kinds with 32-element sub-blocks, and Q6_K: see [`runs`]): `tdpbssd` with the
 //! stage's codes less OFF as i8 for the symmetric kinds ([`sign`], so no
 //! start `-OFF · S` is added per vector and block: +3–5 % on IQ4_XS, Q4_0
 //! and Q8_0, `rows16_probe`), `tdpbsud` with the unsigned codes for the
@@ -10,6 +10,14 @@
 //! run on AVX-512 exactly as in `avx512::tile`. Integer sums are exact, so
 //! the bits are those of every other path (tested against the AVX-512 tile
 //! and, through the ISA tests, the scalar reference).
+//!
+//! Q6_K's integer scales ([`Kind::iscale`]) take a tile of their own
+//! ([`tile_iscale`]): the weights times their scales split into two i8
+//! planes ([`split`]), two products per 32-element block summed in two sums
+//! tiles over the whole ggml block, one store of each and one float step per
+//! ggml block. `rows16_probe Q6_K 2048 2048 512`, 1 thread, 3 alternating
+//! rounds: 154–164 GMAC/s on the AVX-512 tile (the float scales), 253–272
+//! on this one, 282–287 with alternate code tiles (tmm2, tmm5 / tmm6, tmm7).
 //!
 //! The tiles (palette 1), one configuration per thread, kept for the
 //! thread's life: two sets, tmm0–2 and tmm3–5, used by alternate blocks
@@ -57,8 +65,8 @@ struct TileCfg {
     rows: [u8; 16],
 }
 
-/// A palette-1 configuration of tiles 0..6 with these `(rows, bytes)`.
-const fn cfg(shapes: [(u8, u16); 6]) -> TileCfg {
+/// A palette-1 configuration of tiles 0..8 with these `(rows, bytes)`.
+const fn cfg(shapes: [(u8, u16); 8]) -> TileCfg {
     let mut c = TileCfg {
         palette: 1,
         start_row: 0,
@@ -67,7 +75,7 @@ const fn cfg(shapes: [(u8, u16); 6]) -> TileCfg {
         rows: [0; 16],
     };
     let mut i = 0;
-    while i < 6 {
+    while i < 8 {
         c.rows[i] = shapes[i].0;
         c.colsb[i] = shapes[i].1;
         i += 1;
@@ -82,6 +90,8 @@ static CFG: TileCfg = cfg([
     (8, 64),
     (TW as u8, 64),
     (TW as u8, 32),
+    (8, 64),
+    (8, 64),
     (8, 64),
 ]);
 
@@ -141,25 +151,93 @@ unsafe fn configure() {
     }
 }
 
-/// Whether `k` takes the AMX tile: kinds with 32-element sub-blocks. Those
-/// of 16 (Q6_K, Q3_K, Q2_K) ran slower on it than on the AVX-512 tile (two
-/// half-size products per block: Q6_K 120–136 against 153–162 GMAC/s,
+/// Whether `k` takes the AMX tile: kinds with 32-element sub-blocks, and
+/// Q6_K through its integer scales ([`Kind::iscale`]: two products per
+/// 32-element block, summed in the tile over the whole ggml block). The
+/// other kinds with 16-element sub-blocks (Q3_K, Q2_K) ran slower on it
+/// than on the AVX-512 tile (two half-size products and stores per block:
+/// Q6_K, before its integer scales, 120–136 against 153–162 GMAC/s,
 /// `rows16_probe Q6_K 2048 2048 512`, 1 thread, 3 alternating rounds).
 pub(super) fn runs(k: &Kind) -> bool {
-    k.sub == 32
+    k.sub == 32 || k.iscale
+}
+
+/// Writes what the AMX tile of kind `k` reads besides the stage's codes
+/// and scales: [`sign`] for the symmetric kinds with 32-element
+/// sub-blocks, [`split`] for the integer-scale kinds; nothing for the
+/// asymmetric ones (their codes are multiplied as they are).
+///
+/// # Safety
+/// AVX-512 F/BW available.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn prepare(k: &Kind, st: &mut Stage) {
+    if k.iscale {
+        // SAFETY: the features are enabled here.
+        unsafe { split(k, st) }
+    } else if !k.asym {
+        sign(k, st)
+    }
 }
 
 /// Writes the stage's `signed` codes for the AMX tile of a symmetric kind:
 /// `u - OFF` as i8, so that `tdpbssd` gives `P_h` itself, with no start
 /// to add per vector and block (exact: every symmetric kind's weights are
 /// in `[-128, 127]`).
-pub(super) fn sign(k: &Kind, st: &mut Stage) {
+fn sign(k: &Kind, st: &mut Stage) {
     debug_assert!(!k.asym && (0..=255).contains(&k.off));
     // Byte arithmetic (vectorized): u - OFF wraps to the i8 it is.
     let off = k.off as u8;
     for kb in 0..k.blocks() {
         for (s, &u) in st.signed[kb].iter_mut().zip(&st.codes[kb]) {
             *s = u.wrapping_sub(off) as i8;
+        }
+    }
+}
+
+/// Writes the weights times their integer scales, `w · sc_h` (`w = u -
+/// OFF`; at most 4096 in magnitude for Q6_K), as two i8 planes: the low 7
+/// bits into `signed` (0..=127) and the rest over 128 into `high`
+/// (-32..=32), so that `128 · (x · high) + x · signed` is `x · (w · sc)`
+/// exactly.
+///
+/// # Safety
+/// AVX-512 F/BW available.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn split(k: &Kind, st: &mut Stage) {
+    debug_assert!(k.iscale && k.sub == 16 && k.off < 128);
+    // SAFETY: every load and store is one of the stage's 64-byte words
+    // (codes, signed, high of block kb < 8, word j < 8) or scale rows.
+    unsafe {
+        let off = _mm512_set1_epi8(k.off as i8);
+        let lo7 = _mm512_set1_epi16(127);
+        let low = _mm512_set1_epi16(0xFF);
+        for kb in 0..k.blocks() {
+            for j in 0..8 {
+                // Word j is elements 4j .. 4j + 4 of every row: sub-block
+                // 2 kb + j / 4, one row per 32-bit lane.
+                let sc = _mm512_loadu_si512(st.iscales[2 * kb + j / 4].as_ptr().cast());
+                // The scale in both 16-bit halves of its lane.
+                let sc = _mm512_or_si512(
+                    _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)),
+                    _mm512_slli_epi32::<16>(sc),
+                );
+                let at = 64 * j;
+                let u = _mm512_load_si512(st.codes[kb].as_ptr().add(at).cast());
+                let w = _mm512_sub_epi8(u, off);
+                // Even and odd bytes as i16, times the scale (|·| ≤ 4096).
+                let we = _mm512_mullo_epi16(_mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(w)), sc);
+                let wo = _mm512_mullo_epi16(_mm512_srai_epi16::<8>(w), sc);
+                let lo = _mm512_or_si512(
+                    _mm512_and_si512(we, lo7),
+                    _mm512_slli_epi16::<8>(_mm512_and_si512(wo, lo7)),
+                );
+                let hi = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srai_epi16::<7>(we), low),
+                    _mm512_slli_epi16::<8>(_mm512_srai_epi16::<7>(wo)),
+                );
+                _mm512_store_si512(st.signed[kb].as_mut_ptr().add(at).cast(), lo);
+                _mm512_store_si512(st.high[kb].as_mut_ptr().add(at).cast(), hi);
+            }
         }
     }
 }
@@ -181,7 +259,9 @@ pub(super) unsafe fn dot(k: &Kind, sts: &[Stage], pp: &[u32], bs: usize, acc: &m
     unsafe {
         configure();
         let (p, a) = (pp.as_ptr(), acc.as_mut_ptr());
-        if k.asym {
+        if k.iscale {
+            tile_iscale(k, sts, p, bs, a)
+        } else if k.asym {
             tile::<true>(k, sts, p, bs, a)
         } else {
             tile::<false>(k, sts, p, bs, a)
@@ -333,6 +413,78 @@ unsafe fn tile<const A: bool>(
     }
 }
 
+/// The tile of an integer-scale kind ([`Kind::iscale`]) over the staged
+/// group-blocks `sts`: per group-block, `Σ x · high` and `Σ x · signed`
+/// ([`split`]) summed in two tiles over all its blocks, stored once, and
+/// `T = 128 · high + low`, `t = d · T`, `acc = fma(D_B, t, acc)`: the
+/// canonical formula's integer-scale steps, as in `avx512::tile`.
+///
+/// # Safety
+/// As [`dot`], tiles configured, [`split`] run on the stages.
+#[inline(always)]
+unsafe fn tile_iscale(k: &Kind, sts: &[Stage], p0: *const u32, bs: usize, a: *mut [f32; R]) {
+    #[repr(C, align(64))]
+    struct Sums([[[i32; R]; TW]; 2]);
+    let mut c = std::mem::MaybeUninit::<Sums>::uninit();
+    let cp = c.as_mut_ptr().cast::<[[i32; R]; TW]>();
+    // SAFETY: per `dot`; `c` is this frame's, read after the tiles are
+    // stored to it.
+    unsafe {
+        for (g, st) in sts.iter().enumerate() {
+            let p = p0.add(g * k.blocks() * bs);
+            asm!("tilezero tmm0", "tilezero tmm3", options(nostack));
+            for kb in 0..k.blocks() {
+                let x = p.add(kb * bs);
+                let (lo, hi) = (st.signed[kb].as_ptr(), st.high[kb].as_ptr());
+                // Alternate activation and code tiles (1, 2, 5 and 4, 6, 7)
+                // for alternate blocks: a load need not wait for the
+                // previous block's products to free its tile.
+                macro_rules! go {
+                    ($a:literal, $bl:literal, $bh:literal) => {
+                        asm!(
+                            concat!("tileloadd tmm", $a, ", [{x} + {s}*1]"),
+                            concat!("tileloadd tmm", $bl, ", [{lo} + {w}*1]"),
+                            concat!("tdpbssd tmm0, tmm", $a, ", tmm", $bl),
+                            concat!("tileloadd tmm", $bh, ", [{hi} + {w}*1]"),
+                            concat!("tdpbssd tmm3, tmm", $a, ", tmm", $bh),
+                            x = in(reg) x,
+                            s = in(reg) PREP * 4,
+                            lo = in(reg) lo,
+                            hi = in(reg) hi,
+                            w = in(reg) 64usize,
+                            options(nostack),
+                        )
+                    };
+                }
+                if kb % 2 == 0 {
+                    go!("1", "2", "5")
+                } else {
+                    go!("4", "6", "7")
+                }
+            }
+            asm!(
+                "tilestored [{l} + {s}*1], tmm0",
+                "tilestored [{h} + {s}*1], tmm3",
+                l = in(reg) cp,
+                h = in(reg) cp.add(1),
+                s = in(reg) 64usize,
+                options(nostack),
+            );
+            let (lo, hi) = (&*cp, &*cp.add(1));
+            let dd = _mm512_loadu_ps(st.d.as_ptr());
+            for v in 0..TW {
+                let l = _mm512_load_si512(lo[v].as_ptr().cast());
+                let h = _mm512_load_si512(hi[v].as_ptr().cast());
+                let t = _mm512_add_epi32(_mm512_slli_epi32::<7>(h), l);
+                let t = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(t));
+                let acc = (*a.add(v)).as_mut_ptr();
+                let d = bf(p, v * PREP + 8);
+                _mm512_storeu_ps(acc, _mm512_fmadd_ps(d, t, _mm512_loadu_ps(acc)));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,6 +512,7 @@ mod tests {
             GgmlType::Q8_0,
             GgmlType::Q4_K,
             GgmlType::Q5_K,
+            GgmlType::Q6_K,
             GgmlType::IQ4_NL,
             GgmlType::IQ4_XS,
             GgmlType::MXFP4,
@@ -373,9 +526,8 @@ mod tests {
             let mut sts: Vec<Stage> = (0..cols / k.qk).map(|_| *Stage::new()).collect();
             for (g, st) in sts.iter_mut().enumerate() {
                 decode_scalar(&k, &v.codes()[g * gbs..(g + 1) * gbs], st);
-                if !k.asym {
-                    sign(&k, st);
-                }
+                // SAFETY: AVX-512 checked above.
+                unsafe { prepare(&k, st) };
             }
             let nblk = sts.len() * k.blocks();
             let bs = TW * PREP;
@@ -394,14 +546,20 @@ mod tests {
                 };
             }
             // The sums' words as `prep_vector` writes them from the codes:
-            // the start -OFF · S, and S as f32 (one 32-element sub-block).
+            // the starts -OFF · S and S as f32, per sub-block (halves of
+            // the block for 16-element sub-blocks).
             for p in pp.chunks_exact_mut(PREP) {
-                let sum: i32 = bytemuck::cast_slice::<u32, i8>(&p[..8])
-                    .iter()
-                    .map(|&x| i32::from(x))
-                    .sum();
-                p[9] = (-k.off * sum) as u32;
-                p[11] = (sum as f32).to_bits();
+                let x = bytemuck::cast_slice::<u32, i8>(&p[..8]);
+                let sum = |x: &[i8]| x.iter().map(|&x| i32::from(x)).sum::<i32>();
+                let (s0, s1) = if k.sub == 16 {
+                    (sum(&x[..16]), sum(&x[16..]))
+                } else {
+                    (sum(x), 0)
+                };
+                p[9] = (-k.off * s0) as u32;
+                p[10] = (-k.off * s1) as u32;
+                p[11] = (s0 as f32).to_bits();
+                p[12] = (s1 as f32).to_bits();
             }
             for n_st in [1, sts.len()] {
                 let init: Vec<[f32; R]> = (0..TW).map(|v| [v as f32 * 0.25 - 1.0; R]).collect();

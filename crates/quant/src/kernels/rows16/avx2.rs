@@ -42,14 +42,20 @@ unsafe fn dot_one(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; 
     unsafe {
         let g = words_in_i16(k.umax, k.sub / 4);
         match (k.umax > 127, g, k.sub == 16, k.asym) {
-            (true, _, false, false) => dot_with::<true, 1, false, false>(k, st, pp, bs, acc),
-            (false, 8, false, false) => dot_with::<false, 8, false, false>(k, st, pp, bs, acc),
-            (false, 8, false, true) => dot_with::<false, 8, false, true>(k, st, pp, bs, acc),
-            (false, 4, false, false) => dot_with::<false, 4, false, false>(k, st, pp, bs, acc),
-            (false, 4, false, true) => dot_with::<false, 4, false, true>(k, st, pp, bs, acc),
-            (false, 4, true, false) => dot_with::<false, 4, true, false>(k, st, pp, bs, acc),
-            (false, 4, true, true) => dot_with::<false, 4, true, true>(k, st, pp, bs, acc),
-            (false, 2, true, false) => dot_with::<false, 2, true, false>(k, st, pp, bs, acc),
+            (false, 2, true, false) if k.iscale => {
+                dot_with::<false, 2, true, false, true>(k, st, pp, bs, acc)
+            }
+            (true, _, false, false) => dot_with::<true, 1, false, false, false>(k, st, pp, bs, acc),
+            (false, 8, false, false) => {
+                dot_with::<false, 8, false, false, false>(k, st, pp, bs, acc)
+            }
+            (false, 8, false, true) => dot_with::<false, 8, false, true, false>(k, st, pp, bs, acc),
+            (false, 4, false, false) => {
+                dot_with::<false, 4, false, false, false>(k, st, pp, bs, acc)
+            }
+            (false, 4, false, true) => dot_with::<false, 4, false, true, false>(k, st, pp, bs, acc),
+            (false, 4, true, false) => dot_with::<false, 4, true, false, false>(k, st, pp, bs, acc),
+            (false, 4, true, true) => dot_with::<false, 4, true, true, false>(k, st, pp, bs, acc),
             shape => unreachable!("{}: no AVX2 dot for the shape {shape:?}", k.t),
         }
     }
@@ -63,14 +69,20 @@ unsafe fn dot_one(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; 
 /// As [`dot`], with its prep words checked; `G` no more than
 /// [`words_in_i16`] allows for the kind, `SUB16` and `ASYM` the kind's.
 #[inline(always)]
-unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const ASYM: bool>(
+unsafe fn dot_with<
+    const SIGNED: bool,
+    const G: usize,
+    const SUB16: bool,
+    const ASYM: bool,
+    const ISCALE: bool,
+>(
     k: &Kind,
     st: &Stage,
     pp: &[u32],
     bs: usize,
     acc: &mut [[f32; R]],
 ) {
-    debug_assert!(SUB16 == (k.sub == 16) && ASYM == k.asym);
+    debug_assert!(SUB16 == (k.sub == 16) && ASYM == k.asym && ISCALE == k.iscale);
     let per = if SUB16 { 2 } else { 1 };
     let words = 8 / per;
     // SAFETY: all loads are inside the stage (codes of blocks < k.blocks(),
@@ -80,8 +92,10 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
         let ones = _mm256_set1_epi16(1);
         let off = _mm256_set1_epi8(k.off as i8);
         for half in 0..2 {
-            // The ggml block's sub-block sums per vector (the formula's `t`).
+            // The ggml block's sub-block sums per vector (the formula's
+            // `t`, or `T` for integer scales).
             let mut ts = [_mm256_setzero_ps(); VT];
+            let mut tsi = [_mm256_setzero_si256(); VT];
             for kb in 0..k.blocks() {
                 // The codes of this half (the sign path's |w| and w).
                 let mut aw = [_mm256_setzero_si256(); 8];
@@ -101,6 +115,7 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                 for hh in 0..per {
                     let h = kb * per + hh;
                     let s = _mm256_loadu_ps(st.scales[h].as_ptr().add(8 * half));
+                    let si = _mm256_loadu_si256(st.iscales[h].as_ptr().add(8 * half).cast());
                     let m = _mm256_loadu_ps(st.mins[h].as_ptr().add(8 * half));
                     // P_h of the vector whose prep words are at `q`.
                     let psum = |q: *const u32| -> __m256i {
@@ -131,7 +146,11 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                         }
                         p
                     };
-                    let fin = |t: &mut __m256, p: __m256i, q: *const u32| {
+                    let fin = |t: &mut __m256, ti: &mut __m256i, p: __m256i, q: *const u32| {
+                        if ISCALE {
+                            *ti = _mm256_add_epi32(*ti, _mm256_mullo_epi32(si, p));
+                            return;
+                        }
                         *t = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), *t);
                         if ASYM {
                             let sx = _mm256_set1_ps(f32::from_bits(q.add(11 + hh).read()));
@@ -147,14 +166,21 @@ unsafe fn dot_with<const SIGNED: bool, const G: usize, const SUB16: bool, const 
                         let q1 = q0.add(PREP);
                         let (p0, p1) = (psum(q0), psum(q1));
                         let (t0, t1) = ts.split_at_mut(v + 1);
-                        fin(&mut t0[v], p0, q0);
-                        fin(&mut t1[0], p1, q1);
+                        let (i0, i1) = tsi.split_at_mut(v + 1);
+                        fin(&mut t0[v], &mut i0[v], p0, q0);
+                        fin(&mut t1[0], &mut i1[0], p1, q1);
                         v += 2;
                     }
                     if v < n {
                         let q0 = pp.as_ptr().add(v * PREP + kb * bs);
-                        fin(&mut ts[v], psum(q0), q0);
+                        fin(&mut ts[v], &mut tsi[v], psum(q0), q0);
                     }
+                }
+            }
+            if ISCALE {
+                let dd = _mm256_loadu_ps(st.d.as_ptr().add(8 * half));
+                for (t, i) in ts.iter_mut().zip(&tsi) {
+                    *t = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(*i));
                 }
             }
             // The block's activation scale, once per ggml block.

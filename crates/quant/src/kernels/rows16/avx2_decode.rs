@@ -49,6 +49,9 @@ pub(super) trait Dec: Sized {
     const ASYM: bool;
     /// The largest staged code `u` (what bounds `vpmaddubsw(u, xq)`).
     const UMAX: u32;
+    /// Whether the sub-block scales are applied as integers
+    /// ([`Kind::iscale`](super::Kind): the stage's `iscales` and `d`).
+    const ISCALE: bool = false;
     /// The decoder of the group-block at `p`.
     fn new(p: *const u8) -> Self;
     /// The group-block's first byte.
@@ -462,6 +465,7 @@ impl Dec for Q6K {
     const SUB16: bool = true;
     const ASYM: bool = false;
     const UMAX: u32 = 63;
+    const ISCALE: bool = true;
     #[inline(always)]
     fn new(p: *const u8) -> Self {
         Self(p)
@@ -476,11 +480,14 @@ impl Dec for Q6K {
         // SAFETY: d and scales inside the 3360-byte group-block.
         unsafe {
             let d = f16x8(p.add(3328), h);
+            put(&mut st.d, h, d);
             for w in 0..4 {
                 let sw = word(p.add(3072), w, h);
                 for t in 0..4u32 {
                     // Byte t of each lane, sign-extended: to the top, back down.
                     let s = _mm256_srai_epi32::<24>(sll32(sw, 24 - 8 * t));
+                    let i = &mut st.iscales[4 * w + t as usize];
+                    _mm256_storeu_si256(i.as_mut_ptr().add(8 * h).cast(), s);
                     put(&mut st.scales[4 * w + t as usize], h, scaled(d, s));
                 }
             }

@@ -161,8 +161,10 @@ unsafe fn tile<const N: usize, D: Dec>(
             let p = p0.add(g * D::BLOCKS * bs);
             for h in 0..2 {
                 d.scales(h, st);
-                // The ggml block's sub-block sums per vector (the formula's `t`).
+                // The ggml block's sub-block sums per vector (the formula's
+                // `t`, or `T` for integer scales).
                 let mut acc = [_mm256_setzero_ps(); N];
+                let mut acci = [_mm256_setzero_si256(); N];
                 for kb in 0..D::BLOCKS {
                     if h == 0 {
                         // The look-ahead spread over the blocks: a burst of
@@ -185,12 +187,13 @@ unsafe fn tile<const N: usize, D: Dec>(
                     for hh in 0..per {
                         let sb = kb * per + hh;
                         let s = _mm256_loadu_ps(st.scales[sb].as_ptr().add(8 * h));
+                        let si = _mm256_loadu_si256(st.iscales[sb].as_ptr().add(8 * h).cast());
                         let m = if D::ASYM {
                             _mm256_loadu_ps(st.mins[sb].as_ptr().add(8 * h))
                         } else {
                             _mm256_setzero_ps()
                         };
-                        for (v, x) in acc.iter_mut().enumerate() {
+                        for (v, (x, xi)) in acc.iter_mut().zip(&mut acci).enumerate() {
                             let q = p.add(v * PREP + kb * bs);
                             // The unsigned path starts at -OFF·S (zero for
                             // the asymmetric kinds, whose OFF is 0).
@@ -218,11 +221,21 @@ unsafe fn tile<const N: usize, D: Dec>(
                                 i = _mm256_add_epi32(i, _mm256_madd_epi16(s16, ones));
                                 j += gw;
                             }
+                            if D::ISCALE {
+                                *xi = _mm256_add_epi32(*xi, _mm256_mullo_epi32(si, i));
+                                continue;
+                            }
                             *x = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(i), *x);
                             if D::ASYM {
                                 *x = _mm256_fmadd_ps(m, bf(q, 11 + hh), *x);
                             }
                         }
+                    }
+                }
+                if D::ISCALE {
+                    let dd = _mm256_loadu_ps(st.d.as_ptr().add(8 * h));
+                    for (x, i) in acc.iter_mut().zip(&acci) {
+                        *x = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(*i));
                     }
                 }
                 // The block's activation scale, once per ggml block.

@@ -19,6 +19,9 @@ trait Dec: Sized {
     /// is then applied every block: the tile keeps its accumulators in
     /// registers).
     const ONE: bool;
+    /// Whether the sub-block scales are applied as integers
+    /// ([`Kind::iscale`]: the stage's `iscales` and `d`).
+    const ISCALE: bool = false;
     /// The decoder of the group-block `off` bytes further on.
     fn at(&self, off: usize) -> Self;
     /// The group-block's first byte (null for the stage).
@@ -242,6 +245,7 @@ impl Dec for Q6K {
     const SUB16: bool = true;
     const ASYM: bool = false;
     const ONE: bool = false;
+    const ISCALE: bool = true;
     fn at(&self, off: usize) -> Self {
         Q6K(self.0.wrapping_add(off))
     }
@@ -254,6 +258,7 @@ impl Dec for Q6K {
         // SAFETY: inside the 3360-byte group-block.
         unsafe {
             let d = f16x16(p.add(3328));
+            st_f32(&raw mut (*st).d, d);
             for w in 0..4 {
                 let sw = ld(p.add(3072 + 64 * w));
                 for t in 0..4 {
@@ -262,6 +267,7 @@ impl Dec for Q6K {
                         sw,
                         _mm512_set1_epi32(24 - 8 * t as i32),
                     ));
+                    _mm512_storeu_si512((&raw mut (*st).iscales[4 * w + t]).cast(), s);
                     st_f32(
                         &raw mut (*st).scales[4 * w + t],
                         _mm512_mul_ps(d, _mm512_cvtepi32_ps(s)),
@@ -581,11 +587,12 @@ impl Dec for Mxfp4 {
 /// which decodes once per group-block for many vectors): consecutive staged
 /// group-blocks (`.1`: the kind's group-block bytes, by which [`Dec::at`]
 /// counts), their scales already in their stages.
-struct Staged<const S16: bool, const A: bool, const O: bool>(*const Stage, usize);
-impl<const S16: bool, const A: bool, const O: bool> Dec for Staged<S16, A, O> {
+struct Staged<const S16: bool, const A: bool, const O: bool, const I: bool>(*const Stage, usize);
+impl<const S16: bool, const A: bool, const O: bool, const I: bool> Dec for Staged<S16, A, O, I> {
     const SUB16: bool = S16;
     const ASYM: bool = A;
     const ONE: bool = O;
+    const ISCALE: bool = I;
     fn at(&self, off: usize) -> Self {
         Staged(self.0.wrapping_add(off / self.1), self.1)
     }
@@ -765,9 +772,12 @@ unsafe fn staged_tiles(
     // The tiles over the stages as a decoder of the kind's shape.
     macro_rules! go {
         ($s16:literal, $asym:literal, $one:literal) => {
+            go!($s16, $asym, $one, false)
+        };
+        ($s16:literal, $asym:literal, $one:literal, $isc:literal) => {
             tiles(
                 k,
-                &Staged::<$s16, $asym, $one>(st, gbs),
+                &Staged::<$s16, $asym, $one, $isc>(st, gbs),
                 st,
                 ngb,
                 p,
@@ -780,6 +790,7 @@ unsafe fn staged_tiles(
     // SAFETY: per this fn's contract.
     unsafe {
         match (k.sub, k.asym, k.blocks() == 1) {
+            (16, false, _) if k.iscale => go!(true, false, false, true),
             (16, false, _) => go!(true, false, false),
             (16, true, _) => go!(true, true, false),
             (_, false, false) => go!(false, false, false),
@@ -899,8 +910,10 @@ unsafe fn tile<const N: usize, D: Dec>(
             d.scales(st);
             let st: &Stage = &*d.stage(st);
             let p = p0.add(g * k.blocks() * bs);
-            // The ggml block's sub-block sums, per vector (the formula's `t`).
+            // The ggml block's sub-block sums, per vector (the formula's
+            // `t`, or `T` for integer scales).
             let mut t = [_mm512_setzero_ps(); N];
+            let mut ti = [_mm512_setzero_si512(); N];
             for kb in 0..k.blocks() {
                 if !d.ptr().is_null() {
                     // The look-ahead spread over the blocks: a burst of a
@@ -933,18 +946,30 @@ unsafe fn tile<const N: usize, D: Dec>(
                             *b = _mm512_dpbusd_epi32(*b, c[j + 4], bi(q(v), j + 4));
                         }
                     }
-                    let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
-                    let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
-                    let m0 = _mm512_loadu_ps(st.mins[2 * kb].as_ptr());
-                    let m1 = _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr());
-                    for (v, ((x, a), b)) in t.iter_mut().zip(&i0).zip(&i1).enumerate() {
-                        *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(*a), *x);
-                        if D::ASYM {
-                            *x = _mm512_fmadd_ps(m0, bf(q(v), 11), *x);
+                    if D::ISCALE {
+                        let c0 = _mm512_loadu_si512(st.iscales[2 * kb].as_ptr().cast());
+                        let c1 = _mm512_loadu_si512(st.iscales[2 * kb + 1].as_ptr().cast());
+                        for ((x, a), b) in ti.iter_mut().zip(&i0).zip(&i1) {
+                            let y = _mm512_add_epi32(
+                                _mm512_mullo_epi32(c0, *a),
+                                _mm512_mullo_epi32(c1, *b),
+                            );
+                            *x = _mm512_add_epi32(*x, y);
                         }
-                        *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(*b), *x);
-                        if D::ASYM {
-                            *x = _mm512_fmadd_ps(m1, bf(q(v), 12), *x);
+                    } else {
+                        let s0 = _mm512_loadu_ps(st.scales[2 * kb].as_ptr());
+                        let s1 = _mm512_loadu_ps(st.scales[2 * kb + 1].as_ptr());
+                        let m0 = _mm512_loadu_ps(st.mins[2 * kb].as_ptr());
+                        let m1 = _mm512_loadu_ps(st.mins[2 * kb + 1].as_ptr());
+                        for (v, ((x, a), b)) in t.iter_mut().zip(&i0).zip(&i1).enumerate() {
+                            *x = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(*a), *x);
+                            if D::ASYM {
+                                *x = _mm512_fmadd_ps(m0, bf(q(v), 11), *x);
+                            }
+                            *x = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(*b), *x);
+                            if D::ASYM {
+                                *x = _mm512_fmadd_ps(m1, bf(q(v), 12), *x);
+                            }
                         }
                     }
                 } else {
@@ -973,6 +998,12 @@ unsafe fn tile<const N: usize, D: Dec>(
                             *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
                         }
                     }
+                }
+            }
+            if D::ISCALE {
+                let dd = _mm512_loadu_ps(st.d.as_ptr());
+                for (x, i) in t.iter_mut().zip(&ti) {
+                    *x = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(*i));
                 }
             }
             // The block's activation scale, once per ggml block.
