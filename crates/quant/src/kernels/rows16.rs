@@ -27,8 +27,9 @@
 //! y = acc
 //! ```
 //!
-//! Q6_K ([`Kind::iscale`]), whose sub-block scales are int8 `sc_h` times
-//! one f16 `d` per row and ggml block, applies them as integers instead:
+//! Q6_K and IQ4_XS ([`Kind::iscale`]), whose sub-block scales are small
+//! integers `sc_h` (int8; 6-bit less 32) times one f16 `d` per row and ggml
+//! block, apply them as integers instead:
 //!
 //! ```text
 //!     T = Σ_h sc_h * P_h                             exact i32
@@ -36,10 +37,12 @@
 //!     acc = fma(D_B, t, acc)
 //! ```
 //!
-//! (`|P_h| ≤ 16 · 32 · 127`, `|sc_h| ≤ 128`, 16 sub-blocks: `|T| < 2^28`.)
-//! This is how ggml's own Q6_K dot sums (`madd(scale, p16)`), and it lets
-//! the AMX tile take Q6_K: the weights times their scales, `w · sc_h` (at
-//! most 4096 in magnitude), split into a high and a low i8 plane, give `T`
+//! (Q6_K: `|P_h| ≤ 16 · 32 · 127`, `|sc_h| ≤ 128`, 16 sub-blocks; IQ4_XS:
+//! `|P_h| ≤ 32 · 127 · 127`, `|sc_h| ≤ 32`, 8 sub-blocks: `|T| < 2^28`.)
+//! This is how ggml's own Q6_K and IQ4_XS dots sum (`madd(scale, p16)`),
+//! and it lets the AMX tile take them whole: the weights times their
+//! scales, `w · sc_h` (at most 4096 in magnitude), split into a high and a
+//! low i8 plane, give `T`
 //! from two products per 32-element block summed in the tile registers
 //! over the whole ggml block, with one store and one float step per ggml
 //! block instead of one per 16 elements.
@@ -152,7 +155,7 @@ impl Kind {
             asym,
             off,
             umax,
-            iscale: t == T::Q6_K,
+            iscale: matches!(t, T::Q6_K | T::IQ4_XS),
         })
     }
 
@@ -247,11 +250,27 @@ pub(crate) fn decode_scalar(k: &Kind, gb: &[u8], st: &mut Stage) {
             st.mins[h][i] = if k.asym { mins[h] } else { 0.0 };
         }
         if k.iscale {
-            // Q6_K: scales (i8) @192, d (f16) @208.
-            for h in 0..k.subs() {
-                st.iscales[h][i] = i32::from(blk[192 + h] as i8);
-            }
-            st.d[i] = half::f16::from_le_bytes([blk[208], blk[209]]).to_f32();
+            let d = match k.t {
+                GgmlType::Q6_K => {
+                    // scales (i8) @192, d (f16) @208.
+                    for h in 0..k.subs() {
+                        st.iscales[h][i] = i32::from(blk[192 + h] as i8);
+                    }
+                    [blk[208], blk[209]]
+                }
+                _ => {
+                    // IQ4_XS: d @0, scales_h (u16) @2, scales_l @4 (as
+                    // `ggml::decode_block`).
+                    let sh = u16::from_le_bytes([blk[2], blk[3]]);
+                    for h in 0..k.subs() {
+                        let lo = (blk[4 + h / 2] >> (4 * (h % 2))) & 0xF;
+                        let hi = ((sh >> (2 * h)) & 3) as u8;
+                        st.iscales[h][i] = i32::from(lo | (hi << 4)) - 32;
+                    }
+                    [blk[0], blk[1]]
+                }
+            };
+            st.d[i] = half::f16::from_le_bytes(d).to_f32();
         }
     }
 }

@@ -195,7 +195,7 @@ fn sign(k: &Kind, st: &mut Stage) {
 }
 
 /// Writes the weights times their integer scales, `w · sc_h` (`w = u -
-/// OFF`; at most 4096 in magnitude for Q6_K), as two i8 planes: the low 7
+/// OFF`; at most 4096 in magnitude: Q6_K, IQ4_XS), as two i8 planes: the low 7
 /// bits into `signed` (0..=127) and the rest over 128 into `high`
 /// (-32..=32), so that `128 · (x · high) + x · signed` is `x · (w · sc)`
 /// exactly.
@@ -204,7 +204,7 @@ fn sign(k: &Kind, st: &mut Stage) {
 /// AVX-512 F/BW available.
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn split(k: &Kind, st: &mut Stage) {
-    debug_assert!(k.iscale && k.sub == 16 && k.off < 128);
+    debug_assert!(k.iscale && !k.asym && (0..=255).contains(&k.off));
     // SAFETY: every load and store is one of the stage's 64-byte words
     // (codes, signed, high of block kb < 8, word j < 8) or scale rows.
     unsafe {
@@ -214,8 +214,9 @@ unsafe fn split(k: &Kind, st: &mut Stage) {
         for kb in 0..k.blocks() {
             for j in 0..8 {
                 // Word j is elements 4j .. 4j + 4 of every row: sub-block
-                // 2 kb + j / 4, one row per 32-bit lane.
-                let sc = _mm512_loadu_si512(st.iscales[2 * kb + j / 4].as_ptr().cast());
+                // (32 kb + 4 j) / SUB, one row per 32-bit lane.
+                let h = (32 * kb + 4 * j) / k.sub;
+                let sc = _mm512_loadu_si512(st.iscales[h].as_ptr().cast());
                 // The scale in both 16-bit halves of its lane.
                 let sc = _mm512_or_si512(
                     _mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)),
@@ -223,6 +224,7 @@ unsafe fn split(k: &Kind, st: &mut Stage) {
                 );
                 let at = 64 * j;
                 let u = _mm512_load_si512(st.codes[kb].as_ptr().add(at).cast());
+                // u - OFF wraps to the i8 it is.
                 let w = _mm512_sub_epi8(u, off);
                 // Even and odd bytes as i16, times the scale (|·| ≤ 4096).
                 let we = _mm512_mullo_epi16(_mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(w)), sc);

@@ -45,6 +45,9 @@ unsafe fn dot_one(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; 
             (false, 2, true, false) if k.iscale => {
                 dot_with::<false, 2, true, false, true>(k, st, pp, bs, acc)
             }
+            (true, _, false, false) if k.iscale => {
+                dot_with::<true, 1, false, false, true>(k, st, pp, bs, acc)
+            }
             (true, _, false, false) => dot_with::<true, 1, false, false, false>(k, st, pp, bs, acc),
             (false, 8, false, false) => {
                 dot_with::<false, 8, false, false, false>(k, st, pp, bs, acc)

@@ -655,6 +655,7 @@ impl Dec for Iq4Xs {
     const SUB16: bool = false;
     const ASYM: bool = false;
     const UMAX: u32 = 255;
+    const ISCALE: bool = true;
     #[inline(always)]
     fn new(p: *const u8) -> Self {
         Self(p)
@@ -671,12 +672,15 @@ impl Dec for Iq4Xs {
             let d = f16x8(p, h);
             let sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(32 + 16 * h).cast()));
             let sl = word(p.add(64), 0, h);
+            put(&mut st.d, h, d);
             // Sub-block j: nibble j of scales_l (bits 4j), bits 2j of scales_h.
             for j in 0..8u32 {
                 let lo = and32(srl32(sl, 4 * j), 15);
                 let hi = and32(srl32(sh, 2 * j), 3);
                 let ls = _mm256_or_si256(lo, _mm256_slli_epi32::<4>(hi));
                 let ls = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+                let i = &mut st.iscales[j as usize];
+                _mm256_storeu_si256(i.as_mut_ptr().add(8 * h).cast(), ls);
                 put(&mut st.scales[j as usize], h, scaled(d, ls));
             }
         }

@@ -515,6 +515,7 @@ impl Dec for Iq4Xs {
     const SUB16: bool = false;
     const ASYM: bool = false;
     const ONE: bool = false;
+    const ISCALE: bool = true;
     fn at(&self, off: usize) -> Self {
         Iq4Xs(self.0.wrapping_add(off))
     }
@@ -532,12 +533,14 @@ impl Dec for Iq4Xs {
             let m4 = _mm512_set1_epi32(15);
             let m2 = _mm512_set1_epi32(3);
             let c32 = _mm512_set1_epi32(32);
+            st_f32(&raw mut (*st).d, d);
             for j in 0..8 {
                 let lo =
                     _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j as i32)), m4);
                 let hi =
                     _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m2);
                 let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), c32);
+                _mm512_storeu_si512((&raw mut (*st).iscales[j]).cast(), ls);
                 st_f32(
                     &raw mut (*st).scales[j],
                     _mm512_mul_ps(d, _mm512_cvtepi32_ps(ls)),
@@ -793,6 +796,7 @@ unsafe fn staged_tiles(
             (16, false, _) if k.iscale => go!(true, false, false, true),
             (16, false, _) => go!(true, false, false),
             (16, true, _) => go!(true, true, false),
+            (_, false, false) if k.iscale => go!(false, false, false, true),
             (_, false, false) => go!(false, false, false),
             (_, false, true) => go!(false, false, true),
             (_, true, false) => go!(false, true, false),
@@ -989,13 +993,21 @@ unsafe fn tile<const N: usize, D: Dec>(
                             }
                         }
                     }
-                    let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
-                    let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
-                    for (v, ((x, a), b)) in t.iter_mut().zip(&i0).zip(&i1).enumerate() {
-                        let a = _mm512_add_epi32(*a, *b);
-                        *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(a), *x);
-                        if D::ASYM {
-                            *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
+                    if D::ISCALE {
+                        let c = _mm512_loadu_si512(st.iscales[kb].as_ptr().cast());
+                        for ((x, a), b) in ti.iter_mut().zip(&i0).zip(&i1) {
+                            let a = _mm512_add_epi32(*a, *b);
+                            *x = _mm512_add_epi32(*x, _mm512_mullo_epi32(c, a));
+                        }
+                    } else {
+                        let s = _mm512_loadu_ps(st.scales[kb].as_ptr());
+                        let m = _mm512_loadu_ps(st.mins[kb].as_ptr());
+                        for (v, ((x, a), b)) in t.iter_mut().zip(&i0).zip(&i1).enumerate() {
+                            let a = _mm512_add_epi32(*a, *b);
+                            *x = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(a), *x);
+                            if D::ASYM {
+                                *x = _mm512_fmadd_ps(m, bf(q(v), 11), *x);
+                            }
                         }
                     }
                 }
