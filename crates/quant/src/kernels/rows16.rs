@@ -346,7 +346,12 @@ pub(crate) const PREP: usize = 16;
 /// split the tiles over `pool` (each tile's words depend on its own vectors
 /// only). Before 2026-12-03 the whole batch was quantized, then prepared, on
 /// the calling thread (2 % of a 1B prefill while the other core waited).
-type PrepKey = (usize, i32, usize);
+///
+/// Where the AMX tile takes an integer-scale kind ([`Kind::iscale`]: the
+/// key's last field), the buffer goes on after the words with each full
+/// tile's activation codes as that tile's operands of 64 elements:
+/// `[tile][block pair][vector of the tile][64 bytes]` ([`pairs_at`]).
+type PrepKey = (usize, i32, usize, bool);
 
 fn build_preps(
     pool: &Pool,
@@ -365,8 +370,9 @@ fn build_preps(
             // widths (2048 and 8192 columns on the 1B), and growing back
             // after a truncation zero-filled megabytes per call. Words
             // past this call's are not read.
-            if p.len() < n * nb * PREP {
-                p.resize(n * nb * PREP, 0);
+            let len = n * nb * PREP + if key.3 { pair_words(n, nb) } else { 0 };
+            if p.len() < len {
+                p.resize(len, 0);
             }
             (*key, SendPtr(p.as_mut_ptr()))
         })
@@ -390,7 +396,7 @@ fn build_preps(
             for v in v0..v1 {
                 let (t0, nt) = (v - v % pt, pt.min(n - (v - v % pt)));
                 let mut span = 0;
-                for &((sub, off, sp), p) in &outs {
+                for &((sub, off, sp, pairs), p) in &outs {
                     if sp != span {
                         one.quantize_span(&x[v * cols..(v + 1) * cols], 1, cols, sp);
                         span = sp;
@@ -403,6 +409,22 @@ fn build_preps(
                         std::slice::from_raw_parts_mut(p.at(t0 * nb * PREP), nt * nb * PREP)
                     };
                     prep_vector(sub, off, one.get(0), v - t0, nt, tile);
+                    if pairs && nt == pt {
+                        // SAFETY: as above, this tile's pair words (after
+                        // the n · nb · PREP words; a full tile's nb · 8 per
+                        // vector).
+                        let words = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                p.at(n * nb * PREP + t0 * nb * 8),
+                                pt * nb * 8,
+                            )
+                        };
+                        let bytes: &mut [u8] = bytemuck::cast_slice_mut(words);
+                        for (b, q) in one.get(0).q.chunks_exact(QA).enumerate() {
+                            let at = ((b / 2) * pt + v - t0) * 2 * QA + (b % 2) * QA;
+                            bytes[at..at + QA].copy_from_slice(bytemuck::cast_slice(q));
+                        }
+                    }
                 }
             }
         });
@@ -412,6 +434,30 @@ fn build_preps(
     } else {
         pool.run(tiles.div_ceil(per), &task);
     }
+}
+
+/// Words of the AMX pair operands after `n` vectors' prep words over `nb`
+/// blocks (see [`PrepKey`]): the full tiles' codes.
+fn pair_words(n: usize, nb: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (n - n % amx::TW) * nb * 8
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (n, nb);
+        0
+    }
+}
+
+/// The AMX pair operands (see [`PrepKey`]) of the tile of vectors from `v`
+/// (a multiple of 16) from 32-element block `blk` (even) on, in a buffer of
+/// `n` vectors' prep words over `nba` blocks.
+#[cfg(target_arch = "x86_64")]
+fn pairs_at(prep: &[u32], n: usize, nba: usize, v: usize, blk: usize) -> &[u8] {
+    debug_assert!(v.is_multiple_of(amx::TW) && blk.is_multiple_of(2));
+    let words = &prep[n * nba * PREP + v * nba * 8 + (blk / 2) * amx::TW * 16..];
+    bytemuck::cast_slice(words)
 }
 
 thread_local! {
@@ -503,7 +549,12 @@ pub(crate) fn matmul_concat(
     bufs.parts.clear();
     for w in ws {
         let k = kind_of(w);
-        let (prep, _) = claim(&mut bufs.preps, &mut used, (k.sub, k.off, k.span()));
+        #[cfg(target_arch = "x86_64")]
+        let pairs = k.iscale && prep_width(isa) == amx::TW && amx::runs(&k);
+        #[cfg(not(target_arch = "x86_64"))]
+        let pairs = false;
+        let key = (k.sub, k.off, k.span(), pairs);
+        let (prep, _) = claim(&mut bufs.preps, &mut used, key);
         bufs.parts.push((k, prep, off));
         off += w.rows();
     }
@@ -825,13 +876,18 @@ fn run_groups(
                         if on_amx && nv >= pt {
                             let full = nv / pt;
                             for i in 0..full {
-                                let (pp, bs) =
-                                    prep_tile(prep, nba, v0 + i * pt, pt, b * k.blocks());
+                                let v = v0 + i * pt;
+                                let (pp, bs) = prep_tile(prep, nba, v, pt, b * k.blocks());
                                 let acc = &mut acc[i * pt..(i + 1) * pt];
+                                let pairs = if k.iscale {
+                                    pairs_at(prep, n, nba, v, b * k.blocks())
+                                } else {
+                                    &[]
+                                };
                                 // SAFETY: `prep_width` found AMX usable (on
                                 // this ISA) and `runs` holds; the tile's prep
-                                // words from block b on.
-                                unsafe { amx::dot(k, sts, pp, bs, acc) };
+                                // words (and pair operands) from block b on.
+                                unsafe { amx::dot(k, sts, pp, bs, pairs, acc) };
                             }
                             t0 = full * pt;
                         }
@@ -1257,7 +1313,9 @@ pub(crate) mod tests {
             let k = kind_of(&w);
             let groups = rows.div_ceil(R);
             for isa in Isa::available() {
-                let mut preps = vec![((k.sub, k.off, k.span()), Vec::new())];
+                let pt = prep_width(isa);
+                let pairs = k.iscale && pt == 16;
+                let mut preps = vec![((k.sub, k.off, k.span(), pairs), Vec::new())];
                 build_preps(Pool::global(), &x, n, cols, prep_width(isa), &mut preps);
                 let prep = &preps[0].1;
                 for per in [1, 2, 3, groups] {

@@ -83,6 +83,20 @@ const fn cfg(shapes: [(u8, u16); 8]) -> TileCfg {
     c
 }
 
+/// The integer-scale tile's configuration ([`tile_iscale`]): sums in tmm0
+/// and tmm3, 64-element activation operands in tmm1 and tmm4, code planes
+/// (16 × 64 B: two blocks) in tmm2, tmm5, tmm6 and tmm7.
+static CFG64: TileCfg = cfg([
+    (TW as u8, 64),
+    (TW as u8, 64),
+    (16, 64),
+    (TW as u8, 64),
+    (TW as u8, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+]);
+
 /// See the module docs.
 static CFG: TileCfg = cfg([
     (TW as u8, 64),
@@ -135,19 +149,21 @@ fn request_permission() -> bool {
 }
 
 thread_local! {
-    static CONFIGURED: Cell<bool> = const { Cell::new(false) };
+    /// The configuration this thread's tiles have: none, [`CFG`] or [`CFG64`].
+    static CONFIGURED: Cell<*const TileCfg> = const { Cell::new(std::ptr::null()) };
 }
 
-/// Loads [`CFG`] into this thread's tile configuration, once.
+/// Loads `cfg` into this thread's tile configuration unless it is the one
+/// loaded (a member of another kind in the same call switches it back).
 ///
 /// # Safety
 /// [`enabled`] returned true.
-unsafe fn configure() {
-    if !CONFIGURED.get() {
-        // SAFETY: AMX is usable (caller); CFG is a valid palette-1
-        // configuration (rows ≤ 16, bytes per row ≤ 64).
-        unsafe { asm!("ldtilecfg [{}]", in(reg) &CFG, options(nostack, readonly)) };
-        CONFIGURED.set(true);
+unsafe fn configure(cfg: &'static TileCfg) {
+    if CONFIGURED.get() != cfg as *const TileCfg {
+        // SAFETY: AMX is usable (caller); both configurations are valid
+        // palette-1 ones (rows ≤ 16, bytes per row ≤ 64).
+        unsafe { asm!("ldtilecfg [{}]", in(reg) cfg, options(nostack, readonly)) };
+        CONFIGURED.set(cfg);
     }
 }
 
@@ -252,20 +268,31 @@ unsafe fn split(k: &Kind, st: &mut Stage) {
 /// for `k`. For a symmetric kind, [`sign`] wrote the stages' signed codes
 /// (else the sums are wrong, though every access stays in bounds).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn dot(k: &Kind, sts: &[Stage], pp: &[u32], bs: usize, acc: &mut [[f32; R]]) {
+pub(super) unsafe fn dot(
+    k: &Kind,
+    sts: &[Stage],
+    pp: &[u32],
+    bs: usize,
+    pairs: &[u8],
+    acc: &mut [[f32; R]],
+) {
     let nblk = sts.len() * k.blocks();
     assert!(runs(k) && acc.len() == TW);
     assert!(nblk == 0 || pp.len() >= (nblk - 1) * bs + TW * PREP);
+    assert!(!k.iscale || pairs.len() >= nblk / 2 * TW * 64);
     // SAFETY: AMX usable (contract); every prep word read is below
-    // (nblk - 1) * bs + TW * PREP (asserted), every stage read inside `sts`.
+    // (nblk - 1) * bs + TW * PREP (asserted), every pair operand inside
+    // `pairs` (asserted), every stage read inside `sts`.
     unsafe {
-        configure();
         let (p, a) = (pp.as_ptr(), acc.as_mut_ptr());
         if k.iscale {
-            tile_iscale(k, sts, p, bs, a)
+            configure(&CFG64);
+            tile_iscale(k, sts, p, bs, pairs.as_ptr(), a)
         } else if k.asym {
+            configure(&CFG);
             tile::<true>(k, sts, p, bs, a)
         } else {
+            configure(&CFG);
             tile::<false>(k, sts, p, bs, a)
         }
     }
@@ -417,40 +444,52 @@ unsafe fn tile<const A: bool>(
 
 /// The tile of an integer-scale kind ([`Kind::iscale`]) over the staged
 /// group-blocks `sts`: per group-block, `Σ x · high` and `Σ x · signed`
-/// ([`split`]) summed in two tiles over all its blocks, stored once, and
-/// `T = 128 · high + low`, `t = d · T`, `acc = fma(D_B, t, acc)`: the
-/// canonical formula's integer-scale steps, as in `avx512::tile`.
+/// ([`split`]) summed in two tiles over all its blocks, two blocks (64
+/// elements) per product, stored once; then `T = 128 · high + low`, `t = d
+/// · T`, `acc = fma(D_B, t, acc)`: the canonical formula's integer-scale
+/// steps, as in `avx512::tile`. The activation operands are the tile's
+/// pair operands (`pairs`: `[block pair][vector][64 bytes]`), the
+/// activation scales its prep words'.
 ///
 /// # Safety
-/// As [`dot`], tiles configured, [`split`] run on the stages.
+/// As [`dot`], [`CFG64`] loaded, [`split`] run on the stages, `pairs`
+/// readable for the stages' block pairs.
 #[inline(always)]
-unsafe fn tile_iscale(k: &Kind, sts: &[Stage], p0: *const u32, bs: usize, a: *mut [f32; R]) {
+unsafe fn tile_iscale(
+    k: &Kind,
+    sts: &[Stage],
+    p0: *const u32,
+    bs: usize,
+    pairs: *const u8,
+    a: *mut [f32; R],
+) {
     #[repr(C, align(64))]
     struct Sums([[[i32; R]; TW]; 2]);
     let mut c = std::mem::MaybeUninit::<Sums>::uninit();
     let cp = c.as_mut_ptr().cast::<[[i32; R]; TW]>();
+    let np = k.blocks() / 2;
     // SAFETY: per `dot`; `c` is this frame's, read after the tiles are
     // stored to it.
     unsafe {
         for (g, st) in sts.iter().enumerate() {
             let p = p0.add(g * k.blocks() * bs);
             asm!("tilezero tmm0", "tilezero tmm3", options(nostack));
-            for kb in 0..k.blocks() {
-                let x = p.add(kb * bs);
-                let (lo, hi) = (st.signed[kb].as_ptr(), st.high[kb].as_ptr());
+            for pb in 0..np {
+                let x = pairs.add((g * np + pb) * TW * 64);
+                // Blocks 2 pb and 2 pb + 1 of each plane: 1 KiB in a row.
+                let (lo, hi) = (st.signed[2 * pb].as_ptr(), st.high[2 * pb].as_ptr());
                 // Alternate activation and code tiles (1, 2, 5 and 4, 6, 7)
-                // for alternate blocks: a load need not wait for the
-                // previous block's products to free its tile.
+                // for alternate pairs: a load need not wait for the
+                // previous pair's products to free its tile.
                 macro_rules! go {
                     ($a:literal, $bl:literal, $bh:literal) => {
                         asm!(
-                            concat!("tileloadd tmm", $a, ", [{x} + {s}*1]"),
+                            concat!("tileloadd tmm", $a, ", [{x} + {w}*1]"),
                             concat!("tileloadd tmm", $bl, ", [{lo} + {w}*1]"),
                             concat!("tdpbssd tmm0, tmm", $a, ", tmm", $bl),
                             concat!("tileloadd tmm", $bh, ", [{hi} + {w}*1]"),
                             concat!("tdpbssd tmm3, tmm", $a, ", tmm", $bh),
                             x = in(reg) x,
-                            s = in(reg) PREP * 4,
                             lo = in(reg) lo,
                             hi = in(reg) hi,
                             w = in(reg) 64usize,
@@ -458,7 +497,7 @@ unsafe fn tile_iscale(k: &Kind, sts: &[Stage], p0: *const u32, bs: usize, a: *mu
                         )
                     };
                 }
-                if kb % 2 == 0 {
+                if pb % 2 == 0 {
                     go!("1", "2", "5")
                 } else {
                     go!("4", "6", "7")
@@ -563,6 +602,14 @@ mod tests {
                 p[11] = (s0 as f32).to_bits();
                 p[12] = (s1 as f32).to_bits();
             }
+            // The pair operands as `build_preps` lays them out: per block
+            // pair, each vector's 64 codes.
+            let mut pairs = vec![0u8; nblk / 2 * TW * 64];
+            for (i, o) in pairs.chunks_exact_mut(32).enumerate() {
+                let (pb, v, half) = (i / (2 * TW), (i / 2) % TW, i % 2);
+                let w = &pp[(2 * pb + half) * bs + v * PREP..][..8];
+                o.copy_from_slice(bytemuck::cast_slice(w));
+            }
             for n_st in [1, sts.len()] {
                 let init: Vec<[f32; R]> = (0..TW).map(|v| [v as f32 * 0.25 - 1.0; R]).collect();
                 let (mut want, mut got) = (init.clone(), init);
@@ -573,7 +620,7 @@ mod tests {
                         let pp = &pp[i * 8 * PREP..];
                         super::super::avx512::dot(&k, &mut sts[..n_st], pp, bs, w);
                     }
-                    dot(&k, &sts[..n_st], &pp, bs, &mut got);
+                    dot(&k, &sts[..n_st], &pp, bs, &pairs, &mut got);
                 }
                 let bits =
                     |a: &[[f32; R]]| a.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
