@@ -159,7 +159,7 @@ thread_local! {
 /// # Safety
 /// [`enabled`] returned true.
 unsafe fn configure(cfg: &'static TileCfg) {
-    if CONFIGURED.get() != cfg as *const TileCfg {
+    if !std::ptr::eq(CONFIGURED.get(), cfg) {
         // SAFETY: AMX is usable (caller); both configurations are valid
         // palette-1 ones (rows ≤ 16, bytes per row ≤ 64).
         unsafe { asm!("ldtilecfg [{}]", in(reg) cfg, options(nostack, readonly)) };
