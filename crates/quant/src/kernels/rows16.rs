@@ -71,7 +71,8 @@
 //! prefill tile takes `P_h` of the kinds with 32-element sub-blocks from
 //! tile products (`rows16/amx.rs`): the symmetric kinds multiply a signed
 //! copy of the codes (`u - OFF`, so their sums need no start), the
-//! asymmetric ones the unsigned codes. The stage is decoded once per group-block and shared by
+//! asymmetric ones the unsigned codes; the integer-scale kinds take `T`
+//! itself from the two planes of `w · sc_h`, 64 elements per product. The stage is decoded once per group-block and shared by
 //! every vector of the call, which is the on-the-fly conversion to an int8
 //! interleaved form that makes prefill compute-bound rather than
 //! unpack-bound.
