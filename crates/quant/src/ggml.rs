@@ -45,6 +45,36 @@ fn pack_nibbles32(q: &[u8; 32], out: &mut [u8]) {
     }
 }
 
+/// The integer sub-block scales of a Q6_K (int8) or IQ4_XS (6 bits less 32)
+/// block into `sc`, and its f16 scale `d` as f32: the sub-block scale ggml
+/// forms is `d * sc[j]` in f32. `None` for other types.
+///
+/// # Panics
+/// If `blk` is shorter than one block or `sc` than its sub-blocks.
+pub(crate) fn integer_scales(t: GgmlType, blk: &[u8], sc: &mut [i32]) -> Option<f32> {
+    match t {
+        // block_q6_K: scales (i8) @192, d @208.
+        GgmlType::Q6_K => {
+            for (j, s) in sc[..16].iter_mut().enumerate() {
+                *s = i32::from(blk[192 + j] as i8);
+            }
+            Some(f16_at(blk, 208))
+        }
+        // block_iq4_xs: d @0, scales_h (u16) @2, scales_l @4. Sub-block j:
+        // ls = (scales_l[j/2] >> 4*(j%2)) & 0xF | ((scales_h >> 2j) & 3) << 4.
+        GgmlType::IQ4_XS => {
+            let scales_h = u16::from_le_bytes([blk[2], blk[3]]);
+            for (j, s) in sc[..8].iter_mut().enumerate() {
+                let lo = (blk[4 + j / 2] >> (4 * (j % 2))) & 0xF;
+                let hi = ((scales_h >> (2 * j)) & 3) as u8;
+                *s = i32::from(lo | (hi << 4)) - 32;
+            }
+            Some(f16_at(blk, 0))
+        }
+        _ => None,
+    }
+}
+
 /// Decodes one ggml block into the arrays of its [`block_layout`]: `codes`
 /// receives the block's codes in that layout's encoding (`block_size` bytes
 /// for I8 layouts, `block_size / 2` for I4), `scales` and `mins` one value per
@@ -194,10 +224,10 @@ pub(crate) fn decode_block(
         T::Q6_K => {
             let ql = &blk[0..128];
             let qh = &blk[128..192];
-            let sc = &blk[192..208];
-            let d = f16_at(blk, 208);
-            for (j, s) in scales[..16].iter_mut().enumerate() {
-                *s = d * f32::from(sc[j] as i8);
+            let mut sc = [0i32; 16];
+            let d = integer_scales(t, blk, &mut sc).expect("Q6_K");
+            for (s, &c) in scales[..16].iter_mut().zip(&sc) {
+                *s = d * c as f32;
             }
             for (e, c) in codes[..QK_K].iter_mut().enumerate() {
                 let (h, r) = (e / 128, e % 128);
@@ -219,15 +249,11 @@ pub(crate) fn decode_block(
         // x = dl * kvalues_iq4nl[q]; qs[16j..16j+16] in IQ4_NL's nibble order
         // → I8Sym G32, code = the value, s = dl.
         T::IQ4_XS => {
-            let d = f16_at(blk, 0);
-            let scales_h = u16::from_le_bytes([blk[2], blk[3]]);
-            let scales_l = &blk[4..8];
+            let mut sc = [0i32; 8];
+            let d = integer_scales(t, blk, &mut sc).expect("IQ4_XS");
             let qs = &blk[8..136];
             for j in 0..8 {
-                let lo = (scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
-                let hi = ((scales_h >> (2 * j)) & 3) as u8;
-                let ls = i32::from(lo | (hi << 4)) - 32;
-                scales[j] = d * ls as f32;
+                scales[j] = d * sc[j] as f32;
                 unpack_kvalues32(
                     &KVALUES_IQ4NL,
                     &qs[16 * j..16 * j + 16],

@@ -42,10 +42,9 @@
 //! This is how ggml's own Q6_K and IQ4_XS dots sum (`madd(scale, p16)`),
 //! and it lets the AMX tile take them whole: the weights times their
 //! scales, `w · sc_h` (at most 4096 in magnitude), split into a high and a
-//! low i8 plane, give `T`
-//! from two products per 32-element block summed in the tile registers
-//! over the whole ggml block, with one store and one float step per ggml
-//! block instead of one per 16 elements.
+//! low i8 plane, give `T` from two products per 64 elements summed in the
+//! tile registers over the whole ggml block, with one store and one float
+//! step per ggml block instead of one per sub-block.
 //!
 //! The activation scale is applied once per ggml block: a K-quant's 8 or 16
 //! sub-blocks cost one `cvt` and one `fma` each per (16 rows × vector), not
@@ -72,8 +71,9 @@
 //! tile products (`rows16/amx.rs`): the symmetric kinds multiply a signed
 //! copy of the codes (`u - OFF`, so their sums need no start), the
 //! asymmetric ones the unsigned codes; the integer-scale kinds take `T`
-//! itself from the two planes of `w · sc_h`, 64 elements per product. The stage is decoded once per group-block and shared by
-//! every vector of the call, which is the on-the-fly conversion to an int8
+//! itself from the two planes of `w · sc_h`, 64 elements per product. The
+//! stage is decoded once per group-block and shared by every vector of the
+//! call, which is the on-the-fly conversion to an int8
 //! interleaved form that makes prefill compute-bound rather than
 //! unpack-bound.
 //!
@@ -122,8 +122,8 @@ pub(crate) struct Kind {
     pub off: i32,
     /// The largest staged code `u` (what bounds `vpmaddubsw(u, xq)`).
     pub umax: u32,
-    /// Whether the sub-block scales are applied as integers (Q6_K: see
-    /// the module docs), from the stage's `iscales` and `d`.
+    /// Whether the sub-block scales are applied as integers (Q6_K and
+    /// IQ4_XS: see the module docs), from the stage's `iscales` and `d`.
     pub iscale: bool,
 }
 
@@ -251,27 +251,12 @@ pub(crate) fn decode_scalar(k: &Kind, gb: &[u8], st: &mut Stage) {
             st.mins[h][i] = if k.asym { mins[h] } else { 0.0 };
         }
         if k.iscale {
-            let d = match k.t {
-                GgmlType::Q6_K => {
-                    // scales (i8) @192, d (f16) @208.
-                    for h in 0..k.subs() {
-                        st.iscales[h][i] = i32::from(blk[192 + h] as i8);
-                    }
-                    [blk[208], blk[209]]
-                }
-                _ => {
-                    // IQ4_XS: d @0, scales_h (u16) @2, scales_l @4 (as
-                    // `ggml::decode_block`).
-                    let sh = u16::from_le_bytes([blk[2], blk[3]]);
-                    for h in 0..k.subs() {
-                        let lo = (blk[4 + h / 2] >> (4 * (h % 2))) & 0xF;
-                        let hi = ((sh >> (2 * h)) & 3) as u8;
-                        st.iscales[h][i] = i32::from(lo | (hi << 4)) - 32;
-                    }
-                    [blk[0], blk[1]]
-                }
-            };
-            st.d[i] = half::f16::from_le_bytes(d).to_f32();
+            let mut sc = [0i32; 16];
+            let d = crate::ggml::integer_scales(k.t, &blk[..k.ts], &mut sc);
+            st.d[i] = d.expect("an integer-scale kind");
+            for (h, &c) in sc[..k.subs()].iter().enumerate() {
+                st.iscales[h][i] = c;
+            }
         }
     }
 }
