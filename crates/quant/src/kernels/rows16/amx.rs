@@ -17,14 +17,17 @@
 //! tiles over the whole ggml block, one store of each and one float step per
 //! ggml block. `rows16_probe Q6_K 2048 2048 512`, 1 thread, 3 alternating
 //! rounds: 154–164 GMAC/s on the AVX-512 tile (the float scales), 253–272
-//! on this one, 282–287 with alternate code tiles (tmm2, tmm5 / tmm6, tmm7).
+//! on this one, 282–287 with alternate code tiles (tmm2, tmm5 / tmm6, tmm7),
+//! 348–350 with 64-element products (two blocks per product, from the pair
+//! operands `build_preps` lays out).
 //!
-//! The tiles (palette 1), one configuration per thread, kept for the
-//! thread's life: two sets, tmm0–2 and tmm3–5, used by alternate blocks
-//! (no block waits for the previous one's store to free its tiles), each of the sums
-//! (`TW × 64`: 16 vectors × 16 rows, i32), the activation codes (`TW × 32`,
-//! s8; rows `PREP` words apart) and the block's stage codes (`8 × 64`: 8
-//! words × 16 rows × 4).
+//! The tiles (palette 1): a thread loads [`CFG`] or [`CFG64`] when the kind
+//! it runs needs the other one, and keeps it until then. [`CFG`]: two sets,
+//! tmm0–2 and tmm3–5, used by alternate blocks (no block waits for the
+//! previous one's store to free its tiles), each of the sums (`TW × 64`: 16
+//! vectors × 16 rows, i32), the activation codes (`TW × 32`, s8; rows
+//! `PREP` words apart) and the block's stage codes (`8 × 64`: 8 words × 16
+//! rows × 4). [`CFG64`]: see there.
 //!
 //! Measured on a 2-vCPU Xeon (AMX, AVX-512; `rows16_probe TYPE 2048 2048
 //! 512`, 1 thread, alternating with `GPACK_NO_AMX=1`): IQ4_XS 178–215 →
