@@ -319,7 +319,7 @@ const VB: usize = 64;
 /// Prep words per (vector, 32-block): 8 code words, the ggml block's
 /// activation scale `D_B`, the integer starts `-OFF·S` of the two halves
 /// (or the whole block at index 9 when `SUB = 32`), `S` as f32 likewise,
-/// padding.
+/// `S` as i32 likewise (the AVX2 integer-scale start), padding.
 pub(crate) const PREP: usize = 16;
 
 /// Builds the prep words of every vector for each `(SUB, OFF, span)` key of
@@ -472,6 +472,8 @@ fn prep_vector(sub: usize, off: i32, a: super::ActRef, i: usize, nt: usize, tile
         p[10] = (-off * s1) as u32;
         p[11] = (s0 as f32).to_bits();
         p[12] = (s1 as f32).to_bits();
+        p[13] = s0 as u32;
+        p[14] = s1 as u32;
     }
 }
 

@@ -64,6 +64,80 @@ unsafe fn dot_one(k: &Kind, st: &Stage, pp: &[u32], bs: usize, acc: &mut [[f32; 
     }
 }
 
+/// The `vpmaddwd` operands that apply integer scales `si` (one i32 per
+/// row lane, `|sc| ≤ 128`) in 16 bits: `sc` in both halves of each lane (for
+/// the pair sums), and `OFF · sc` in the low half only (for the start
+/// `-OFF · S_h`, from `S_h` broadcast as an i32: its high half, the sign,
+/// meets the zero). Every product fits: `|OFF · sc| ≤ 128 · 32` for the
+/// kinds on the unsigned path (OFF 32).
+///
+/// # Safety
+/// AVX2 available.
+#[inline(always)]
+pub(super) unsafe fn scale_pairs(si: __m256i, off: i32) -> (__m256i, __m256i) {
+    // SAFETY: register-only.
+    unsafe {
+        let low = _mm256_set1_epi32(0xFFFF);
+        let both = _mm256_or_si256(_mm256_and_si256(si, low), _mm256_slli_epi32::<16>(si));
+        let offsc = _mm256_and_si256(_mm256_mullo_epi16(si, _mm256_set1_epi32(off)), low);
+        (both, offsc)
+    }
+}
+
+/// `P_h` of sub-block `hh` of the staged block for the vector whose prep
+/// words are at `q` (integer scales: `sc_h · P_h`, each pair sum scaled by
+/// its `vpmaddwd` with `mul` and the start `-OFF · S_h` by one with
+/// `offsc`; else `mul` is all ones). A function, not a closure: closures
+/// do not inherit the caller's target features, and this one grew past what
+/// the compiler inlined (its intrinsics became calls: 80× slower).
+///
+/// # Safety
+/// AVX2 available; `q` readable for the block's prep words; as [`dot_with`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn psum<const SIGNED: bool, const G: usize, const ASYM: bool, const ISCALE: bool>(
+    q: *const u32,
+    hh: usize,
+    words: usize,
+    aw: &[__m256i; 8],
+    sw: &[__m256i; 8],
+    mul: __m256i,
+    offsc: __m256i,
+) -> __m256i {
+    // SAFETY: per this fn's contract.
+    unsafe {
+        // Asymmetric kinds have OFF 0: their sums start at zero.
+        let mut p = if SIGNED || ASYM {
+            _mm256_setzero_si256()
+        } else if ISCALE {
+            let sh = _mm256_set1_epi32(q.add(13 + hh).read() as i32);
+            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(sh, offsc))
+        } else {
+            _mm256_set1_epi32(q.add(9 + hh).read() as i32)
+        };
+        let (mut j, end) = (hh * words, (hh + 1) * words);
+        while j < end {
+            let mut s16 = _mm256_setzero_si256();
+            for t in j..(j + G).min(end) {
+                let x = _mm256_set1_epi32(q.add(t).read() as i32);
+                let prod = if SIGNED {
+                    _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(x, sw[t]))
+                } else {
+                    _mm256_maddubs_epi16(aw[t], x)
+                };
+                s16 = if t == j {
+                    prod
+                } else {
+                    _mm256_add_epi16(s16, prod)
+                };
+            }
+            p = _mm256_add_epi32(p, _mm256_madd_epi16(s16, mul));
+            j += G;
+        }
+        p
+    }
+}
+
 /// [`dot`] with the kind's shape fixed at compile time (so the word loops
 /// unroll and the codes stay in registers): `SIGNED` the sign trick, else
 /// `G` words per 16-bit sum; `SUB16` 16-element sub-blocks; `ASYM` mins.
@@ -119,39 +193,21 @@ unsafe fn dot_with<
                     let h = kb * per + hh;
                     let s = _mm256_loadu_ps(st.scales[h].as_ptr().add(8 * half));
                     let si = _mm256_loadu_si256(st.iscales[h].as_ptr().add(8 * half).cast());
+                    let (mul, offsc) = if ISCALE {
+                        scale_pairs(si, k.off)
+                    } else {
+                        (ones, ones)
+                    };
                     let m = _mm256_loadu_ps(st.mins[h].as_ptr().add(8 * half));
-                    // P_h of the vector whose prep words are at `q`.
+                    // P_h of the vector whose prep words are at `q` (integer
+                    // scales: `sc_h · P_h`, each pair sum scaled by its
+                    // `vpmaddwd` and the start `-OFF · S_h` by one more).
                     let psum = |q: *const u32| -> __m256i {
-                        // Asymmetric kinds have OFF 0: their sums start at zero.
-                        let mut p = if SIGNED || ASYM {
-                            _mm256_setzero_si256()
-                        } else {
-                            _mm256_set1_epi32(q.add(9 + hh).read() as i32)
-                        };
-                        let (mut j, end) = (hh * words, (hh + 1) * words);
-                        while j < end {
-                            let mut s16 = _mm256_setzero_si256();
-                            for t in j..(j + G).min(end) {
-                                let x = _mm256_set1_epi32(q.add(t).read() as i32);
-                                let prod = if SIGNED {
-                                    _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(x, sw[t]))
-                                } else {
-                                    _mm256_maddubs_epi16(aw[t], x)
-                                };
-                                s16 = if t == j {
-                                    prod
-                                } else {
-                                    _mm256_add_epi16(s16, prod)
-                                };
-                            }
-                            p = _mm256_add_epi32(p, _mm256_madd_epi16(s16, ones));
-                            j += G;
-                        }
-                        p
+                        psum::<SIGNED, G, ASYM, ISCALE>(q, hh, words, &aw, &sw, mul, offsc)
                     };
                     let fin = |t: &mut __m256, ti: &mut __m256i, p: __m256i, q: *const u32| {
                         if ISCALE {
-                            *ti = _mm256_add_epi32(*ti, _mm256_mullo_epi32(si, p));
+                            *ti = _mm256_add_epi32(*ti, p);
                             return;
                         }
                         *t = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(p), *t);

@@ -188,6 +188,11 @@ unsafe fn tile<const N: usize, D: Dec>(
                         let sb = kb * per + hh;
                         let s = _mm256_loadu_ps(st.scales[sb].as_ptr().add(8 * h));
                         let si = _mm256_loadu_si256(st.iscales[sb].as_ptr().add(8 * h).cast());
+                        let (mul, offsc) = if D::ISCALE {
+                            super::avx2::scale_pairs(si, k.off)
+                        } else {
+                            (ones, ones)
+                        };
                         let m = if D::ASYM {
                             _mm256_loadu_ps(st.mins[sb].as_ptr().add(8 * h))
                         } else {
@@ -197,8 +202,14 @@ unsafe fn tile<const N: usize, D: Dec>(
                             let q = p.add(v * PREP + kb * bs);
                             // The unsigned path starts at -OFF·S (zero for
                             // the asymmetric kinds, whose OFF is 0).
+                            // Integer scales: `sc_h · P_h`, the start
+                            // `-OFF · S_h` and each pair sum scaled by a
+                            // `vpmaddwd` (`avx2::scale_pairs`).
                             let mut i = if signed || D::ASYM {
                                 _mm256_setzero_si256()
+                            } else if D::ISCALE {
+                                let sh = _mm256_madd_epi16(bi(q, 13 + hh), offsc);
+                                _mm256_sub_epi32(_mm256_setzero_si256(), sh)
                             } else {
                                 bi(q, 9 + hh)
                             };
@@ -218,11 +229,11 @@ unsafe fn tile<const N: usize, D: Dec>(
                                         _mm256_add_epi16(s16, prod)
                                     };
                                 }
-                                i = _mm256_add_epi32(i, _mm256_madd_epi16(s16, ones));
+                                i = _mm256_add_epi32(i, _mm256_madd_epi16(s16, mul));
                                 j += gw;
                             }
                             if D::ISCALE {
-                                *xi = _mm256_add_epi32(*xi, _mm256_mullo_epi32(si, i));
+                                *xi = _mm256_add_epi32(*xi, i);
                                 continue;
                             }
                             *x = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(i), *x);
