@@ -590,7 +590,7 @@ impl Engine {
             .fetch_add(keep as u64, Ordering::Relaxed);
         let constrained = job.constraint.is_some();
         self.slots[i] = Some(Active {
-            ngram: NgramDrafter::new(2, 4, self.cfg.draft_max),
+            ngram: NgramDrafter::with_max_draft(self.cfg.draft_max),
             sampler: Sampler::new(job.sampler.clone()),
             history: job.prompt.clone(),
             decoder: self.tok.stream_decoder(),

@@ -319,7 +319,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let mut write_err = None;
     let mut check: Option<gpack_server::Integrity> = None;
     let mut damaged = None;
-    let mut ngram = NgramDrafter::new(2, 4, a.spec.draft_max);
+    let mut ngram = NgramDrafter::with_max_draft(a.spec.draft_max);
     let mut by_model = draft_model
         .as_ref()
         .map(|m| ModelDrafter::new(m, a.ctx, a.spec.draft_max, a.spec.draft_p_min));
