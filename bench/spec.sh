@@ -8,6 +8,10 @@
 #          (scripts/make-bench-models.sh) can be given too, but its random weights
 #          write noise, so only its cost of a check transfers, not its acceptance.
 #   REPS   repetitions per configuration (default 3): medians with min–max.
+#   DRAFT=FILE.gguf  a draft model of the same vocabulary: adds gpack serve
+#          --spec draft --draft (its .gpack, converted like the target's) and
+#          llama-server -md FILE --spec-type draft-simple (one of llama.cpp's
+#          speculative configurations for "best"), and a table of the draft rows.
 #   CHAT_TEMPLATE=FILE  a Jinja chat template both servers use (gpack serve
 #          --chat-template, llama-server --jinja --chat-template-file), for a GGUF
 #          without one: e.g. scripts/fetch-gemma3-270m.sh's base Gemma 3 270M (a real
@@ -103,6 +107,14 @@ for GGUF in "${MODELS[@]}"; do
   run_cfg llama-ngram-simple "$tag" "${LS[@]}" --spec-type ngram-simple \
     --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8
   run_cfg llama-ngram-mod "$tag" "${LS[@]}" --spec-type ngram-mod
+  if [ -n "${DRAFT:-}" ]; then
+    DP=${DRAFT%.gguf}.gpack
+    if [ ! -f "$DP" ] || [ "$DP" -ot "$DRAFT" ] || [ "$DP" -ot "$G" ]; then
+      "$G" convert "$DRAFT" -o "$DP" --force >/dev/null
+    fi
+    run_cfg gpack-draft "$tag" "${GS[@]}" --spec draft --draft "$DP"
+    run_cfg llama-draft "$tag" "${LS[@]}" -md "$DRAFT" --spec-type draft-simple
+  fi
 done
 
 python3 - "$LOGS" "${MODELS[@]}" <<'PY'
@@ -114,14 +126,14 @@ def load(tag, cfg, p):
 def med(v):
     v = sorted(v); n = len(v)
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-LL = ["llama-default", "llama-ngram-simple", "llama-ngram-mod"]
+LL = ["llama-default", "llama-ngram-simple", "llama-ngram-mod", "llama-draft"]
 print(f"logs: {logs}")
 print("| model | prompt | gpack plain | gpack ngram | ngram / plain | llama.cpp plain | llama.cpp best spec (config) | gpack ngram / llama.cpp best | first request: gpack ngram / llama.cpp best | same text |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for m in models:
     tag = os.path.basename(m)[:-5]
     for p in ["edit", "summary", "chat"]:
-        r = {c: load(tag, c, p) for c in ["gpack-none", "gpack-ngram", "llama-none"] + LL}
+        r = {c: load(tag, c, p) for c in ["gpack-none", "gpack-ngram", "gpack-draft", "llama-none"] + LL}
         t = {c: med([x["decode_tps"] for x in v]) if v else float("nan") for c, v in r.items()}
         rng = lambda c: f'{t[c]:.1f} ({min(x["decode_tps"] for x in r[c]):.1f}–{max(x["decode_tps"] for x in r[c]):.1f})' if r[c] else "–"
         best = max(LL, key=lambda c: t[c] if r[c] else -1)
@@ -132,4 +144,21 @@ for m in models:
               f"| {rng('llama-none')} | {rng(best)} ({best[6:]}) | {t['gpack-ngram'] / t[best]:.2f}x "
               f"| {r['gpack-ngram'][0]['decode_tps'] / max(r[c][0]['decode_tps'] for c in LL if r[c]):.2f}x "
               f"| gpack {'yes' if same_g else 'NO'}, llama.cpp {'yes' if same_l else 'NO'} |")
+drafts = [(m, p) for m in models for p in ["edit", "summary", "chat"]
+          if load(os.path.basename(m)[:-5], "gpack-draft", p)]
+if drafts:
+    print()
+    print("| model | prompt | gpack plain | gpack draft | draft / plain | llama.cpp draft-simple | gpack draft / llama.cpp draft | same text |")
+    print("|---|---|---|---|---|---|---|---|")
+for m, p in drafts:
+    tag = os.path.basename(m)[:-5]
+    r = {c: load(tag, c, p) for c in ["gpack-none", "gpack-draft", "llama-none", "llama-draft"]}
+    t = {c: med([x["decode_tps"] for x in v]) if v else float("nan") for c, v in r.items()}
+    rng = lambda c: f'{t[c]:.1f} ({min(x["decode_tps"] for x in r[c]):.1f}–{max(x["decode_tps"] for x in r[c]):.1f})' if r[c] else "–"
+    shas = lambda c: {x["sha"] for x in r[c]}
+    same_g = shas("gpack-none") == shas("gpack-draft") and len(shas("gpack-none")) == 1
+    same_l = shas("llama-draft") <= shas("llama-none")
+    print(f"| {tag} | {p} | {rng('gpack-none')} | {rng('gpack-draft')} | {t['gpack-draft'] / t['gpack-none']:.2f}x "
+          f"| {rng('llama-draft')} | {t['gpack-draft'] / t['llama-draft']:.2f}x "
+          f"| gpack {'yes' if same_g else 'NO'}, llama.cpp {'yes' if same_l else 'NO'} |")
 PY
