@@ -210,10 +210,12 @@ pub const DEFAULT_MAX_DRAFT: usize = 7;
 /// The n-gram lengths prompt lookup matches by default, longest first. Up
 /// to 8 tokens, not 4: in source code short n-grams recur (`self.`, `) {`),
 /// and the most recent 4-token match is often the wrong place to copy
-/// from. Simulated on the answers of `bench/data/spec` (checks costed by
-/// `examples/spec_probe`; 2026-12-05): Qwen2.5-Coder-1.5B edit 2.96× →
-/// 3.36× plain, SmolLM2 edit 2.10× → 2.18×, summaries unchanged; matching
-/// single tokens too helped summaries (1.04× → 1.21×) but cost the edit 7 %.
+/// from. Chosen by replaying the greedy answers of `bench/data/spec`
+/// through drafter variants (checks costed by `examples/spec_probe`), then
+/// measured (`bench/spec.sh`, 2026-12-05): Qwen2.5-Coder-1.5B-Instruct edit
+/// 2.93× → 3.16× plain decoding, summaries and chat unchanged. Matching
+/// single tokens too replayed better on summaries (1.04× → 1.21×) but cost
+/// the edit 7 %.
 pub const NGRAM_MIN: usize = 2;
 /// See [`NGRAM_MIN`].
 pub const NGRAM_MAX: usize = 8;
