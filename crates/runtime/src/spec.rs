@@ -211,7 +211,7 @@ pub const DEFAULT_MAX_DRAFT: usize = 7;
 /// to 8 tokens, not 4: in source code short n-grams recur (`self.`, `) {`),
 /// and the most recent 4-token match is often the wrong place to copy
 /// from. Chosen by replaying the greedy answers of `bench/data/spec`
-/// through drafter variants (checks costed by `examples/spec_probe`), then
+/// through drafter variants (`bench/spec_replay.py`), then
 /// measured (`bench/spec.sh`, 2026-12-05): Qwen2.5-Coder-1.5B-Instruct edit
 /// 2.93× → 3.16× plain decoding, summaries and chat unchanged. Matching
 /// single tokens too replayed better on summaries (1.04× → 1.21×) but cost
