@@ -87,15 +87,20 @@ pub(super) unsafe fn scale_pairs(si: __m256i, off: i32) -> (__m256i, __m256i) {
 /// `P_h` of sub-block `hh` of the staged block for the vector whose prep
 /// words are at `q` (integer scales: `sc_h · P_h`, each pair sum scaled by
 /// its `vpmaddwd` with `mul` and the start `-OFF · S_h` by one with
-/// `offsc`; else `mul` is all ones). A function, not a closure: closures
-/// do not inherit the caller's target features, and this one grew past what
-/// the compiler inlined (its intrinsics became calls: 80× slower).
+/// `offsc`; else `mul` is all ones). `signed`: `aw`/`sw` are `|w|` and `w`
+/// (else `aw` holds the codes); `g` words per 16-bit sum; `asym`, `iscale`:
+/// the kind's. The tile ([`dot_with`]) and the direct path
+/// (`avx2_direct::tile`) both call it with constants, which inlining folds.
+/// A function, not a closure: closures do not inherit the caller's target
+/// features, and this one grew past what the compiler inlined (its
+/// intrinsics became calls: 80× slower).
 ///
 /// # Safety
 /// AVX2 available; `q` readable for the block's prep words; as [`dot_with`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn psum<const SIGNED: bool, const G: usize, const ASYM: bool, const ISCALE: bool>(
+pub(super) unsafe fn psum(
+    (signed, g, asym, iscale): (bool, usize, bool, bool),
     q: *const u32,
     hh: usize,
     words: usize,
@@ -107,9 +112,9 @@ unsafe fn psum<const SIGNED: bool, const G: usize, const ASYM: bool, const ISCAL
     // SAFETY: per this fn's contract.
     unsafe {
         // Asymmetric kinds have OFF 0: their sums start at zero.
-        let mut p = if SIGNED || ASYM {
+        let mut p = if signed || asym {
             _mm256_setzero_si256()
-        } else if ISCALE {
+        } else if iscale {
             let sh = _mm256_set1_epi32(q.add(13 + hh).read() as i32);
             _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(sh, offsc))
         } else {
@@ -118,9 +123,9 @@ unsafe fn psum<const SIGNED: bool, const G: usize, const ASYM: bool, const ISCAL
         let (mut j, end) = (hh * words, (hh + 1) * words);
         while j < end {
             let mut s16 = _mm256_setzero_si256();
-            for t in j..(j + G).min(end) {
+            for t in j..(j + g).min(end) {
                 let x = _mm256_set1_epi32(q.add(t).read() as i32);
-                let prod = if SIGNED {
+                let prod = if signed {
                     _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(x, sw[t]))
                 } else {
                     _mm256_maddubs_epi16(aw[t], x)
@@ -132,7 +137,7 @@ unsafe fn psum<const SIGNED: bool, const G: usize, const ASYM: bool, const ISCAL
                 };
             }
             p = _mm256_add_epi32(p, _mm256_madd_epi16(s16, mul));
-            j += G;
+            j += g;
         }
         p
     }
@@ -203,7 +208,8 @@ unsafe fn dot_with<
                     // scales: `sc_h · P_h`, each pair sum scaled by its
                     // `vpmaddwd` and the start `-OFF · S_h` by one more).
                     let psum = |q: *const u32| -> __m256i {
-                        psum::<SIGNED, G, ASYM, ISCALE>(q, hh, words, &aw, &sw, mul, offsc)
+                        let shape = (SIGNED, G, ASYM, ISCALE);
+                        psum(shape, q, hh, words, &aw, &sw, mul, offsc)
                     };
                     let fin = |t: &mut __m256, ti: &mut __m256i, p: __m256i, q: *const u32| {
                         if ISCALE {

@@ -20,6 +20,7 @@
 //! with its 8 rows' accumulators loaded from and stored back to the
 //! caller's (each row still sees its blocks in order).
 
+use super::avx2::psum;
 use super::avx2_decode::{with_dec, Dec};
 use super::{decode_scalar, prefetch_l2, words_in_i16, Kind, Stage, PF_BYTES_AVX2, PREP, R, VT};
 use std::arch::x86_64::*;
@@ -109,12 +110,6 @@ unsafe fn tiles<D: Dec>(
 }
 
 #[inline(always)]
-unsafe fn bi(p: *const u32, i: usize) -> __m256i {
-    // SAFETY: the caller guarantees a readable word.
-    unsafe { _mm256_set1_epi32(p.add(i).read() as i32) }
-}
-
-#[inline(always)]
 unsafe fn bf(p: *const u32, i: usize) -> __m256 {
     // SAFETY: the caller guarantees a readable word.
     unsafe { _mm256_set1_ps(f32::from_bits(p.add(i).read())) }
@@ -200,38 +195,9 @@ unsafe fn tile<const N: usize, D: Dec>(
                         };
                         for (v, (x, xi)) in acc.iter_mut().zip(&mut acci).enumerate() {
                             let q = p.add(v * PREP + kb * bs);
-                            // The unsigned path starts at -OFF·S (zero for
-                            // the asymmetric kinds, whose OFF is 0).
-                            // Integer scales: `sc_h · P_h`, the start
-                            // `-OFF · S_h` and each pair sum scaled by a
-                            // `vpmaddwd` (`avx2::scale_pairs`).
-                            let mut i = if signed || D::ASYM {
-                                _mm256_setzero_si256()
-                            } else if D::ISCALE {
-                                let sh = _mm256_madd_epi16(bi(q, 13 + hh), offsc);
-                                _mm256_sub_epi32(_mm256_setzero_si256(), sh)
-                            } else {
-                                bi(q, 9 + hh)
-                            };
-                            let (mut j, end) = (hh * words, (hh + 1) * words);
-                            while j < end {
-                                let mut s16 = _mm256_setzero_si256();
-                                for t in j..(j + gw).min(end) {
-                                    let xq = bi(q, t);
-                                    let prod = if signed {
-                                        _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(xq, sw[t]))
-                                    } else {
-                                        _mm256_maddubs_epi16(c[t], xq)
-                                    };
-                                    s16 = if t == j {
-                                        prod
-                                    } else {
-                                        _mm256_add_epi16(s16, prod)
-                                    };
-                                }
-                                i = _mm256_add_epi32(i, _mm256_madd_epi16(s16, mul));
-                                j += gw;
-                            }
+                            // P_h as the tile sums it (`avx2::psum`).
+                            let shape = (signed, gw, D::ASYM, D::ISCALE);
+                            let i = psum(shape, q, hh, words, &aw, &sw, mul, offsc);
                             if D::ISCALE {
                                 *xi = _mm256_add_epi32(*xi, i);
                                 continue;
