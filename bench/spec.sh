@@ -120,45 +120,54 @@ done
 python3 - "$LOGS" "${MODELS[@]}" <<'PY'
 import json, os, sys
 logs, models = sys.argv[1], sys.argv[2:]
+PROMPTS = ["edit", "summary", "chat"]
+LL = ["llama-default", "llama-ngram-simple", "llama-ngram-mod", "llama-draft"]
+CFGS = ["gpack-none", "gpack-ngram", "gpack-draft", "llama-none"] + LL
 def load(tag, cfg, p):
     f = os.path.join(logs, f"{tag}-{cfg}-{p}.jsonl")
     return [json.loads(l) for l in open(f) if l.strip()] if os.path.exists(f) else []
 def med(v):
     v = sorted(v); n = len(v)
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-LL = ["llama-default", "llama-ngram-simple", "llama-ngram-mod", "llama-draft"]
+class Row:
+    """One model and prompt: each configuration's repetitions (r) and median tok/s (t)."""
+    def __init__(self, tag, p):
+        self.r = {c: load(tag, c, p) for c in CFGS}
+        self.t = {c: med([x["decode_tps"] for x in v]) if v else float("nan") for c, v in self.r.items()}
+    def rng(self, c):
+        v = [x["decode_tps"] for x in self.r[c]]
+        return f"{self.t[c]:.1f} ({min(v):.1f}–{max(v):.1f})" if v else "–"
+    def shas(self, c):
+        return {x["sha"] for x in self.r[c]}
+    def same(self, spec):
+        """gpack's speculative text is its plain text (one text over the repetitions)."""
+        return self.shas("gpack-none") == self.shas(spec) and len(self.shas("gpack-none")) == 1
+    def same_llama(self, cfgs):
+        return all(self.shas(c) <= self.shas("llama-none") for c in cfgs if self.r[c])
+yes = lambda b: "yes" if b else "NO"
 print(f"logs: {logs}")
 print("| model | prompt | gpack plain | gpack ngram | ngram / plain | llama.cpp plain | llama.cpp best spec (config) | gpack ngram / llama.cpp best | first request: gpack ngram / llama.cpp best | same text |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for m in models:
     tag = os.path.basename(m)[:-5]
-    for p in ["edit", "summary", "chat"]:
-        r = {c: load(tag, c, p) for c in ["gpack-none", "gpack-ngram", "gpack-draft", "llama-none"] + LL}
-        t = {c: med([x["decode_tps"] for x in v]) if v else float("nan") for c, v in r.items()}
-        rng = lambda c: f'{t[c]:.1f} ({min(x["decode_tps"] for x in r[c]):.1f}–{max(x["decode_tps"] for x in r[c]):.1f})' if r[c] else "–"
+    for p in PROMPTS:
+        w = Row(tag, p)
+        r, t = w.r, w.t
         best = max(LL, key=lambda c: t[c] if r[c] else -1)
-        shas = lambda c: {x["sha"] for x in r[c]}
-        same_g = shas("gpack-none") == shas("gpack-ngram") and len(shas("gpack-none")) == 1
-        same_l = all(shas(c) <= shas("llama-none") for c in LL if r[c])
-        print(f"| {tag} | {p} | {rng('gpack-none')} | {rng('gpack-ngram')} | {t['gpack-ngram'] / t['gpack-none']:.2f}x "
-              f"| {rng('llama-none')} | {rng(best)} ({best[6:]}) | {t['gpack-ngram'] / t[best]:.2f}x "
+        print(f"| {tag} | {p} | {w.rng('gpack-none')} | {w.rng('gpack-ngram')} | {t['gpack-ngram'] / t['gpack-none']:.2f}x "
+              f"| {w.rng('llama-none')} | {w.rng(best)} ({best[6:]}) | {t['gpack-ngram'] / t[best]:.2f}x "
               f"| {r['gpack-ngram'][0]['decode_tps'] / max(r[c][0]['decode_tps'] for c in LL if r[c]):.2f}x "
-              f"| gpack {'yes' if same_g else 'NO'}, llama.cpp {'yes' if same_l else 'NO'} |")
-drafts = [(m, p) for m in models for p in ["edit", "summary", "chat"]
-          if load(os.path.basename(m)[:-5], "gpack-draft", p)]
+              f"| gpack {yes(w.same('gpack-ngram'))}, llama.cpp {yes(w.same_llama(LL))} |")
+drafts = [(m, p) for m in models for p in PROMPTS if load(os.path.basename(m)[:-5], "gpack-draft", p)]
 if drafts:
     print()
     print("| model | prompt | gpack plain | gpack draft | draft / plain | llama.cpp draft-simple | gpack draft / llama.cpp draft | same text |")
     print("|---|---|---|---|---|---|---|---|")
 for m, p in drafts:
     tag = os.path.basename(m)[:-5]
-    r = {c: load(tag, c, p) for c in ["gpack-none", "gpack-draft", "llama-none", "llama-draft"]}
-    t = {c: med([x["decode_tps"] for x in v]) if v else float("nan") for c, v in r.items()}
-    rng = lambda c: f'{t[c]:.1f} ({min(x["decode_tps"] for x in r[c]):.1f}–{max(x["decode_tps"] for x in r[c]):.1f})' if r[c] else "–"
-    shas = lambda c: {x["sha"] for x in r[c]}
-    same_g = shas("gpack-none") == shas("gpack-draft") and len(shas("gpack-none")) == 1
-    same_l = shas("llama-draft") <= shas("llama-none")
-    print(f"| {tag} | {p} | {rng('gpack-none')} | {rng('gpack-draft')} | {t['gpack-draft'] / t['gpack-none']:.2f}x "
-          f"| {rng('llama-draft')} | {t['gpack-draft'] / t['llama-draft']:.2f}x "
-          f"| gpack {'yes' if same_g else 'NO'}, llama.cpp {'yes' if same_l else 'NO'} |")
+    w = Row(tag, p)
+    t = w.t
+    print(f"| {tag} | {p} | {w.rng('gpack-none')} | {w.rng('gpack-draft')} | {t['gpack-draft'] / t['gpack-none']:.2f}x "
+          f"| {w.rng('llama-draft')} | {t['gpack-draft'] / t['llama-draft']:.2f}x "
+          f"| gpack {yes(w.same('gpack-draft'))}, llama.cpp {yes(w.same_llama(['llama-draft']))} |")
 PY
