@@ -35,21 +35,7 @@ create_exception!(
     "An error reported by gpack's Rust code (a bad or corrupt file, an unsupported model, a failed conversion). The message is the Rust error with its causes."
 );
 
-/// `e: cause: cause` on one line: the message of a Python exception.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        // Some errors repeat their source's message in their own.
-        if !s.ends_with(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = c.source();
-    }
-    s
-}
+pub(crate) use gpack_format::error_chain as chain;
 
 /// A [`GpackError`] carrying `e`'s message and causes.
 pub(crate) fn err(e: &dyn std::error::Error) -> PyErr {

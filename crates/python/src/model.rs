@@ -9,13 +9,13 @@
 
 use crate::tok::{check_ids, messages};
 use crate::{err_msg, json_to_py};
+use gpack_runtime::integrity::{Integrity, VerifyMode};
 use gpack_runtime::spec::{DEFAULT_MAX_DRAFT, DEFAULT_P_MIN};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_with, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
-    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, SpecMode, StopReason,
+    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, SpecMode,
 };
-use gpack_server::{Integrity, VerifyMode};
 use gpack_tokenizer::Tokenizer as RTokenizer;
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -164,14 +164,6 @@ fn checked_sampling(top_p: f32, stop: Option<Vec<String>>) -> PyResult<Vec<Strin
     Ok(stop)
 }
 
-/// OpenAI's `finish_reason`.
-fn finish_reason(s: &StopReason) -> &'static str {
-    match s {
-        StopReason::MaxTokens | StopReason::ContextFull => "length",
-        StopReason::StopToken(_) | StopReason::StopString(_) | StopReason::Callback => "stop",
-    }
-}
-
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -307,7 +299,7 @@ struct ChatMeta {
 
 impl ChatMeta {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        gpack_server::api::chat_chunk(&self.id, self.created, &self.model, delta, finish)
+        gpack_api::api::chat_chunk(&self.id, self.created, &self.model, delta, finish)
     }
 }
 
@@ -371,7 +363,7 @@ impl Stream {
                     match &self.chat {
                         None => return Err(PyStopIteration::new_err(())),
                         Some(meta) => {
-                            let mut c = meta.chunk(json!({}), Some(finish_reason(&g.stop)));
+                            let mut c = meta.chunk(json!({}), Some(g.stop.finish_reason()));
                             if meta.include_usage {
                                 c["usage"] = usage(g.prompt_tokens, g.tokens.len());
                             }
@@ -445,7 +437,7 @@ impl Model {
             let loaded =
                 Loaded::open(&path, fallback_gguf.as_deref()).map_err(|e| crate::chain(&e))?;
             if verify == VerifyMode::Before {
-                gpack_server::integrity::verify_now(&loaded).map_err(|e| crate::chain(&e))?;
+                gpack_runtime::integrity::verify_now(&loaded).map_err(|e| crate::chain(&e))?;
             }
             Cell::try_new(loaded, |l| {
                 let model = RModel::load_with(l.weights(), &opts)
@@ -610,7 +602,7 @@ impl Model {
             &json!({
                 "text": g.text,
                 "tokens": g.tokens,
-                "finish_reason": finish_reason(&g.stop),
+                "finish_reason": g.stop.finish_reason(),
                 "prompt_tokens": g.prompt_tokens,
                 "prefill_tps": g.prefill_tps(),
                 "decode_tps": g.decode_tps(),
@@ -670,7 +662,7 @@ impl Model {
             None => false,
         };
         // gpack serve's request validation and defaults.
-        let common: gpack_server::api::Common = serde_json::from_value(json!({
+        let common: gpack_api::api::Common = serde_json::from_value(json!({
             "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
             "top_k": top_k, "min_p": min_p, "seed": seed, "stop": stop, "stream": stream,
             "stream_options": {"include_usage": include_usage},
@@ -726,7 +718,7 @@ impl Model {
                     "index": 0,
                     "message": {"role": "assistant", "content": g.text},
                     "logprobs": null,
-                    "finish_reason": finish_reason(&g.stop),
+                    "finish_reason": g.stop.finish_reason(),
                 }],
                 "usage": usage(g.prompt_tokens, g.tokens.len()),
             }),

@@ -4,6 +4,9 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// Choosing a token failed (the grammar engine's error).
+    #[error("{0}")]
+    Decode(String),
     /// A required metadata key is missing or has the wrong type.
     #[error("metadata key {key} is missing or not a {what}")]
     Metadata {

@@ -101,6 +101,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod decode;
 mod error;
 pub mod experts;
 pub mod export;
@@ -108,6 +109,7 @@ pub mod generate;
 pub mod gguf;
 pub mod giw;
 pub mod gpack;
+pub mod integrity;
 mod matrix;
 pub mod model;
 pub mod open;
@@ -118,11 +120,13 @@ pub mod spec;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
+pub use decode::{partial_stop, Slot, StopReason};
 pub use error::{Error, ExpertSliceProblem, ExportProblem, Result, SectionProblem};
 pub use experts::{ExpertMode, ExpertStats};
-pub use generate::{generate, generate_with, partial_stop, GenerateConfig, Generation, StopReason};
+pub use generate::{generate, generate_slot, generate_with, GenerateConfig, Generation};
 pub use gguf::GgufWeights;
 pub use gpack::{DraftWeights, GpackWeights};
+pub use integrity::{Integrity, VerifyMode};
 pub use model::{
     LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode, PleStats, Scratch, Sequence, State,
     DEFAULT_PLE_CACHE,

@@ -130,10 +130,11 @@ pub struct LoadOptions {
     /// How a `.gpack`'s per-layer embedding table is read (models with one:
     /// Gemma 3n).
     pub ple: PleIo,
-    /// Keep sequences' keys and values as IEEE half floats (as llama.cpp
-    /// does by default) instead of f32: half the KV memory and half the bytes
-    /// attention streams per step (with several long sequences in a step,
-    /// attention is memory-bound). K/V are rounded to f16 once when written.
+    /// Keep sequences' keys and values as IEEE half floats (the default,
+    /// as llama.cpp's, for run, serve, bench and Python alike) instead of
+    /// f32: half the KV memory and half the bytes attention streams per
+    /// step (with several long sequences in a step, attention is
+    /// memory-bound). K/V are rounded to f16 once when written.
     pub kv_f16: bool,
     /// The longest context the caller will run (0: not known). LongRoPE
     /// models (Phi-3) take their long frequency factors when it exceeds
@@ -160,8 +161,20 @@ impl Default for LoadOptions {
             } else {
                 DEFAULT_PLE_CACHE
             },
-            kv_f16: false,
+            kv_f16: true,
             context: 0,
+        }
+    }
+}
+
+impl LoadOptions {
+    /// [`LoadOptions::default`] with an f32 KV cache: the precision of
+    /// the f32 references (transformers) the model-level tests compare
+    /// against.
+    pub fn reference() -> Self {
+        LoadOptions {
+            kv_f16: false,
+            ..LoadOptions::default()
         }
     }
 }

@@ -71,7 +71,8 @@ pub fn run(path: &Path, prompt: &[u32], n_greedy: usize) -> Run {
     } else {
         Box::new(GgufWeights::open(path).unwrap_or_else(|e| panic!("{}: {e:?}", path.display())))
     };
-    let m = Model::load(w.as_ref()).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+    let m = Model::load_with(w.as_ref(), &gpack_runtime::LoadOptions::reference())
+        .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
     let n_vocab = m.config.n_vocab;
     let mut s = m.new_state(64);
     let all = m.forward(&mut s, prompt, Logits::All).unwrap().to_vec();
@@ -368,7 +369,7 @@ fn phi3_long_factors_past_the_original_context() {
     let run = |context: usize| {
         let opts = gpack_runtime::LoadOptions {
             context,
-            ..Default::default()
+            ..gpack_runtime::LoadOptions::reference()
         };
         let m = Model::load_with(&w, &opts).unwrap();
         let mut s = m.new_state(prompt.len());
@@ -534,7 +535,8 @@ fn q8_0_over_many_prompts(kv_f16: bool) {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let reference = GgufWeights::open(&dir.join("hf")).unwrap();
-        let reference = Model::load(&reference).unwrap();
+        let reference =
+            Model::load_with(&reference, &gpack_runtime::LoadOptions::reference()).unwrap();
         let q8 = GgufWeights::open(&dir.join(format!("{arch}-q8_0.gguf"))).unwrap();
         let q8 = Model::load_with(
             &q8,

@@ -332,7 +332,7 @@ fn tiny_moe_q8_0_reference_figures() {
             }
         };
         let w = GgufWeights::open(&d.join(format!("{arch}-q8_0.gguf"))).unwrap();
-        let m = Model::load(&w).unwrap();
+        let m = Model::load_with(&w, &LoadOptions::reference()).unwrap();
         let mut s = m.new_state(64);
         let got = m.forward(&mut s, &prompt, Logits::Last).unwrap().to_vec();
         let rl2 = super::fixtures::rel_l2(&got, &want);

@@ -46,9 +46,9 @@ fn trunk_runs_without_the_mtp_block_and_matches_transformers() {
 /// The block's logits for pairs `(h_p, T[p+1])`, p = 0 .. L-2, over the
 /// reference's tokens T, from the weights `w`.
 fn mtp_logits(w: &dyn WeightSource, tokens: &[u32]) -> Vec<f32> {
-    let m = Model::load(w).unwrap();
+    let m = Model::load_with(w, &LoadOptions::reference()).unwrap();
     let mw = m.mtp_weights(w).expect("the fixture has an MTP block");
-    let mtp = Mtp::load(&mw, &LoadOptions::default()).unwrap();
+    let mtp = Mtp::load(&mw, &LoadOptions::reference()).unwrap();
     let mut s = m.new_state(64);
     m.forward(&mut s, tokens, Logits::None).unwrap();
     let h = m.step_hidden(&s, tokens.len());

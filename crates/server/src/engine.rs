@@ -10,14 +10,17 @@
 //! streams and retires. A job that finishes leaves its slot at once, and a
 //! queued job takes it at the next step.
 //!
-//! Stop strings follow `gpack_runtime::generate`: text that could still be
-//! the start of a stop string is held back, and the stop string itself is
-//! never sent.
+//! Every token decision (sampling, penalties, grammar masks,
+//! log-probabilities, stop tokens and strings, speculative acceptance) is
+//! the runtime's decoding slot's ([`gpack_runtime::Slot`]), the one
+//! `gpack run` and Python drive: the engine only schedules and batches
+//! slots.
 //!
 //! A panic or error inside a step fails only the jobs of that step (each
 //! gets an error event); the engine resets their slots and keeps serving.
 //!
-//! A constrained job (`response_format`, `grammar`: [`crate::constrain`])
+//! A constrained job (`response_format`, `grammar`:
+//! [`gpack_runtime::decode::Grammars`])
 //! samples from logits masked by its grammar. The masks a step needs are
 //! computed on a thread beside the batched forward pass (the mask for the
 //! token sampled after this step depends only on the tokens committed
@@ -29,17 +32,15 @@
 //! slot per task of that pool. A greedy slot's mask is not computed during
 //! the step at all: sampling asks the grammar about the model's own token
 //! and computes the mask only when the grammar refuses it or forces bytes
-//! (the same tokens: `Engine::adjust`). That wait and each mask's time
+//! (the same tokens: the slot's `pick`). That wait and each mask's time
 //! are in the metrics.
 
 use crate::api::ApiError;
-use crate::constrain::Guide;
 use crate::metrics::Metrics;
-use gpack_runtime::{partial_stop, Logits, Model, Scratch, Sequence};
+use gpack_runtime::decode::{Guide, SimpleVob, Slot, StopReason};
 use gpack_runtime::{Drafter, ModelDrafter, Mtp, MtpDrafter, NgramDrafter, SpecMode};
-use gpack_runtime::{Sampler, SamplerConfig};
-use gpack_tokenizer::{StreamDecoder, Tokenizer};
-use llguidance::toktrie::SimpleVob;
+use gpack_runtime::{GenerateConfig, Logits, Model, Scratch, Sequence};
+use gpack_tokenizer::Tokenizer;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -56,6 +57,14 @@ pub enum Finish {
 }
 
 impl Finish {
+    /// How a slot's [`StopReason`] ends a request.
+    pub fn of(r: &StopReason) -> Finish {
+        match r.finish_reason() {
+            "length" => Finish::Length,
+            _ => Finish::Stop,
+        }
+    }
+
     /// `stop` / `length`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -94,14 +103,9 @@ pub enum Event {
 pub struct Job {
     /// Prompt token ids (non-empty, shorter than the context).
     pub prompt: Vec<u32>,
-    /// Most new tokens.
-    pub max_tokens: usize,
-    /// Sampling.
-    pub sampler: SamplerConfig,
-    /// Tokens that end generation (not emitted).
-    pub stop_tokens: Vec<u32>,
-    /// Strings that end generation (not emitted).
-    pub stop_strings: Vec<String>,
+    /// The decoding settings: token budget, sampling, penalties, stop
+    /// tokens and strings, log-probabilities.
+    pub cfg: GenerateConfig,
     /// Speculative decoding's draft source (`Draft` only when the engine has
     /// a draft model).
     pub spec: SpecMode,
@@ -111,13 +115,6 @@ pub struct Job {
     pub enqueued: Instant,
     /// The grammar the output must follow, compiled.
     pub constraint: Option<Box<Guide>>,
-    /// The token a constraint allows once its output is complete (the stop
-    /// tokens are allowed exactly then).
-    pub end_token: u32,
-    /// Send each token's log-probability and this many alternatives.
-    pub logprobs: Option<usize>,
-    /// `presence_penalty` / `frequency_penalty`.
-    pub penalties: crate::penalty::Penalties,
 }
 
 /// What the engine is asked to do.
@@ -353,26 +350,11 @@ pub const STEP_DRAFT_ROWS: usize = 16;
 
 struct Active {
     job: Job,
+    /// Prompt tokens in the cache.
     fed: usize,
-    sampler: Sampler,
-    history: Vec<u32>,
-    decoder: StreamDecoder<'static>,
-    text: String,
-    emitted: usize,
-    n_gen: usize,
-    next: u32,
+    slot: Slot<'static>,
     first_at: Option<Instant>,
     ngram: NgramDrafter,
-    /// The mask for the next sampled token (constrained jobs), computed
-    /// during the step.
-    mask: Option<Result<SimpleVob, String>>,
-    /// Whether the job has a constraint (its matcher is lent out during a
-    /// step).
-    constrained: bool,
-    /// This step's mask is left to sampling ([`Engine::adjust`]): a greedy
-    /// job's token needs the mask only when the grammar refuses the model's
-    /// own choice.
-    lazy_mask: bool,
 }
 
 /// Runs once, on the engine thread, after its first output: the first
@@ -435,8 +417,6 @@ struct Engine {
     /// (whatever the job's mode), so it follows the slot's text as `cached`
     /// does.
     mtps: Vec<Option<MtpDrafter<'static, 'static>>>,
-    /// A masked copy of a logits row (constrained sampling).
-    masked: Vec<f32>,
     /// Embedding jobs, first in first out, and the sequence they run in.
     embeds: std::collections::VecDeque<Embedding>,
     lanes: Vec<Lane>,
@@ -546,7 +526,6 @@ impl Engine {
             metrics,
             handle,
             scratch: Scratch::default(),
-            masked: Vec::new(),
             embeds: Default::default(),
             lanes: Vec::new(),
             embed_scratch: Scratch::default(),
@@ -565,7 +544,7 @@ impl Engine {
     /// and values of the same tokens at the same positions are the same
     /// bits), all but the prompt's last token at most, whose logits are
     /// needed.
-    fn place(&mut self, job: Job) {
+    fn place(&mut self, mut job: Job) {
         let lcp = |c: &[u32]| {
             c.iter()
                 .zip(&job.prompt)
@@ -588,22 +567,16 @@ impl Engine {
         self.metrics
             .prompt_tokens_cached
             .fetch_add(keep as u64, Ordering::Relaxed);
-        let constrained = job.constraint.is_some();
+        let mut slot = Slot::new(&job.prompt, job.cfg.clone(), Some(self.tok));
+        if let Some(g) = job.constraint.take() {
+            slot = slot.with_guide(g);
+        }
         self.slots[i] = Some(Active {
             ngram: NgramDrafter::with_max_draft(self.cfg.draft_max),
-            sampler: Sampler::new(job.sampler.clone()),
-            history: job.prompt.clone(),
-            decoder: self.tok.stream_decoder(),
+            slot,
             job,
             fed: keep,
-            text: String::new(),
-            emitted: 0,
-            n_gen: 0,
-            next: 0,
             first_at: None,
-            mask: None,
-            lazy_mask: false,
-            constrained,
         });
     }
 
@@ -626,30 +599,27 @@ impl Engine {
             if let Some(ev) = ev {
                 let _ = a.job.events.send(ev);
             }
+            let n_gen = a.slot.generated().len();
             if let Some(first) = a.first_at {
-                if a.n_gen > 1 {
+                if n_gen > 1 {
                     let dt = first.elapsed().as_secs_f64().max(1e-9);
-                    self.metrics.tps.observe((a.n_gen - 1) as f64 / dt);
+                    self.metrics.tps.observe((n_gen - 1) as f64 / dt);
                 }
             }
             self.handle.in_system.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
+    /// Ends slot `i`'s job as its slot decided (the slot has released
+    /// every final piece of text).
     fn finish(&mut self, i: usize, finish: Finish) {
         let Some(a) = self.slots[i].as_mut() else {
             return;
         };
-        // Text held back as a possible stop-string prefix is final now.
-        if a.emitted < a.text.len() {
-            let rest = a.text[a.emitted..].to_string();
-            a.emitted = a.text.len();
-            let _ = a.job.events.send(Event::Text(rest));
-        }
         let ev = Event::Done {
             finish,
             prompt_tokens: a.job.prompt.len(),
-            completion_tokens: a.n_gen,
+            completion_tokens: a.slot.generated().len(),
         };
         self.retire(i, Some(ev));
     }
@@ -897,31 +867,24 @@ impl Engine {
             } else {
                 // k drafts give k + 1 rows: each may emit a token and needs
                 // a cache position.
-                let room = (a.job.max_tokens - a.n_gen)
+                let room = (a.slot.config().max_tokens - a.slot.generated().len())
                     .min(self.cfg.n_ctx - self.seqs[i].pos())
                     .saturating_sub(1)
                     .min(draft_share);
-                draft.clear();
-                if room > 0 {
-                    let d: Option<&mut dyn Drafter> = match a.job.spec {
-                        SpecMode::None => None,
-                        SpecMode::Ngram => Some(&mut a.ngram),
-                        SpecMode::Mtp => self.mtps[i].as_mut().map(|d| d as &mut dyn Drafter),
-                        SpecMode::Draft => self.drafters[i].as_mut().map(|d| d as &mut dyn Drafter),
-                    };
-                    if let Some(d) = d {
-                        // A failed draft only costs the speculation.
-                        if let Err(e) = d.draft(&a.history, room, &mut draft) {
-                            log::warn!("drafting failed: {}", crate::load::chain(&e));
-                            draft.clear();
-                        }
-                        let n_vocab = self.model.config.n_vocab;
-                        let valid = draft.iter().take_while(|&&t| (t as usize) < n_vocab);
-                        let keep = valid.count().min(room);
-                        draft.truncate(keep);
-                    }
+                let d: Option<&mut dyn Drafter> = match a.job.spec {
+                    SpecMode::None => None,
+                    SpecMode::Ngram => Some(&mut a.ngram),
+                    SpecMode::Mtp => self.mtps[i].as_mut().map(|d| d as &mut dyn Drafter),
+                    SpecMode::Draft => self.drafters[i].as_mut().map(|d| d as &mut dyn Drafter),
+                };
+                match d {
+                    Some(d) => a.slot.draft(d, room, self.model.config.n_vocab, &mut draft),
+                    None => draft.clear(),
                 }
-                toks.push(a.next);
+                let Some(next) = a.slot.pending() else {
+                    continue;
+                };
+                toks.push(next);
                 toks.extend_from_slice(&draft);
                 lens.push(1 + draft.len());
                 wants.push(if draft.is_empty() {
@@ -959,12 +922,9 @@ impl Engine {
         let mut lent: Vec<Lent> = Vec::new();
         for (j, &i) in idx.iter().enumerate() {
             if let Some(a) = self.slots[i].as_mut() {
-                a.lazy_mask = a.constrained
-                    && wants[j] == Logits::Last
-                    && a.sampler.config().is_greedy()
-                    && !self.eager_masks;
-                if wants[j] != Logits::None && !a.lazy_mask {
-                    if let Some(m) = a.job.constraint.take() {
+                let lazy = wants[j] == Logits::Last && a.slot.is_greedy() && !self.eager_masks;
+                if wants[j] != Logits::None && !lazy {
+                    if let Some(m) = a.slot.lend_guide() {
                         lent.push((i, m));
                     }
                 }
@@ -1005,8 +965,7 @@ impl Engine {
             for (i, m, mask, took) in masks {
                 self.metrics.mask_seconds.observe(took.as_secs_f64());
                 if let Some(a) = self.slots[i].as_mut() {
-                    a.job.constraint = Some(m);
-                    a.mask = Some(mask);
+                    a.slot.restore_guide(m, mask);
                 }
             }
         }
@@ -1046,55 +1005,67 @@ impl Engine {
             let start = off;
             off += lens[j];
             kept.push((i, self.seqs[i].pos() - lens[j], start, lens[j]));
-            let decoding = a.fed >= a.job.prompt.len();
             a.fed = (a.fed + lens[j]).min(a.job.prompt.len());
             let rows = match wants[j] {
                 Logits::None => continue,
                 Logits::Last => 1,
                 Logits::All => lens[j],
             };
-            // Position before this step's tokens (decoding slots), so that
-            // row r is sampled as plain decoding would at `base + r + 1`.
+            // Row 0's token takes the position after the step's first
+            // token (decoding) or after the prompt (the last prefill row).
             let end = self.seqs[i].pos();
-            let base = end - lens[j];
-            let mut used = rows;
-            let mut accepted = 0;
-            for r in 0..rows {
-                let row = &self.scratch.logits()[(k + r) * n_vocab..(k + r + 1) * n_vocab];
-                let pos = if decoding { base + r + 1 } else { end };
-                let Some(a) = self.slots[i].as_mut() else {
-                    break;
-                };
-                let masked = &mut self.masked;
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    let sample_row = Self::adjust(a, row, masked, &self.metrics)?;
-                    Ok(Self::on_logits(
-                        a,
-                        sample_row,
-                        row,
-                        &self.metrics,
-                        pos,
-                        self.cfg.n_ctx,
-                    ))
-                }));
-                sampled = true;
-                match outcome {
-                    Ok(Ok(None)) => {
-                        if r + 1 < rows && a.next == toks[start + r + 1] {
-                            accepted += 1;
-                            continue;
-                        }
+            let pos = end + 1 - rows;
+            let block = &self.scratch.logits()[k * n_vocab..(k + rows) * n_vocab];
+            let drafts = &toks[start + 1..start + rows];
+            let (n_ctx, metrics) = (self.cfg.n_ctx, &self.metrics);
+            let before = a.slot.generated().len();
+            let events = &a.job.events;
+            let slot = &mut a.slot;
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                slot.sample_rows(block, n_vocab, drafts, pos, n_ctx, &mut |e| {
+                    if let Some(lp) = e.logprob {
+                        let _ = events.send(Event::Logprob(lp.clone()));
                     }
-                    Ok(Ok(Some(f))) => self.finish(i, f),
-                    Ok(Err(e)) => self.retire(i, Some(Event::Error(e))),
-                    Err(_) => self.retire(
+                    if !e.text.is_empty() {
+                        let _ = events.send(Event::Text(e.text.to_string()));
+                    }
+                    true
+                })
+            }));
+            sampled = true;
+            let now = Instant::now();
+            if a.first_at.is_none() {
+                a.first_at = Some(now);
+                metrics.ttft.observe((now - a.job.enqueued).as_secs_f64());
+            }
+            let new = a.slot.generated().len() - before;
+            metrics
+                .generated_tokens
+                .fetch_add(new as u64, Ordering::Relaxed);
+            let took = a.slot.take_mask_time();
+            if !took.is_zero() {
+                metrics.mask_seconds.observe(took.as_secs_f64());
+            }
+            let (used, accepted) = match outcome {
+                Ok(Ok(r)) => {
+                    if let Some(why) = a.slot.stop() {
+                        let f = Finish::of(why);
+                        self.finish(i, f);
+                    }
+                    (r.used, r.accepted)
+                }
+                Ok(Err(e)) => {
+                    self.retire(i, Some(Event::Error(e)));
+                    (1, 0)
+                }
+                Err(_) => {
+                    self.retire(
                         i,
                         Some(Event::Error("internal error: sampling panicked".into())),
-                    ),
+                    );
+                    (1, 0)
                 }
-                used = r + 1;
-                break;
-            }
+            };
             k += rows;
             if rows > 1 {
                 self.metrics
@@ -1121,8 +1092,8 @@ impl Engine {
                 }
                 // Keep the token and its accepted drafts: the cache of plain
                 // decoding at this point.
-                self.seqs[i].truncate(base + used);
-                self.cached[i].truncate(base + used);
+                self.seqs[i].truncate(pos - 1 + used);
+                self.cached[i].truncate(pos - 1 + used);
                 kept[j].3 = used;
             }
         }
@@ -1134,160 +1105,5 @@ impl Engine {
         if sampled {
             self.output_done();
         }
-    }
-
-    /// The row to sample from: `row` itself, or a copy in `buf` with the
-    /// job's penalties applied and what its grammar forbids at −∞.
-    ///
-    /// A lazy slot ([`Active::lazy_mask`], greedy) first asks its grammar
-    /// about the token greedy sampling picks from the unmasked row: when the
-    /// grammar accepts it, that token is also the argmax of the masked row
-    /// (masking only lowers other entries to −∞, and ties go to the lowest
-    /// id either way), so the row is returned unmasked; only otherwise is
-    /// the mask computed here. The end token and the stop tokens always take
-    /// the mask (they are allowed exactly when the output is complete), and
-    /// so does every step where the grammar forces bytes (llguidance's mask
-    /// is then the forced bytes' canonical token alone; without forced
-    /// bytes it is exactly the tokens whose bytes the grammar accepts, what
-    /// `validate_tokens` checks).
-    fn adjust<'r>(
-        a: &mut Active,
-        row: &'r [f32],
-        buf: &'r mut Vec<f32>,
-        metrics: &Metrics,
-    ) -> Result<&'r [f32], String> {
-        if !a.constrained && !a.job.penalties.active() {
-            return Ok(row);
-        }
-        buf.clear();
-        buf.extend_from_slice(row);
-        a.job.penalties.apply(buf);
-        if !a.constrained {
-            return Ok(buf);
-        }
-        let mask = match a.mask.take() {
-            Some(Ok(m)) => m,
-            Some(Err(e)) => return Err(format!("the grammar engine failed: {e}")),
-            None if a.lazy_mask => {
-                let Some(g) = a.job.constraint.as_mut() else {
-                    return Err("internal error: no grammar for this step".into());
-                };
-                let tok = a.sampler.sample(buf, &a.history);
-                let (end, stop) = (a.job.end_token, &a.job.stop_tokens);
-                // Where the grammar forces bytes (a key, a bracket), its mask
-                // is not "every token it accepts" but the forced bytes'
-                // canonical token: the mask decides there.
-                if tok != end
-                    && !stop.contains(&tok)
-                    && g.0.compute_ff_bytes().is_empty()
-                    && g.0.validate_tokens(&[tok]).ok() == Some(1)
-                {
-                    return Ok(buf);
-                }
-                let t = Instant::now();
-                let m =
-                    g.0.compute_mask()
-                        .map_err(|e| format!("the grammar engine failed: {e}"))?;
-                metrics.mask_seconds.observe(t.elapsed().as_secs_f64());
-                m
-            }
-            None => return Err("internal error: no grammar mask for this step".into()),
-        };
-        crate::constrain::apply_mask(buf, &mask, a.job.end_token, &a.job.stop_tokens);
-        a.mask = Some(Ok(mask));
-        Ok(buf)
-    }
-
-    /// Samples one token for `a` from `logits` (`raw`: the model's, for
-    /// log-probabilities); returns how it ended, if it did.
-    fn on_logits(
-        a: &mut Active,
-        logits: &[f32],
-        raw: &[f32],
-        metrics: &Metrics,
-        pos: usize,
-        n_ctx: usize,
-    ) -> Option<Finish> {
-        let mut tok = a.sampler.sample(logits, &a.history);
-        if let Some(Ok(mask)) = a.mask.take() {
-            // A sampler may fall back to its last candidate when rounding
-            // leaves its draw past the total mass: never a forbidden token.
-            let (end, stop) = (a.job.end_token, &a.job.stop_tokens);
-            if !crate::constrain::allowed(&mask, tok, end, stop) {
-                tok = gpack_runtime::argmax(logits);
-            }
-        }
-        let now = Instant::now();
-        if a.first_at.is_none() {
-            a.first_at = Some(now);
-            metrics.ttft.observe((now - a.job.enqueued).as_secs_f64());
-        }
-        if a.job.stop_tokens.contains(&tok) {
-            return Some(Finish::Stop);
-        }
-        a.n_gen += 1;
-        metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
-        a.history.push(tok);
-        a.job.penalties.record(tok);
-        if let Some(k) = a.job.logprobs {
-            let lp = crate::logprobs::token_logprob(raw, tok, k);
-            let _ = a.job.events.send(Event::Logprob(lp));
-        }
-        let mut complete = false;
-        if let Some(m) = a.job.constraint.as_mut() {
-            if let Err(e) = m.consume_token(tok) {
-                log::error!("the grammar engine refused its own token: {e}");
-                complete = true;
-            }
-            complete |= m.is_stopped();
-        }
-        let piece = a.decoder.push(tok);
-        a.text.push_str(&piece);
-        let stops = &a.job.stop_strings;
-        if let Some(pos) = stops
-            .iter()
-            .filter_map(|s| a.text[a.emitted..].find(s.as_str()).map(|p| a.emitted + p))
-            .min()
-        {
-            if pos > a.emitted {
-                let _ = a
-                    .job
-                    .events
-                    .send(Event::Text(a.text[a.emitted..pos].to_string()));
-            }
-            a.text.truncate(pos);
-            a.emitted = pos;
-            return Some(Finish::Stop);
-        }
-        let hold = partial_stop(&a.text[a.emitted..], stops);
-        let upto = a.text.len() - hold;
-        if upto > a.emitted {
-            let _ = a
-                .job
-                .events
-                .send(Event::Text(a.text[a.emitted..upto].to_string()));
-            a.emitted = upto;
-        }
-        if complete {
-            return Some(Finish::Stop);
-        }
-        if a.n_gen >= a.job.max_tokens || pos >= n_ctx {
-            return Some(Finish::Length);
-        }
-        a.next = tok;
-        None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use gpack_runtime::partial_stop;
-
-    #[test]
-    fn partial_stop_holds_a_stop_prefix() {
-        let stops = vec!["<|im_end|>".to_string(), "\n\n".to_string()];
-        assert_eq!(partial_stop("hello <|im", &stops), 4);
-        assert_eq!(partial_stop("hello\n", &stops), 1);
-        assert_eq!(partial_stop("hello", &stops), 0);
     }
 }

@@ -15,15 +15,6 @@ pub enum Error {
         source: Box<gpack_runtime::Error>,
     },
     /// A registry reference could not be pulled into the local store.
-    #[cfg(feature = "registry")]
-    #[error("pulling {reference}")]
-    Pull {
-        /// The reference.
-        reference: String,
-        /// Why.
-        #[source]
-        source: Box<gpack_oci::Error>,
-    },
     /// A model file could not be opened (weights, bundle or tokenizer).
     #[error(transparent)]
     Open(#[from] gpack_runtime::OpenError),

@@ -50,7 +50,7 @@ pub(crate) struct AppState {
     /// The background check of the weights, once started.
     pub integrity: Arc<std::sync::OnceLock<crate::Integrity>>,
     /// Compiles `response_format` / `grammar` constraints.
-    pub grammars: crate::constrain::Grammars,
+    pub grammars: gpack_runtime::decode::Grammars,
     /// A chat template that replaces the model's (`--chat-template`).
     pub chat_template: Option<String>,
     /// How the template's model writes tool calls.
@@ -415,7 +415,7 @@ async fn chat_inner(s: &Arc<AppState>, req: Request) -> Result<Response, ApiErro
             .filter(|_| !s.harmony)
             .and_then(|t| crate::tools::grammar(t, s.tool_format, &s.tok))
         {
-            constraint = Some(crate::constrain::Constraint::ToolCall(g));
+            constraint = Some(gpack_runtime::decode::Constraint::ToolCall(g));
         }
         let matcher = compile(s, constraint.as_ref())?;
         let mut kwargs = serde_json::Map::new();
@@ -487,9 +487,15 @@ async fn completions_inner(s: &Arc<AppState>, req: Request) -> Result<Response, 
 /// takes milliseconds).
 fn compile(
     s: &AppState,
-    c: Option<&crate::constrain::Constraint>,
-) -> Result<Option<Box<crate::constrain::Guide>>, ApiError> {
-    c.map(|c| s.grammars.compile(c).map(Box::new)).transpose()
+    c: Option<&gpack_runtime::decode::Constraint>,
+) -> Result<Option<Box<gpack_runtime::decode::Guide>>, ApiError> {
+    c.map(|c| {
+        s.grammars
+            .compile(s.tok, c)
+            .map(Box::new)
+            .map_err(ApiError::from)
+    })
+    .transpose()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -505,7 +511,7 @@ async fn run(
     s: &Arc<AppState>,
     mut adm: crate::engine::Admission,
     prompt: Vec<u32>,
-    mut constraint: Option<Box<crate::constrain::Guide>>,
+    mut constraint: Option<Box<gpack_runtime::decode::Guide>>,
     p: Params,
     kind: Kind,
     tools: Option<crate::tools::Format>,
@@ -556,25 +562,26 @@ async fn run(
         let guide = if c + 1 == p.n {
             constraint.take()
         } else {
-            constraint
-                .as_ref()
-                .map(|g| Box::new(crate::constrain::Guide(g.0.deep_clone())))
+            constraint.as_ref().map(|g| Box::new(g.deep_clone()))
         };
         let mut sampler = p.sampler();
         sampler.seed = sampler.seed.wrapping_add(c as u64);
         let job = Job {
             prompt: prompt.clone(),
-            max_tokens,
-            sampler,
-            stop_tokens: s.stop_tokens.clone(),
-            stop_strings: p.stop.clone(),
+            cfg: gpack_runtime::GenerateConfig {
+                max_tokens,
+                sampler,
+                stop_tokens: s.stop_tokens.clone(),
+                stop_strings: p.stop.clone(),
+                presence_penalty: p.presence_penalty,
+                frequency_penalty: p.frequency_penalty,
+                logprobs: p.logprobs,
+                ..gpack_runtime::GenerateConfig::default()
+            },
             spec,
             events: tx,
             enqueued: Instant::now(),
             constraint: guide,
-            end_token: s.grammars.end_token(),
-            logprobs: p.logprobs,
-            penalties: crate::penalty::Penalties::new(p.presence_penalty, p.frequency_penalty),
         };
         s.engine.submit(&mut adm, job)?;
         rxs.push(rx);

@@ -22,23 +22,17 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod api;
-pub mod constrain;
+pub use gpack_api::{api, logprobs, tool_scan, tools};
 pub mod embed;
 pub mod engine;
 mod error;
 mod http;
-pub mod integrity;
 mod listen;
 pub mod load;
-pub mod logprobs;
 pub mod metrics;
-pub mod penalty;
-pub mod tool_scan;
-pub mod tools;
 
 pub use error::{Error, Result};
-pub use integrity::{Integrity, VerifyMode};
+pub use gpack_runtime::integrity::{self, Integrity, VerifyMode};
 pub use load::Loaded;
 
 use gpack_runtime::Model;
@@ -265,7 +259,8 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     // The token a complete constrained output ends with: the first stop
     // token (EOS, else the chat format's end of turn); the engine allows
     // the others with it.
-    let grammars = constrain::Grammars::new(tok, stop_tokens.first().copied().unwrap_or(0));
+    let grammars =
+        gpack_runtime::decode::Grammars::of(tok, stop_tokens.first().copied().unwrap_or(0));
     let metrics = Arc::new(metrics::Metrics::default());
     // `--verify background`: hashing starts once the first token (or
     // embedding) is out, as in `gpack run`, so it never delays a first

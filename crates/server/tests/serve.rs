@@ -1333,7 +1333,7 @@ fn a_burst_beyond_the_queue_is_refused_before_tokenization() {
 /// See: issue 15 (typed server errors).
 #[test]
 fn integrity_problems_are_typed() {
-    use gpack_server::integrity::{verify_now, Problem, Status};
+    use gpack_runtime::integrity::{verify_now, Problem, Status};
     let dir = tempfile::tempdir().unwrap();
     let (bad, off) = damaged_copy(dir.path(), 2, 0x10);
     let loaded = gpack_server::Loaded::open(&bad, None).unwrap();
@@ -1349,7 +1349,7 @@ fn integrity_problems_are_typed() {
     assert_eq!(msg.matches("native_dense").count(), 1, "{msg}");
     assert_eq!(msg.matches(bad.to_str().unwrap()).count(), 1, "{msg}");
     // The background check of the same file says the same.
-    let check = gpack_server::Integrity::start(&loaded).unwrap();
+    let check = gpack_runtime::integrity::Integrity::start(&loaded).unwrap();
     match check.wait() {
         Status::Failed(Problem::Mismatch { sections, .. }) => {
             assert_eq!(sections[0].offset, off)

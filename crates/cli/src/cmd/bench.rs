@@ -51,6 +51,8 @@ pub struct Args {
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
+    #[command(flatten)]
+    kv: super::KvArgs,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -81,8 +83,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let t = Instant::now();
     let loaded = super::open_model(&a.model, None, None, &a.registry)
         .with_context(|| format!("opening {}", a.model.display()))?;
-    let model =
-        Model::load(loaded.weights()).with_context(|| format!("loading {}", a.model.display()))?;
+    let opts = gpack_runtime::LoadOptions {
+        kv_f16: a.kv.f16(),
+        ..Default::default()
+    };
+    let model = Model::load_with(loaded.weights(), &opts)
+        .with_context(|| format!("loading {}", a.model.display()))?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let threads = gpack_quant::Pool::global().threads();
     let cost = TokenCost::of(loaded.weights(), model.config.n_layer);

@@ -80,6 +80,38 @@ impl ExpertArgs {
     }
 }
 
+/// The KV cache's type (run, serve, bench): one flag, one default.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KvArgs {
+    /// The type the KV cache keeps keys and values in: f16 (the default,
+    /// as llama.cpp's; half the memory of f32 and half the bytes attention
+    /// streams per step; K/V are rounded once when written) or f32.
+    #[arg(long, value_name = "TYPE", default_value = "f16",
+          value_parser = clap::builder::PossibleValuesParser::new(["f16", "f32"]))]
+    pub kv: String,
+    /// Old spelling of `--kv f16` (the default now).
+    #[arg(long, hide = true)]
+    pub kv_f16: bool,
+    /// Old spelling of `--kv f32`.
+    #[arg(long, hide = true, conflicts_with = "kv_f16")]
+    pub kv_f32: bool,
+}
+
+impl KvArgs {
+    /// Whether the cache keeps f16 (a warning for the old flags).
+    pub fn f16(&self) -> bool {
+        if self.kv_f16 {
+            log::warn!("--kv-f16 is the default now and will go: use --kv f16");
+            return true;
+        }
+        if self.kv_f32 {
+            log::warn!("--kv-f32 will go: use --kv f32");
+            return false;
+        }
+        self.kv == "f16"
+    }
+}
+
 /// Speculative decoding flags of `run` and `serve`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SpecArgs {
@@ -228,6 +260,24 @@ fn parse_size_arg(s: &str) -> Result<usize, String> {
     })
 }
 
+/// The file to open for a MODEL argument: `model` itself when it exists
+/// (a file or directory wins over a same-named reference), else, when it
+/// parses as a registry reference (`host[:port]/repo[:tag|@digest]`), the
+/// .gpack pulled into the local store (once: a reference already pulled is
+/// opened from the store without asking the registry).
+fn resolve_model(
+    model: &std::path::Path,
+    registry: &gpack_oci::Options,
+    progress: std::sync::Arc<dyn gpack_oci::Progress>,
+) -> anyhow::Result<std::path::PathBuf> {
+    let s = model.to_string_lossy();
+    if model.exists() || !gpack_oci::reference::looks_like_reference(&s) {
+        return Ok(model.to_path_buf());
+    }
+    gpack_oci::resolve(&s, registry, progress)
+        .map_err(|e| anyhow::Error::new(e).context(format!("pulling {s}")))
+}
+
 /// Opens the MODEL of `run` and `serve`: a .gpack (mapped; `fallback` when it
 /// fails validation), a .giw, a .gguf or HF directory, a registry reference
 /// (pulled into the local store first), or — with
@@ -242,7 +292,7 @@ pub fn open_model(
     use anyhow::Context;
     use gpack_convert::sidecar::{ensure_sidecar, SidecarStatus};
     let bars = std::sync::Arc::new(crate::progress::TransferBars::new("pull", true));
-    let resolved = gpack_server::load::resolve_model(model, &registry.options(), bars.clone());
+    let resolved = resolve_model(model, &registry.options(), bars.clone());
     bars.finish();
     let resolved = resolved?;
     let model = resolved.as_path();

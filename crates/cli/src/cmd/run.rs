@@ -2,9 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
+use gpack_runtime::decode::{Constraint, ConstraintError, Grammars, TokenLogprob};
+use gpack_runtime::decode::{Slot, MAX_CONSTRAINT_BYTES};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
-    generate_with, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
+    generate_slot, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
     MtpDrafter, NgramDrafter, PleMode, SamplerConfig, SpecMode,
 };
 use gpack_tokenizer::ChatMessage;
@@ -70,6 +72,34 @@ pub struct Args {
     /// Nucleus sampling threshold.
     #[arg(long, default_value_t = 0.95)]
     top_p: f32,
+    /// Drop tokens less likely than MIN_P times the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Lower a token's logit once it has been generated (OpenAI's
+    /// presence_penalty, −2..2).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    presence_penalty: f32,
+    /// Lower a token's logit per time it has been generated (OpenAI's
+    /// frequency_penalty, −2..2).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    frequency_penalty: f32,
+    /// Stop at this string (not printed); repeat for several.
+    #[arg(long, value_name = "TEXT")]
+    stop: Vec<String>,
+    /// Constrain the output to this JSON schema: inline JSON, or @FILE.
+    #[arg(long, value_name = "SCHEMA", conflicts_with = "grammar")]
+    json_schema: Option<String>,
+    /// Constrain the output to a grammar in llguidance's Lark syntax: the
+    /// text, or @FILE.
+    #[arg(long, value_name = "GRAMMAR")]
+    grammar: Option<String>,
+    /// Also print each generated token's log-probability and the N most
+    /// likely alternatives, one JSON object per line on stderr after the
+    /// text: {"token": ID, "text": "…", "logprob": LP, "top": [[ID, "…",
+    /// LP], …]} (natural log of the model's own distribution, before
+    /// penalties and grammar masks, as OpenAI reports it).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
+    logprobs: Option<usize>,
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -94,11 +124,8 @@ pub struct Args {
     ple: super::PleArgs,
     #[command(flatten)]
     spec: super::SpecArgs,
-    /// Keep the keys and values of the context as f16 (as `gpack serve` and
-    /// llama.cpp do): half the KV memory, faster attention over long
-    /// contexts; K/V are rounded to f16 once when written.
-    #[arg(long)]
-    kv_f16: bool,
+    #[command(flatten)]
+    kv: super::KvArgs,
     /// When a .gpack's sections are checked against their SHA-256 digests:
     /// `background` (default) hashes them on one thread from the first
     /// generated token on (never delaying it) and waits for the verdict at
@@ -106,7 +133,7 @@ pub struct Args {
     /// trusts the file. On a mismatch, generation stops and gpack exits 1
     /// naming the damaged section. (GGUF/HF/GIW inputs carry no digests.)
     #[arg(long, value_name = "WHEN", default_value = "background")]
-    verify: gpack_server::VerifyMode,
+    verify: gpack_runtime::VerifyMode,
     /// Print the model's family and the features of it in use after
     /// loading; at the end, also the expert cache's hit rate and expert
     /// bytes read per token (MoE models), and the PLE row cache's hit rate.
@@ -218,19 +245,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
         })
         .try_init();
     let t0 = Instant::now();
-    let loaded = super::open_model(
+    // The process ends with the generation: the model is kept for its
+    // lifetime (a grammar's tokenizer callback must be able to outlive any
+    // borrow).
+    let loaded: &'static Loaded = Box::leak(Box::new(super::open_model(
         &a.model,
         a.fallback_gguf.as_deref(),
         a.stream_weights.as_deref(),
         &a.registry,
-    )?;
-    if a.verify == gpack_server::VerifyMode::Before {
-        gpack_server::integrity::verify_now(&loaded)?;
+    )?));
+    if a.verify == gpack_runtime::VerifyMode::Before {
+        gpack_runtime::integrity::verify_now(loaded)?;
     }
     let opts = LoadOptions {
         experts: a.experts.mode(),
         ple: a.ple.io(),
-        kv_f16: a.kv_f16,
+        kv_f16: a.kv.f16(),
         context: a.ctx,
     };
     let model = Model::load_with(loaded.weights(), &opts)?;
@@ -299,25 +329,49 @@ pub fn run(a: Args) -> Result<ExitCode> {
         tok.encode(&a.prompt, true)
     };
     let mut state = model.new_state(a.ctx);
+    if a.stop.iter().any(String::is_empty) {
+        bail!("--stop must not be empty");
+    }
     let cfg = GenerateConfig {
         max_tokens: a.n_predict,
         sampler: SamplerConfig {
             temperature: a.temp,
             top_k: a.top_k,
             top_p: a.top_p,
+            min_p: a.min_p,
             seed: a.seed,
             ..SamplerConfig::default()
         },
         // The one end-of-turn rule (EOS, the chat formats' end tokens, the
         // template's end markers), as `serve` uses.
         stop_tokens: tok.stop_ids(),
+        stop_strings: a.stop.clone(),
+        presence_penalty: a.presence_penalty,
+        frequency_penalty: a.frequency_penalty,
+        logprobs: a.logprobs,
         ..GenerateConfig::default()
     };
+    let mut slot = Slot::new(&prompt_ids, cfg, Some(tok));
+    if let Some(c) = constraint(a.json_schema.as_deref(), a.grammar.as_deref())? {
+        let grammars = Grammars::of(tok, tok.stop_ids().first().copied().unwrap_or(0));
+        let guide = grammars.compile(tok, &c).map_err(|e| match e {
+            ConstraintError::Invalid { message, .. } => anyhow::anyhow!(
+                "{}: {message}",
+                if a.grammar.is_some() {
+                    "--grammar"
+                } else {
+                    "--json-schema"
+                }
+            ),
+            e => e.into(),
+        })?;
+        slot = slot.with_guide(Box::new(guide));
+    }
     let mut out = std::io::stdout().lock();
     let mut harmony =
         (a.chat && gpack_tokenizer::harmony::is_harmony(&tok)).then(HarmonyText::default);
     let mut write_err = None;
-    let mut check: Option<gpack_server::Integrity> = None;
+    let mut check: Option<gpack_runtime::Integrity> = None;
     let mut damaged = None;
     let mut ngram = NgramDrafter::with_max_draft(a.spec.draft_max);
     let mut by_model = draft_model
@@ -332,19 +386,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         SpecMode::Draft => by_model.as_mut().map(|d| d as &mut dyn Drafter),
         SpecMode::Mtp => by_mtp.as_mut().map(|d| d as &mut dyn Drafter),
     };
-    let g = generate_with(
-        &model,
-        &mut state,
-        &prompt_ids,
-        &cfg,
-        Some(tok),
-        drafter,
-        |_, text| {
+    let g = generate_slot(&model, &mut state, slot, drafter, |e| {
+        let text = e.text;
+        {
             // The first token is out: start hashing; later, stop as soon
             // as a section failed.
-            if a.verify == gpack_server::VerifyMode::Background {
+            if a.verify == gpack_runtime::VerifyMode::Background {
                 match &check {
-                    None => check = gpack_server::Integrity::start(&loaded),
+                    None => check = gpack_runtime::Integrity::start(loaded),
                     Some(c) => {
                         if let Some(m) = c.failure() {
                             damaged = Some(m);
@@ -379,19 +428,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     false
                 }
             }
-        },
-    )?;
+        }
+    })?;
     if let Some(e) = write_err {
         return Err(e.into());
     }
     writeln!(out)?;
+    if a.logprobs.is_some() {
+        print_logprobs(&g.logprobs, tok)?;
+    }
     // No token produced (an empty reply): check now, so the verdict stands
     // for every run.
-    if check.is_none() && a.verify == gpack_server::VerifyMode::Background {
-        check = gpack_server::Integrity::start(&loaded);
+    if check.is_none() && a.verify == gpack_runtime::VerifyMode::Background {
+        check = gpack_runtime::Integrity::start(loaded);
     }
     if let Some(c) = &check {
-        if let gpack_server::integrity::Status::Failed(m) = c.wait() {
+        if let gpack_runtime::integrity::Status::Failed(m) = c.wait() {
             damaged = Some(m);
         }
     }
@@ -406,7 +458,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         g.tokens.len(),
         g.decode_tps()
     );
-    if let (Some(anon), Loaded::Gpack { weights: w, .. }) = (anon_after_load, &loaded) {
+    if let (Some(anon), Loaded::Gpack { weights: w, .. }) = (anon_after_load, loaded) {
         eprintln!(
             "memory after load: {:.1} MiB anonymous; {:.1} MiB of weights mapped from the file",
             anon as f64 / 1024.0,
@@ -414,7 +466,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
     }
     if a.verbose {
-        report_caches(&model, &loaded);
+        report_caches(&model, loaded);
         if spec_mode == SpecMode::None {
             eprintln!("speculation: none");
         } else {
@@ -431,6 +483,53 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The constraint of `--json-schema` / `--grammar` (`@FILE` reads a file).
+fn constraint(schema: Option<&str>, grammar: Option<&str>) -> Result<Option<Constraint>> {
+    let text = |v: &str, flag: &str| -> Result<String> {
+        let s = match v.strip_prefix('@') {
+            Some(path) => {
+                std::fs::read_to_string(path).with_context(|| format!("{flag}: reading {path}"))?
+            }
+            None => v.to_string(),
+        };
+        if s.len() > MAX_CONSTRAINT_BYTES {
+            bail!(
+                "{flag}: {} bytes; at most {MAX_CONSTRAINT_BYTES} are accepted",
+                s.len()
+            );
+        }
+        Ok(s)
+    };
+    if let Some(v) = schema {
+        let s = text(v, "--json-schema")?;
+        let schema: serde_json::Value = serde_json::from_str(&s)
+            .with_context(|| "--json-schema is not valid JSON".to_string())?;
+        return Ok(Some(Constraint::JsonSchema(schema)));
+    }
+    match grammar {
+        Some(v) => Ok(Some(Constraint::Lark(text(v, "--grammar")?))),
+        None => Ok(None),
+    }
+}
+
+/// `--logprobs`: one JSON object per generated token on stderr.
+fn print_logprobs(lps: &[TokenLogprob], tok: gpack_tokenizer::Tokenizer<'_>) -> Result<()> {
+    let piece = |id: u32| String::from_utf8_lossy(&tok.token_piece(id)).into_owned();
+    let mut err = std::io::stderr().lock();
+    for t in lps {
+        let top: Vec<serde_json::Value> = t
+            .top
+            .iter()
+            .map(|&(id, lp)| serde_json::json!([id, piece(id), lp]))
+            .collect();
+        let line = serde_json::json!({
+            "token": t.id, "text": piece(t.id), "logprob": t.logprob, "top": top,
+        });
+        writeln!(err, "{line}")?;
+    }
+    Ok(())
 }
 
 /// Anonymous resident memory of this process (`RssAnon`), in KiB.

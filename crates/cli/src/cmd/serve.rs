@@ -102,11 +102,8 @@ pub struct Args {
     ple: super::PleArgs,
     #[command(flatten)]
     spec: super::SpecArgs,
-    /// Keep the slots' keys and values in f32 instead of f16 (f16 is the
-    /// default, as in llama-server: half the KV memory, and half the bytes
-    /// attention streams per step).
-    #[arg(long)]
-    kv_f32: bool,
+    #[command(flatten)]
+    kv: super::KvArgs,
     /// When a .gpack's sections are checked against their SHA-256 digests:
     /// `background` (default) hashes them on one thread once the first
     /// token (or embedding) is out; `before` hashes them on every core before loading (a
@@ -114,7 +111,7 @@ pub struct Args {
     /// background check `/health` answers 503 naming the damaged section and
     /// generation requests are refused with 503.
     #[arg(long, value_name = "WHEN", default_value = "background")]
-    verify: gpack_server::VerifyMode,
+    verify: gpack_runtime::integrity::VerifyMode,
     /// Seconds a client has to send a request's headers; also how long a
     /// keep-alive connection may stay idle. Slow or silent connections are
     /// closed after it.
@@ -181,7 +178,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         load: gpack_runtime::LoadOptions {
             experts: a.experts.mode(),
             ple: a.ple.io(),
-            kv_f16: !a.kv_f32,
+            kv_f16: a.kv.f16(),
             context: a.ctx,
         },
         verify: a.verify,

@@ -6,13 +6,12 @@
 //! wrong types get OpenAI's error shape with a 400 instead of a framework's
 //! plain-text rejection.
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::constrain::{Constraint, MAX_CONSTRAINT_BYTES};
 use crate::logprobs::MAX_TOP_LOGPROBS;
+use gpack_runtime::decode::{Constraint, ConstraintError, MAX_CONSTRAINT_BYTES};
 
 /// An error response in OpenAI's shape.
 #[derive(Debug, Clone)]
@@ -74,8 +73,22 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl From<ConstraintError> for ApiError {
+    /// A refused schema or grammar is the caller's 400; a vocabulary the
+    /// grammar engine cannot load is the server's 500.
+    fn from(e: ConstraintError) -> Self {
+        match e {
+            ConstraintError::Invalid { param, message } => ApiError::invalid(message, Some(param)),
+            e @ ConstraintError::Vocabulary(_) => ApiError::internal(e.to_string()),
+        }
+    }
+}
+
+/// The response: the status, OpenAI's JSON error body and `Retry-After`.
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for ApiError {
+    fn into_response(self) -> axum::response::Response {
+        use http::{header, HeaderValue};
         let mut r = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut()

@@ -12,7 +12,7 @@
 //! speed, ~1.5 GB/s with SHA-NI). Inputs without digests (GGUF, HF
 //! directories, GIW bundles) have nothing to check.
 
-use crate::Loaded;
+use crate::open::Loaded;
 use gpack_format::DigestFailure;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,7 +74,7 @@ pub enum Problem {
     /// The file no longer opens or validates as a .gpack (removed,
     /// truncated, or damaged outside the sections: header, table,
     /// padding).
-    #[error("{} failed", crate::error::named(
+    #[error("{} failed", crate::open::named(
         ("integrity check of", "integrity check"),
         &path.display().to_string(),
         &**source,

@@ -1,19 +1,17 @@
-//! Constrained decoding: `response_format` (`json_object`, `json_schema`)
-//! and the `grammar` extension (llguidance's Lark-like syntax), turned into
-//! a token mask over the model's vocabulary before each sampled token.
+//! Constrained decoding: a JSON schema, any JSON object, or a grammar in
+//! llguidance's Lark-like syntax, turned into a token mask over the model's
+//! vocabulary before each sampled token. The server's `response_format` and
+//! `grammar`, `gpack run --json-schema/--grammar` and Python's
+//! `json_schema=`/`grammar=` all compile here and are applied by the one
+//! decoding slot ([`super::Slot`]).
 //!
 //! The grammar engine is [llguidance]: this file only (1) gives it the
 //! model's vocabulary (each token's bytes; special tokens as `0xFF` + name,
-//! so that no grammar text can produce them), (2) compiles a request's
-//! constraint into a [`Matcher`] (on the blocking pool, before the job
-//! reaches the engine: a schema the engine refuses is a 400 at once), and
-//! (3) applies a computed mask to a row of logits.
-//!
-//! The engine computes the masks of a step on a thread of its own while the
-//! batched forward pass runs ([`crate::engine`]), so a slow mask delays
-//! only its own slot's next token by the time it exceeds the forward pass.
+//! so that no grammar text can produce them), (2) compiles a constraint
+//! into a [`Guide`] (the server does it before the job reaches its engine:
+//! a schema the grammar engine refuses is a 400 at once), and (3) applies a
+//! computed mask to a row of logits.
 
-use crate::api::ApiError;
 use gpack_tokenizer::Tokenizer;
 use llguidance::api::{ParserLimits, TopLevelGrammar};
 use llguidance::toktrie::{self, SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
@@ -25,6 +23,34 @@ use std::sync::{Arc, OnceLock};
 /// compiled grammar is further bounded by [`ParserLimits`]).
 pub const MAX_CONSTRAINT_BYTES: usize = 64 * 1024;
 
+/// Why a constraint was not compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConstraintError {
+    /// The schema or grammar is refused: the caller's input is wrong
+    /// (`param` names the request parameter it came from).
+    Invalid {
+        /// `response_format`, `grammar` or `tools`.
+        param: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The grammar engine cannot work with this model's vocabulary.
+    Vocabulary(String),
+}
+
+impl std::fmt::Display for ConstraintError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConstraintError::Invalid { message, .. } => f.write_str(message),
+            ConstraintError::Vocabulary(e) => {
+                write!(f, "the grammar engine could not load this vocabulary: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConstraintError {}
+
 /// What a request constrains its output to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Constraint {
@@ -35,7 +61,7 @@ pub enum Constraint {
     /// The `grammar` extension: a grammar in llguidance's Lark syntax.
     Lark(String),
     /// `tool_choice` required / named: the grammar of a call
-    /// ([`crate::tools::grammar`]), with the tools' parameter schemas.
+    /// (the server's `tools::grammar`), with the tools' parameter schemas.
     ToolCall(String),
 }
 
@@ -50,11 +76,17 @@ impl Constraint {
     }
 }
 
+/// The model's tokenizer as a function (text to ids, no special tokens
+/// added), for the (rare) re-tokenization the grammar engine asks for: the
+/// engine keeps it for as long as it lives, longer than a borrowed
+/// [`Tokenizer`].
+pub type Encode = Arc<dyn Fn(&str) -> Vec<u32> + Send + Sync>;
+
 /// The vocabulary as llguidance sees it, with the real tokenizer for the
-/// (rare) re-tokenization it asks for.
+/// re-tokenization it asks for.
 struct Vocab {
     trie: TokTrie,
-    tok: Tokenizer<'static>,
+    encode: Encode,
 }
 
 impl TokenizerEnv for Vocab {
@@ -62,13 +94,30 @@ impl TokenizerEnv for Vocab {
         &self.trie
     }
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<toktrie::TokenId> {
-        self.tok.encode(&String::from_utf8_lossy(s), false)
+        (self.encode)(&String::from_utf8_lossy(s))
     }
 }
 
 /// A request's compiled constraint, advanced token by token (llguidance's
-/// matcher, which has no `Debug`).
-pub struct Guide(pub Matcher);
+/// matcher, which has no `Debug`), and the token that ends a complete
+/// output.
+pub struct Guide {
+    /// The matcher.
+    pub matcher: Matcher,
+    /// The token the grammar allows once the output is complete (the stop
+    /// tokens are allowed exactly then).
+    pub end: u32,
+}
+
+impl Guide {
+    /// An independent copy at the same point (one per choice of a request).
+    pub fn deep_clone(&self) -> Guide {
+        Guide {
+            matcher: self.matcher.deep_clone(),
+            end: self.end,
+        }
+    }
+}
 
 impl std::fmt::Debug for Guide {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,19 +128,19 @@ impl std::fmt::Debug for Guide {
 impl std::ops::Deref for Guide {
     type Target = Matcher;
     fn deref(&self) -> &Matcher {
-        &self.0
+        &self.matcher
     }
 }
 
 impl std::ops::DerefMut for Guide {
     fn deref_mut(&mut self) -> &mut Matcher {
-        &mut self.0
+        &mut self.matcher
     }
 }
 
 /// Compiles constraints for one model (its vocabulary, built on first use).
 pub struct Grammars {
-    tok: Tokenizer<'static>,
+    encode: Encode,
     eos: u32,
     factory: OnceLock<Result<ParserFactory, String>>,
 }
@@ -110,14 +159,20 @@ fn json_defaults() -> Value {
 }
 
 impl Grammars {
-    /// For `tok`; `eos` is the token the grammar allows once complete (the
-    /// engine also accepts the model's other stop tokens there).
-    pub fn new(tok: Tokenizer<'static>, eos: u32) -> Self {
+    /// For a model whose tokenizer `encode` runs; `eos` is the token the
+    /// grammar allows once complete (the slot also accepts the model's
+    /// other stop tokens there).
+    pub fn new(eos: u32, encode: Encode) -> Self {
         Grammars {
-            tok,
+            encode,
             eos,
             factory: OnceLock::new(),
         }
+    }
+
+    /// For a tokenizer that lives as long as the program (the server's).
+    pub fn of(tok: Tokenizer<'static>, eos: u32) -> Self {
+        Grammars::new(eos, Arc::new(move |s: &str| tok.encode(s, false)))
     }
 
     /// The token a complete output ends with.
@@ -125,10 +180,10 @@ impl Grammars {
         self.eos
     }
 
-    fn factory(&self) -> Result<&ParserFactory, ApiError> {
+    /// The parser factory, built from `tok` (the model's) on first use.
+    fn factory(&self, tok: Tokenizer<'_>) -> Result<&ParserFactory, ConstraintError> {
         self.factory
             .get_or_init(|| {
-                let tok = self.tok;
                 let words: Vec<Vec<u8>> = (0..tok.vocab_size())
                     .map(|id| {
                         if tok.is_special(id) {
@@ -143,7 +198,8 @@ impl Grammars {
                 let mut info = TokRxInfo::new(tok.vocab_size(), self.eos);
                 info.tok_bos = tok.bos();
                 let trie = TokTrie::from(&info, &words);
-                let env: TokEnv = Arc::new(Vocab { trie, tok });
+                let encode = self.encode.clone();
+                let env: TokEnv = Arc::new(Vocab { trie, encode });
                 let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
                 f.quiet();
                 *f.limits_mut() = ParserLimits {
@@ -153,17 +209,15 @@ impl Grammars {
                 Ok(f)
             })
             .as_ref()
-            .map_err(|e| {
-                ApiError::internal(format!(
-                    "the grammar engine could not load this vocabulary: {e}"
-                ))
-            })
+            .map_err(|e| ConstraintError::Vocabulary(e.clone()))
     }
 
-    /// Compiles `c` into a matcher at the start of the output, or the 400
-    /// that says why the engine refuses it.
-    pub fn compile(&self, c: &Constraint) -> Result<Guide, ApiError> {
-        let param = Some(c.param());
+    /// Compiles `c` into a matcher at the start of the output, or the
+    /// error that says why the grammar engine refuses it. `tok` is the
+    /// model's tokenizer (the vocabulary is read from it once).
+    pub fn compile(&self, tok: Tokenizer<'_>, c: &Constraint) -> Result<Guide, ConstraintError> {
+        let param = c.param();
+        let invalid = |message: String| ConstraintError::Invalid { param, message };
         let grammar = match c {
             Constraint::JsonObject => TopLevelGrammar::from_json_schema(
                 json!({"type": "object", "x-guidance": json_defaults()}),
@@ -171,9 +225,8 @@ impl Grammars {
             Constraint::JsonSchema(schema) => {
                 let mut schema = schema.clone();
                 let Some(obj) = schema.as_object_mut() else {
-                    return Err(ApiError::invalid(
-                        "response_format.json_schema.schema must be a JSON object",
-                        param,
+                    return Err(invalid(
+                        "response_format.json_schema.schema must be a JSON object".into(),
                     ));
                 };
                 obj.entry("x-guidance").or_insert_with(json_defaults);
@@ -181,26 +234,24 @@ impl Grammars {
             }
             Constraint::Lark(g) | Constraint::ToolCall(g) => {
                 if g.trim().is_empty() {
-                    return Err(ApiError::invalid("grammar must not be empty", param));
+                    return Err(invalid("grammar must not be empty".into()));
                 }
                 TopLevelGrammar::from_lark(g.clone())
             }
         };
-        let factory = self.factory()?;
-        let parser = factory.create_parser(grammar).map_err(|e| {
-            ApiError::invalid(
-                format!("the grammar engine refused this {}: {e}", what(c)),
-                param,
-            )
-        })?;
+        let factory = self.factory(tok)?;
+        let refused = |e: &dyn std::fmt::Display| {
+            invalid(format!("the grammar engine refused this {}: {e}", what(c)))
+        };
+        let parser = factory.create_parser(grammar).map_err(|e| refused(&e))?;
         let m = Matcher::new(Ok(parser));
         if let Some(e) = m.get_error() {
-            return Err(ApiError::invalid(
-                format!("the grammar engine refused this {}: {e}", what(c)),
-                param,
-            ));
+            return Err(refused(&e));
         }
-        Ok(Guide(m))
+        Ok(Guide {
+            matcher: m,
+            end: self.eos,
+        })
     }
 }
 
@@ -257,7 +308,7 @@ mod tests {
     use super::*;
 
     /// The tiny Qwen2 fixture's tokenizer (a real byte-level BPE with
-    /// special tokens), leaked for the `'static` the server uses.
+    /// special tokens), leaked for the `'static` a [`Grammars`] keeps.
     fn tok() -> Tokenizer<'static> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let t = gpack_tokenizer::load_any(&root.join("testdata/tiny/qwen2/hf")).unwrap();
@@ -269,10 +320,10 @@ mod tests {
     fn a_valid_answer_passes_every_mask_and_others_are_cut() {
         let tok = tok();
         let stop = tok.stop_ids();
-        let g = Grammars::new(tok, stop[0]);
+        let g = Grammars::of(tok, stop[0]);
         let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}},
                             "required": ["n"], "additionalProperties": false});
-        let mut m = g.compile(&Constraint::JsonSchema(schema)).unwrap();
+        let mut m = g.compile(tok, &Constraint::JsonSchema(schema)).unwrap();
         let n_vocab = tok.vocab_size() as usize + 5; // rows padded past the vocabulary
         for t in tok.encode("{\"n\": 42}", false) {
             let mask = m.compute_mask().unwrap();
@@ -297,7 +348,7 @@ mod tests {
         // An output that may end or go on: after "4" an integer may take
         // more digits or end, so the stop tokens are allowed beside digits.
         let mut m = g
-            .compile(&Constraint::JsonSchema(json!({"type": "integer"})))
+            .compile(tok, &Constraint::JsonSchema(json!({"type": "integer"})))
             .unwrap();
         m.consume_token(tok.encode("4", false)[0]).unwrap();
         let mask = m.compute_mask().unwrap();
@@ -314,7 +365,7 @@ mod tests {
     #[test]
     fn refused_schemas_and_grammars_are_400_naming_the_parameter() {
         let tok = tok();
-        let g = Grammars::new(tok, tok.stop_ids()[0]);
+        let g = Grammars::of(tok, tok.stop_ids()[0]);
         for (c, param) in [
             (
                 Constraint::JsonSchema(json!({"type": "no-such-type"})),
@@ -330,15 +381,17 @@ mod tests {
             (Constraint::Lark("  ".into()), "grammar"),
         ] {
             let e = g
-                .compile(&c)
+                .compile(tok, &c)
                 .err()
                 .unwrap_or_else(|| panic!("{c:?} accepted"));
-            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{c:?}");
-            assert_eq!(e.param, Some(param), "{c:?}");
+            match e {
+                ConstraintError::Invalid { param: p, .. } => assert_eq!(p, param, "{c:?}"),
+                e => panic!("{c:?}: {e}"),
+            }
         }
-        assert!(g.compile(&Constraint::JsonObject).is_ok());
+        assert!(g.compile(tok, &Constraint::JsonObject).is_ok());
         assert!(g
-            .compile(&Constraint::Lark("start: \"a\" | \"b\"".into()))
+            .compile(tok, &Constraint::Lark("start: \"a\" | \"b\"".into()))
             .is_ok());
     }
 }
