@@ -16,19 +16,16 @@
 //! - `reads interleaved`: the same reads, those of the products of two
 //!   pairs before issued after each pair.
 //!
-//! Xeon (Emerald Rapids) VM, 2026-12-05, two runs: dp 5.8 ns (1420
-//! GMAC/s), dp+store 10.2–10.4, load+dp 6.8–7.0, load+dp+store 12.8–13.0,
-//! shared codes 12.4–12.8, tile pattern 15.4, reads interleaved 17.8. So the
-//! tile unit runs its loads, products and stores one after another (a 1 KiB
-//! store costs about what a product does, and they do not overlap even on
-//! different tiles), sharing a code load between two products saves
-//! nothing, and the core's reads of the sums add to that rather than
-//! overlap it, least when they follow a batch of products: ~15 ns per
-//! product (~530 GMAC/s) is the ceiling of one product per 32-element
-//! block and tile before any float step. The tile ran at ~27 ns per product
-//! (`rows16_probe IQ4_XS 2048 2048 512`, ~300 GMAC/s): its float steps (a
-//! load, the start's add, `cvt` and `fma` per vector) take the rest, and
-//! they do not overlap the tile unit either.
+//! What it shows on an Emerald Rapids Xeon (figures:
+//! docs/perf-history/kernels.md): the tile unit runs its loads, products and
+//! stores one after another (a 1 KiB store costs about what a product does,
+//! and they do not overlap even on different tiles), sharing a code load
+//! between two products saves nothing, and the core's reads of the sums add
+//! to that rather than overlap it, least when they follow a batch of
+//! products. That `tile pattern` is the ceiling of one product per
+//! 32-element block and tile before any float step; the prefill tile takes
+//! about twice as long per product, its float steps (a load, the start's
+//! add, `cvt` and `fma` per vector) not overlapping the tile unit either.
 //!
 //! Needs AMX-INT8 and Linux (the process asks for the tile state).
 

@@ -8,11 +8,12 @@
 //! on anything), on one thread, and prints the `vpdpbusd` rate as a share
 //! of the loop without extras. An operation that issues on other ports
 //! costs nothing (100 %); one that competes for the `vpdpbusd` ports takes
-//! a slot each: 16 / 18 = 89 %. (Loops with 4 extras per 16 gave unstable
-//! shares from run to run, 57–88 % for the same operation: not reported.)
-//! Zen 4, 2026-12-05: `vfmadd231ps`, `vmulps`, `vpmulld` and `vpdpwssd`
-//! 89 % in every run; `vaddps`, `vcvtdq2ps` and `vpshufb` 100 %; `vpaddd`
-//! 89 % or 100 % from run to run (it can issue on either kind of port).
+//! a slot each: 16 / 18 = 89 %. (Loops with 4 extras per 16 give shares
+//! that vary from run to run for the same operation: not reported.)
+//! On Zen 4 `vfmadd231ps`, `vmulps`, `vpmulld` and `vpdpwssd` take a
+//! `vpdpbusd` slot; `vaddps`, `vcvtdq2ps` and `vpshufb` do not; `vpaddd`
+//! takes one in some runs and not in others (it can issue on either kind of
+//! port). The runs: docs/perf-history/kernels.md.
 //!
 //! The prefill tile (`kernels/rows16/avx512.rs`) spends, per vector and
 //! 32-element sub-block, 8 `vpdpbusd` and one `vfmadd` (the sub-block

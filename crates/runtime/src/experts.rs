@@ -174,9 +174,10 @@ pub enum ExpertMode {
     /// `.gpack` with its experts embedded, a GGUF's stacked tensors: the
     /// kernels read them where they are), else resident with
     /// [`ExpertMode::DEFAULT_CACHE_BYTES`] (raw ggml rows are transcoded once
-    /// into the cache instead of on every use). Measured on a gpt-oss-20b
-    /// shape whose 10 GB of experts exceed the default budget: 8.1 tok/s
-    /// decode mapped against 2.8 resident (docs/PERFORMANCE.md).
+    /// into the cache instead of on every use). Where the experts exceed the
+    /// default budget, mapping them decodes several times faster than a
+    /// resident cache that keeps missing (a gpt-oss-20b shape; figures:
+    /// docs/perf-history/model-families.md).
     Auto,
 }
 

@@ -77,7 +77,7 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 /// per head dim over all positions: no better (the scores are loaded and
 /// stored hd times); blocks of 16 positions accumulated in registers over
 /// all of hd (safe Rust, SSE2): 10 %; the same on AVX-512 in the quant crate
-/// (64–128 positions per pass): see docs/PERFORMANCE.md.
+/// (64–128 positions per pass): see docs/perf-history/runtime.md.
 pub fn scores_transposed<E: KvElem>(
     q: &[f32],
     scale: f32,

@@ -130,9 +130,10 @@ impl SpecStats {
 /// check of two rows still costs more than one, so the source pauses: after
 /// the `m`-th such miss in a row it proposes nothing for `2^min(m, 6)`
 /// steps (2, 4, …, then 64), and any accepted token ends the streak.
-/// Measured 2026-12-02 (`bench/spec.sh`, SmolLM2 Q4_1, AVX2 EPYC VM, ngram /
-/// plain decode tok/s): without pauses chat 0.95×; pauses up to 16 steps
-/// 0.97×; up to 64 steps 1.02×, with edit 2.29× and summary 1.75×.
+/// Pauses up to 64 steps are what keep open chat from running slower than
+/// plain decoding, where no pauses or pauses up to 16 steps did not, with
+/// the gains on edits and summaries kept (`bench/spec.sh`; figures:
+/// docs/perf-history/kernels.md).
 #[derive(Clone, Copy, Debug)]
 pub struct DraftLength {
     k: usize,
@@ -201,21 +202,20 @@ pub struct NgramDrafter {
 
 /// Default longest draft of every source: a check then runs 1 + 7 = 8 rows,
 /// the widest tile the decode kernels keep in registers (`rows16`'s `VT`).
-/// Measured 2026-12-01 (`examples/spec_probe`, 2 threads, the machine
-/// shared): a forward of k rows cost, relative to one row, 1.18× at k = 8
-/// and 1.96× at k = 9 on the 1.2 B Q4_K_M body; 2.0× and 2.8× on SmolLM2
-/// Q4_1 (which fits in the cache, so rows cost compute, not bandwidth).
+/// On a model larger than the cache a forward of 8 rows costs little more
+/// than one row, and a 9th row nearly doubles it; on a model that fits in
+/// the cache rows cost compute, not bandwidth, and every row counts
+/// (`examples/spec_probe`; figures: docs/perf-history/kernels.md).
 pub const DEFAULT_MAX_DRAFT: usize = 7;
 
 /// The n-gram lengths prompt lookup matches by default, longest first. Up
 /// to 8 tokens, not 4: in source code short n-grams recur (`self.`, `) {`),
 /// and the most recent 4-token match is often the wrong place to copy
 /// from. Chosen by replaying the greedy answers of `bench/data/spec`
-/// through drafter variants (`bench/spec_replay.py`), then
-/// measured (`bench/spec.sh`, 2026-12-05): Qwen2.5-Coder-1.5B-Instruct edit
-/// 2.93× → 3.16× plain decoding, summaries and chat unchanged. Matching
-/// single tokens too replayed better on summaries (1.04× → 1.21×) but cost
-/// the edit 7 %.
+/// through drafter variants (`bench/spec_replay.py`), then measured with
+/// `bench/spec.sh`: edits faster, summaries and chat unchanged. Matching
+/// single tokens too replays better on summaries but costs the edits
+/// (figures: docs/perf-history/kernels.md).
 pub const NGRAM_MIN: usize = 2;
 /// See [`NGRAM_MIN`].
 pub const NGRAM_MAX: usize = 8;

@@ -5,15 +5,15 @@
 //! as the scalar reference (one fused multiply-add per term, terms in index
 //! order), so the AVX-512 and AVX2 paths (`attn/avx2.rs`) equal the scalar
 //! one bit for bit: the vectors only run many independent elements side by
-//! side. Until 2026-12-05 each term was a rounded product, then a rounded
-//! add: on Zen 4 the adds and the f16 widening shared two pipes, and the
-//! fused form made a 1B 2048-token prefill 6.5 % faster. The path is the
-//! integer kernels' ([`Isa::best`]); the `_on` variants take one explicitly
-//! (the tests run every path).
+//! side. One fused multiply-add per term, not a rounded product and a
+//! rounded add: on Zen 4 the adds and the f16 widening share two pipes, and
+//! the fused form is the faster one. The path is the integer kernels'
+//! ([`Isa::best`]); the `_on` variants take one explicitly (the tests run
+//! every path).
 //!
-//! Perf log (SmolLM2-135M Q8_0, 512-token prefill, 2 threads): the safe-Rust
-//! versions (SSE2, 16 positions per block) took ~21 % of the prefill's
-//! samples; see docs/PERFORMANCE.md ("Runtime") for the gain.
+//! These helpers replace the runtime's safe-Rust versions (SSE2, 16
+//! positions per block), which were a large share of a prefill's samples
+//! (figures: docs/perf-history/kernels.md, docs/perf-history/runtime.md).
 
 use super::Isa;
 use std::sync::OnceLock;

@@ -3,48 +3,38 @@
 //! high half stream 1 (odd blocks); an odd last block goes to the low half
 //! with 256-bit AVX-512VL VNNI ops.
 //!
-//! Perf log (SmolLM2 shapes, 1 thread, see docs/PERFORMANCE-quant-draft.md):
-//! * 1 row per step → 4 rows × N vectors tiles (independent FMA chains,
-//!   shared activation work): I8Sym 576×1536 32.7 → 53 GiB/s.
-//! * I4 unpack: the native nibble order (ggml's, per group of 32) costs one
-//!   `vshufi64x2` per 64 codes over a "pair of groups" order; kept, since the
-//!   kernel is memory-bound beyond L2 and the ggml order makes Q4_0/Q4_1
-//!   transcoding a copy.
-//! * matmul tile 4 rows × VECS vectors: matmul(n=4) / 4 × matvec time, same
-//!   run (load ≈ 10): VECS=2 → 0.77 (Q4_1 576²), 0.72 (Q8_0 576²), 0.76
-//!   (Q4_1 1536×576), 0.64 (Q8_0 4096²); VECS=4 → 0.64, 0.65, 0.61, 0.55. Kept 4.
-//! * Rejected (2026-11-29): I4 with 4 blocks per step, low/high nibbles dotted
-//!   in place against a per-call regrouped activation copy (4 canonical
-//!   streams, masked tail): ~30 % fewer vector ops per block, but no
-//!   measurable gain (Q4_1 576×576, 1 thread: 6.98 vs 7.0 µs min) and matmul
-//!   n=4 got slower (33 vs 24 µs, register spills); not worth the extra
-//!   canonical order.
-//! * 2026-11-29 evening (`examples/step_shapes.rs`: the matrices of one
-//!   SmolLM2 step, Q4_1 layers + Q8_0 head, 1 thread, ms per step for
-//!   n = 1 / 2 / 4 / 8 / 16 vectors, load 2–4): row pointers from base +
-//!   stride instead of `NativeView::row_codes` per tile (two divisions per
-//!   row, ~6 % of a batched step), 4 × 2 and 4 × 3 tiles (n = 2 ran the
-//!   4 × 1 kernel twice), per-vector values prepared once per matmul call
-//!   and the output written straight into y: 6.0 / 11.4 / 12.9 / 24.3 /
-//!   42.0 → 5.7 / 6.1 / 9.7 / 22.2 / 44.8 (then 17.4 at n = 8 with the
-//!   4 × 4 tile for every 4 vectors). Rows outer, vectors inner with the
-//!   vectors' values loaded at use (no accumulator spills): n = 8 19.0 →
-//!   16.9, Q8_0 n = 8 21.9 → 17.4. Software prefetch of the codes 8 KiB
-//!   ahead: n = 1 ~6.6 → ~3.4 (Q8_0 ~10 → ~5), n = 8 ~17 → ~14.5; 4 KiB
-//!   about the same, 2 KiB and "4 rows" less. Rejected: an empty `asm!`
-//!   (or `black_box`) per row to stop LLVM merging the vectors' loads
-//!   across rows (n = 8 13.6 → 19.2); products `s·d` formed by `vpermps`
-//!   from one 16-product multiply (a permute costs what the multiply does
-//!   here: 13.4 vs 13.5 ms); more tasks per call for n ≥ 4 (no change).
-//!   Dropping one multiply per pair (wrong results, timing only) gains
-//!   ~10 %: the I4Asym tile is bound by its FP multiply/FMA ops. On this
-//!   CPU (a throwaway microbenchmark, 24 independent chains) `vpdpbusd`,
-//!   `vmulps` and `vfmadd` share two pipes (2 zmm ops per cycle together),
-//!   `vcvtdq2ps`, `vaddps` and `vpermps` go elsewhere; ymm ops cost what
-//!   zmm ops do. Also rejected: x copied into the prepared buffer and the
-//!   mins addressed from the scales (fewer pointer registers; the tile
-//!   reloads a few pointers from the stack): 13.4 → 13.6 ms; an opaque
-//!   per-row offset through a `pure` `asm!`: 13.7 → 17.5 ms.
+//! Why the kernels look as they do (the measurements behind each choice, with
+//! their dates, are in docs/perf-history/kernels.md):
+//! * Tiles of 4 rows × N vectors: independent FMA chains, the activation
+//!   work shared by the rows, the weight loads and unpacking by the vectors;
+//!   per-vector values are prepared once per matmul call ([`prepare`]) and
+//!   the output is written straight into y. 4 × 4 (with narrower tiles for
+//!   the last vectors) is as fast as any shape tried; wider or taller tiles
+//!   spill registers.
+//! * I4 unpack keeps ggml's nibble order (per group of 32), at the cost of
+//!   one `vshufi64x2` per 64 codes over a "pair of groups" order: the
+//!   kernel is memory-bound beyond L2, and the ggml order makes Q4_0/Q4_1
+//!   transcoding a copy. Four blocks per step with the nibbles dotted in
+//!   place against a regrouped activation copy takes fewer vector ops but
+//!   gains nothing measurable and spills registers in matmul: not worth a
+//!   second canonical order.
+//! * Row pointers come from base + stride ([`Rows`]), not from
+//!   `NativeView::row_codes` per tile (two integer divisions per row).
+//! * Rows outer, vectors inner, the vectors' values loaded at use: only the
+//!   accumulators and one row's values need registers. Hiding the loads
+//!   from LLVM to stop it merging them across rows (an empty `asm!` or
+//!   `black_box` per row, an opaque per-row offset) is slower.
+//! * Software prefetch of the codes a whole number of rows ahead: the short
+//!   rows of small models are streams the hardware prefetcher ramps up on
+//!   too late.
+//! * The I4Asym tile is bound by its floating-point multiply/FMA ops, which
+//!   the canonical order requires. On Zen 4 `vpdpbusd`, `vmulps` and
+//!   `vfmadd` share two pipes (2 zmm ops per cycle together), while
+//!   `vcvtdq2ps`, `vaddps` and `vpermps` go elsewhere, and ymm ops cost what
+//!   zmm ops do; forming the products `s·d` by `vpermps` from one
+//!   16-product multiply costs what the multiplies do. Neither more tasks
+//!   per call for n ≥ 4 nor fewer pointer registers (x copied into the
+//!   prepared buffer, the mins addressed from the scales) helps.
 
 use super::avx2::{dot_float_row_avx2, grp1, kind_of, reduce8, I4ASYM, I4SYM, I8ASYM, I8SYM};
 use super::scalar::dot_float_row;
@@ -176,8 +166,8 @@ pub(super) unsafe fn prepare(layout: Layout, a: &ActRef, dst: &mut [f32]) {
 
 /// Base pointers and row strides of an integer view's codes, scales and
 /// mins (the f16 copies when `H`), computed once per call: deriving them per
-/// row through `NativeView::row_codes` costs two integer divisions per row
-/// and showed up as ~6 % of a batched decode step.
+/// row through `NativeView::row_codes` costs two integer divisions per row,
+/// which shows in the profile of a batched decode step.
 #[derive(Clone, Copy)]
 struct Rows {
     codes: *const u8,
@@ -308,9 +298,8 @@ unsafe fn dot_int_tile<
         if PREP {
             // Rows outer, vectors inner, the vectors' values loaded at each
             // use: only the accumulators and one row's values need registers
-            // (the other order kept 4 vectors' values in registers and
-            // spilled accumulators in the 4 × 4 I4Asym tile; this order: Q4_1
-            // step n = 8, 1 thread 19.0 → 16.9 ms, Q8_0 21.9 → 17.4 ms).
+            // (the other order keeps 4 vectors' values in registers and
+            // spills accumulators in the 4 × 4 I4Asym tile).
             let xq: [*const i8; N] = std::array::from_fn(|v| acts[v].q.as_ptr());
             while b + 2 <= nb {
                 let pw = (b / 2) * PREP_WORDS;
@@ -481,13 +470,9 @@ unsafe fn tile_pass<
 /// per-vector values from `prep` (matmul) or formed in the tile (`prep`
 /// empty: matvec).
 ///
-/// Tile shapes measured (SmolLM2 Q4_1 step, 1 thread, n = 4 / 8 / 16 ms,
-/// prepared values, vectors' values held in registers): 4 × 4 9.3 / 17.4 /
-/// 32.6; 3 × 4 9.1 / 17.5 / 33.3; 2 × 4 9.5 / 18.7 / 35.8; 5 × 4 and 6 × 4
-/// ~11.5 / 22 / 40; 8 × 2 13.3 / 26 / 46; 2 × 8 9.2 / 22.2 / 38.6; 3 × 8,
-/// 4 × 6, 1 × 8 and 1 × 16 worse still (register spills: every (row, vector)
-/// accumulator is a zmm). With rows outer and loads at use, 4 × 4 still
-/// wins (n = 8: 16.8 vs 22.1 for 2 × 8, 18.7 for 3 × 6).
+/// Of the tile shapes measured, from 1 × 8 to 8 × 2, 4 × 4 is as fast as the
+/// best at every n (3 × 4 is on par); taller or wider tiles spill registers,
+/// every (row, vector) accumulator being a zmm.
 ///
 /// # Safety
 /// `Isa::Avx512Vnni.is_available()`; `w` has an integer layout with

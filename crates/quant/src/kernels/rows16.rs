@@ -330,8 +330,8 @@ pub(crate) const PREP: usize = 16;
 /// into a per-thread buffer of one vector) and its words written straight
 /// from it: no `[n][cols]` codes pass through memory. Prefill-sized calls
 /// split the tiles over `pool` (each tile's words depend on its own vectors
-/// only). Before 2026-12-03 the whole batch was quantized, then prepared, on
-/// the calling thread (2 % of a 1B prefill while the other core waited).
+/// only), so that quantizing and preparing a batch is not serial work that
+/// leaves the other cores waiting.
 ///
 /// Where the AMX tile takes an integer-scale kind ([`Kind::iscale`]: the
 /// key's last field), the buffer goes on after the words with each full
@@ -600,9 +600,8 @@ pub(crate) fn matmul_concat(
 /// `1 / (2 · threads)` of the weight bytes still unassigned, at least
 /// [`MIN_TASK_BYTES`], so the first chunks are long streams and the last
 /// ones short, and the thread that finishes first waits for at most a short
-/// chunk. Before 2026-12-03 every member was cut into `4 · threads` equal
-/// chunks: a thread could wait up to a whole chunk (1/8 of the matrix on 2
-/// threads) at the end of each of a decode step's ~65 calls.
+/// chunk. With equal chunks (`4 · threads` per member) a thread could wait up
+/// to a whole one, 1/8 of the matrix on 2 threads, at the end of every call.
 fn guided_tasks(ws: &[NativeView], threads: usize, tasks: &mut Vec<(usize, usize, usize)>) {
     let mut left: usize = ws.iter().map(NativeView::byte_len).sum();
     for (p, w) in ws.iter().enumerate() {
@@ -707,10 +706,9 @@ const RANGE_PREP_BYTES: usize = 256 * 1024;
 /// words over the range fit [`RANGE_PREP_BYTES`] (2048 columns for every
 /// kind), so they stay in L2 while a panel's groups pass. Rows longer than
 /// that run range by range, each continuing the previous one's sums: the
-/// same operations in the same order. Before 2026-12-03 a whole row was one
-/// range, and the 8B's down projection (14336 columns: 1.8 MiB of prep
-/// words per block of vectors, read from L3 once per row group) ran at half
-/// the rate of the other matrices.
+/// same operations in the same order. As one range, a long row's prep words
+/// leave L2: the 8B's down projection (14336 columns) has 1.8 MiB of them
+/// per block of vectors, which would be read from L3 once per row group.
 fn range_blocks(k: &Kind) -> usize {
     (RANGE_PREP_BYTES / (VB * k.blocks() * PREP * 4)).max(1)
 }
@@ -723,8 +721,8 @@ fn range_blocks(k: &Kind) -> usize {
 /// column ranges ([`range_blocks`]); a chunk's group-blocks over a range are
 /// decoded once into the thread's panel, then every block of [`VB`] vectors
 /// runs over them, in tiles of [`VT`] vectors per stage. So each weight is
-/// decoded once per call whatever `n` (before 2026-12-03 once per block of
-/// 64 vectors: the decoder was 9 % of a Q5_K_M prefill).
+/// decoded once per call whatever `n`, not once per block of [`VB`] vectors
+/// (decoding is a visible share of a prefill's time).
 #[allow(clippy::too_many_arguments)]
 fn run_groups(
     isa: Isa,
@@ -975,22 +973,19 @@ fn tile_stages(k: &Kind) -> usize {
     }
 }
 
-/// Prefetch distance of the weight stream, in bytes (into L2). Measured
-/// 2026-12-01, 8B Q4_K_M decode, 2 threads, tok/s: 2 KiB 6.0, 8 KiB 7.1–7.2,
-/// 16 KiB 8.5–8.9, 32 KiB 6.9 (llama.cpp 8.3–8.6 in the same minutes); on the
-/// 1B Q4_K_M 8 and 16 KiB are within noise of each other (45.9 vs 43.0,
-/// overlapping ranges).
+/// Prefetch distance of the weight stream, in bytes (into L2): the fastest of
+/// the distances measured (2 to 32 KiB) on an 8B body's decode; on a 1B body
+/// 8 and 16 KiB are within noise of each other (figures:
+/// docs/perf-history/kernels.md).
 pub(crate) const PF_BYTES: usize = 16384;
 
 /// The AVX2 register path's prefetch distance: its decoders spend about
 /// twice the instructions per byte, so the same latency is covered by half
-/// the bytes. Measured 2026-12-02 on a 2-vCPU AMD EPYC without AVX-512,
-/// 1B Q4_K_M decode, 2 threads, tok/s over 5 alternating rounds (median,
-/// min–max): none 12.3 (12.0–13.1), 4 KiB 16.0 (15.1–16.9), 8 KiB 15.9–16.8
-/// (14.6–18.2), 16 KiB 14.5–15.4 (13.8–17.1). The hints are spread over a
-/// group-block's blocks (a burst of 36–53 stalled on full miss buffers:
-/// Q4_K_M 17.0 → 19.0, Q6_K 11.2 → 12.9 tok/s, medians of 4 rounds); spread,
-/// 8 and 16 KiB are within noise of each other.
+/// the bytes. On an AVX2-only CPU decode is far slower without software
+/// prefetch, and 4 to 16 KiB are close. The hints are spread over a
+/// group-block's blocks, because a burst of them stalls on full miss buffers;
+/// spread, 8 and 16 KiB are within noise of each other (figures:
+/// docs/perf-history/kernels.md).
 pub(crate) const PF_BYTES_AVX2: usize = 8192;
 
 /// Prefetches `len` bytes from `p` into L2, one hint per 64-byte line (the

@@ -115,7 +115,7 @@ pub struct Sequence {
     /// runs over contiguous positions (vectorizes without horizontal sums;
     /// see `ops::scores_transposed`), and blocked so that one position's
     /// write and a short context's read touch a few pages, not `head_dim`
-    /// pages `n_ctx · 4` bytes apart (perf log in [`Sequence::k_at`]).
+    /// pages `n_ctx · 4` bytes apart (see [`KB`]).
     pub(super) k_cache: Kv,
     /// `[n_layer][n_head_kv][n_ctx][head_dim_v]` values: one head's rows
     /// contiguous, as attention reads them ([`Sequence::v_at`]).
@@ -124,11 +124,11 @@ pub struct Sequence {
 
 /// Positions per block of the transposed key cache.
 ///
-/// Perf log (SmolLM2-135M, `gpack serve --parallel 8 --ctx 1024`, 8 streams
-/// of 128 tokens): with one `[head_dim][n_ctx]` plane per head, the 192
-/// keys of a position were written 4 KiB apart and every (row, head) score
-/// pass read 64 rows 4 KiB apart — the step's key writes and
-/// `scores_transposed` took ~20 % of the server's profile.
+/// Blocks, not one `[head_dim][n_ctx]` plane per head: with a plane, the
+/// keys of a position are written `n_ctx · 4` bytes apart (4 KiB at a
+/// 1024-token context) and every (row, head) score pass reads its rows as
+/// far apart, which makes the key writes and `scores_transposed` a large
+/// share of a batched server step (figures: docs/perf-history/kernels.md).
 pub const KB: usize = 64;
 
 impl Sequence {
@@ -150,11 +150,11 @@ impl Sequence {
     /// Index of the first value of kv head `kvh`, layer `l`, position `p`:
     /// each head's values are one run of `n_ctx` rows of `head_dim_v`.
     ///
-    /// Perf log (1B llama body, 8 KV heads of 64, decode after 4096 tokens,
-    /// 2 threads, Zen 4): with `[n_layer][n_ctx][v_dim]` rows, a (row, KV
-    /// head) unit read 128 bytes of every 1 KiB row, and the weighted sums
-    /// of the values took 36 % of decode (more than the scores' 9 %, for as
-    /// many multiply-adds): 28.6 tok/s.
+    /// One run per head, not `[n_layer][n_ctx][v_dim]` rows: with whole rows,
+    /// a (row, KV head) unit of attention reads 128 bytes of every 1 KiB row
+    /// (a 1B body's 8 KV heads of 64), and at long contexts the weighted sums
+    /// of the values cost several times what the scores do for as many
+    /// multiply-adds (figures: docs/perf-history/kernels.md).
     #[inline]
     pub(super) fn v_at(&self, c: &Config, l: usize, kvh: usize, p: usize) -> usize {
         ((l * c.n_head_kv + kvh) * self.n_ctx + p) * c.head_dim_v

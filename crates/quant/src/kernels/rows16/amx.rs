@@ -3,9 +3,8 @@
 //! come from one product per 32-element block instead of 128 `vpdpbusd`s
 //! (kinds with 32-element sub-blocks, and Q6_K: see [`runs`]): `tdpbssd` with the
 //! stage's codes less OFF as i8 for the symmetric kinds ([`sign`], so no
-//! start `-OFF · S` is added per vector and block: +3–5 % on IQ4_XS, Q4_0
-//! and Q8_0, `rows16_probe`), `tdpbsud` with the unsigned codes for the
-//! asymmetric ones (OFF 0). The float steps of the
+//! start `-OFF · S` is added per vector and block), `tdpbsud` with the
+//! unsigned codes for the asymmetric ones (OFF 0). The float steps of the
 //! canonical formula (`fma(s_h, P_h, t)`, the mins, `fma(D_B, t, acc)`) then
 //! run on AVX-512 exactly as in `avx512::tile`. Integer sums are exact, so
 //! the bits are those of every other path (tested against the AVX-512 tile
@@ -15,11 +14,11 @@
 //! ([`tile_iscale`]): the weights times their scales split into two i8
 //! planes ([`split`]), two products per 32-element block summed in two sums
 //! tiles over the whole ggml block, one store of each and one float step per
-//! ggml block. `rows16_probe Q6_K 2048 2048 512`, 1 thread, 3 alternating
-//! rounds: 154–164 GMAC/s on the AVX-512 tile (the float scales), 253–272
-//! on this one, 282–287 with alternate code tiles (tmm2, tmm5 / tmm6, tmm7),
-//! 348–350 with 64-element products (two blocks per product, from the pair
-//! operands `build_preps` lays out).
+//! ggml block. Its products take 64 elements (two blocks per product, from
+//! the pair operands `build_preps` lays out) on alternate code tiles (tmm2,
+//! tmm5 / tmm6, tmm7); each of those steps measured faster, and the whole
+//! more than twice the AVX-512 tile's rate with float scales (figures:
+//! docs/perf-history/kernels.md).
 //!
 //! The tiles (palette 1): a thread loads [`CFG`] or [`CFG64`] when the kind
 //! it runs needs the other one, and keeps it until then. [`CFG`]: two sets,
@@ -29,20 +28,19 @@
 //! `PREP` words apart) and the block's stage codes (`8 × 64`: 8 words × 16
 //! rows × 4). [`CFG64`]: see there.
 //!
-//! Measured on a 2-vCPU Xeon (AMX, AVX-512; `rows16_probe TYPE 2048 2048
-//! 512`, 1 thread, alternating with `GPACK_NO_AMX=1`): IQ4_XS 178–215 →
-//! 199–274 GMAC/s, Q5_K 166–204 → 210–228, Q4_K 167–178 → 195–213. Tiles
-//! of 8 vectors (half the rows per product) were no faster than the
-//! AVX-512 tile; sharing one stage-code load among 4 vector tiles (a 32 KiB
-//! sums buffer) was slower (155–160 GMAC/s), and among 2 (four sums tiles
-//! in flight) too: 188–192 against 226–228. Issuing the next blocks'
-//! products before the float steps of earlier ones (a ring of sums, 2
-//! blocks ahead) fell to 87–180 GMAC/s; storing each block's sums after the
-//! next product was issued, or rotating four sums tiles, changed nothing
-//! beyond noise (+0–7 %). `examples/amx_tiles.rs` shows why: the tile unit
-//! runs its loads, products and 1 KiB stores one after another, and the
-//! core's reads of the sums add to that wherever they are placed; the
-//! float steps are about 40 % of the tile's time.
+//! Where the CPU has AMX-INT8 this tile is faster than the AVX-512 tile on
+//! the kinds measured, IQ4_XS, Q4_K, Q5_K and Q6_K (`rows16_probe`,
+//! alternating with `GPACK_NO_AMX=1`; figures:
+//! docs/perf-history/kernels.md). The shapes that lose are not used: tiles
+//! of 8 vectors (half the rows per product) are no faster than the AVX-512
+//! tile; sharing one stage-code load among 2 or 4 vector tiles is slower,
+//! and so is issuing the next blocks' products before the float steps of
+//! earlier ones (a ring of sums); storing each block's sums after the next
+//! product, or rotating four sums tiles, gains nothing beyond noise.
+//! `examples/amx_tiles.rs` shows why: the tile unit runs its loads,
+//! products and 1 KiB stores one after another, and the core's reads of the
+//! sums add to that wherever they are placed; the float steps are a large
+//! part of the tile's time.
 //!
 //! Linux hands out AMX state only on request (`arch_prctl`
 //! `ARCH_REQ_XCOMP_PERM`, once per process): [`enabled`] asks, and is false
@@ -173,10 +171,9 @@ unsafe fn configure(cfg: &'static TileCfg) {
 /// Whether `k` takes the AMX tile: kinds with 32-element sub-blocks, and
 /// Q6_K through its integer scales ([`Kind::iscale`]: two products per
 /// 32-element block, summed in the tile over the whole ggml block). The
-/// other kinds with 16-element sub-blocks (Q3_K, Q2_K) ran slower on it
-/// than on the AVX-512 tile (two half-size products and stores per block:
-/// Q6_K, before its integer scales, 120–136 against 153–162 GMAC/s,
-/// `rows16_probe Q6_K 2048 2048 512`, 1 thread, 3 alternating rounds).
+/// other kinds with 16-element sub-blocks (Q3_K, Q2_K) stay on the AVX-512
+/// tile: two half-size products and stores per block make AMX slower for
+/// them, as it was for Q6_K before its integer scales.
 pub(super) fn runs(k: &Kind) -> bool {
     k.sub == 32 || k.iscale
 }

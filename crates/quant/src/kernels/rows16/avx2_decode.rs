@@ -26,15 +26,11 @@
 //! indices are 4-bit codes, so the 16-entry table is simply repeated in
 //! both lanes.
 //!
-//! Measured 2026-12-01 11:25–11:45 UTC on the 2-core Zen 4 (under load
-//! 2.4–3.5 from other builds; medians of three `stage_probe` runs, one
-//! 2048 × 2048 matrix staged on one thread): scalar 6.1–15 ms per matrix,
-//! these decoders 0.054–0.115 ms (79–175× faster; 0.9–1.4× the time of the
-//! AVX-512 decoders, which do the same work in half the instructions).
-//! End to end, `GPACK_ISA=avx2 rows16_probe Q4_K 2048 2048 N` (2 threads):
-//! n = 1 9.8 → 0.27 ms, n = 64 16 → 6.6–10.6 ms. For n ≤ 8 the same
-//! decoders feed `avx2_direct.rs` (registers, no stage) through
-//! [`with_dec`].
+//! These decoders stage a matrix about two orders of magnitude faster than
+//! the scalar decoder, in about the time the AVX-512 decoders take with half
+//! the instructions (`stage_probe`, `rows16_probe`; figures:
+//! docs/perf-history/kernels.md). For n ≤ 8 the same decoders feed
+//! `avx2_direct.rs` (registers, no stage) through [`with_dec`].
 
 use super::{decode_scalar, prefetch_l2, Kind, Stage, LUT_IQ4NL, LUT_MXFP4, R};
 use std::arch::x86_64::*;

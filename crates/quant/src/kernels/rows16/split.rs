@@ -8,12 +8,10 @@
 //! threads finish within one short chunk of each other whatever their
 //! speeds.
 //!
-//! Before 2026-12-05 decode used the guided split ([`super::guided_tasks`]:
-//! chunks handed out in turn, each thread jumping between distant chunks).
-//! On the 1B Q4_K_M (2 threads, Zen 4) a 2.3 MB attention output matrix
-//! then streamed at 70 % of the rate of a 74 MB one, 18 MB matrices at
-//! 85 %: every jump restarted a stream. Prefill, bound by arithmetic, keeps
-//! the guided split.
+//! The guided split ([`super::guided_tasks`]) hands chunks out in turn, so
+//! each thread jumps between distant chunks and every jump restarts a
+//! stream: a decode's small matrices then stream well below the rate of its
+//! large ones. Prefill, bound by arithmetic, keeps the guided split.
 //!
 //! Every group is claimed exactly once (one compare-and-swap per claim on
 //! the region's packed front and back), and a claim never crosses a
