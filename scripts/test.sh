@@ -23,6 +23,12 @@ step bash scripts/registry.sh >/dev/null
 step bash scripts/llama-simple.sh >/dev/null
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets --locked -- -D warnings
+# The Python wheel carries no HTTP stack: the OpenAI wire types it shares
+# with the server are gpack-api's, whose axum impls are behind a feature.
+if cargo tree -p gpack-python --locked -e normal | grep -E '^[^a-z]*(axum|hyper|tokio) '; then
+  echo "gpack-python depends on an HTTP stack (above): it must not" >&2
+  exit 1
+fi
 # The server's end-to-end tests run the `gpack` binary this build makes
 # (asking cargo from inside a test rebuilt part of the tree).
 TD=$(cargo metadata -q --locked --format-version 1 --no-deps |

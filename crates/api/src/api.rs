@@ -300,6 +300,30 @@ pub struct Params {
 }
 
 impl Params {
+    /// The decoding slot's settings for choice `choice` of the request
+    /// (each choice's seed is the request's plus its index), with at most
+    /// `max_tokens` new tokens and the model's `stop_tokens`: the one
+    /// mapping the server and Python's chat completions use.
+    pub fn generate_config(
+        &self,
+        max_tokens: usize,
+        stop_tokens: Vec<u32>,
+        choice: usize,
+    ) -> gpack_runtime::GenerateConfig {
+        let mut sampler = self.sampler();
+        sampler.seed = sampler.seed.wrapping_add(choice as u64);
+        gpack_runtime::GenerateConfig {
+            max_tokens,
+            sampler,
+            stop_tokens,
+            stop_strings: self.stop.clone(),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            logprobs: self.logprobs,
+            ..gpack_runtime::GenerateConfig::default()
+        }
+    }
+
     /// The sampler these parameters ask for (the OpenAI surface has no
     /// repetition penalty: off).
     pub fn sampler(&self) -> gpack_runtime::SamplerConfig {

@@ -1,7 +1,8 @@
-//! `gpack.Model`: a model opened as `gpack run` opens it (gpack-server's
+//! `gpack.Model`: a model opened as `gpack run` opens it (the runtime's
 //! `Loaded`: a mapped .gpack, a .gguf or HF directory transcoded at load, a
-//! .giw bundle), generating with gpack-runtime's `generate` (its sampler and
-//! stop rules) without holding the GIL.
+//! .giw bundle), generating through the runtime's decoding slot (the one
+//! `gpack run` and `gpack serve` drive: the same tokens for the same
+//! settings) without holding the GIL.
 
 // The methods take Python's keyword arguments one by one (so that the
 // signatures, defaults and errors are Python's).
@@ -9,11 +10,13 @@
 
 use crate::tok::{check_ids, messages};
 use crate::{err_msg, json_to_py};
+use gpack_runtime::decode::{Constraint, ConstraintError, Grammars, Guide, Slot, TokenLogprob};
+use gpack_runtime::decode::{MAX_CONSTRAINT_BYTES, MAX_TOP_LOGPROBS};
 use gpack_runtime::integrity::{Integrity, VerifyMode};
 use gpack_runtime::spec::{DEFAULT_MAX_DRAFT, DEFAULT_P_MIN};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
-    generate_with, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
+    generate_slot, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
     Mtp, MtpDrafter, NgramDrafter, SamplerConfig, SpecMode,
 };
 use gpack_tokenizer::Tokenizer as RTokenizer;
@@ -45,6 +48,9 @@ self_cell::self_cell!(
 struct Job {
     prompt: Vec<u32>,
     cfg: GenerateConfig,
+    /// What the output must follow (`json_schema=`, `grammar=`,
+    /// `response_format=`), compiled.
+    guide: Option<Box<Guide>>,
     /// Speculative decoding: prompt lookup (`speculative="ngram"`), the
     /// model's MTP block (`"mtp"`) or none.
     spec: SpecMode,
@@ -58,6 +64,8 @@ struct Shared {
     /// The background hash of the file's sections (started on the first
     /// generated token, as `gpack run` does).
     integrity: Mutex<Option<Integrity>>,
+    /// Constraints compiled for this model's vocabulary.
+    grammars: Grammars,
 }
 
 impl Shared {
@@ -79,6 +87,10 @@ impl Shared {
         }
         let mut damaged = None;
         let g = self.cell.with_dependent(|loaded, e| {
+            let mut slot = Slot::new(&job.prompt, job.cfg.clone(), Some(e.tok));
+            if let Some(g) = &job.guide {
+                slot = slot.with_guide(Box::new(g.deep_clone()));
+            }
             if job.prompt.len() >= self.n_ctx {
                 return Err(format!(
                     "the prompt has {} tokens; the context holds {} (pass a larger n_ctx)",
@@ -111,14 +123,9 @@ impl Shared {
                 SpecMode::Mtp => by_mtp.as_mut().map(|d| d as &mut dyn Drafter),
                 SpecMode::None | SpecMode::Draft => None,
             };
-            generate_with(
-                &e.model,
-                &mut state,
-                &job.prompt,
-                &job.cfg,
-                Some(e.tok),
-                drafter,
-                |id, text| {
+            generate_slot(&e.model, &mut state, slot, drafter, |em| {
+                let (id, text) = (em.token.unwrap_or_default(), em.text);
+                {
                     if self.verify == VerifyMode::Background {
                         let mut c = self.integrity.lock().unwrap_or_else(|p| p.into_inner());
                         match &*c {
@@ -132,8 +139,8 @@ impl Shared {
                         }
                     }
                     on_token(id, text)
-                },
-            )
+                }
+            })
             .map_err(|e| crate::chain(&e))
         })?;
         match damaged {
@@ -164,6 +171,30 @@ fn checked_sampling(top_p: f32, stop: Option<Vec<String>>) -> PyResult<Vec<Strin
     Ok(stop)
 }
 
+/// `presence_penalty` and `frequency_penalty` in OpenAI's range.
+fn checked_penalties(presence: f32, frequency: f32) -> PyResult<()> {
+    for (v, name) in [
+        (presence, "presence_penalty"),
+        (frequency, "frequency_penalty"),
+    ] {
+        if !(-2.0..=2.0).contains(&v) {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be between -2 and 2, got {v}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `generate_ids`'s `logprobs`.
+fn logprobs_json(lps: &[TokenLogprob]) -> Value {
+    let one = |t: &TokenLogprob| {
+        let top: Vec<Value> = t.top.iter().map(|&(id, lp)| json!([id, lp])).collect();
+        json!({"token": t.id, "logprob": t.logprob, "top": top})
+    };
+    Value::Array(lps.iter().map(one).collect())
+}
+
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -176,8 +207,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// .gguf or Hugging Face directory (transcoded in memory at load) or a .giw
 /// bundle, exactly as `gpack run` loads it.
 ///
-/// Options: `n_ctx` (KV cache positions, default 2048), `kv_f16` (keep K/V
-/// as f16), `expert_mmap` / `expert_cache_bytes` (how MoE experts are read),
+/// Options: `n_ctx` (KV cache positions, default 2048), `kv` (`"f16"`, the
+/// default of run, serve and bench too, or `"f32"`; `kv_f16=` is its old,
+/// deprecated spelling), `expert_mmap` / `expert_cache_bytes` (how MoE experts are read),
 /// `fallback_gguf` (run this GGUF when the .gpack fails validation), and
 /// `verify`: `"background"` (default: the sections are hashed on one thread
 /// from the first token on; a damaged one stops generation with
@@ -232,6 +264,69 @@ impl Model {
             )),
             Ok(m) => Ok(m),
             Err(e) => Err(PyValueError::new_err(e)),
+        }
+    }
+
+    /// `json_schema=` (a dict or a JSON string) or `grammar=` (llguidance's
+    /// Lark syntax), compiled for this model; a `ValueError` saying why the
+    /// grammar engine refuses it.
+    fn guide(
+        &self,
+        py: Python<'_>,
+        json_schema: Option<&Bound<'_, PyAny>>,
+        grammar: Option<String>,
+    ) -> PyResult<Option<Box<Guide>>> {
+        let c = match (json_schema, grammar) {
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "json_schema and grammar cannot both be given",
+                ))
+            }
+            (Some(s), None) => {
+                let text = match s.extract::<String>() {
+                    Ok(t) => t,
+                    Err(_) => py
+                        .import("json")?
+                        .call_method1("dumps", (s,))?
+                        .extract::<String>()?,
+                };
+                if text.len() > MAX_CONSTRAINT_BYTES {
+                    return Err(PyValueError::new_err(format!(
+                        "json_schema is {} bytes; at most {MAX_CONSTRAINT_BYTES} are accepted",
+                        text.len()
+                    )));
+                }
+                let v: Value = serde_json::from_str(&text)
+                    .map_err(|e| PyValueError::new_err(format!("json_schema: {e}")))?;
+                Constraint::JsonSchema(v)
+            }
+            (None, Some(g)) => {
+                if g.len() > MAX_CONSTRAINT_BYTES {
+                    return Err(PyValueError::new_err(format!(
+                        "grammar is {} bytes; at most {MAX_CONSTRAINT_BYTES} are accepted",
+                        g.len()
+                    )));
+                }
+                Constraint::Lark(g)
+            }
+            (None, None) => return Ok(None),
+        };
+        self.compile(py, &c).map(Some)
+    }
+
+    /// `c` compiled for this model's vocabulary.
+    fn compile(&self, py: Python<'_>, c: &Constraint) -> PyResult<Box<Guide>> {
+        let r = py.detach(|| {
+            self.shared
+                .cell
+                .with_dependent(|_, e| self.shared.grammars.compile(e.tok, c))
+        });
+        match r {
+            Ok(g) => Ok(Box::new(g)),
+            Err(ConstraintError::Invalid { param, message }) => {
+                Err(PyValueError::new_err(format!("{param}: {message}")))
+            }
+            Err(e) => Err(err_msg(e.to_string())),
         }
     }
 
@@ -395,13 +490,14 @@ impl Stream {
 impl Model {
     /// Loads `path` (see the class docstring for the options).
     #[new]
-    #[pyo3(signature = (path, *, n_ctx = 2048, kv_f16 = false, verify = "background",
+    #[pyo3(signature = (path, *, n_ctx = 2048, kv = "f16", kv_f16 = None, verify = "background",
                         fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         n_ctx: usize,
-        kv_f16: bool,
+        kv: &str,
+        kv_f16: Option<bool>,
         verify: &str,
         fallback_gguf: Option<PathBuf>,
         expert_mmap: bool,
@@ -414,6 +510,25 @@ impl Model {
             v => {
                 return Err(PyValueError::new_err(format!(
                     "verify must be \"background\", \"before\" or \"off\", not {v:?}"
+                )))
+            }
+        };
+        let kv_f16 = match (kv, kv_f16) {
+            (_, Some(old)) => {
+                let w = py.get_type::<pyo3::exceptions::PyDeprecationWarning>();
+                PyErr::warn(
+                    py,
+                    &w,
+                    c"kv_f16= is deprecated: use kv=\"f16\" (the default) or kv=\"f32\"",
+                    1,
+                )?;
+                old
+            }
+            ("f16", None) => true,
+            ("f32", None) => false,
+            (v, None) => {
+                return Err(PyValueError::new_err(format!(
+                    "kv must be \"f16\" or \"f32\", not {v:?}"
                 )))
             }
         };
@@ -447,15 +562,27 @@ impl Model {
             })
         });
         let cell = cell.map_err(err_msg)?;
+        let eos = cell.with_dependent(|_, e| e.tok.stop_ids().first().copied().unwrap_or(0));
         let name = path
             .file_stem()
             .map_or_else(|| "gpack".into(), |s| s.to_string_lossy().into_owned());
         Ok(Model {
-            shared: Arc::new(Shared {
-                cell,
-                n_ctx,
-                verify,
-                integrity: Mutex::new(None),
+            shared: Arc::new_cyclic(|me: &std::sync::Weak<Shared>| {
+                // The grammar engine's tokenizer callback: the model's own,
+                // for as long as the model lives.
+                let me = me.clone();
+                let encode = move |s: &str| {
+                    me.upgrade().map_or_else(Vec::new, |sh| {
+                        sh.cell.with_dependent(|_, e| e.tok.encode(s, false))
+                    })
+                };
+                Shared {
+                    grammars: Grammars::new(eos, Arc::new(encode)),
+                    cell,
+                    n_ctx,
+                    verify,
+                    integrity: Mutex::new(None),
+                }
             }),
             path,
             name,
@@ -508,7 +635,8 @@ impl Model {
     #[pyo3(signature = (prompt, max_tokens = 128, *, temperature = 0.0, top_k = 40, top_p = 0.95,
                         min_p = 0.0, repeat_penalty = 1.0, repeat_last_n = 64, seed = 42,
                         stop = None, ignore_eos = false, stream = false,
-                        speculative = "ngram"))]
+                        speculative = "ngram", presence_penalty = 0.0, frequency_penalty = 0.0,
+                        json_schema = None, grammar = None))]
     fn generate(
         &self,
         py: Python<'_>,
@@ -525,11 +653,17 @@ impl Model {
         ignore_eos: bool,
         stream: bool,
         speculative: &str,
+        presence_penalty: f32,
+        frequency_penalty: f32,
+        json_schema: Option<&Bound<'_, PyAny>>,
+        grammar: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let stop_strings = checked_sampling(top_p, stop)?;
+        checked_penalties(presence_penalty, frequency_penalty)?;
         let spec = self.checked_speculative(speculative)?;
         let prompt = self.prompt_ids(py, prompt)?;
         let job = Job {
+            guide: self.guide(py, json_schema, grammar)?,
             prompt,
             cfg: GenerateConfig {
                 max_tokens,
@@ -548,6 +682,8 @@ impl Model {
                     self.tok(|t| t.stop_ids())
                 },
                 stop_strings,
+                presence_penalty,
+                frequency_penalty,
                 ..GenerateConfig::default()
             },
             spec,
@@ -560,10 +696,15 @@ impl Model {
     }
 
     /// Like `generate`, but returns a dict: `text`, `tokens` (the new ids),
-    /// `finish_reason` (`"stop"` or `"length"`), `prompt_tokens`, and the
-    /// prefill and decode speeds in tokens per second.
+    /// `finish_reason` (`"stop"` or `"length"`), `prompt_tokens`, the
+    /// prefill and decode speeds in tokens per second, and with `logprobs=N`
+    /// `logprobs`: per new token `{"token": id, "logprob": lp, "top": [[id,
+    /// lp], …]}` (the N most likely alternatives; natural log of the
+    /// model's own distribution, before penalties and grammar masks).
     #[pyo3(signature = (prompt, max_tokens = 128, *, temperature = 0.0, top_k = 40, top_p = 0.95,
-                        seed = 42, stop = None, speculative = "ngram"))]
+                        min_p = 0.0, seed = 42, stop = None, speculative = "ngram",
+                        presence_penalty = 0.0, frequency_penalty = 0.0, logprobs = None,
+                        json_schema = None, grammar = None))]
     fn generate_ids(
         &self,
         py: Python<'_>,
@@ -572,14 +713,27 @@ impl Model {
         temperature: f32,
         top_k: usize,
         top_p: f32,
+        min_p: f32,
         seed: u64,
         stop: Option<Vec<String>>,
         speculative: &str,
+        presence_penalty: f32,
+        frequency_penalty: f32,
+        logprobs: Option<usize>,
+        json_schema: Option<&Bound<'_, PyAny>>,
+        grammar: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let stop_strings = checked_sampling(top_p, stop)?;
+        checked_penalties(presence_penalty, frequency_penalty)?;
+        if logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return Err(PyValueError::new_err(format!(
+                "logprobs must be at most {MAX_TOP_LOGPROBS}"
+            )));
+        }
         let spec = self.checked_speculative(speculative)?;
         let prompt = self.prompt_ids(py, prompt)?;
         let job = Job {
+            guide: self.guide(py, json_schema, grammar)?,
             prompt,
             cfg: GenerateConfig {
                 max_tokens,
@@ -587,11 +741,15 @@ impl Model {
                     temperature,
                     top_k,
                     top_p,
+                    min_p,
                     seed,
                     ..SamplerConfig::default()
                 },
                 stop_tokens: self.tok(|t| t.stop_ids()),
                 stop_strings,
+                presence_penalty,
+                frequency_penalty,
+                logprobs,
                 ..GenerateConfig::default()
             },
             spec,
@@ -608,6 +766,7 @@ impl Model {
                 "decode_tps": g.decode_tps(),
                 "drafted": g.spec.drafted,
                 "accepted": g.spec.accepted,
+                "logprobs": logprobs.map(|_| logprobs_json(&g.logprobs)),
             }),
         )
     }
@@ -622,7 +781,9 @@ impl Model {
     /// `stream=True` an iterator of `chat.completion.chunk` dicts.
     #[pyo3(signature = (messages, *, max_tokens = None, temperature = None, top_p = None,
                         top_k = None, min_p = None, seed = None, stop = None, stream = false,
-                        stream_options = None, speculative = "ngram"))]
+                        stream_options = None, speculative = "ngram", presence_penalty = None,
+                        frequency_penalty = None, response_format = None, logprobs = None,
+                        top_logprobs = None))]
     fn create_chat_completion(
         &self,
         py: Python<'_>,
@@ -637,6 +798,11 @@ impl Model {
         stream: bool,
         stream_options: Option<&Bound<'_, PyDict>>,
         speculative: &str,
+        presence_penalty: Option<f64>,
+        frequency_penalty: Option<f64>,
+        response_format: Option<&Bound<'_, PyAny>>,
+        logprobs: Option<bool>,
+        top_logprobs: Option<i64>,
     ) -> PyResult<Py<PyAny>> {
         let spec = self.checked_speculative(speculative)?;
         let msgs = self::messages(messages)?;
@@ -661,11 +827,21 @@ impl Model {
                 .unwrap_or(false),
             None => false,
         };
+        let response_format: Value = match response_format {
+            Some(r) if !r.is_none() => {
+                let text: String = py.import("json")?.call_method1("dumps", (r,))?.extract()?;
+                serde_json::from_str(&text).map_err(|e| PyValueError::new_err(e.to_string()))?
+            }
+            _ => Value::Null,
+        };
         // gpack serve's request validation and defaults.
         let common: gpack_api::api::Common = serde_json::from_value(json!({
             "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
             "top_k": top_k, "min_p": min_p, "seed": seed, "stop": stop, "stream": stream,
             "stream_options": {"include_usage": include_usage},
+            "presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,
+            "response_format": response_format, "logprobs": logprobs,
+            "top_logprobs": top_logprobs,
         }))
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let p = common
@@ -678,14 +854,13 @@ impl Model {
             Ok::<_, PyErr>((t.encode(&text, false), t.stop_ids()))
         })?;
         let room = self.shared.n_ctx.saturating_sub(prompt.len());
+        let guide = match &p.constraint {
+            Some(c) => Some(self.compile(py, c)?),
+            None => None,
+        };
         let job = Job {
-            cfg: GenerateConfig {
-                max_tokens: p.max_tokens.unwrap_or(room).min(room),
-                sampler: p.sampler(),
-                stop_tokens,
-                stop_strings: p.stop,
-                ..GenerateConfig::default()
-            },
+            cfg: p.generate_config(p.max_tokens.unwrap_or(room).min(room), stop_tokens, 0),
+            guide,
             prompt,
             spec,
         };
@@ -717,7 +892,12 @@ impl Model {
                 "choices": [{
                     "index": 0,
                     "message": {"role": "assistant", "content": g.text},
-                    "logprobs": null,
+                    "logprobs": p.logprobs.map(|_| self.tok(|t| {
+                        let piece = |id: u32| t.token_piece(id).into_owned();
+                        json!({"content": g.logprobs.iter()
+                            .map(|l| gpack_api::logprobs::chat_entry(l, &piece))
+                            .collect::<Vec<_>>()})
+                    })),
                     "finish_reason": g.stop.finish_reason(),
                 }],
                 "usage": usage(g.prompt_tokens, g.tokens.len()),

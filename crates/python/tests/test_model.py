@@ -204,3 +204,62 @@ def test_ctrl_c_stops_a_generation(smol):
         smol.generate(PROMPTS[0], 100000, ignore_eos=True)
     timer.join()
     assert time.perf_counter() - start < 3
+
+
+def test_settings_equal_gpack_run(smol, smol_gpack):
+    """Python, `gpack run` (and `gpack serve`: crates/server/tests) drive the
+    one decoding slot: sampled, penalized and schema-constrained generations
+    are the same text from either."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    import json as _json
+
+    cases = [
+        (dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, seed=7),
+         ["--temp", "0.9", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05", "--seed", "7"]),
+        (dict(presence_penalty=1.5, frequency_penalty=1.0),
+         ["--presence-penalty", "1.5", "--frequency-penalty", "1.0"]),
+        (dict(json_schema=schema), ["--json-schema", _json.dumps(schema)]),
+        (dict(stop=["sea"]), ["--stop", "sea"]),
+    ]
+    p = PROMPTS[1]
+    for kw, flags in cases:
+        got = smol.generate(p, 40, **kw)
+        args = ["run", smol_gpack, "-p", p, "-n", 40] + (["--temp", "0"] if "temperature" not in kw else []) + flags
+        want = run_cli(*args).stdout
+        assert want.endswith("\n")
+        assert got == want[:-1], kw
+    assert smol.generate(p, 40, json_schema=schema).startswith('{"name": "')
+
+
+def test_logprobs_and_bad_constraints(smol):
+    r = smol.generate_ids(PROMPTS[0], 8, logprobs=3)
+    assert len(r["logprobs"]) == len(r["tokens"])
+    for t, lp in zip(r["tokens"], r["logprobs"]):
+        assert lp["token"] == t
+        assert len(lp["top"]) == 3
+        # Greedy: the emitted token is the most likely one.
+        assert lp["top"][0][0] == t and lp["top"][0][1] == lp["logprob"] <= 0.0
+    assert smol.generate_ids(PROMPTS[0], 4)["logprobs"] is None
+    with pytest.raises(ValueError, match="json_schema"):
+        smol.generate("x", 4, json_schema={"type": "no-such-type"})
+    with pytest.raises(ValueError, match="grammar"):
+        smol.generate("x", 4, grammar="start: (")
+    with pytest.raises(ValueError, match="presence_penalty"):
+        smol.generate("x", 4, presence_penalty=3.0)
+    with pytest.raises(ValueError, match="kv"):
+        gpack.Model(smol.path, kv="q9")
+    r = smol.create_chat_completion(
+        [{"role": "user", "content": "Give a name and an age."}],
+        temperature=0, max_tokens=40, logprobs=True, top_logprobs=2,
+        response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": {
+            "type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}}},
+    )
+    c = r["choices"][0]
+    assert c["message"]["content"].startswith("{")
+    assert len(c["logprobs"]["content"]) == r["usage"]["completion_tokens"]
+    assert all(len(e["top_logprobs"]) == 2 for e in c["logprobs"]["content"])

@@ -564,20 +564,9 @@ async fn run(
         } else {
             constraint.as_ref().map(|g| Box::new(g.deep_clone()))
         };
-        let mut sampler = p.sampler();
-        sampler.seed = sampler.seed.wrapping_add(c as u64);
         let job = Job {
             prompt: prompt.clone(),
-            cfg: gpack_runtime::GenerateConfig {
-                max_tokens,
-                sampler,
-                stop_tokens: s.stop_tokens.clone(),
-                stop_strings: p.stop.clone(),
-                presence_penalty: p.presence_penalty,
-                frequency_penalty: p.frequency_penalty,
-                logprobs: p.logprobs,
-                ..gpack_runtime::GenerateConfig::default()
-            },
+            cfg: p.generate_config(max_tokens, s.stop_tokens.clone(), c),
             spec,
             events: tx,
             enqueued: Instant::now(),

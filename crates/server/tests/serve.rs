@@ -1371,3 +1371,78 @@ fn integrity_problems_are_typed() {
     assert!(msg.contains("No such file"), "{msg}");
     assert_eq!(msg.matches(bad.to_str().unwrap()).count(), 1, "{msg}");
 }
+
+/// `gpack run` and `gpack serve` drive the one decoding slot
+/// (`gpack_runtime::decode::Slot`): the same prompt, seed and settings give
+/// the same text and the same number of tokens, greedy, sampled, with
+/// presence and frequency penalties, and constrained by a JSON schema.
+#[test]
+fn run_and_serve_decide_the_same_tokens() {
+    let m = model();
+    let srv = start(&m.gpack, &[]);
+    let prompt = "Once upon a time, in a small village by the sea,";
+    let schema = r#"{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"],"additionalProperties":false}"#;
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        (r#""temperature":0"#.into(), vec!["--temp", "0"]),
+        (
+            r#""temperature":0.9,"top_k":40,"top_p":0.95,"min_p":0.05,"seed":7"#.into(),
+            vec![
+                "--temp", "0.9", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05", "--seed",
+                "7",
+            ],
+        ),
+        (
+            r#""temperature":0,"presence_penalty":1.5,"frequency_penalty":1.0"#.into(),
+            vec![
+                "--temp",
+                "0",
+                "--presence-penalty",
+                "1.5",
+                "--frequency-penalty",
+                "1.0",
+            ],
+        ),
+        (
+            format!(
+                r#""temperature":0,"response_format":{{"type":"json_schema","json_schema":{{"name":"p","schema":{schema}}}}}"#
+            ),
+            vec!["--temp", "0", "--json-schema", schema],
+        ),
+    ];
+    for (settings, flags) in cases {
+        let req = format!(r#"{{"prompt":{prompt:?},"max_tokens":40,{settings}}}"#);
+        let resp = read_all(post(srv.addr, "/v1/completions", &req));
+        let v: serde_json::Value =
+            serde_json::from_str(body(&resp)).unwrap_or_else(|e| panic!("{e}: {resp}"));
+        let served = v["choices"][0]["text"].as_str().expect("text").to_string();
+        let served_n = v["usage"]["completion_tokens"].as_u64().expect("usage");
+        let o = Command::new(gpack())
+            .arg("run")
+            .arg(&m.gpack)
+            .args(["-p", prompt, "-n", "40"])
+            .args(&flags)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{flags:?}: {err}");
+        let out = String::from_utf8(o.stdout).unwrap();
+        let ran = out.strip_suffix('\n').expect("a final newline");
+        let ran_n: u64 = err
+            .split("generated ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no token count: {err}"));
+        assert_eq!(ran, served, "{settings}");
+        assert_eq!(ran_n, served_n, "{settings}");
+        assert!(served_n > 0, "{settings}");
+        if settings.contains("json_schema") {
+            assert!(served.starts_with(r#"{"name": ""#), "{served}");
+            if v["choices"][0]["finish_reason"] == "stop" {
+                let v: serde_json::Value =
+                    serde_json::from_str(&served).unwrap_or_else(|e| panic!("{e}: {served}"));
+                assert!(v["name"].is_string() && v["age"].is_i64(), "{served}");
+            }
+        }
+    }
+}

@@ -97,7 +97,8 @@ class Model:
         path: _Path,
         *,
         n_ctx: int = 2048,
-        kv_f16: bool = False,
+        kv: Literal["f16", "f32"] = "f16",
+        kv_f16: Optional[bool] = None,
         verify: Literal["background", "before", "off"] = "background",
         fallback_gguf: Optional[_Path] = None,
         expert_mmap: bool = False,
@@ -128,6 +129,10 @@ class Model:
         ignore_eos: bool = False,
         stream: Literal[False] = False,
         speculative: Literal["ngram", "mtp", "none"] = "ngram",
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        json_schema: Union[None, str, Dict[str, Any]] = None,
+        grammar: Optional[str] = None,
     ) -> str: ...
     @overload
     def generate(
@@ -146,6 +151,10 @@ class Model:
         ignore_eos: bool = False,
         stream: Literal[True],
         speculative: Literal["ngram", "mtp", "none"] = "ngram",
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        json_schema: Union[None, str, Dict[str, Any]] = None,
+        grammar: Optional[str] = None,
     ) -> Iterator[str]: ...
     def generate_ids(
         self,
@@ -155,12 +164,19 @@ class Model:
         temperature: float = 0.0,
         top_k: int = 40,
         top_p: float = 0.95,
+        min_p: float = 0.0,
         seed: int = 42,
         stop: Optional[List[str]] = None,
         speculative: Literal["ngram", "mtp", "none"] = "ngram",
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        logprobs: Optional[int] = None,
+        json_schema: Union[None, str, Dict[str, Any]] = None,
+        grammar: Optional[str] = None,
     ) -> Dict[str, Any]:
         """text, tokens, finish_reason, prompt_tokens, prefill_tps, decode_tps,
-        drafted, accepted (speculative decoding's draft tokens)."""
+        drafted, accepted (speculative decoding's draft tokens), logprobs
+        (with logprobs=N: per token {"token", "logprob", "top": [[id, lp], ...]})."""
     @overload
     def create_chat_completion(
         self,
@@ -176,6 +192,11 @@ class Model:
         stream: Literal[False] = False,
         stream_options: Optional[Dict[str, Any]] = None,
         speculative: Literal["ngram", "mtp", "none"] = "ngram",
+        presence_penalty: Optional[float] = None,
+        frequency_penalty: Optional[float] = None,
+        response_format: Optional[Dict[str, Any]] = None,
+        logprobs: Optional[bool] = None,
+        top_logprobs: Optional[int] = None,
     ) -> Dict[str, Any]: ...
     @overload
     def create_chat_completion(
@@ -192,6 +213,11 @@ class Model:
         stream: Literal[True],
         stream_options: Optional[Dict[str, Any]] = None,
         speculative: Literal["ngram", "mtp", "none"] = "ngram",
+        presence_penalty: Optional[float] = None,
+        frequency_penalty: Optional[float] = None,
+        response_format: Optional[Dict[str, Any]] = None,
+        logprobs: Optional[bool] = None,
+        top_logprobs: Optional[int] = None,
     ) -> Iterator[Dict[str, Any]]: ...
 
 def convert(
