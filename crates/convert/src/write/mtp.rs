@@ -1,7 +1,7 @@
 //! Section 13 Mtp: a draft module with its own tensor index. It holds one
 //! of three drafters, which exclude each other ([`super::input`] refuses
 //! two): a module given with `--mtp-dir`, the model's own
-//! multi-token-prediction blocks, or a whole draft model (`--draft`, whose
+//! multi-token-prediction blocks ([`super::input::MtpBlock`]), or a whole draft model (`--draft`, whose
 //! hyperparameters go to MetadataKv, [`super::metadata`]).
 
 use super::input::Input;
@@ -13,18 +13,8 @@ use crate::policy::Quant;
 use crate::{Error, OptionProblem, TensorProblem};
 use gpack_format::payload::{self, TensorEntry};
 use gpack_format::SectionKind;
-use gpack_ingest::{Source, TensorInfo};
+use gpack_ingest::Source;
 use std::path::{Path, PathBuf};
-
-/// A model's own multi-token-prediction blocks, taken out of its tensors.
-pub(super) struct MtpBlock {
-    /// `{arch}.nextn_predict_layers`.
-    pub blocks: u32,
-    /// The trunk's layers (the blocks are numbered from it on).
-    pub trunk: u32,
-    /// The blocks' tensors.
-    pub tensors: Vec<TensorInfo>,
-}
 
 /// Writes Mtp, when a drafter is asked for or the model has its own
 /// blocks. Returns the manifest's description of it (`null` without).
@@ -93,70 +83,6 @@ fn open_module(dir: &Path) -> Result<Source, Error> {
         }
     }
     Ok(Source::open(dir)?)
-}
-
-/// Opens a draft model and checks it can draft for `target`: a model of
-/// its own (an architecture) with the target's vocabulary, token for token.
-pub(super) fn open_draft(path: &Path, target: &Source) -> Result<Source, Error> {
-    let d = Source::open(path)?;
-    let draft = || path.to_path_buf();
-    if d.architecture().is_none() {
-        return Err(OptionProblem::DraftNotAModel { draft: draft() }.into());
-    }
-    let (Some(t), Some(dt)) = (
-        crate::tokenizer::build(target)?,
-        crate::tokenizer::build(&d)?,
-    ) else {
-        return Err(OptionProblem::DraftWithoutTokenizer { draft: draft() }.into());
-    };
-    let (t, dt) = (
-        gpack_tokenizer::Tokenizer::from_bytes(&t.bytes).map_err(Error::Tokenizer)?,
-        gpack_tokenizer::Tokenizer::from_bytes(&dt.bytes).map_err(Error::Tokenizer)?,
-    );
-    if let Some(id) = t.vocab_difference(&dt) {
-        return Err(OptionProblem::DraftVocabulary {
-            draft: draft(),
-            id,
-            draft_token: dt.token_text(id).unwrap_or_default(),
-            model_token: t.token_text(id).unwrap_or_default(),
-        }
-        .into());
-    }
-    Ok(d)
-}
-
-/// Takes the tensors of `source`'s multi-token-prediction blocks out of it
-/// (`blk.N.*` for `N` from `block_count - {arch}.nextn_predict_layers` on),
-/// or `None` when it has none. The metadata keeps both keys: the runtime
-/// finds the blocks' tensors in the Mtp section.
-pub(super) fn take_blocks(source: &mut Source) -> Option<MtpBlock> {
-    let arch = source.architecture()?.to_string();
-    let blocks = source
-        .metadata
-        .get_u32(&format!("{arch}.nextn_predict_layers"))
-        .filter(|&n| n > 0)?;
-    let trunk = source
-        .metadata
-        .get_u32(&format!("{arch}.block_count"))?
-        .checked_sub(blocks)?;
-    let is_mtp = |name: &str| {
-        name.strip_prefix("blk.")
-            .and_then(|r| r.split('.').next())
-            .and_then(|l| l.parse::<u32>().ok())
-            .is_some_and(|l| l >= trunk)
-    };
-    let (mtp, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut source.tensors)
-        .into_iter()
-        .partition(|t| is_mtp(&t.name));
-    source.tensors = rest;
-    if mtp.is_empty() {
-        return None;
-    }
-    Some(MtpBlock {
-        blocks,
-        trunk,
-        tensors: mtp,
-    })
 }
 
 /// Writes the Mtp section from `src` (given by `option` `dir`, as errors
