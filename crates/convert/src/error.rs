@@ -242,7 +242,7 @@ impl gpack_format::NamesFile for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sidecar::{self, prequant, PrequantOptions};
+    use crate::giw::{self, prequant, PrequantOptions};
     use crate::{convert, ConvertOptions};
     use gpack_format::giw::Target;
     use gpack_ingest::gguf::{TensorHeader, Writer};
@@ -369,7 +369,7 @@ mod tests {
         assert!(
             matches!(
                 e,
-                sidecar::Error::Option(OptionProblem::CpuWeightsVersion { asked: 13 })
+                giw::Error::Option(OptionProblem::CpuWeightsVersion { asked: 13 })
             ),
             "{e:?}"
         );

@@ -10,15 +10,15 @@
 //!
 //! Which layout a tensor gets, and whether it is quantized or transcoded
 //! exactly, is [`policy`]'s decision, shared with the `.giw` builder
-//! ([`sidecar`]); [`policy::Quant`] is the one `--quant` vocabulary of both.
+//! ([`giw`]); [`policy::Quant`] is the one `--quant` vocabulary of both.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod encode;
 mod error;
+pub mod giw;
 mod plan;
 pub mod policy;
-pub mod sidecar;
 pub mod tokenizer;
 mod write;
 

@@ -1,7 +1,7 @@
 //! The conversion policy: which layout every weight matrix is stored in, and
 //! whether that is an exact transcode or a (re-)quantization; and whether a
 //! q‖k‖v / gate‖up group is stored as one fused tensor. `gpack convert`
-//! (.gpack, [`crate::plan`]) and `gpack prequant` (.giw, [`crate::sidecar`])
+//! (.gpack, [`crate::plan`]) and `gpack prequant` (.giw, [`crate::giw`])
 //! both ask [`decide`] and [`fuses`]; nothing else decides a layout.
 //!
 //! # Why one policy

@@ -1,5 +1,5 @@
 use crate::common::*;
-use gpack_convert::sidecar::{prequant, PrequantOptions};
+use gpack_convert::giw::{prequant, PrequantOptions};
 use gpack_convert::{convert, ConvertOptions, Error, Quant};
 use gpack_format::giw::{Giw, Target};
 use gpack_format::{Gpack, SectionKind};

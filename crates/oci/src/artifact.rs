@@ -20,29 +20,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use zerocopy::FromBytes;
 
-/// `artifactType` of a gpack manifest.
-pub const ARTIFACT_TYPE: &str = "application/vnd.gpack.model.v1";
-/// Media type of the config blob.
-pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.gpack.config.v1+json";
-/// `schema` of the config blob.
-pub const CONFIG_SCHEMA: &str = "gpack.oci.config.v1";
-/// Prefix of a section layer's media type (then the kind's table name, then `.v1`).
-pub const SECTION_MEDIA_PREFIX: &str = "application/vnd.gpack.section.";
-
-/// Manifest annotation: the model name (also in `org.opencontainers.image.title`).
-pub const ANN_NAME: &str = "dev.gpack.model.name";
-/// Manifest annotation: `general.architecture`.
-pub const ANN_ARCH: &str = "dev.gpack.model.architecture";
-/// Manifest annotation: convert's `--quant`.
-pub const ANN_QUANT: &str = "dev.gpack.model.quant";
-/// Manifest annotation: the footer digest (`sha256:` + the manifest section's SHA-256).
-pub const ANN_DIGEST: &str = "dev.gpack.digest";
-/// Manifest annotation: the file size in bytes (decimal).
-pub const ANN_SIZE: &str = "dev.gpack.size";
-/// Layer annotation: the section's name in the table.
-pub const ANN_SECTION: &str = "dev.gpack.section.name";
-/// The standard title annotation.
-pub const ANN_TITLE: &str = "org.opencontainers.image.title";
+pub use crate::media::{
+    ANN_ARCH, ANN_DIGEST, ANN_NAME, ANN_QUANT, ANN_SECTION, ANN_SIZE, ANN_TITLE, ARTIFACT_TYPE,
+    CONFIG_MEDIA_TYPE, CONFIG_SCHEMA, SECTION_MEDIA_PREFIX,
+};
 
 /// Largest manifest accepted (distribution's own limit is 4 MiB).
 pub const MAX_MANIFEST_BYTES: usize = 4 << 20;

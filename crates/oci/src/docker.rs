@@ -13,16 +13,16 @@ use crate::store::Store;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use std::path::{Path, PathBuf};
 
-/// Docker's model config media type (current).
-pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.docker.ai.model.config.v0.1+json";
+pub use crate::media::{
+    DOCKER_CONFIG_MEDIA_TYPE as CONFIG_MEDIA_TYPE, DOCKER_GGUF_MEDIA_TYPE as GGUF_MEDIA_TYPE,
+};
+
 /// Config media types accepted on pull.
 const CONFIG_TYPES: &[&str] = &[
     CONFIG_MEDIA_TYPE,
     "application/vnd.docker.ai.model.config.v1+json",
     "application/vnd.cncf.model.config.v1+json",
 ];
-/// Docker's GGUF layer media type (current).
-pub const GGUF_MEDIA_TYPE: &str = "application/vnd.docker.ai.gguf.v3";
 /// GGUF layer media types accepted on pull.
 const GGUF_TYPES: &[&str] = &[
     GGUF_MEDIA_TYPE,

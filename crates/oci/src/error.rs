@@ -338,8 +338,8 @@ pub enum ArtifactProblem {
     /// The config is neither a gpack's nor a Docker model's.
     #[error(
         "config media type {found}, expected {} (a gpack) or {} (a Docker model)",
-        crate::artifact::CONFIG_MEDIA_TYPE,
-        crate::docker::CONFIG_MEDIA_TYPE
+        crate::media::CONFIG_MEDIA_TYPE,
+        crate::media::DOCKER_CONFIG_MEDIA_TYPE
     )]
     ConfigMediaType {
         /// The media type found.
@@ -348,7 +348,7 @@ pub enum ArtifactProblem {
     /// The digest annotation differs from the config's footer digest.
     #[error(
         "annotation {} = {annotation} but the config's footer digest is {footer}",
-        crate::artifact::ANN_DIGEST
+        crate::media::ANN_DIGEST
     )]
     AnnotationDigest {
         /// The annotation's value.
@@ -357,7 +357,7 @@ pub enum ArtifactProblem {
         footer: String,
     },
     /// A Docker model artifact without a GGUF layer.
-    #[error("no GGUF layer (media type {})", crate::docker::GGUF_MEDIA_TYPE)]
+    #[error("no GGUF layer (media type {})", crate::media::DOCKER_GGUF_MEDIA_TYPE)]
     NoGguf,
     /// A Docker model artifact with several GGUF layers.
     #[error("{count} GGUF layers (a split GGUF); gpack pulls single-file GGUF artifacts")]
@@ -369,10 +369,7 @@ pub enum ArtifactProblem {
     #[error("config blob is not a gpack config")]
     NotGpackConfig(#[source] serde_json::Error),
     /// The config's schema is another.
-    #[error(
-        "config schema {found:?}, expected {:?}",
-        crate::artifact::CONFIG_SCHEMA
-    )]
+    #[error("config schema {found:?}, expected {:?}", crate::media::CONFIG_SCHEMA)]
     ConfigSchema {
         /// The schema found.
         found: String,

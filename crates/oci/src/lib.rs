@@ -15,6 +15,7 @@ pub mod artifact;
 pub mod auth;
 pub mod docker;
 mod error;
+mod media;
 pub mod progress;
 pub mod pull;
 pub mod push;

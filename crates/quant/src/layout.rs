@@ -234,24 +234,6 @@ fn rows16_name(t: GgmlType) -> &'static str {
     }
 }
 
-/// The canonical layout of a ggml type in a `.gpack` and in the runtime's
-/// transcodes of GGUF/HF sources (the one layout policy): quantized types
-/// row-interleaved by 16 ([`Layout::Rows16`], ggml's bytes, so never larger
-/// than the GGUF), F32/F16/BF16 as themselves, anything else as raw ggml
-/// blocks ([`Layout::Ggml`]; refused by the kernels unless it decodes).
-/// Embeddings are interleaved too (a lookup gathers one row's blocks from 16
-/// rows' bytes; a tied embedding is also the head, a matmul).
-pub fn canonical_layout_for(t: GgmlType, cols: u64) -> Layout {
-    if crate::interleave::supports(t)
-        && crate::ggml::can_dequantize(t)
-        && cols.is_multiple_of(t.block().0)
-    {
-        Layout::Rows16(t)
-    } else {
-        native_layout_for(t)
-    }
-}
-
 impl std::fmt::Display for Layout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -29,7 +29,8 @@
 //!   interleave and gather).
 //! * [`ggml`]: ggml block decoding ([`dequantize_ggml`], the reference side of
 //!   every exactness test) and the per-block split into codes/scales/mins.
-//! * [`mod@transcode`]: [`fn@transcode`] (ggml → native, exact), [`quantize`]
+//! * [`mod@transcode`]: [`canonical_layout_for`] (the one layout policy),
+//!   [`fn@transcode`] (ggml → native, exact), [`quantize`]
 //!   (F32/F16/BF16 or any decodable ggml type → int8/int4, one row at a
 //!   time) and [`write_with_f16_scales`] (adds the
 //!   optional f16 copy of the scales when it is exact).
@@ -79,13 +80,12 @@ pub use kernels::{
     matmul, matmul_concat, matmul_concat_on, matmul_on, matmul_ref, matmul_with, matvec, matvec_on,
     matvec_ref, matvec_with, Isa, QuantizedActivations,
 };
-pub use layout::{
-    can_fuse, canonical_layout_for, encoded_len, native_layout_for, Layout, NativeTensorHeader,
-};
+pub use layout::{can_fuse, encoded_len, native_layout_for, Layout, NativeTensorHeader};
 pub use pool::Pool;
 pub use transcode::{
-    f16_scales_exact_for, f16_scales_if_exact, quantize, quantize_with_f16_scales, transcode,
-    transcode_canonical, transcode_with_f16_scales, write_native, write_with_f16_scales,
+    canonical_layout_for, f16_scales_exact_for, f16_scales_if_exact, quantize,
+    quantize_with_f16_scales, transcode, transcode_canonical, transcode_with_f16_scales,
+    write_native, write_with_f16_scales,
 };
 pub use view::NativeView;
 

@@ -1,6 +1,11 @@
-//! Streaming writers of native tensors: [`transcode`] (ggml → native, exact)
-//! and [`quantize`] (F32/F16/BF16 → int8/int4, or any decodable ggml type:
-//! re-quantization).
+//! Streaming writers of native tensors: [`transcode`] (ggml → native, exact),
+//! [`transcode_canonical`] (into the one layout policy,
+//! [`canonical_layout_for`]) and [`quantize`] (F32/F16/BF16 → int8/int4, or
+//! any decodable ggml type: re-quantization).
+//!
+//! [`canonical_layout_for`] is here rather than in [`crate::layout`] because
+//! it depends on what [`crate::ggml`] decodes, and `ggml` builds on `layout`:
+//! so the modules use each other one way.
 //!
 //! Both write the header, then the codes row by row, then the scales (and
 //! mins), so memory stays O(one row) for [`transcode`]: the source is usually
@@ -73,8 +78,26 @@ pub fn transcode(
     transcode_impl(src_type, src, rows, cols, false, w)
 }
 
+/// The canonical layout of a ggml type in a `.gpack` and in the runtime's
+/// transcodes of GGUF/HF sources (the one layout policy): quantized types
+/// row-interleaved by 16 ([`Layout::Rows16`], ggml's bytes, so never larger
+/// than the GGUF), F32/F16/BF16 as themselves, anything else as raw ggml
+/// blocks ([`Layout::Ggml`]; refused by the kernels unless it decodes).
+/// Embeddings are interleaved too (a lookup gathers one row's blocks from 16
+/// rows' bytes; a tied embedding is also the head, a matmul).
+pub fn canonical_layout_for(t: GgmlType, cols: u64) -> Layout {
+    if crate::interleave::supports(t)
+        && crate::ggml::can_dequantize(t)
+        && cols.is_multiple_of(t.block().0)
+    {
+        Layout::Rows16(t)
+    } else {
+        native_layout_for(t)
+    }
+}
+
 /// Writes a native tensor of `rows × cols` elements of ggml type `src_type`
-/// in its canonical layout ([`crate::canonical_layout_for`]: row-interleaved
+/// in its canonical layout ([`canonical_layout_for`]: row-interleaved
 /// ggml blocks for the quantized types, else as [`transcode`]). Bounded
 /// memory: 16 rows at a time. Returns the bytes written.
 pub fn transcode_canonical(
@@ -84,7 +107,7 @@ pub fn transcode_canonical(
     cols: u64,
     w: &mut impl Write,
 ) -> Result<u64, Error> {
-    match crate::canonical_layout_for(src_type, cols) {
+    match canonical_layout_for(src_type, cols) {
         Layout::Rows16(t) => {
             let (h, total) = NativeTensorHeader::new(Layout::Rows16(t), rows, cols, false)?;
             w.write_all(&h.to_bytes())?;

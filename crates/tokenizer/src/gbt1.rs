@@ -12,64 +12,12 @@ use crate::spec::{ModelKind, PreTokenizer, TokenType};
 use zerocopy::little_endian::{F32, U32};
 use zerocopy::{FromBytes, Immutable, KnownLayout, Unaligned};
 
-/// `"GBT1"` read as a little-endian u32.
-pub const MAGIC: u32 = 0x3154_4247;
-/// The layout version this crate writes and the highest it reads.
-pub const VERSION: u16 = 1;
-/// Header size in bytes.
-pub const HEADER_SIZE: usize = 128;
-/// Largest vocabulary accepted (2^24; the largest real vocabularies are about 2^18).
-pub const MAX_VOCAB: u32 = 1 << 24;
-/// Largest merge count accepted (2^25).
-pub const MAX_MERGES: u32 = 1 << 25;
-/// Largest vocabulary blob (1 GiB).
-pub const MAX_BLOB: u32 = 1 << 30;
-/// Largest hash table (2^27 slots).
-pub const MAX_SLOTS: u32 = 1 << 27;
-/// Longest probe sequence of either hash table: a writer places every entry
-/// within this many slots of its home slot (`write` refuses a table where it
-/// cannot), and a lookup gives up after it, so a crafted table with no empty
-/// slot costs at most this many probes per lookup, not `slots`. The writer's
-/// loads (at most 1/2 and 2/3) keep real tables far below it (the longest
-/// probe of the real tokenizers in testdata is tested).
-pub const MAX_PROBES: u32 = 4096;
-/// Marks an empty pair-table slot and an absent byte-table entry.
-pub const NONE: u32 = u32::MAX;
-/// Pseudo-id base for a character that is not in a SentencePiece vocabulary (see `bpe.rs`).
-pub const PSEUDO_CHAR: u32 = 0x8000_0000;
-
-/// Header flag: prepend BOS when encoding with `add_special`.
-pub const FLAG_ADD_BOS: u32 = 1 << 0;
-/// Header flag: append EOS when encoding with `add_special`.
-pub const FLAG_ADD_EOS: u32 = 1 << 1;
-/// Header flag: SentencePiece dummy prefix (a space before every text fragment).
-pub const FLAG_ADD_SPACE_PREFIX: u32 = 1 << 2;
-/// Header flag: byte fallback to `<0xXX>` tokens.
-pub const FLAG_BYTE_FALLBACK: u32 = 1 << 3;
-/// Header flag: a word that is a token is emitted without merging (HF `ignore_merges`).
-pub const FLAG_IGNORE_MERGES: u32 = 1 << 4;
-/// Header flag: Hugging Face merge-queue semantics (`MergeMode::HfQueue`).
-pub const FLAG_HF_QUEUE: u32 = 1 << 5;
-/// Header flag: every merged token has exactly one merge producing it.
-pub const FLAG_PAIR_UNIQUE: u32 = 1 << 6;
-/// Header flag: characters missing from a SentencePiece vocabulary are merge symbols
-/// (pseudo-ids `PSEUDO_CHAR | codepoint`, llama.cpp) rather than byte-fallback tokens at once (HF).
-pub const FLAG_CHAR_PSEUDO_IDS: u32 = 1 << 7;
-/// Header flag: NFC-normalize every text fragment (not split tokens) before the model.
-pub const FLAG_NFC: u32 = 1 << 8;
-/// The header's `eot_id` and `eom_id` are set (else they are 0).
-pub const FLAG_END_IDS: u32 = 1 << 9;
-/// All flags version 1 defines.
-pub const KNOWN_FLAGS: u32 = (1 << 10) - 1;
-
-/// Token-type byte: low 3 bits are the [`TokenType`], this bit marks "matched before the model".
-pub const TYPE_SPLIT: u8 = 0x80;
-/// Token-type byte: special (dropped by `decode_skip_special`).
-pub const TYPE_SPECIAL: u8 = 0x40;
-/// Token-type byte: a split token that absorbs the whitespace before it.
-pub const TYPE_LSTRIP: u8 = 0x08;
-/// Token-type byte: a split token that absorbs the whitespace after it.
-pub const TYPE_RSTRIP: u8 = 0x10;
+pub use crate::raw::{
+    FLAG_ADD_BOS, FLAG_ADD_EOS, FLAG_ADD_SPACE_PREFIX, FLAG_BYTE_FALLBACK, FLAG_CHAR_PSEUDO_IDS,
+    FLAG_END_IDS, FLAG_HF_QUEUE, FLAG_IGNORE_MERGES, FLAG_NFC, FLAG_PAIR_UNIQUE, HEADER_SIZE,
+    KNOWN_FLAGS, MAGIC, MAX_BLOB, MAX_MERGES, MAX_PROBES, MAX_SLOTS, MAX_VOCAB, NONE, PSEUDO_CHAR,
+    TYPE_LSTRIP, TYPE_RSTRIP, TYPE_SPECIAL, TYPE_SPLIT, VERSION,
+};
 
 /// FNV-style mixing constants of the GBT1 hash (normative, see FORMAT-GBT1.md).
 const H_SEED: u64 = 0x243F_6A88_85A3_08D3;

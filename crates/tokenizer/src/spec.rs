@@ -358,11 +358,11 @@ impl TokenizerSpec {
     /// Check internal consistency: ids in range, merges produce their concatenation.
     pub fn validate(&self) -> Result<()> {
         let n = self.tokens.len() as u64;
-        if n == 0 || n > crate::gbt1::MAX_VOCAB as u64 {
+        if n == 0 || n > crate::raw::MAX_VOCAB as u64 {
             return Err(Error::Invalid {
                 what: "vocab size",
                 value: n,
-                limit: crate::gbt1::MAX_VOCAB as u64,
+                limit: crate::raw::MAX_VOCAB as u64,
             });
         }
         for id in [self.bos, self.eos, self.pad, self.unk, self.eot, self.eom]
@@ -386,7 +386,7 @@ impl TokenizerSpec {
             }
         }
         for (i, m) in self.merges.iter().enumerate() {
-            let operand_ok = |x: u32| (x as u64) < n || x & crate::gbt1::PSEUDO_CHAR != 0;
+            let operand_ok = |x: u32| (x as u64) < n || x & crate::raw::PSEUDO_CHAR != 0;
             if m[2] as u64 >= n || !operand_ok(m[0]) || !operand_ok(m[1]) {
                 return Err(Error::BadEntry {
                     what: "merge",
@@ -395,11 +395,6 @@ impl TokenizerSpec {
             }
         }
         Ok(())
-    }
-
-    /// Write this spec as GBT1 bytes.
-    pub fn to_gbt1(&self) -> Result<Vec<u8>> {
-        crate::write::write_gbt1(self)
     }
 
     /// Mark tokens as user-defined pieces matched before the model runs (llama.cpp treats

@@ -1,4 +1,5 @@
-//! GBT1 writer: lays out a [`TokenizerSpec`] with its hash tables precomputed.
+//! GBT1 writer: lays out a [`TokenizerSpec`] with its hash tables precomputed
+//! ([`TokenizerSpec::to_gbt1`], defined here so the spec does not depend on its writer).
 
 use crate::error::{Error, Result};
 use crate::gbt1::*;
@@ -7,8 +8,15 @@ use crate::spec::{MergeMode, ModelKind, TokenizerSpec};
 use zerocopy::little_endian::{F32, U16, U32, U64};
 use zerocopy::IntoBytes;
 
+impl TokenizerSpec {
+    /// Write this spec as GBT1 bytes.
+    pub fn to_gbt1(&self) -> Result<Vec<u8>> {
+        write_gbt1(self)
+    }
+}
+
 /// Write `spec` as GBT1 bytes.
-pub(crate) fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
+fn write_gbt1(spec: &TokenizerSpec) -> Result<Vec<u8>> {
     spec.validate()?;
     let vocab = spec.tokens.len() as u32;
     let blob_len: u64 = spec.tokens.iter().map(|t| t.bytes.len() as u64).sum();

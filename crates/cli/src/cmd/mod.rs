@@ -290,7 +290,7 @@ pub fn open_model(
     registry: &RegistryArgs,
 ) -> anyhow::Result<gpack_runtime::Loaded> {
     use anyhow::Context;
-    use gpack_convert::sidecar::{ensure_sidecar, SidecarStatus};
+    use gpack_convert::giw::{ensure_sidecar, SidecarStatus};
     let bars = std::sync::Arc::new(crate::progress::TransferBars::new("pull", true));
     let resolved = resolve_model(model, &registry.options(), bars.clone());
     bars.finish();

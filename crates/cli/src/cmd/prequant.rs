@@ -2,7 +2,7 @@
 //! `.giw` bundle (docs/GIW.md), streamed one tensor at a time.
 
 use anyhow::{Context, Result};
-use gpack_convert::sidecar::{prequant, PrequantOptions};
+use gpack_convert::giw::{prequant, PrequantOptions};
 use gpack_convert::Quant;
 use gpack_format::giw::Target;
 use std::path::PathBuf;
@@ -83,7 +83,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use gpack_convert::sidecar::{
+    use gpack_convert::giw::{
         ensure_sidecar, prequant, sidecar_for, PrequantOptions, SidecarStatus, StaleSidecar,
     };
     use gpack_convert::{convert, ConvertOptions, Quant};
