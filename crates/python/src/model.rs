@@ -124,7 +124,7 @@ impl Shared {
                 SpecMode::None | SpecMode::Draft => None,
             };
             generate_slot(&e.model, &mut state, slot, drafter, |em| {
-                let (id, text) = (em.token.unwrap_or_default(), em.text);
+                let (id, text) = (em.token, em.text);
                 {
                     if self.verify == VerifyMode::Background {
                         let mut c = self.integrity.lock().unwrap_or_else(|p| p.into_inner());
@@ -276,7 +276,7 @@ impl Model {
         json_schema: Option<&Bound<'_, PyAny>>,
         grammar: Option<String>,
     ) -> PyResult<Option<Box<Guide>>> {
-        let c = match (json_schema, grammar) {
+        let (c, param) = match (json_schema, grammar) {
             (Some(_), Some(_)) => {
                 return Err(PyValueError::new_err(
                     "json_schema and grammar cannot both be given",
@@ -298,7 +298,7 @@ impl Model {
                 }
                 let v: Value = serde_json::from_str(&text)
                     .map_err(|e| PyValueError::new_err(format!("json_schema: {e}")))?;
-                Constraint::JsonSchema(v)
+                (Constraint::JsonSchema(v), "json_schema")
             }
             (None, Some(g)) => {
                 if g.len() > MAX_CONSTRAINT_BYTES {
@@ -307,15 +307,16 @@ impl Model {
                         g.len()
                     )));
                 }
-                Constraint::Lark(g)
+                (Constraint::Lark(g), "grammar")
             }
             (None, None) => return Ok(None),
         };
-        self.compile(py, &c).map(Some)
+        self.compile(py, &c, Some(param)).map(Some)
     }
 
-    /// `c` compiled for this model's vocabulary.
-    fn compile(&self, py: Python<'_>, c: &Constraint) -> PyResult<Box<Guide>> {
+    /// `c` compiled for this model's vocabulary; a refusal is a `ValueError`
+    /// naming `param` (else the request parameter it came from).
+    fn compile(&self, py: Python<'_>, c: &Constraint, param: Option<&str>) -> PyResult<Box<Guide>> {
         let r = py.detach(|| {
             self.shared
                 .cell
@@ -323,9 +324,9 @@ impl Model {
         });
         match r {
             Ok(g) => Ok(Box::new(g)),
-            Err(ConstraintError::Invalid { param, message }) => {
-                Err(PyValueError::new_err(format!("{param}: {message}")))
-            }
+            Err(ConstraintError::Invalid { param: p, message }) => Err(PyValueError::new_err(
+                format!("{}: {message}", param.unwrap_or(p)),
+            )),
             Err(e) => Err(err_msg(e.to_string())),
         }
     }
@@ -855,7 +856,7 @@ impl Model {
         })?;
         let room = self.shared.n_ctx.saturating_sub(prompt.len());
         let guide = match &p.constraint {
-            Some(c) => Some(self.compile(py, c)?),
+            Some(c) => Some(self.compile(py, c, None)?),
             None => None,
         };
         let job = Job {

@@ -106,7 +106,7 @@ pub fn generate(
 /// [`generate`] with the same configuration; the cache afterwards holds the
 /// same positions too. `on_token` also gets, with the stop token's id, the
 /// text held back as a possible stop string when a stop token ends the
-/// answer.
+/// answer ([`Emitted::stop`]).
 pub fn generate_with(
     model: &Model<'_>,
     state: &mut State,
@@ -117,14 +117,7 @@ pub fn generate_with(
     mut on_token: impl FnMut(u32, &str) -> bool,
 ) -> Result<Generation> {
     let slot = Slot::new(prompt, cfg.clone(), tokenizer);
-    let stop_tokens = cfg.stop_tokens.clone();
-    generate_slot(model, state, slot, drafter, |e| match e.token {
-        Some(t) => on_token(t, e.text),
-        None => {
-            let t = stop_tokens.first().copied().unwrap_or_default();
-            on_token(t, e.text)
-        }
-    })
+    generate_slot(model, state, slot, drafter, |e| on_token(e.token, e.text))
 }
 
 /// Runs `slot` (its prompt appended to whatever `state` holds) to its end:
@@ -162,14 +155,10 @@ pub fn generate_slot(
     let mut spec = SpecStats::default();
     let mut fed: Vec<u32> = Vec::new();
     let mut drafts = Vec::new();
-    let mut stop = if max_tokens == 0 {
-        Some(StopReason::MaxTokens)
-    } else {
-        None
-    };
-    // The first rows are the prefill's last: nothing fed yet.
-    let mut rows = 1;
-    while stop.is_none() {
+    // The first rows are the prefill's last: nothing fed yet (none to
+    // sample with no token to generate).
+    let mut rows = usize::from(max_tokens > 0);
+    while rows > 0 {
         if state.logits().len() < rows * n_vocab {
             break;
         }
@@ -198,7 +187,6 @@ pub fn generate_slot(
         {
             d.hidden(pos - 1, &model.step_hidden(state, kept.used));
         }
-        stop = slot.stop().cloned();
         let Some(tok) = slot.pending() else {
             break;
         };

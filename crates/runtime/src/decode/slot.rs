@@ -38,9 +38,12 @@ use std::time::{Duration, Instant};
 /// One emitted token and the text that became final with it.
 #[derive(Debug)]
 pub struct Emitted<'a> {
-    /// The token; `None` when a stop token ended the sequence and this only
-    /// releases the text held back before it.
-    pub token: Option<u32>,
+    /// The token sampled.
+    pub token: u32,
+    /// Whether `token` is a stop token: it ends the sequence and is not part
+    /// of the output; `text` is what was held back before it (a partial
+    /// stop string that did not complete), final now.
+    pub stop: bool,
     /// Text now final (possibly empty; never part of a stop string).
     pub text: &'a str,
     /// The token's log-probability and alternatives, when asked for
@@ -354,7 +357,8 @@ impl<'t> Slot<'t> {
             // Text held back as a possible stop-string prefix is final now.
             if self.emitted < self.text.len() {
                 let e = Emitted {
-                    token: None,
+                    token: tok,
+                    stop: true,
                     text: &self.text[self.emitted..],
                     logprob: None,
                 };
@@ -391,7 +395,8 @@ impl<'t> Slot<'t> {
         {
             let s = s.clone();
             sink(&Emitted {
-                token: Some(tok),
+                token: tok,
+                stop: false,
                 text: &self.text[from..at],
                 logprob,
             });
@@ -418,7 +423,8 @@ impl<'t> Slot<'t> {
         let upto = self.text.len() - hold;
         self.emitted = upto;
         let go = sink(&Emitted {
-            token: Some(tok),
+            token: tok,
+            stop: false,
             text: &self.text[from..upto],
             logprob,
         });
