@@ -10,14 +10,15 @@
 
 use crate::tok::{check_ids, messages};
 use crate::{err_msg, json_to_py};
-use gpack_runtime::decode::{Constraint, ConstraintError, Grammars, Guide, Slot, TokenLogprob};
+use gpack_runtime::decode::TokenLogprob;
+use gpack_runtime::decode::{Constraint, ConstraintError, Emitted, Grammars, Guide, Slot};
 use gpack_runtime::decode::{MAX_CONSTRAINT_BYTES, MAX_TOP_LOGPROBS};
 use gpack_runtime::integrity::{Integrity, VerifyMode};
 use gpack_runtime::spec::{DEFAULT_MAX_DRAFT, DEFAULT_P_MIN};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_slot, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
-    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, SpecMode,
+    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, Sink, SpecMode,
 };
 use gpack_tokenizer::Tokenizer as RTokenizer;
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
@@ -43,6 +44,32 @@ self_cell::self_cell!(
         dependent: Engine,
     }
 );
+
+/// How often a blocking generation looks for Ctrl-C (before a forward
+/// pass, when this long has passed since it last looked).
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Prompt tokens per forward pass of a blocking generation, so that Ctrl-C
+/// is seen within [`SIGNAL_POLL`] plus one such step: SmolLM2-135M ran 64
+/// tokens in 92 ms on 2 busy cores (`gpack bench -p 64`, load 4–6, Xeon
+/// with AVX-512), so 32 keep a step under ~50 ms there.
+const SIGNAL_PREFILL_BATCH: usize = 32;
+
+/// A generation's [`Sink`]: tokens to `emit`, and `proceed` asked before
+/// each forward pass.
+struct PySink<E, P> {
+    emit: E,
+    proceed: P,
+}
+
+impl<E: FnMut(&Emitted<'_>) -> bool, P: FnMut() -> bool> Sink for PySink<E, P> {
+    fn emit(&mut self, e: &Emitted<'_>) -> bool {
+        (self.emit)(e)
+    }
+    fn proceed(&mut self) -> bool {
+        (self.proceed)()
+    }
+}
 
 /// What one generation needs besides the model.
 struct Job {
@@ -77,17 +104,26 @@ impl Shared {
 
     /// Runs `job`, calling `on_token(id, text)`; stops early (with the
     /// message) when the background check finds a damaged section.
+    /// `proceed()` is asked before each forward pass; `false` stops. A
+    /// `prefill_batch` bounds the prompt tokens of one forward pass (how
+    /// long `proceed` may go unasked).
     fn run(
         &self,
         job: &Job,
         mut on_token: impl FnMut(u32, &str) -> bool,
+        proceed: impl FnMut() -> bool,
+        prefill_batch: Option<usize>,
     ) -> Result<Generation, String> {
         if let Some(m) = self.failure() {
             return Err(m);
         }
         let mut damaged = None;
         let g = self.cell.with_dependent(|loaded, e| {
-            let mut slot = Slot::new(&job.prompt, job.cfg.clone(), Some(e.tok));
+            let mut cfg = job.cfg.clone();
+            if let Some(b) = prefill_batch {
+                cfg.prefill_batch = cfg.prefill_batch.min(b);
+            }
+            let mut slot = Slot::new(&job.prompt, cfg, Some(e.tok));
             if let Some(g) = &job.guide {
                 slot = slot.with_guide(Box::new(g.deep_clone()));
             }
@@ -123,7 +159,7 @@ impl Shared {
                 SpecMode::Mtp => by_mtp.as_mut().map(|d| d as &mut dyn Drafter),
                 SpecMode::None | SpecMode::Draft => None,
             };
-            generate_slot(&e.model, &mut state, slot, drafter, |em| {
+            let emit = |em: &Emitted<'_>| {
                 let (id, text) = (em.token, em.text);
                 {
                     if self.verify == VerifyMode::Background {
@@ -140,8 +176,9 @@ impl Shared {
                     }
                     on_token(id, text)
                 }
-            })
-            .map_err(|e| crate::chain(&e))
+            };
+            let sink = PySink { emit, proceed };
+            generate_slot(&e.model, &mut state, slot, drafter, sink).map_err(|e| crate::chain(&e))
         })?;
         match damaged {
             Some(m) => Err(m),
@@ -224,15 +261,16 @@ pub struct Model {
 }
 
 impl Model {
-    /// Runs `job` without the GIL, taking it back about every 50 ms to let
-    /// Python handle signals: Ctrl-C stops the generation with
-    /// KeyboardInterrupt.
+    /// Runs `job` without the GIL, taking it back before a forward pass
+    /// once [`SIGNAL_POLL`] has passed, to let Python handle signals:
+    /// Ctrl-C stops the generation with KeyboardInterrupt, within a step of
+    /// whatever it is doing (a prefill chunk, a token, a check of drafts).
     fn run_blocking(&self, py: Python<'_>, job: &Job) -> PyResult<Generation> {
         let mut interrupt: Option<PyErr> = None;
         let mut last = std::time::Instant::now();
         let r = py.detach(|| {
-            self.shared.run(job, |_, _| {
-                if last.elapsed() < std::time::Duration::from_millis(50) {
+            let proceed = || {
+                if last.elapsed() < SIGNAL_POLL {
                     return true;
                 }
                 last = std::time::Instant::now();
@@ -243,7 +281,9 @@ impl Model {
                         false
                     }
                 }
-            })
+            };
+            self.shared
+                .run(job, |_, _| true, proceed, Some(SIGNAL_PREFILL_BATCH))
         });
         if let Some(e) = interrupt {
             return Err(e);
@@ -355,9 +395,12 @@ impl Model {
         let shared = self.shared.clone();
         std::thread::spawn(move || {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                shared.run(&job, |_, text| {
-                    tx.send(Event::Text(text.to_string())).is_ok()
-                })
+                shared.run(
+                    &job,
+                    |_, text| tx.send(Event::Text(text.to_string())).is_ok(),
+                    || true,
+                    None,
+                )
             }));
             let done = match r {
                 Ok(r) => r,

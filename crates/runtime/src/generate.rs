@@ -117,25 +117,54 @@ pub fn generate_with(
     mut on_token: impl FnMut(u32, &str) -> bool,
 ) -> Result<Generation> {
     let slot = Slot::new(prompt, cfg.clone(), tokenizer);
-    generate_slot(model, state, slot, drafter, |e| on_token(e.token, e.text))
+    generate_slot(model, state, slot, drafter, |e: &Emitted<'_>| {
+        on_token(e.token, e.text)
+    })
+}
+
+/// Where [`generate_slot`] sends its tokens, and whom it asks whether to
+/// go on before each forward pass (a prefill chunk, a decoding step with
+/// its drafts): Python checks for Ctrl-C there, so a generation stops
+/// within a step whatever it is doing. A closure taking [`Emitted`] is a
+/// sink that always goes on.
+pub trait Sink {
+    /// An emitted token; `false` stops ([`StopReason::Callback`]).
+    fn emit(&mut self, e: &Emitted<'_>) -> bool;
+    /// Asked before each forward pass; `false` stops
+    /// ([`StopReason::Callback`]).
+    fn proceed(&mut self) -> bool {
+        true
+    }
+}
+
+impl<F: FnMut(&Emitted<'_>) -> bool> Sink for F {
+    fn emit(&mut self, e: &Emitted<'_>) -> bool {
+        self(e)
+    }
 }
 
 /// Runs `slot` (its prompt appended to whatever `state` holds) to its end:
 /// the loop behind [`generate`], `gpack run` and Python. `sink` gets each
-/// emitted token ([`Emitted`]); returning `false` stops
-/// ([`StopReason::Callback`]).
+/// emitted token ([`Emitted`]) and is asked before each forward pass
+/// ([`Sink`]).
 pub fn generate_slot(
     model: &Model<'_>,
     state: &mut State,
     mut slot: Slot<'_>,
     mut drafter: Option<&mut dyn Drafter>,
-    mut sink: impl FnMut(&Emitted<'_>) -> bool,
+    mut sink: impl Sink,
 ) -> Result<Generation> {
     let t0 = Instant::now();
     let prompt = slot.prompt().to_vec();
     let batch = slot.config().prefill_batch.max(1);
     let mut chunks = prompt.chunks(batch).peekable();
+    let mut rows = usize::from(slot.config().max_tokens > 0);
     while let Some(c) = chunks.next() {
+        if !sink.proceed() {
+            slot.cancel();
+            rows = 0;
+            break;
+        }
         let want = if chunks.peek().is_none() {
             Logits::Last
         } else {
@@ -156,8 +185,7 @@ pub fn generate_slot(
     let mut fed: Vec<u32> = Vec::new();
     let mut drafts = Vec::new();
     // The first rows are the prefill's last: nothing fed yet (none to
-    // sample with no token to generate).
-    let mut rows = usize::from(max_tokens > 0);
+    // sample with no token to generate, or after a stop in the prefill).
     while rows > 0 {
         if state.logits().len() < rows * n_vocab {
             break;
@@ -166,7 +194,7 @@ pub fn generate_slot(
         // Row 0's token is at the cache length less the rows after it.
         let pos = state.pos() + 1 - rows;
         let kept = slot
-            .sample_rows(logits, n_vocab, &drafts, pos, n_ctx, &mut sink)
+            .sample_rows(logits, n_vocab, &drafts, pos, n_ctx, &mut |e| sink.emit(e))
             .map_err(crate::Error::Decode)?;
         if rows > 1 {
             spec.verify_steps += 1;
@@ -198,6 +226,10 @@ pub fn generate_slot(
         match drafter.as_deref_mut() {
             Some(d) => slot.draft(d, room, n_vocab, &mut drafts),
             None => drafts.clear(),
+        }
+        if !sink.proceed() {
+            slot.cancel();
+            break;
         }
         fed.clear();
         fed.push(tok);

@@ -123,7 +123,7 @@ pub use config::{Activation, Arch, Config, RopeStyle};
 pub use decode::{partial_stop, Slot, StopReason};
 pub use error::{Error, ExpertSliceProblem, ExportProblem, Result, SectionProblem};
 pub use experts::{ExpertMode, ExpertStats};
-pub use generate::{generate, generate_slot, generate_with, GenerateConfig, Generation};
+pub use generate::{generate, generate_slot, generate_with, GenerateConfig, Generation, Sink};
 pub use gguf::GgufWeights;
 pub use gpack::{DraftWeights, GpackWeights};
 pub use integrity::{Integrity, VerifyMode};

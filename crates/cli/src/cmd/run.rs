@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
 use gpack_runtime::decode::{Constraint, ConstraintError, Grammars, TokenLogprob};
-use gpack_runtime::decode::{Slot, MAX_CONSTRAINT_BYTES};
+use gpack_runtime::decode::{Emitted, Slot, MAX_CONSTRAINT_BYTES};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_slot, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
@@ -386,7 +386,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         SpecMode::Draft => by_model.as_mut().map(|d| d as &mut dyn Drafter),
         SpecMode::Mtp => by_mtp.as_mut().map(|d| d as &mut dyn Drafter),
     };
-    let g = generate_slot(&model, &mut state, slot, drafter, |e| {
+    let g = generate_slot(&model, &mut state, slot, drafter, |e: &Emitted<'_>| {
         let text = e.text;
         {
             // The first token is out: start hashing; later, stop as soon
