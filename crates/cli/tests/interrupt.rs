@@ -121,3 +121,56 @@ fn sigkill_during_prequant_leaves_nothing_after_the_next_run() {
     assert_eq!(temps(), Vec::<String>::new());
     assert!(std::fs::read(&out).unwrap() == b"the user's file");
 }
+
+/// SIGINT stops `gpack run` within 100 ms wherever the generation is (the
+/// prefill of a long prompt, decoding, a check of n-gram drafts), exit 130,
+/// 20 times in a row at spread-out moments.
+#[test]
+fn sigint_stops_gpack_run_within_100_ms() {
+    let model = smollm2();
+    let long: String = (0..300).map(|i| format!("word{i} ")).collect();
+    for i in 0..20u64 {
+        let prompt = if i % 2 == 0 {
+            "Once upon a time"
+        } else {
+            &long
+        };
+        let mut child = gpack()
+            .arg("run")
+            .arg(&model)
+            .args(["-p", prompt, "-n", "100000", "--ctx", "2048"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Past start-up (the first bytes of output, or a moment into the
+        // prefill of the long prompt), then a spread of moments.
+        let mut out = child.stdout.take().unwrap();
+        if i % 2 == 0 {
+            use std::io::Read;
+            let mut b = [0u8; 1];
+            let _ = out.read(&mut b);
+        }
+        std::thread::sleep(Duration::from_millis(5 + 15 * i));
+        let sent = Instant::now();
+        let st = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                sent.elapsed() < Duration::from_secs(5),
+                "round {i}: gpack run still running 5 s after SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let took = sent.elapsed();
+        assert_eq!(status.code(), Some(130), "round {i}");
+        // `kill` itself is a process start (a few ms) inside this figure.
+        assert!(took < Duration::from_millis(100), "round {i}: {took:?}");
+    }
+}
