@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::weights::{AlignedBuf, TensorRef};
-use gpack_quant::{GgmlType, NativeView};
+use gpack_quant::{GgmlType, NativeView, Pool};
 use std::sync::Arc;
 
 /// Refuses a tensor of a ggml type gpack cannot decode (IQ2_XXS, TQ2_0, …):
@@ -255,9 +255,9 @@ impl<'a> Matrix<'a> {
             Matrix::Owned { buf, .. } => {
                 let view = Self::owned_view(buf);
                 if n == 1 {
-                    gpack_quant::matvec(&view, x, y);
+                    gpack_quant::matvec(Pool::global(), &view, x, y);
                 } else {
-                    gpack_quant::matmul(&view, x, n, y);
+                    gpack_quant::matmul(Pool::global(), &view, x, n, y);
                 }
             }
             Matrix::Native {
@@ -272,9 +272,9 @@ impl<'a> Matrix<'a> {
                         .expect("row range checked at bind")
                 };
                 if n == 1 {
-                    gpack_quant::matvec(&v, x, y);
+                    gpack_quant::matvec(Pool::global(), &v, x, y);
                 } else {
-                    gpack_quant::matmul(&v, x, n, y);
+                    gpack_quant::matmul(Pool::global(), &v, x, n, y);
                 }
             }
             Matrix::Dense {
@@ -302,9 +302,9 @@ impl<'a> Matrix<'a> {
                     let view = Self::owned_view(&buf);
                     let o = &mut out[..n * m];
                     if n == 1 {
-                        gpack_quant::matvec(&view, x, o);
+                        gpack_quant::matvec(Pool::global(), &view, x, o);
                     } else {
-                        gpack_quant::matmul(&view, x, n, o);
+                        gpack_quant::matmul(Pool::global(), &view, x, n, o);
                     }
                     for (i, oi) in o.chunks_exact(m).enumerate() {
                         y[i * rows + r0..i * rows + r0 + m].copy_from_slice(oi);
@@ -411,7 +411,7 @@ impl<'a> Proj<'a> {
             return self.parts[0].matmul(x, n, out);
         }
         if let Some(v) = &self.views {
-            return gpack_quant::matmul_concat(v, x, n, out);
+            return gpack_quant::matmul_concat(Pool::global(), v, x, n, out);
         }
         let mut off = 0;
         for p in &self.parts {
