@@ -284,8 +284,12 @@ impl Pool {
         }
     }
 
-    /// The process-wide pool, with one thread per available core
-    /// (`GPACK_THREADS` overrides).
+    /// A process-wide pool with one thread per logical CPU the process may
+    /// use (`GPACK_THREADS` overrides): the pool of this crate's own tests,
+    /// benchmarks and examples, and of [`crate::matvec_with`] and
+    /// [`crate::matmul_with`]. The runtime does not use it: a model owns
+    /// its pool (`gpack_runtime::LoadOptions::threads`) and passes it to
+    /// the kernels' `*_on` and pool-taking entry points.
     pub fn global() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| {

@@ -82,7 +82,7 @@ fn main() {
         m.is_fused(),
         load.as_secs_f64() * 1e3,
         anon_kib.map_or("n/a".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0)),
-        gpack_quant::Pool::global().threads(),
+        m.pool().threads(),
         gpack_quant::Isa::best().name(),
     );
     println!(

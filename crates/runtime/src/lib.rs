@@ -7,7 +7,9 @@
 //! * [`config`]: hyperparameters from GGUF-style metadata;
 //! * [`model`]: the graph ([`Model`]), KV caches ([`Sequence`], [`State`]),
 //!   batched prefill and decode ([`Model::forward`]) and multi-sequence
-//!   steps for servers ([`Model::forward_batch`]);
+//!   steps for servers ([`Model::forward_batch`]); how a model is bound
+//!   ([`LoadOptions`]). A model owns the thread pool its kernels run on
+//!   ([`Threads`], [`Model::pool`]; a draft model shares its target's);
 //! * [`experts`]: routed experts of MoE models, resident cache or in place
 //!   ([`ExpertMode`]);
 //! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
@@ -123,9 +125,10 @@ pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{generate, generate_with, partial_stop, GenerateConfig, Generation, StopReason};
 pub use gguf::GgufWeights;
 pub use gpack::{DraftWeights, GpackWeights};
+pub use gpack_quant::Pool;
 pub use model::{
-    LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode, PleStats, Scratch, Sequence, State,
-    DEFAULT_PLE_CACHE,
+    default_threads, LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode, PleStats, Scratch,
+    Sequence, State, Threads, DEFAULT_PLE_CACHE,
 };
 pub use open::{Loaded, OpenError};
 pub use sampler::{argmax, Sampler, SamplerConfig};

@@ -84,7 +84,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let model =
         Model::load(loaded.weights()).with_context(|| format!("loading {}", a.model.display()))?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
-    let threads = gpack_quant::Pool::global().threads();
+    let threads = model.pool().threads();
     let cost = TokenCost::of(loaded.weights(), model.config.n_layer);
     let bw = read_bandwidth_gbs(threads);
     let best = gpack_quant::Isa::best();

@@ -5,7 +5,7 @@ use gpack_format::SectionKind;
 use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_with, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
-    MtpDrafter, NgramDrafter, PleMode, SamplerConfig, SpecMode,
+    MtpDrafter, NgramDrafter, PleMode, SamplerConfig, SpecMode, Threads,
 };
 use gpack_tokenizer::ChatMessage;
 use std::io::{IsTerminal, Write};
@@ -73,7 +73,9 @@ pub struct Args {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Worker threads (default: the physical cores).
+    /// Threads the model runs on, the calling one included (also
+    /// GPACK_THREADS; a draft model or MTP block shares them). Default: one
+    /// per logical CPU the process may use.
     #[arg(long)]
     threads: Option<usize>,
     /// Context size (KV cache positions).
@@ -199,12 +201,12 @@ fn report_caches(model: &Model, loaded: &Loaded) {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    if let Some(n) = a.threads {
-        if n == 0 {
-            bail!("--threads must be at least 1");
+    let threads = match a.threads {
+        Some(n) => {
+            Threads::Count(std::num::NonZeroUsize::new(n).context("--threads must be at least 1")?)
         }
-        std::env::set_var("GPACK_THREADS", n.to_string());
-    }
+        None => Threads::Default,
+    };
     // Warnings (a .gpack falling back to its GGUF) go to stderr.
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format(|buf, rec| {
@@ -228,12 +230,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
         gpack_server::integrity::verify_now(&loaded)?;
     }
     let opts = LoadOptions {
+        threads,
         experts: a.experts.mode(),
         ple: a.ple.io(),
         kv_f16: a.kv_f16,
         context: a.ctx,
     };
     let model = Model::load_with(loaded.weights(), &opts)?;
+    // A draft model and the MTP block run on the model's threads.
+    let opts = LoadOptions {
+        threads: Threads::Shared(model.pool().clone()),
+        ..opts
+    };
     if a.verbose {
         eprintln!("family: {}", model.config.arch.name());
         for f in model.config.features() {
