@@ -193,7 +193,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// `gpack.GpackError` naming it), `"before"` (hash everything at load) or
 /// `"off"`, and `threads`: the threads the model runs on, the calling one
 /// included (default: `GPACK_THREADS`, else one per logical CPU the
-/// process may use).
+/// process may use). The `GPACK_*` load variables apply as in `gpack run`;
+/// a bad value is a `ValueError`.
 #[pyclass(module = "gpack._gpack", frozen)]
 pub struct Model {
     shared: Arc<Shared>,
@@ -432,12 +433,13 @@ impl Model {
         if n_ctx < 2 {
             return Err(PyValueError::new_err("n_ctx must be at least 2"));
         }
+        let env = LoadOptions::from_env().map_err(PyValueError::new_err)?;
         let experts = if expert_mmap {
             ExpertMode::Mmap
         } else {
             match expert_cache_bytes {
                 Some(cache_bytes) => ExpertMode::Resident { cache_bytes },
-                None => ExpertMode::from_env(),
+                None => env.experts,
             }
         };
         let threads = match threads {
@@ -445,13 +447,13 @@ impl Model {
                 std::num::NonZeroUsize::new(n)
                     .ok_or_else(|| PyValueError::new_err("threads must be at least 1"))?,
             ),
-            None => Threads::Default,
+            None => env.threads.clone(),
         };
         let opts = LoadOptions {
             threads,
             experts,
             kv_f16,
-            ..LoadOptions::default()
+            ..env
         };
         let cell = py.detach(|| {
             let loaded =

@@ -8,8 +8,10 @@
 //! * [`model`]: the graph ([`Model`]), KV caches ([`Sequence`], [`State`]),
 //!   batched prefill and decode ([`Model::forward`]) and multi-sequence
 //!   steps for servers ([`Model::forward_batch`]); how a model is bound
-//!   ([`LoadOptions`]). A model owns the thread pool its kernels run on
-//!   ([`Threads`], [`Model::pool`]; a draft model shares its target's);
+//!   ([`LoadOptions`], with the `GPACK_*` environment read in one place:
+//!   [`LoadOptions::from_env`]). A model owns the thread pool its kernels
+//!   run on ([`Threads`], [`Model::pool`]; a draft model shares its
+//!   target's);
 //! * [`experts`]: routed experts of MoE models, resident cache or in place
 //!   ([`ExpertMode`]);
 //! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
@@ -103,6 +105,7 @@
 
 pub mod bench;
 pub mod config;
+mod env;
 mod error;
 pub mod experts;
 pub mod export;

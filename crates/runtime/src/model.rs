@@ -164,23 +164,21 @@ impl Threads {
     }
 }
 
-/// The default thread count of a model's pool: `GPACK_THREADS` when it is
-/// a whole number ≥ 1, else one per logical CPU the process may use (`std::thread::available_parallelism`: the CPUs of its
+/// The default thread count of a model's pool: one per logical CPU the
+/// process may use (`std::thread::available_parallelism`: the CPUs of its
 /// affinity mask, bounded by a cgroup CPU quota), 1 if that is unknown. On
 /// an SMT host every hardware thread counts, so a 4-core, 8-thread CPU gets
 /// 8. Measured on 2-core hosts without SMT, where two threads run
 /// SmolLM2's matrices ~1.3-1.7x faster than one (docs/PERFORMANCE.md); one
 /// per physical core has not been measured against one per hardware thread
-/// on an SMT host. `--threads` overrides it.
+/// on an SMT host. `GPACK_THREADS` and `--threads` override it.
 pub fn default_threads() -> usize {
-    std::env::var("GPACK_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
 }
 
-/// How [`Model::load_with`] binds a model.
+/// How [`Model::load_with`] binds a model. The default reads no
+/// environment variable; [`LoadOptions::from_env`] applies the `GPACK_*`
+/// ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
     /// The threads the model's kernels run on: its own pool (of
@@ -210,18 +208,14 @@ pub const DEFAULT_PLE_CACHE: PleIo = PleIo::Direct {
 };
 
 impl Default for LoadOptions {
-    /// A pool of [`default_threads`]; experts as the environment says
-    /// ([`ExpertMode::from_env`]); PLE rows by direct I/O with
-    /// [`DEFAULT_PLE_CACHE`], or mmap when `GPACK_PLE_MMAP=1`.
+    /// A pool of [`default_threads`], experts [`ExpertMode::Auto`], PLE rows
+    /// by direct I/O with [`DEFAULT_PLE_CACHE`], an f32 K/V cache, the
+    /// context not known. Reads no environment variable.
     fn default() -> Self {
         LoadOptions {
             threads: Threads::Default,
-            experts: ExpertMode::from_env(),
-            ple: if std::env::var("GPACK_PLE_MMAP").is_ok_and(|v| v == "1") {
-                PleIo::Mmap
-            } else {
-                DEFAULT_PLE_CACHE
-            },
+            experts: ExpertMode::Auto,
+            ple: DEFAULT_PLE_CACHE,
             kv_f16: false,
             context: 0,
         }

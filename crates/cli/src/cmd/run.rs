@@ -201,12 +201,7 @@ fn report_caches(model: &Model, loaded: &Loaded) {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    let threads = match a.threads {
-        Some(n) => {
-            Threads::Count(std::num::NonZeroUsize::new(n).context("--threads must be at least 1")?)
-        }
-        None => Threads::Default,
-    };
+    let opts = super::load_options(&a.experts, &a.ple, a.threads)?;
     // Warnings (a .gpack falling back to its GGUF) go to stderr.
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format(|buf, rec| {
@@ -230,11 +225,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         gpack_server::integrity::verify_now(&loaded)?;
     }
     let opts = LoadOptions {
-        threads,
-        experts: a.experts.mode(),
-        ple: a.ple.io(),
         kv_f16: a.kv_f16,
         context: a.ctx,
+        ..opts
     };
     let model = Model::load_with(loaded.weights(), &opts)?;
     // A draft model and the MTP block run on the model's threads.

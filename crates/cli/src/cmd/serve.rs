@@ -150,12 +150,7 @@ fn secs(what: &str, v: f64) -> Result<std::time::Duration> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    let threads = match a.threads {
-        Some(n) => gpack_runtime::Threads::Count(
-            std::num::NonZeroUsize::new(n).context("--threads must be at least 1")?,
-        ),
-        None => gpack_runtime::Threads::Default,
-    };
+    let load = super::load_options(&a.experts, &a.ple, a.threads)?;
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
     let t0 = std::time::Instant::now();
@@ -181,11 +176,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         max_body_bytes: a.max_body,
         model_name: a.name,
         load: gpack_runtime::LoadOptions {
-            threads,
-            experts: a.experts.mode(),
-            ple: a.ple.io(),
             kv_f16: !a.kv_f32,
             context: a.ctx,
+            ..load
         },
         verify: a.verify,
         header_timeout: secs("header-timeout", a.header_timeout)?,
