@@ -29,6 +29,24 @@ if cargo tree -p gpack-python --locked -e normal | grep -E '^[^a-z]*(axum|hyper|
   echo "gpack-python depends on an HTTP stack (above): it must not" >&2
   exit 1
 fi
+# Settings by value (issue 47): no library or binary sets an environment
+# variable (the GPACK_* overrides are read once, by LoadOptions::from_env,
+# and passed on as values; tests and benches are outside src/), and only
+# gpack-quant's own tests, benches and examples use its process-wide pool
+# (a model runs on the pool it owns).
+settings_by_value() {
+  local hits
+  hits=$({
+    grep -rn -e 'set_var' -e 'remove_var' crates/*/src
+    grep -rn 'Pool::global' crates/runtime crates/server crates/cli crates/python
+  } || true)
+  if [ -n "$hits" ]; then
+    echo "test.sh: set_var/remove_var in crates/*/src, or Pool::global outside gpack-quant:" >&2
+    echo "$hits" >&2
+    return 1
+  fi
+}
+step settings_by_value
 # The server's end-to-end tests run the `gpack` binary this build makes
 # (asking cargo from inside a test rebuilt part of the tree).
 TD=$(cargo metadata -q --locked --format-version 1 --no-deps |

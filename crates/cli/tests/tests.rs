@@ -13,6 +13,7 @@ mod run;
 mod serve;
 mod spec;
 mod temps;
+mod threads;
 mod token_server;
 mod tokenize;
 mod unsupported;

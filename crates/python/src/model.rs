@@ -18,7 +18,7 @@ use gpack_runtime::spec::{DEFAULT_MAX_DRAFT, DEFAULT_P_MIN};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_slot, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
-    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, Sink, SpecMode,
+    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, Sink, SpecMode, Threads,
 };
 use gpack_tokenizer::Tokenizer as RTokenizer;
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
@@ -86,6 +86,9 @@ struct Job {
 /// Shared by a `Model` and its running streams.
 struct Shared {
     cell: Cell,
+    /// The options the model was loaded with, on its pool: an MTP block
+    /// bound for a generation runs on the model's threads.
+    load: LoadOptions,
     n_ctx: usize,
     verify: VerifyMode,
     /// The background hash of the file's sections (started on the first
@@ -146,9 +149,7 @@ impl Shared {
                 _ => None,
             };
             let mtp = match &mtp_weights {
-                Some(w) => {
-                    Some(Mtp::load(w, &LoadOptions::default()).map_err(|e| crate::chain(&e))?)
-                }
+                Some(w) => Some(Mtp::load(w, &self.load).map_err(|e| crate::chain(&e))?),
                 None => None,
             };
             let mut by_mtp = mtp
@@ -251,8 +252,10 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// `verify`: `"background"` (default: the sections are hashed on one thread
 /// from the first token on; a damaged one stops generation with
 /// `gpack.GpackError` naming it), `"before"` (hash everything at load) or
-/// `"off"`. Worker threads: the `GPACK_THREADS` environment variable, read
-/// once per process (default: the physical cores).
+/// `"off"`, and `threads`: the threads the model runs on, the calling one
+/// included (default: `GPACK_THREADS`, else one per logical CPU the
+/// process may use). The `GPACK_*` load variables apply as in `gpack run`;
+/// a bad value is a `ValueError`.
 #[pyclass(module = "gpack._gpack", frozen)]
 pub struct Model {
     shared: Arc<Shared>,
@@ -535,7 +538,8 @@ impl Model {
     /// Loads `path` (see the class docstring for the options).
     #[new]
     #[pyo3(signature = (path, *, n_ctx = 2048, kv = "f16", kv_f16 = None, verify = "background",
-                        fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None))]
+                        fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None,
+                        threads = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -546,6 +550,7 @@ impl Model {
         fallback_gguf: Option<PathBuf>,
         expert_mmap: bool,
         expert_cache_bytes: Option<usize>,
+        threads: Option<usize>,
     ) -> PyResult<Model> {
         let verify = match verify {
             "background" => VerifyMode::Background,
@@ -579,18 +584,27 @@ impl Model {
         if n_ctx < 2 {
             return Err(PyValueError::new_err("n_ctx must be at least 2"));
         }
+        let env = LoadOptions::from_env().map_err(PyValueError::new_err)?;
         let experts = if expert_mmap {
             ExpertMode::Mmap
         } else {
             match expert_cache_bytes {
                 Some(cache_bytes) => ExpertMode::Resident { cache_bytes },
-                None => ExpertMode::from_env(),
+                None => env.experts,
             }
         };
+        let threads = match threads {
+            Some(n) => Threads::Count(
+                std::num::NonZeroUsize::new(n)
+                    .ok_or_else(|| PyValueError::new_err("threads must be at least 1"))?,
+            ),
+            None => env.threads.clone(),
+        };
         let opts = LoadOptions {
+            threads,
             experts,
             kv_f16,
-            ..LoadOptions::default()
+            ..env
         };
         let cell = py.detach(|| {
             let loaded =
@@ -607,6 +621,10 @@ impl Model {
         });
         let cell = cell.map_err(err_msg)?;
         let eos = cell.with_dependent(|_, e| e.tok.stop_ids().first().copied().unwrap_or(0));
+        let load = LoadOptions {
+            threads: Threads::Shared(cell.with_dependent(|_, e| e.model.pool().clone())),
+            ..opts
+        };
         let name = path
             .file_stem()
             .map_or_else(|| "gpack".into(), |s| s.to_string_lossy().into_owned());
@@ -623,6 +641,7 @@ impl Model {
                 Shared {
                     grammars: Grammars::new(eos, Arc::new(encode)),
                     cell,
+                    load,
                     n_ctx,
                     verify,
                     integrity: Mutex::new(None),

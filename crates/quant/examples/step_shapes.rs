@@ -7,7 +7,7 @@
 //!
 //! `cargo run --release -p gpack-quant --example step_shapes -- [q4_1|q8_0] [n ...]`
 
-use gpack_quant::{matmul, matvec, transcode_with_f16_scales, GgmlType, NativeView};
+use gpack_quant::{matmul, matvec, transcode_with_f16_scales, GgmlType, NativeView, Pool};
 use std::time::Instant;
 
 fn tensor(t: GgmlType, rows: usize, cols: usize, seed: usize) -> Vec<u128> {
@@ -69,7 +69,7 @@ fn main() {
         t,
         bytes as f64 / 1e6,
         gpack_quant::Isa::best().name(),
-        gpack_quant::Pool::global().threads()
+        Pool::global().threads()
     );
     let mut base = None;
     for &n in &ns {
@@ -83,17 +83,17 @@ fn main() {
                 for v in l {
                     let (r, c) = (v.rows(), v.cols());
                     if n == 1 {
-                        matvec(v, &x[..c], &mut y[..r]);
+                        matvec(Pool::global(), v, &x[..c], &mut y[..r]);
                     } else {
-                        matmul(v, &x[..n * c], n, &mut y[..n * r]);
+                        matmul(Pool::global(), v, &x[..n * c], n, &mut y[..n * r]);
                     }
                 }
             }
             if with_head {
                 if n == 1 {
-                    matvec(&hv, &x[..576], &mut y[..49152]);
+                    matvec(Pool::global(), &hv, &x[..576], &mut y[..49152]);
                 } else {
-                    matmul(&hv, &x[..n * 576], n, &mut y[..n * 49152]);
+                    matmul(Pool::global(), &hv, &x[..n * 576], n, &mut y[..n * 49152]);
                 }
             }
         };

@@ -58,7 +58,8 @@
 //! Nothing hardware-specific is stored in a file (DESIGN.md); at run time:
 //! `GPACK_ISA=scalar|avx2|avxvnni|avx512vnni` caps the kernel path (CI runs
 //! the tests with `scalar` to cover "SIMD off"), `GPACK_THREADS` sizes
-//! [`Pool::global`], `GPACK_SPIN_US` sets how long idle workers spin before
+//! [`Pool::global`] (this crate's tests, benchmarks and examples; the
+//! runtime passes each model's own [`Pool`] to the kernels), `GPACK_SPIN_US` sets how long idle workers spin before
 //! parking (default 50). The chosen path is logged at debug level.
 
 #![deny(missing_docs)]

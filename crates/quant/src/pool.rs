@@ -104,13 +104,27 @@ struct Shared {
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     sleepers: AtomicUsize,
     sleep_lock: Mutex<()>,
+    /// Which of the pool's threads ran a task since [`Pool::take_threads_used`]
+    /// last looked: `[0]` the calling side, `[i]` worker `i`. Each is set
+    /// at most once per job by the thread it stands for (a load first, so a
+    /// set flag costs a shared read per job, no write).
+    ran: Box<[AtomicBool]>,
     wake: Condvar,
     shutdown: AtomicBool,
 }
 
 impl Shared {
-    /// Claims and runs tasks of the job of `epoch` until none is left.
-    fn work(&self, epoch: u64) {
+    /// Notes that the thread of `slot` (0: the caller, else a worker) ran a task.
+    fn mark_ran(&self, slot: usize) {
+        if !self.ran[slot].load(Ordering::Relaxed) {
+            self.ran[slot].store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Claims and runs tasks of the job of `epoch` until none is left, on
+    /// the thread of `slot` (0: the caller, else a worker).
+    fn work(&self, epoch: u64, slot: usize) {
+        let mut ran = false;
         loop {
             let cur = self.word.load(Ordering::Acquire);
             if cur >> EPOCH_SHIFT != epoch {
@@ -142,6 +156,12 @@ impl Shared {
                 // caller, and counted as finished.
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(i as usize))) {
                     self.keep_panic(payload);
+                }
+                // Before the increment: the caller, once it saw the last
+                // one, sees this thread counted.
+                if !ran {
+                    ran = true;
+                    self.mark_ran(slot);
                 }
                 self.done.fetch_add(1, Ordering::Release);
             }
@@ -196,7 +216,7 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-fn worker(shared: Arc<Shared>) {
+fn worker(shared: Arc<Shared>, slot: usize) {
     let spin = spin_duration();
     let mut seen = shared.word.load(Ordering::Acquire) >> EPOCH_SHIFT;
     loop {
@@ -225,7 +245,7 @@ fn worker(shared: Arc<Shared>) {
             shared.sleepers.fetch_sub(1, Ordering::SeqCst);
         };
         seen = epoch;
-        shared.work(epoch);
+        shared.work(epoch, slot);
     }
 }
 
@@ -244,13 +264,14 @@ impl Pool {
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            ran: (0..threads).map(|_| AtomicBool::new(false)).collect(),
         });
         let workers = (1..threads)
             .filter_map(|i| {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("gpack-quant-{i}"))
-                    .spawn(move || worker(s))
+                    .spawn(move || worker(s, i))
                     .ok()
             })
             .collect::<Vec<_>>();
@@ -263,8 +284,12 @@ impl Pool {
         }
     }
 
-    /// The process-wide pool, with one thread per available core
-    /// (`GPACK_THREADS` overrides).
+    /// A process-wide pool with one thread per logical CPU the process may
+    /// use (`GPACK_THREADS` overrides): the pool of this crate's own tests,
+    /// benchmarks and examples, and of [`crate::matvec_with`] and
+    /// [`crate::matmul_with`]. The runtime does not use it: a model owns
+    /// its pool (`gpack_runtime::LoadOptions::threads`) and passes it to
+    /// the kernels' `*_on` and pool-taking entry points.
     pub fn global() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| {
@@ -281,6 +306,20 @@ impl Pool {
     /// Threads a job runs on (workers + the caller).
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// How many of the pool's threads ran a task of [`Pool::run`] since the
+    /// last call (or since the pool was made), and forgets them: each worker
+    /// that did, plus one for the calling side if a calling thread did (the
+    /// caller's share of a job, or a job run on the caller alone). At most
+    /// [`Pool::threads`]. A diagnostic: tests count with it that a model's
+    /// kernels run on its own pool, on exactly its threads.
+    pub fn take_threads_used(&self) -> usize {
+        self.shared
+            .ran
+            .iter()
+            .filter(|r| r.swap(false, Ordering::Relaxed))
+            .count()
     }
 
     /// Runs `f(i)` for every `i in 0..n_tasks`, each exactly once, across the
@@ -322,6 +361,7 @@ impl Pool {
             None
         };
         let Some(guard) = guard else {
+            self.shared.mark_ran(0);
             (0..n_tasks).for_each(f);
             return;
         };
@@ -339,7 +379,7 @@ impl Pool {
             let _g = sh.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
             sh.wake.notify_all();
         }
-        sh.work(epoch);
+        sh.work(epoch, 0);
         // Spin briefly for the last task; then yield, so that an oversubscribed
         // machine can schedule the worker we are waiting for.
         let mut spins = 0u32;

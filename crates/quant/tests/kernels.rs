@@ -9,6 +9,7 @@ use gpack_quant::kernels::{matvec_quantized, QuantizedActivations};
 use gpack_quant::layout::NativeTensorHeader;
 use gpack_quant::{
     matmul_with, matvec, matvec_ref, matvec_with, transcode, GgmlType, Isa, Layout, NativeView,
+    Pool,
 };
 
 /// f16 scale fields per block type (ggml-common.h).
@@ -223,8 +224,8 @@ fn quantized_activations_can_be_reused() {
     let mut xq = QuantizedActivations::new();
     xq.quantize(&x, 1, 576);
     let (mut a, mut b) = (vec![0f32; 20], vec![0f32; 20]);
-    matvec_quantized(&v, &xq, &mut a);
-    matvec(&v, &x, &mut b);
+    matvec_quantized(Pool::global(), &v, &xq, &mut a);
+    matvec(Pool::global(), &v, &x, &mut b);
     assert_eq!(a, b);
 }
 
@@ -241,7 +242,7 @@ fn error_budget_against_f32() {
         let v = NativeView::parse(buf.bytes()).unwrap();
         let x = random_x(&mut rng, cols);
         let mut y = vec![0f32; rows];
-        matvec(&v, &x, &mut y);
+        matvec(Pool::global(), &v, &x, &mut y);
         let mut w = vec![0f32; cols];
         for r in 0..rows {
             v.dequantize_row(r, &mut w);
@@ -361,7 +362,7 @@ fn raw_ggml_without_decoder_panics_clearly() {
     let a = Aligned::new(&out);
     let v = NativeView::parse(a.bytes()).unwrap();
     let mut y = [0f32; 1];
-    matvec(&v, &[0.0; 256], &mut y);
+    matvec(Pool::global(), &v, &[0.0; 256], &mut y);
 }
 
 /// IQ4_NL, IQ4_XS and MXFP4 kept as raw ggml blocks run through the
@@ -393,7 +394,7 @@ fn raw_nonlinear_types_run_through_the_dequantizing_path() {
             .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
             .collect();
         let mut y = vec![0f32; rows];
-        matvec(&v, &x, &mut y);
+        matvec(Pool::global(), &v, &x, &mut y);
         let row_bytes = src.len() / rows;
         for (r, &got) in y.iter().enumerate() {
             let mut w = vec![0f32; cols];

@@ -118,3 +118,33 @@ fn a_panicking_task_reaches_the_caller_and_the_pool_stays_usable() {
         "the pool ran later jobs on the caller alone"
     );
 }
+
+/// `take_threads_used` counts the distinct threads that ran tasks (the
+/// ids the tasks themselves record), at most the pool's threads, and
+/// forgets them once read.
+#[test]
+fn take_threads_used_counts_the_threads_that_ran_tasks() {
+    for n in 1..=4 {
+        let pool = Pool::new(n);
+        assert_eq!(pool.take_threads_used(), 0, "{n} threads, no job yet");
+        let ids = std::sync::Mutex::new(std::collections::HashSet::new());
+        // Slow tasks, so that every worker takes some (retried: a loaded
+        // machine may leave a job to fewer threads).
+        for _ in 0..50 {
+            pool.run(4 * n, &|_| {
+                ids.lock().unwrap().insert(std::thread::current().id());
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            });
+            if ids.lock().unwrap().len() == n {
+                break;
+            }
+        }
+        let seen = ids.lock().unwrap().len();
+        assert_eq!(seen, n, "a pool of {n} ran its tasks on {seen} threads");
+        assert_eq!(pool.take_threads_used(), seen);
+        assert_eq!(pool.take_threads_used(), 0, "forgotten once read");
+        // A job of one task runs on the caller alone.
+        pool.run(1, &|_| {});
+        assert_eq!(pool.take_threads_used(), 1);
+    }
+}

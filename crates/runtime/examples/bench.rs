@@ -2,8 +2,9 @@
 //!
 //! Opens MODEL the way `gpack run` does with no flags — a `.gpack` mapped
 //! zero-copy, a `.giw` bundle, or a `.gguf` / Hugging Face directory (GGUF
-//! provider: tensors transcoded at load) — then `Model::load` with the default
-//! options, and prints load time, anonymous RSS after load (`RssAnon` of
+//! provider: tensors transcoded at load) — then `Model::load_with` with the
+//! default options and the `GPACK_*` environment (`LoadOptions::from_env`:
+//! `GPACK_THREADS=2` for the pool's size), and prints load time, anonymous RSS after load (`RssAnon` of
 //! /proc/self/status), then prompt-processing and generation tokens/s
 //! (median, min–max over the repetitions), like `llama-bench -p 512 -n 64`;
 //! `-d N` runs each test after N tokens of context, like llama-bench's `-d`.
@@ -64,7 +65,8 @@ fn main() {
     let path = path.expect("usage: bench MODEL [-p N] [-n N] [-r N] [-d N]");
     let t = Instant::now();
     let w = open(path.as_ref());
-    let m = Model::load(w.as_ref()).expect("load");
+    let opts = gpack_runtime::LoadOptions::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let m = Model::load_with(w.as_ref(), &opts).expect("load");
     let load = t.elapsed();
     let anon_kib = rss_anon_kib();
     let c = TokenCost::of(w.as_ref(), m.config.n_layer);
@@ -82,7 +84,7 @@ fn main() {
         m.is_fused(),
         load.as_secs_f64() * 1e3,
         anon_kib.map_or("n/a".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0)),
-        gpack_quant::Pool::global().threads(),
+        m.pool().threads(),
         gpack_quant::Isa::best().name(),
     );
     println!(

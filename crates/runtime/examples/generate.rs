@@ -33,7 +33,11 @@ fn main() {
         <[String; 2]>::try_from(rest).expect("usage: generate MODEL [-n N] [--temp T] PROMPT");
     let t = Instant::now();
     let w = GgufWeights::open(path.as_ref()).expect("open");
-    let m = Model::load(&w).expect("load");
+    let m = Model::load_with(
+        &w,
+        &gpack_runtime::LoadOptions::from_env().unwrap_or_else(|e| panic!("{e}")),
+    )
+    .expect("load");
     let tok_bytes = gpack_tokenizer::load_any(path.as_ref()).expect("tokenizer");
     let tok = tok_bytes.tokenizer().expect("tokenizer");
     eprintln!("load {:.3} s", t.elapsed().as_secs_f64());

@@ -32,7 +32,11 @@ fn main() {
     } else {
         Box::new(GgufWeights::open(p).unwrap_or_else(|e| panic!("{path}: {e}")))
     };
-    let m = Model::load(w.as_ref()).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let m = Model::load_with(
+        w.as_ref(),
+        &gpack_runtime::LoadOptions::from_env().unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{path}: {e}"));
     let nv = m.config.n_vocab;
     // Whole 64-position key blocks, so the cache's bytes per position are exact.
     let mut s = m.new_state((ids.len() + n_new + 1).div_ceil(64) * 64);

@@ -48,7 +48,7 @@ fn main() {
         &w,
         &LoadOptions {
             experts: mode,
-            ..LoadOptions::default()
+            ..LoadOptions::from_env().unwrap_or_else(|e| panic!("{e}"))
         },
     )
     .expect("load");

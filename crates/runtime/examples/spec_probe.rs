@@ -14,7 +14,11 @@ fn main() {
         .nth(1)
         .expect("usage: spec_probe MODEL.gpack");
     let w = GpackWeights::open(std::path::Path::new(&path)).expect("opening the model");
-    let model = Model::load(&w).expect("loading the model");
+    let model = Model::load_with(
+        &w,
+        &gpack_runtime::LoadOptions::from_env().unwrap_or_else(|e| panic!("{e}")),
+    )
+    .expect("loading the model");
     let nv = model.config.n_vocab as u32;
     // The prefix (the depth the checks run at): 32 tokens unless given.
     let prefix: usize = std::env::args()

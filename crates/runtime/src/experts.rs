@@ -185,23 +185,6 @@ impl ExpertMode {
     /// The resident cache budget when none is given: 4 GiB.
     pub const DEFAULT_CACHE_BYTES: usize = 4 << 30;
 
-    /// From the environment: `GPACK_EXPERT_MMAP=1` selects [`ExpertMode::Mmap`];
-    /// `GPACK_EXPERT_CACHE_BYTES` resident with that budget; neither
-    /// [`ExpertMode::Auto`]. (`GPACK_EXPERT_CACHE_BYTES` is a size such as
-    /// `512M` or `2G`) or the default budget.
-    pub fn from_env() -> ExpertMode {
-        if std::env::var("GPACK_EXPERT_MMAP").is_ok_and(|v| v == "1") {
-            return ExpertMode::Mmap;
-        }
-        match std::env::var("GPACK_EXPERT_CACHE_BYTES")
-            .ok()
-            .and_then(|v| parse_size(&v))
-        {
-            Some(cache_bytes) => ExpertMode::Resident { cache_bytes },
-            None => ExpertMode::Auto,
-        }
-    }
-
     /// `"mmap"` or `"resident"`.
     pub fn name(&self) -> &'static str {
         match self {

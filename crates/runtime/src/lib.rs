@@ -7,7 +7,11 @@
 //! * [`config`]: hyperparameters from GGUF-style metadata;
 //! * [`model`]: the graph ([`Model`]), KV caches ([`Sequence`], [`State`]),
 //!   batched prefill and decode ([`Model::forward`]) and multi-sequence
-//!   steps for servers ([`Model::forward_batch`]);
+//!   steps for servers ([`Model::forward_batch`]); how a model is bound
+//!   ([`LoadOptions`], with the `GPACK_*` environment read in one place:
+//!   [`LoadOptions::from_env`]). A model owns the thread pool its kernels
+//!   run on ([`Threads`], [`Model::pool`]; a draft model shares its
+//!   target's);
 //! * [`experts`]: routed experts of MoE models, resident cache or in place
 //!   ([`ExpertMode`]);
 //! * [`sampler`], [`generate`]: sampling and the streaming generation loop;
@@ -102,6 +106,7 @@
 pub mod bench;
 pub mod config;
 pub mod decode;
+mod env;
 mod error;
 pub mod experts;
 pub mod export;
@@ -126,10 +131,11 @@ pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{generate, generate_slot, generate_with, GenerateConfig, Generation, Sink};
 pub use gguf::GgufWeights;
 pub use gpack::{DraftWeights, GpackWeights};
+pub use gpack_quant::Pool;
 pub use integrity::{Integrity, VerifyMode};
 pub use model::{
-    LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode, PleStats, Scratch, Sequence, State,
-    DEFAULT_PLE_CACHE,
+    default_threads, LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode, PleStats, Scratch,
+    Sequence, State, Threads, DEFAULT_PLE_CACHE,
 };
 pub use open::{Loaded, OpenError};
 pub use sampler::{argmax, Sampler, SamplerConfig};

@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::weights::{AlignedBuf, TensorRef};
-use gpack_quant::{GgmlType, NativeView};
+use gpack_quant::{GgmlType, NativeView, Pool};
 use std::sync::Arc;
 
 /// Refuses a tensor of a ggml type gpack cannot decode (IQ2_XXS, TQ2_0, …):
@@ -245,8 +245,9 @@ impl<'a> Matrix<'a> {
         }
     }
 
-    /// `y[i] = W · x[i]` for `n` inputs: `x` is `[n][cols]`, `y` is `[n][rows]`.
-    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
+    /// `y[i] = W · x[i]` for `n` inputs: `x` is `[n][cols]`, `y` is
+    /// `[n][rows]`, on the threads of `pool` (the model's).
+    pub fn matmul(&self, pool: &Pool, x: &[f32], n: usize, y: &mut [f32]) {
         let cols = self.cols();
         let rows = self.rows();
         debug_assert_eq!(x.len(), n * cols);
@@ -255,9 +256,9 @@ impl<'a> Matrix<'a> {
             Matrix::Owned { buf, .. } => {
                 let view = Self::owned_view(buf);
                 if n == 1 {
-                    gpack_quant::matvec(&view, x, y);
+                    gpack_quant::matvec(pool, &view, x, y);
                 } else {
-                    gpack_quant::matmul(&view, x, n, y);
+                    gpack_quant::matmul(pool, &view, x, n, y);
                 }
             }
             Matrix::Native {
@@ -272,9 +273,9 @@ impl<'a> Matrix<'a> {
                         .expect("row range checked at bind")
                 };
                 if n == 1 {
-                    gpack_quant::matvec(&v, x, y);
+                    gpack_quant::matvec(pool, &v, x, y);
                 } else {
-                    gpack_quant::matmul(&v, x, n, y);
+                    gpack_quant::matmul(pool, &v, x, n, y);
                 }
             }
             Matrix::Dense {
@@ -302,9 +303,9 @@ impl<'a> Matrix<'a> {
                     let view = Self::owned_view(&buf);
                     let o = &mut out[..n * m];
                     if n == 1 {
-                        gpack_quant::matvec(&view, x, o);
+                        gpack_quant::matvec(pool, &view, x, o);
                     } else {
-                        gpack_quant::matmul(&view, x, n, o);
+                        gpack_quant::matmul(pool, &view, x, n, o);
                     }
                     for (i, oi) in o.chunks_exact(m).enumerate() {
                         y[i * rows + r0..i * rows + r0 + m].copy_from_slice(oi);
@@ -402,25 +403,25 @@ impl<'a> Proj<'a> {
         self.fused.is_some() || self.views.is_some() || self.parts.len() == 1
     }
 
-    /// `out` is `[n][rows()]`.
-    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32], tmp: &mut Vec<f32>) {
+    /// `out` is `[n][rows()]`, on the threads of `pool` (the model's).
+    pub fn matmul(&self, pool: &Pool, x: &[f32], n: usize, out: &mut [f32], tmp: &mut Vec<f32>) {
         if let Some(f) = &self.fused {
-            return f.matmul(x, n, out);
+            return f.matmul(pool, x, n, out);
         }
         if self.parts.len() == 1 {
-            return self.parts[0].matmul(x, n, out);
+            return self.parts[0].matmul(pool, x, n, out);
         }
         if let Some(v) = &self.views {
-            return gpack_quant::matmul_concat(v, x, n, out);
+            return gpack_quant::matmul_concat(pool, v, x, n, out);
         }
         let mut off = 0;
         for p in &self.parts {
             let r = p.rows();
             if n == 1 {
-                p.matmul(x, 1, &mut out[off..off + r]);
+                p.matmul(pool, x, 1, &mut out[off..off + r]);
             } else {
                 tmp.resize(n * r, 0.0);
-                p.matmul(x, n, tmp);
+                p.matmul(pool, x, n, tmp);
                 for (o, t) in out.chunks_exact_mut(self.total).zip(tmp.chunks_exact(r)) {
                     o[off..off + r].copy_from_slice(t);
                 }

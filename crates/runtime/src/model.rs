@@ -26,7 +26,8 @@ use crate::ops::{self, Rope};
 use crate::ple::PleIo;
 use crate::weights::WeightSource;
 use gpack_quant::Pool;
-use std::sync::Mutex;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 
 mod attention;
 mod gemma3n;
@@ -122,9 +123,67 @@ enum Graph<'a> {
     Gemma3n(Box<gemma3n::Gemma3n<'a>>),
 }
 
-/// How [`Model::load_with`] binds a model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The threads a model's kernels run on: a [`Pool`] of the model's own, or
+/// one shared with models loaded before it ([`LoadOptions::threads`]).
+#[derive(Clone, Debug, Default)]
+pub enum Threads {
+    /// A pool of its own with [`default_threads`] threads.
+    #[default]
+    Default,
+    /// A pool of its own with this many threads (the calling thread
+    /// included: `n - 1` workers).
+    Count(NonZeroUsize),
+    /// This pool, shared with the other models that run with it: a target
+    /// and its draft model or MTP block take turns, so one set of threads
+    /// serves both ([`Model::pool`] of the one loaded first).
+    Shared(Arc<Pool>),
+}
+
+impl PartialEq for Threads {
+    /// Shared pools are equal when they are the same pool.
+    fn eq(&self, other: &Threads) -> bool {
+        match (self, other) {
+            (Threads::Default, Threads::Default) => true,
+            (Threads::Count(a), Threads::Count(b)) => a == b,
+            (Threads::Shared(a), Threads::Shared(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Threads {}
+
+impl Threads {
+    /// The pool these threads are: a new one, or the shared one.
+    pub fn pool(&self) -> Arc<Pool> {
+        match self {
+            Threads::Default => Arc::new(Pool::new(default_threads())),
+            Threads::Count(n) => Arc::new(Pool::new(n.get())),
+            Threads::Shared(p) => Arc::clone(p),
+        }
+    }
+}
+
+/// The default thread count of a model's pool: one per logical CPU the
+/// process may use (`std::thread::available_parallelism`: the CPUs of its
+/// affinity mask, bounded by a cgroup CPU quota), 1 if that is unknown. On
+/// an SMT host every hardware thread counts, so a 4-core, 8-thread CPU gets
+/// 8. Measured on 2-core hosts without SMT, where two threads run
+/// SmolLM2's matrices ~1.3-1.7x faster than one (docs/PERFORMANCE.md); one
+/// per physical core has not been measured against one per hardware thread
+/// on an SMT host. `GPACK_THREADS` and `--threads` override it.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
+/// How [`Model::load_with`] binds a model. The default reads no
+/// environment variable; [`LoadOptions::from_env`] applies the `GPACK_*`
+/// ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
+    /// The threads the model's kernels run on: its own pool (of
+    /// [`default_threads`] or a given count) or a shared one.
+    pub threads: Threads,
     /// How routed experts are read (ignored by dense models).
     pub experts: ExpertMode,
     /// How a `.gpack`'s per-layer embedding table is read (models with one:
@@ -150,17 +209,14 @@ pub const DEFAULT_PLE_CACHE: PleIo = PleIo::Direct {
 };
 
 impl Default for LoadOptions {
-    /// Experts as the environment says ([`ExpertMode::from_env`]); PLE rows
-    /// by direct I/O with [`DEFAULT_PLE_CACHE`], or mmap when
-    /// `GPACK_PLE_MMAP=1`.
+    /// A pool of [`default_threads`], experts [`ExpertMode::Auto`], PLE rows
+    /// by direct I/O with [`DEFAULT_PLE_CACHE`], an f32 K/V cache, the
+    /// context not known. Reads no environment variable.
     fn default() -> Self {
         LoadOptions {
-            experts: ExpertMode::from_env(),
-            ple: if std::env::var("GPACK_PLE_MMAP").is_ok_and(|v| v == "1") {
-                PleIo::Mmap
-            } else {
-                DEFAULT_PLE_CACHE
-            },
+            threads: Threads::Default,
+            experts: ExpertMode::Auto,
+            ple: DEFAULT_PLE_CACHE,
             kv_f16: true,
             context: 0,
         }
@@ -200,6 +256,8 @@ pub struct Model<'a> {
     graph: Graph<'a>,
     /// Sequences keep K/V as f16 ([`LoadOptions::kv_f16`]).
     kv_f16: bool,
+    /// The threads every kernel of the graph runs on ([`LoadOptions::threads`]).
+    pool: Arc<Pool>,
 }
 
 /// Which logits [`Model::forward`] computes.
@@ -320,6 +378,13 @@ impl State {
 }
 
 impl<'a> Model<'a> {
+    /// The thread pool the model's kernels run on: pass it on
+    /// ([`Threads::Shared`]) to load a draft model or MTP block on the
+    /// same threads.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
     /// The PLE table's counters (`None` for a model without one).
     pub fn ple_stats(&self) -> Option<PleStats> {
         match &self.graph {
@@ -395,7 +460,7 @@ impl<'a> Model<'a> {
             s.cs_swa.resize(n * c.n_rot, 0.0);
             s.cap = n;
         }
-        let slots = Pool::global().threads() + 1;
+        let slots = self.pool.threads() + 1;
         if s.score_slots.len() < slots {
             s.score_slots.resize_with(slots, || Mutex::new(Vec::new()));
         }

@@ -15,13 +15,18 @@ use std::sync::Mutex;
 const PAR_ROWS_MIN: usize = 1 << 16;
 
 /// `f(t0, rows)` over the first `n` rows of `out` (each `w` wide), in
-/// chunks run on the quant crate's pool when there is enough work: each
+/// chunks run on `pool` (the model's) when there is enough work: each
 /// call gets a disjoint chunk of whole rows starting at row `t0` (one
 /// `Mutex` per chunk, never contended). Every row's values are what `f`
 /// gives it alone, whatever the split.
-pub fn par_rows(out: &mut [f32], w: usize, n: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+pub fn par_rows(
+    pool: &Pool,
+    out: &mut [f32],
+    w: usize,
+    n: usize,
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
     let out = &mut out[..n * w];
-    let pool = Pool::global();
     let per = if pool.threads() > 1 && n * w >= PAR_ROWS_MIN {
         n.div_ceil(pool.threads() * 4)
     } else {

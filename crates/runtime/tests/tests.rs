@@ -8,3 +8,4 @@ mod mtp;
 mod ple;
 mod smollm2;
 mod spec;
+mod threads;

@@ -18,7 +18,7 @@ fn main() {
         w,
         &gpack_runtime::LoadOptions {
             kv_f16: std::env::var("GPACK_KV_F32").is_err(),
-            ..Default::default()
+            ..gpack_runtime::LoadOptions::from_env().unwrap_or_else(|e| panic!("{e}"))
         },
     )
     .unwrap();

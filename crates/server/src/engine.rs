@@ -457,18 +457,18 @@ fn compute_masks(lent: Vec<Lent>) -> Masks {
         .collect()
 }
 
-/// [`compute_masks`] of several slots at once, one per task of the runtime's
+/// [`compute_masks`] of several slots at once, one per task of the model's
 /// pool (its threads are idle between the forward pass and sampling): the
 /// masks of a batched step, which would otherwise follow each other on the
 /// engine thread.
-fn compute_masks_on_pool(lent: Vec<Lent>) -> Masks {
+fn compute_masks_on_pool(pool: &gpack_runtime::Pool, lent: Vec<Lent>) -> Masks {
     use std::sync::{Mutex, MutexGuard};
     fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
         m.lock().unwrap_or_else(|e| e.into_inner())
     }
     let cells: Vec<Mutex<Option<Lent>>> = lent.into_iter().map(|x| Mutex::new(Some(x))).collect();
     let out: Vec<Mutex<Masks>> = cells.iter().map(|_| Mutex::new(Vec::new())).collect();
-    gpack_quant::Pool::global().run(cells.len(), &|i| {
+    pool.run(cells.len(), &|i| {
         if let Some(x) = lock(&cells[i]).take() {
             *lock(&out[i]) = compute_masks(vec![x]);
         }
@@ -478,19 +478,15 @@ fn compute_masks_on_pool(lent: Vec<Lent>) -> Masks {
         .collect()
 }
 
-/// Whether the runtime's pool (`GPACK_THREADS`, else one thread per core)
-/// leaves a core free. Its workers spin between the forward pass's jobs, so
-/// a mask thread on a core they use preempts one of them and stalls every
-/// slot's step (measured on 2 cores: single-stream decode 0.70x with the
-/// thread, against the mask's own cost when computed after the step).
-fn spare_core() -> bool {
+/// Whether the model's pool (`--threads`, else one thread per logical
+/// CPU) leaves a core free. Its workers spin between the forward pass's
+/// jobs, so a mask thread on a core they use preempts one of them and
+/// stalls every slot's step (measured on 2 cores: single-stream decode
+/// 0.70x with the thread, against the mask's own cost when computed after
+/// the step).
+fn spare_core(model: &Model) -> bool {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pool = std::env::var("GPACK_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(cores);
-    pool < cores
+    model.pool().threads() < cores
 }
 
 impl Engine {
@@ -530,7 +526,7 @@ impl Engine {
             lanes: Vec::new(),
             embed_scratch: Scratch::default(),
             embed_ids: 0,
-            masks_beside: spare_core(),
+            masks_beside: spare_core(model),
             eager_masks: eager_masks(),
             steps: 0,
             panic_at: injected_panic_step(),
@@ -951,7 +947,7 @@ impl Engine {
                 Some(w) => Some(w.join().unwrap_or_default()),
                 None => lent.map(|l| {
                     if l.len() > 1 {
-                        compute_masks_on_pool(l)
+                        compute_masks_on_pool(model.pool(), l)
                     } else {
                         compute_masks(l)
                     }

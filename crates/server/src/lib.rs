@@ -193,13 +193,18 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     // The slots' context decides LongRoPE's factors (whatever `load` says).
     let load = gpack_runtime::LoadOptions {
         context: opts.ctx,
-        ..opts.load
+        ..opts.load.clone()
     };
     let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
         path: loaded.path().display().to_string(),
         source: Box::new(source),
     })?;
     let bm: &'static Model<'static> = Box::leak(Box::new(bm));
+    // A draft model and the MTP block run on the model's threads.
+    let load = gpack_runtime::LoadOptions {
+        threads: gpack_runtime::Threads::Shared(bm.pool().clone()),
+        ..load
+    };
     // Compile the chat template once at start: a broken one is a start-up
     // error, not a 400 on every request.
     if let Some(t) = &opts.chat_template {

@@ -27,6 +27,9 @@ use std::time::Instant;
 /// this machine's int8 dot-product peak, also measured just before (a loop
 /// of the kernel path's own instruction, `vpdpbusd` or `vpmaddubsw`, on the
 /// pool's threads; none on the scalar path).
+///
+/// The model's pool has GPACK_THREADS threads, else one per logical CPU
+/// the process may use (the other GPACK_* load variables apply as in `run`).
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack bench smollm2.gpack
@@ -85,12 +88,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .with_context(|| format!("opening {}", a.model.display()))?;
     let opts = gpack_runtime::LoadOptions {
         kv_f16: a.kv.f16(),
-        ..Default::default()
+        ..gpack_runtime::LoadOptions::from_env().map_err(anyhow::Error::msg)?
     };
     let model = Model::load_with(loaded.weights(), &opts)
         .with_context(|| format!("loading {}", a.model.display()))?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
-    let threads = gpack_quant::Pool::global().threads();
+    let threads = model.pool().threads();
     let cost = TokenCost::of(loaded.weights(), model.config.n_layer);
     let bw = read_bandwidth_gbs(threads);
     let best = gpack_quant::Isa::best();

@@ -67,15 +67,16 @@ pub struct ExpertArgs {
 }
 
 impl ExpertArgs {
-    /// How routed experts are read: the flags, then the environment.
-    pub fn mode(&self) -> gpack_runtime::ExpertMode {
+    /// How routed experts are read: the flags, else `env` (the
+    /// environment's, [`load_options`]).
+    pub fn mode(&self, env: gpack_runtime::ExpertMode) -> gpack_runtime::ExpertMode {
         use gpack_runtime::ExpertMode;
         if self.expert_mmap {
             return ExpertMode::Mmap;
         }
         match self.expert_cache_bytes {
             Some(cache_bytes) => ExpertMode::Resident { cache_bytes },
-            None => ExpertMode::from_env(),
+            None => env,
         }
     }
 }
@@ -110,6 +111,31 @@ impl KvArgs {
         }
         self.kv == "f16"
     }
+}
+
+/// The load options `run` and `serve` start from: the `GPACK_*`
+/// environment (`LoadOptions::from_env`, the one place the CLI reads it; a
+/// bad value is an error), then the flags, which win: the expert and PLE
+/// flags and `--threads` (at least 1).
+pub fn load_options(
+    experts: &ExpertArgs,
+    ple: &PleArgs,
+    threads: Option<usize>,
+) -> anyhow::Result<gpack_runtime::LoadOptions> {
+    use anyhow::Context;
+    let env = gpack_runtime::LoadOptions::from_env().map_err(anyhow::Error::msg)?;
+    let threads = match threads {
+        Some(n) => gpack_runtime::Threads::Count(
+            std::num::NonZeroUsize::new(n).context("--threads must be at least 1")?,
+        ),
+        None => env.threads.clone(),
+    };
+    Ok(gpack_runtime::LoadOptions {
+        threads,
+        experts: experts.mode(env.experts),
+        ple: ple.io(env.ple),
+        ..env
+    })
 }
 
 /// Speculative decoding flags of `run` and `serve`.
@@ -228,15 +254,16 @@ pub struct PleArgs {
 }
 
 impl PleArgs {
-    /// How PLE rows are read: the flags, then the environment.
-    pub fn io(&self) -> gpack_runtime::ple::PleIo {
+    /// How PLE rows are read: the flags, else `env` (the environment's,
+    /// [`load_options`]).
+    pub fn io(&self, env: gpack_runtime::ple::PleIo) -> gpack_runtime::ple::PleIo {
         use gpack_runtime::ple::PleIo;
         if self.ple_mmap {
             return PleIo::Mmap;
         }
         match self.ple_cache {
             Some((sets, ways)) => PleIo::Direct { sets, ways },
-            None => gpack_runtime::LoadOptions::default().ple,
+            None => env,
         }
     }
 }

@@ -7,7 +7,7 @@ use gpack_runtime::decode::{Emitted, Slot, MAX_CONSTRAINT_BYTES};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
     generate_slot, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
-    MtpDrafter, NgramDrafter, PleMode, SamplerConfig, SpecMode,
+    MtpDrafter, NgramDrafter, PleMode, SamplerConfig, SpecMode, Threads,
 };
 use gpack_tokenizer::ChatMessage;
 use std::io::{IsTerminal, Write};
@@ -103,7 +103,9 @@ pub struct Args {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Worker threads (default: the physical cores).
+    /// Threads the model runs on, the calling one included (also
+    /// GPACK_THREADS; a draft model or MTP block shares them). Default: one
+    /// per logical CPU the process may use.
     #[arg(long)]
     threads: Option<usize>,
     /// Context size (KV cache positions).
@@ -226,12 +228,7 @@ fn report_caches(model: &Model, loaded: &Loaded) {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    if let Some(n) = a.threads {
-        if n == 0 {
-            bail!("--threads must be at least 1");
-        }
-        std::env::set_var("GPACK_THREADS", n.to_string());
-    }
+    let opts = super::load_options(&a.experts, &a.ple, a.threads)?;
     // Warnings (a .gpack falling back to its GGUF) go to stderr.
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format(|buf, rec| {
@@ -258,12 +255,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         gpack_runtime::integrity::verify_now(loaded)?;
     }
     let opts = LoadOptions {
-        experts: a.experts.mode(),
-        ple: a.ple.io(),
         kv_f16: a.kv.f16(),
         context: a.ctx,
+        ..opts
     };
     let model = Model::load_with(loaded.weights(), &opts)?;
+    // A draft model and the MTP block run on the model's threads.
+    let opts = LoadOptions {
+        threads: Threads::Shared(model.pool().clone()),
+        ..opts
+    };
     if a.verbose {
         eprintln!("family: {}", model.config.arch.name());
         for f in model.config.features() {

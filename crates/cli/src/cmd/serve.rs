@@ -85,7 +85,9 @@ pub struct Args {
     /// Model name reported by the API (default: the file name's stem).
     #[arg(long)]
     name: Option<String>,
-    /// Worker threads for the model (default: the physical cores).
+    /// Threads the model runs on, the calling one included (also
+    /// GPACK_THREADS; a draft model or MTP block shares them). Default: one
+    /// per logical CPU the process may use.
     #[arg(long)]
     threads: Option<usize>,
     /// A GGUF to serve if MODEL (a .gpack) fails validation.
@@ -145,12 +147,7 @@ fn secs(what: &str, v: f64) -> Result<std::time::Duration> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    if let Some(n) = a.threads {
-        if n == 0 {
-            bail!("--threads must be at least 1");
-        }
-        std::env::set_var("GPACK_THREADS", n.to_string());
-    }
+    let load = super::load_options(&a.experts, &a.ple, a.threads)?;
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
     let t0 = std::time::Instant::now();
@@ -176,10 +173,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         max_body_bytes: a.max_body,
         model_name: a.name,
         load: gpack_runtime::LoadOptions {
-            experts: a.experts.mode(),
-            ple: a.ple.io(),
             kv_f16: a.kv.f16(),
             context: a.ctx,
+            ..load
         },
         verify: a.verify,
         header_timeout: secs("header-timeout", a.header_timeout)?,

@@ -103,6 +103,7 @@ class Model:
         fallback_gguf: Optional[_Path] = None,
         expert_mmap: bool = False,
         expert_cache_bytes: Optional[int] = None,
+        threads: Optional[int] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...

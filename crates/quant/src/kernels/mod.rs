@@ -50,8 +50,10 @@
 //!
 //! # Threads
 //!
-//! Rows are split into chunks run on [`Pool::global`]; see `pool.rs` for the
-//! perf log (persistent pool vs rayon).
+//! Rows are split into chunks run on the [`Pool`] the caller passes
+//! ([`matvec`], [`matmul`], [`matmul_concat`] and the `*_on` functions); the
+//! `*_with` functions, for tests and benchmarks, use [`Pool::global`]. See
+//! `pool.rs` for the perf log (persistent pool vs rayon).
 
 use crate::layout::Layout;
 use crate::pool::Pool;
@@ -540,16 +542,16 @@ fn run_matvec(isa: Isa, pool: &Pool, w: &NativeView, act: Act, y: &mut [f32]) {
 }
 
 /// `y = W · x` for one activation vector (`x.len() == cols`, `y.len() == rows`),
-/// on the best ISA, multi-threaded over rows on [`Pool::global`].
+/// on the best ISA, multi-threaded over rows on `pool`.
 ///
 /// # Panics
 /// On shape mismatches, or for a raw ggml layout [`crate::dequantize_ggml`]
 /// cannot decode.
-pub fn matvec(w: &NativeView, x: &[f32], y: &mut [f32]) {
-    matvec_with(Isa::best(), w, x, y)
+pub fn matvec(pool: &Pool, w: &NativeView, x: &[f32], y: &mut [f32]) {
+    matvec_on(Isa::best(), pool, w, x, y)
 }
 
-/// [`matvec`] on a given ISA.
+/// [`matvec`] on a given ISA, on [`Pool::global`] (tests and benchmarks).
 ///
 /// # Panics
 /// As [`matvec`], and if `isa` is not available on this CPU.
@@ -557,7 +559,7 @@ pub fn matvec_with(isa: Isa, w: &NativeView, x: &[f32], y: &mut [f32]) {
     matvec_on(isa, Pool::global(), w, x, y)
 }
 
-/// [`matvec_with`] on a given pool (benchmarks, or callers with their own pool).
+/// [`matvec`] on a given ISA and pool.
 ///
 /// # Panics
 /// As [`matvec_with`].
@@ -589,7 +591,7 @@ pub fn matvec_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], y: &mut [f32]
 /// # Panics
 /// As [`matvec`], and if `w` is not an integer layout or `xq` has another
 /// `cols` or `xq.n() != 1`.
-pub fn matvec_quantized(w: &NativeView, xq: &QuantizedActivations, y: &mut [f32]) {
+pub fn matvec_quantized(pool: &Pool, w: &NativeView, xq: &QuantizedActivations, y: &mut [f32]) {
     assert!(
         uses_int(w),
         "matvec_quantized needs an integer layout with cols % 32 == 0"
@@ -601,7 +603,7 @@ pub fn matvec_quantized(w: &NativeView, xq: &QuantizedActivations, y: &mut [f32]
     );
     assert_eq!(xq.n(), 1, "matvec_quantized takes one vector");
     assert_eq!(y.len(), w.rows(), "y length must equal rows");
-    run_matvec(Isa::best(), Pool::global(), w, Act::Int(xq.get(0)), y);
+    run_matvec(Isa::best(), pool, w, Act::Int(xq.get(0)), y);
 }
 
 /// Runs `matvec` with rayon instead of [`Pool`]: kept for the benchmark that
@@ -682,16 +684,16 @@ thread_local! {
 }
 
 /// `y[i] = W · x[i]` for `n` vectors: `x` is `n × cols`, `y` is `n × rows`
-/// (row-major), on the best ISA. Each weight row chunk is read once from memory
-/// for all `n` vectors.
+/// (row-major), on the best ISA, multi-threaded over rows on `pool`. Each
+/// weight row chunk is read once from memory for all `n` vectors.
 ///
 /// # Panics
 /// On shape mismatches.
-pub fn matmul(w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
-    matmul_with(Isa::best(), w, x, n, y)
+pub fn matmul(pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: &mut [f32]) {
+    matmul_on(Isa::best(), pool, w, x, n, y)
 }
 
-/// [`matmul`] on a given ISA.
+/// [`matmul`] on a given ISA, on [`Pool::global`] (tests and benchmarks).
 ///
 /// # Panics
 /// As [`matmul`], and if `isa` is not available.
@@ -699,7 +701,7 @@ pub fn matmul_with(isa: Isa, w: &NativeView, x: &[f32], n: usize, y: &mut [f32])
     matmul_on(isa, Pool::global(), w, x, n, y)
 }
 
-/// [`matmul_with`] on a given pool (e.g. a per-model thread count).
+/// [`matmul`] on a given ISA and pool.
 ///
 /// # Panics
 /// As [`matmul_with`].
@@ -778,12 +780,13 @@ pub fn matmul_on(isa: Isa, pool: &Pool, w: &NativeView, x: &[f32], n: usize, y: 
 /// types differ (Q4_K_M mixes Q4_K and Q6_K). When every member is
 /// row-interleaved, the activations are quantized once and all members run
 /// in one pool call; otherwise each member runs alone. Either way each
-/// member's rows are bit-identical to [`matmul`] on it alone.
+/// member's rows are bit-identical to [`matmul`] on it alone. On the best
+/// ISA, multi-threaded on `pool`.
 ///
 /// # Panics
 /// On shape mismatches.
-pub fn matmul_concat(ws: &[NativeView], x: &[f32], n: usize, y: &mut [f32]) {
-    matmul_concat_on(Isa::best(), Pool::global(), ws, x, n, y)
+pub fn matmul_concat(pool: &Pool, ws: &[NativeView], x: &[f32], n: usize, y: &mut [f32]) {
+    matmul_concat_on(Isa::best(), pool, ws, x, n, y)
 }
 
 /// [`matmul_concat`] on a given ISA and pool.

@@ -3,7 +3,6 @@
 
 use super::{Layer, Model, Scratch, Sequence, KB};
 use crate::ops;
-use gpack_quant::Pool;
 use std::sync::Mutex;
 
 /// What [`Model::prepare_qkv`] does besides the layer's own pieces.
@@ -92,8 +91,8 @@ impl Model<'_> {
 
     /// Causal (optionally sliding-window) attention of the `n` rows in
     /// `s.qkv`, each over its own sequence's cache of layer `l`, into
-    /// `s.att`. Work is split into (row, KV head) units run on the quant
-    /// crate's pool: the query heads that share a KV head run together, so
+    /// `s.att`. Work is split into (row, KV head) units run on the model's
+    /// pool: the query heads that share a KV head run together, so
     /// each key and value row is read once for all of them (each head's
     /// results are the bits it gets alone). Each task writes its own
     /// disjoint slice of `s.att` (one `Mutex` per task, never contended)
@@ -116,7 +115,7 @@ impl Model<'_> {
         let qkv_w = qd + kd + vd;
         let group = c.n_head / c.n_head_kv;
         let units = n * c.n_head_kv;
-        let pool = Pool::global();
+        let pool = &*self.pool;
         let per_task = units.div_ceil(pool.threads() * 4).max(1);
         let qkv = &s.qkv;
         let (row_seq, row_pos) = (&s.row_seq, &s.row_pos);

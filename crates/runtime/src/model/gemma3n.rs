@@ -348,7 +348,7 @@ impl<'a> Model<'a> {
             }
         }
         g.model_proj
-            .matmul(&s.x[..n * d], n, &mut s.g3n.big[..n * pl]);
+            .matmul(&self.pool, &s.x[..n * d], n, &mut s.g3n.big[..n * pl]);
         let proj_scale = (d as f64).powf(-0.5) as f32;
         let input_scale = 1.0 / 2f32.sqrt();
         for t in 0..n {
@@ -367,7 +367,7 @@ impl<'a> Model<'a> {
         // ---- AltUp streams from the embedding ----
         let wa = (na - 1) * d;
         g.altup_proj
-            .matmul(&s.x[..n * d], n, &mut s.g3n.big[..n * wa]);
+            .matmul(&self.pool, &s.x[..n * d], n, &mut s.g3n.big[..n * wa]);
         for t in 0..n {
             let gs = &mut s.g3n;
             let h0 = &s.x[t * d..(t + 1) * d];
@@ -416,13 +416,25 @@ impl<'a> Model<'a> {
                     .copy_from_slice(&s.g3n.pred[t * na * d..t * na * d + d]);
             }
             // ---- input norm, Laurel ----
-            norm_rows(&mut s.xb, &s.g3n.act, d, n, layer.attn_norm.as_deref(), eps);
+            norm_rows(
+                &self.pool,
+                &mut s.xb,
+                &s.g3n.act,
+                d,
+                n,
+                layer.attn_norm.as_deref(),
+                eps,
+            );
             let rank = gl.laurel_l.rows();
             grow(&mut s.g3n.small2, n * rank);
             gl.laurel_l
-                .matmul(&s.xb[..n * d], n, &mut s.g3n.small2[..n * rank]);
-            gl.laurel_r
-                .matmul(&s.g3n.small2[..n * rank], n, &mut s.g3n.lau[..n * d]);
+                .matmul(&self.pool, &s.xb[..n * d], n, &mut s.g3n.small2[..n * rank]);
+            gl.laurel_r.matmul(
+                &self.pool,
+                &s.g3n.small2[..n * rank],
+                n,
+                &mut s.g3n.lau[..n * d],
+            );
             for t in 0..n {
                 let lau = &mut s.g3n.lau[t * d..(t + 1) * d];
                 ops::rmsnorm_inplace(lau, &gl.laurel_post_norm, eps);
@@ -432,17 +444,25 @@ impl<'a> Model<'a> {
             }
             // ---- attention ----
             if shared {
-                layer
-                    .qkv
-                    .matmul(&s.xb[..n * d], n, &mut s.g3n.q[..n * qd], &mut s.tmp);
+                layer.qkv.matmul(
+                    &self.pool,
+                    &s.xb[..n * d],
+                    n,
+                    &mut s.g3n.q[..n * qd],
+                    &mut s.tmp,
+                );
                 for t in 0..n {
                     s.qkv[t * qkv_w..t * qkv_w + qd]
                         .copy_from_slice(&s.g3n.q[t * qd..(t + 1) * qd]);
                 }
             } else {
-                layer
-                    .qkv
-                    .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
+                layer.qkv.matmul(
+                    &self.pool,
+                    &s.xb[..n * d],
+                    n,
+                    &mut s.qkv[..n * qkv_w],
+                    &mut s.tmp,
+                );
             }
             let prep = super::attention::QkvPrep {
                 v_norm: true,
@@ -451,7 +471,9 @@ impl<'a> Model<'a> {
             self.prepare_qkv(layer, s, seqs, l, n, prep);
             self.attention(s, seqs, kv_src, layer.swa, None, n);
             let att_w = c.n_head * c.head_dim_v;
-            layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
+            layer
+                .wo
+                .matmul(&self.pool, &s.att[..n * att_w], n, &mut s.out[..n * d]);
             let sqrt2 = 2f32.sqrt();
             for t in 0..n {
                 let o = &mut s.out[t * d..(t + 1) * d];
@@ -466,14 +488,28 @@ impl<'a> Model<'a> {
                 }
             }
             // ---- FFN (gaussian top-k gate in the sparse layers) ----
-            norm_rows(&mut s.xb, &s.x, d, n, layer.ffn_norm.as_deref(), eps);
+            norm_rows(
+                &self.pool,
+                &mut s.xb,
+                &s.x,
+                d,
+                n,
+                layer.ffn_norm.as_deref(),
+                eps,
+            );
             let Ffn::Dense { gate_up, down } = &layer.ffn else {
                 return Err(Error::Architecture {
                     arch: "gemma3n with routed experts".into(),
                 });
             };
             let n_ff = c.n_ff;
-            gate_up.matmul(&s.xb[..n * d], n, &mut s.gu[..n * 2 * n_ff], &mut s.tmp);
+            gate_up.matmul(
+                &self.pool,
+                &s.xb[..n * d],
+                n,
+                &mut s.gu[..n * 2 * n_ff],
+                &mut s.tmp,
+            );
             let sparsity = g.cfg.sparsity[l];
             for t in 0..n {
                 let (gt, u) = s.gu[t * 2 * n_ff..(t + 1) * 2 * n_ff].split_at_mut(n_ff);
@@ -489,7 +525,7 @@ impl<'a> Model<'a> {
                 }
                 glu(c.activation, gt, u, &mut s.hb[t * n_ff..(t + 1) * n_ff]);
             }
-            down.matmul(&s.hb[..n * n_ff], n, &mut s.out[..n * d]);
+            down.matmul(&self.pool, &s.hb[..n * n_ff], n, &mut s.out[..n * d]);
             for t in 0..n {
                 let o = &mut s.out[t * d..(t + 1) * d];
                 if let Some(w) = &layer.post_ffn_norm {
@@ -531,7 +567,7 @@ impl<'a> Model<'a> {
             // ---- per-layer input ----
             grow(&mut s.g3n.small2, n * hpl);
             gl.inp_gate
-                .matmul(&s.xb[..n * d], n, &mut s.g3n.small2[..n * hpl]);
+                .matmul(&self.pool, &s.xb[..n * d], n, &mut s.g3n.small2[..n * hpl]);
             for t in 0..n {
                 let gs = &mut s.g3n;
                 let e = &gs.ple[t * pl + l * hpl..t * pl + (l + 1) * hpl];
@@ -540,7 +576,7 @@ impl<'a> Model<'a> {
                 }
             }
             gl.proj
-                .matmul(&s.g3n.small2[..n * hpl], n, &mut s.out[..n * d]);
+                .matmul(&self.pool, &s.g3n.small2[..n * hpl], n, &mut s.out[..n * d]);
             for t in 0..n {
                 let o = &mut s.out[t * d..(t + 1) * d];
                 ops::rmsnorm_inplace(o, &gl.post_norm, eps);
@@ -560,6 +596,7 @@ impl<'a> Model<'a> {
                 s.xb[t * d..(t + 1) * d].copy_from_slice(src);
             }
             u.matmul(
+                &self.pool,
                 &s.xb[..n * d],
                 n,
                 &mut s.g3n.big[i * n * d..(i + 1) * n * d],
@@ -613,7 +650,7 @@ impl<'a> Model<'a> {
             o.iter_mut().for_each(|v| *v *= inv_d);
         }
         gl.router
-            .matmul(&gs.rin[..n * d], n, &mut gs.small[..n * na]);
+            .matmul(&self.pool, &gs.rin[..n * d], n, &mut gs.small[..n * na]);
         gs.small[..n * na].iter_mut().for_each(|v| *v = v.tanh());
     }
 }

@@ -337,6 +337,7 @@ impl<'a> Model<'a> {
             experts,
             graph,
             kv_f16: opts.kv_f16,
+            pool: opts.threads.pool(),
         })
     }
 }

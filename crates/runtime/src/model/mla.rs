@@ -141,9 +141,13 @@ impl Model<'_> {
         let proj_w = first + lat + r;
         let ms = &mut s.mla;
         ms.proj.resize(n * proj_w, 0.0);
-        layer
-            .qkv
-            .matmul(&s.xb[..n * d], n, &mut ms.proj[..n * proj_w], &mut s.tmp);
+        layer.qkv.matmul(
+            &self.pool,
+            &s.xb[..n * d],
+            n,
+            &mut ms.proj[..n * proj_w],
+            &mut s.tmp,
+        );
         ms.q.resize(n * h * hk, 0.0);
         match &m.q_b {
             Some((norm, q_b)) => {
@@ -151,7 +155,7 @@ impl Model<'_> {
                 for row in ms.a.chunks_exact_mut(first) {
                     ops::rmsnorm_inplace(row, norm, eps);
                 }
-                q_b.matmul(&ms.a[..n * first], n, &mut ms.q[..n * h * hk]);
+                q_b.matmul(&self.pool, &ms.a[..n * first], n, &mut ms.q[..n * h * hk]);
             }
             None => gather(&mut ms.q, &ms.proj, n, proj_w, 0, first),
         }
@@ -182,7 +186,7 @@ impl Model<'_> {
         for (hh, k_b) in m.k_b.iter().enumerate() {
             gather(&mut ms.a, &ms.q, n, h * hk, hh * hk, nope);
             ms.b.resize(n * lat, 0.0);
-            k_b.matmul(&ms.a[..n * nope], n, &mut ms.b[..n * lat]);
+            k_b.matmul(&self.pool, &ms.a[..n * nope], n, &mut ms.b[..n * lat]);
             scatter(&mut s.qkv, &ms.b, n, qkv_w, hh * key_w, lat);
         }
 
@@ -193,9 +197,11 @@ impl Model<'_> {
         for (hh, v_b) in m.v_b.iter().enumerate() {
             gather(&mut ms.a, &s.att, n, h * lat, hh * lat, lat);
             ms.b.resize(n * hv, 0.0);
-            v_b.matmul(&ms.a[..n * lat], n, &mut ms.b[..n * hv]);
+            v_b.matmul(&self.pool, &ms.a[..n * lat], n, &mut ms.b[..n * hv]);
             scatter(&mut ms.o, &ms.b, n, h * hv, hh * hv, hv);
         }
-        layer.wo.matmul(&ms.o[..n * h * hv], n, &mut s.out[..n * d]);
+        layer
+            .wo
+            .matmul(&self.pool, &ms.o[..n * h * hv], n, &mut s.out[..n * d]);
     }
 }

@@ -76,8 +76,8 @@ impl Model<'_> {
             s.moe_u.resize(m * ff, 0.0);
             s.moe_h.resize(m * ff, 0.0);
             s.moe_y.resize(m * d, 0.0);
-            gate.matmul(&s.moe_x[..m * d], m, &mut s.moe_g[..m * ff]);
-            up.matmul(&s.moe_x[..m * d], m, &mut s.moe_u[..m * ff]);
+            gate.matmul(&self.pool, &s.moe_x[..m * d], m, &mut s.moe_g[..m * ff]);
+            up.matmul(&self.pool, &s.moe_x[..m * d], m, &mut s.moe_u[..m * ff]);
             let bias =
                 |i: usize, len: usize| f.bias[i].as_ref().map(|b| &b[e * len..(e + 1) * len]);
             if let Some(b) = bias(0, ff) {
@@ -95,7 +95,7 @@ impl Model<'_> {
                     &mut s.moe_h[r],
                 );
             }
-            down.matmul(&s.moe_h[..m * ff], m, &mut s.moe_y[..m * d]);
+            down.matmul(&self.pool, &s.moe_h[..m * ff], m, &mut s.moe_y[..m * d]);
             if let Some(b) = bias(2, d) {
                 add_bias(&mut s.moe_y[..m * d], b);
             }
@@ -113,6 +113,7 @@ impl Model<'_> {
             let bufs = (&mut s.gu, &mut s.hb, &mut s.tmp);
             let x = &s.xb[..n * d];
             dense_ffn(
+                &self.pool,
                 c.activation,
                 gate_up,
                 down,

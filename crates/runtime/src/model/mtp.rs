@@ -204,7 +204,7 @@ impl<'a> Mtp<'a> {
             ops::rmsnorm(rh, h, &self.hnorm, c.rms_eps);
         }
         let mut u = vec![0f32; n * d];
-        self.eh_proj.matmul(&cat, n, &mut u);
+        self.eh_proj.matmul(self.model.pool(), &cat, n, &mut u);
         let State { seq, scratch } = s;
         scratch.want_rows(n, want);
         self.model

@@ -7,6 +7,7 @@ use crate::config::Activation;
 use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Proj};
 use crate::ops;
+use gpack_quant::Pool;
 
 impl Model<'_> {
     /// The step both entry points share; `s.head_rows` says which rows'
@@ -90,16 +91,30 @@ impl Model<'_> {
         } else {
             for (l, layer) in self.layers.iter().enumerate() {
                 // ---- attention ----
-                norm_rows(&mut s.xb, &s.x, d, n, layer.attn_norm.as_deref(), c.rms_eps);
+                norm_rows(
+                    &self.pool,
+                    &mut s.xb,
+                    &s.x,
+                    d,
+                    n,
+                    layer.attn_norm.as_deref(),
+                    c.rms_eps,
+                );
                 if let Some(m) = &layer.mla {
                     self.mla_attention(layer, m, s, seqs, l, n);
                 } else {
-                    layer
-                        .qkv
-                        .matmul(&s.xb[..n * d], n, &mut s.qkv[..n * qkv_w], &mut s.tmp);
+                    layer.qkv.matmul(
+                        &self.pool,
+                        &s.xb[..n * d],
+                        n,
+                        &mut s.qkv[..n * qkv_w],
+                        &mut s.tmp,
+                    );
                     self.prepare_qkv(layer, s, seqs, l, n, QkvPrep::STANDARD);
                     self.attention(s, seqs, l, layer.swa, layer.sinks.as_deref(), n);
-                    layer.wo.matmul(&s.att[..n * att_w], n, &mut s.out[..n * d]);
+                    layer
+                        .wo
+                        .matmul(&self.pool, &s.att[..n * att_w], n, &mut s.out[..n * d]);
                 }
                 if let Some(b) = &layer.wo_bias {
                     add_bias(&mut s.out[..n * d], b);
@@ -107,12 +122,29 @@ impl Model<'_> {
                 self.residual(s, n, layer.post_attn_norm.as_deref());
 
                 // ---- feed-forward ----
-                norm_rows(&mut s.xb, &s.x, d, n, layer.ffn_norm.as_deref(), c.rms_eps);
+                norm_rows(
+                    &self.pool,
+                    &mut s.xb,
+                    &s.x,
+                    d,
+                    n,
+                    layer.ffn_norm.as_deref(),
+                    c.rms_eps,
+                );
                 match &layer.ffn {
                     Ffn::Dense { gate_up, down } => {
                         let out = &mut s.out[..n * d];
                         let bufs = (&mut s.gu, &mut s.hb, &mut s.tmp);
-                        dense_ffn(c.activation, gate_up, down, &s.xb[..n * d], n, bufs, out);
+                        dense_ffn(
+                            &self.pool,
+                            c.activation,
+                            gate_up,
+                            down,
+                            &s.xb[..n * d],
+                            n,
+                            bufs,
+                            out,
+                        );
                     }
                     Ffn::Moe(m) => self.moe(s, l, m, n)?,
                 }
@@ -137,7 +169,8 @@ impl Model<'_> {
             );
         }
         s.logits.resize(m * c.n_vocab, 0.0);
-        self.output.matmul(&s.xb[..m * d], m, &mut s.logits);
+        self.output
+            .matmul(&self.pool, &s.xb[..m * d], m, &mut s.logits);
         if let Some(div) = c.logit_scale {
             s.logits.iter_mut().for_each(|v| *v /= div);
         }
@@ -159,7 +192,7 @@ impl Model<'_> {
             s.out[..n * d].iter_mut().for_each(|o| *o *= r);
         }
         let out = &s.out;
-        ops::par_rows(&mut s.x, d, n, &|t0, xs| {
+        ops::par_rows(&self.pool, &mut s.x, d, n, &|t0, xs| {
             for (i, x) in xs.chunks_exact_mut(d).enumerate() {
                 let o = &out[(t0 + i) * d..(t0 + i + 1) * d];
                 match norm {
@@ -175,6 +208,7 @@ impl Model<'_> {
 /// pool for prefill-sized steps: each row's values are its own); a block
 /// without the norm (`w` None: OLMo 2's post-norm blocks) reads `x` as is.
 pub(super) fn norm_rows(
+    pool: &Pool,
     xb: &mut [f32],
     x: &[f32],
     d: usize,
@@ -186,7 +220,7 @@ pub(super) fn norm_rows(
         xb[..n * d].copy_from_slice(&x[..n * d]);
         return;
     };
-    ops::par_rows(xb, d, n, &|t0, out| {
+    ops::par_rows(pool, xb, d, n, &|t0, out| {
         for (i, o) in out.chunks_exact_mut(d).enumerate() {
             let t = t0 + i;
             ops::rmsnorm(o, &x[t * d..(t + 1) * d], w, eps);
@@ -197,7 +231,9 @@ pub(super) fn norm_rows(
 /// The gated FFN `down · act(gate · x) ⊙ (up · x)` of the `n` rows of `x`
 /// into `out` (`gate_up`: gate‖up, `2 · ff` rows; the activation split by
 /// rows over the pool), with `(gu, hb, tmp)` as scratch.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn dense_ffn(
+    pool: &Pool,
     act: Activation,
     gate_up: &Proj,
     down: &Matrix,
@@ -207,16 +243,16 @@ pub(super) fn dense_ffn(
     out: &mut [f32],
 ) {
     let ff = down.cols();
-    gate_up.matmul(x, n, &mut gu[..n * 2 * ff], tmp);
+    gate_up.matmul(pool, x, n, &mut gu[..n * 2 * ff], tmp);
     let gu = &*gu;
-    ops::par_rows(hb, ff, n, &|t0, h| {
+    ops::par_rows(pool, hb, ff, n, &|t0, h| {
         for (i, h) in h.chunks_exact_mut(ff).enumerate() {
             let t = t0 + i;
             let (g, u) = gu[t * 2 * ff..(t + 1) * 2 * ff].split_at(ff);
             glu(act, g, u, h);
         }
     });
-    down.matmul(&hb[..n * ff], n, out);
+    down.matmul(pool, &hb[..n * ff], n, out);
 }
 
 /// `rows[t] += bias` for every row of `bias.len()` values.
