@@ -279,3 +279,11 @@ def test_logprobs_and_bad_constraints(smol):
     assert c["message"]["content"].startswith("{")
     assert len(c["logprobs"]["content"]) == r["usage"]["completion_tokens"]
     assert all(len(e["top_logprobs"]) == 2 for e in c["logprobs"]["content"])
+
+
+def test_threads_setting(smol_gpack):
+    """threads= sizes the model's own pool: the same text on 1 thread; 0 is an error."""
+    m = gpack.Model(smol_gpack, threads=1)
+    assert m.generate(PROMPTS[0], 8) == cli_run(smol_gpack, PROMPTS[0], 8)
+    with pytest.raises(ValueError, match="threads"):
+        gpack.Model(smol_gpack, threads=0)
