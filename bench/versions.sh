@@ -40,6 +40,8 @@ def col(side, i):
 print(f"{m}:")
 for i, name in ((2, f"pp{p}"), (3, f"tg{n}")):
     o, w = col("old", i), col("new", i)
+    if not any(o):
+        continue
     mo, mw = statistics.median(o), statistics.median(w)
     print(f"  {name}: old {mo:.1f} ({min(o):.1f}-{max(o):.1f})  new {mw:.1f} ({min(w):.1f}-{max(w):.1f})  new/old {mw / mo:.3f}")
 PY
