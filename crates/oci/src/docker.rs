@@ -89,26 +89,22 @@ pub fn convert_on_arrival(
     if let Some(d) = tmp_out.parent().filter(|d| !d.as_os_str().is_empty()) {
         Store::mkdir(d)?;
     }
-    let report = gpack_convert::convert(
-        &gpack_convert::ConvertOptions {
-            source: named.clone(),
-            output: tmp_out.clone(),
-            quant: opts.quant,
-            force: opts.force || opts.output.is_none(),
-            ..Default::default()
-        },
-        &(),
-    )?;
-    let fdigest = format!("sha256:{}", report.digest);
+    let Some(convert) = &opts.convert else {
+        let _ = std::fs::remove_file(&named);
+        return Err(Error::NoConverter);
+    };
+    let (size, hex_digest) = (convert.0)(&named, &tmp_out, opts.force || opts.output.is_none())
+        .map_err(Error::Convert)?;
+    let fdigest = format!("sha256:{hex_digest}");
     // The store keeps the converted file under its own digest, for `run REF`.
     let model = store.model_path(&fdigest)?;
     if opts.output.is_none() {
         std::fs::rename(&tmp_out, &model).map_err(io("rename", &model))?;
         let _ = std::fs::remove_file(&named);
-        return Ok((model, report.size, fdigest));
+        return Ok((model, size, fdigest));
     }
     let _ = std::fs::remove_file(&named);
-    Ok((tmp_out, report.size, fdigest))
+    Ok((tmp_out, size, fdigest))
 }
 
 /// The config and manifest of a Docker model artifact holding the GGUF

@@ -126,7 +126,10 @@ pub enum Error {
     Format(#[from] gpack_format::Error),
     /// Converting a pulled GGUF failed.
     #[error("converting the pulled GGUF")]
-    Convert(#[from] gpack_convert::Error),
+    Convert(#[source] crate::pull::ConvertError),
+    /// A Docker GGUF model artifact, and no converter was given.
+    #[error("this is a Docker GGUF model artifact, and this pull was given no GGUF converter")]
+    NoConverter,
     /// The reference is not in the local store.
     #[error("{0} is not in the local store (gpack ls lists what is)")]
     NotInStore(String),

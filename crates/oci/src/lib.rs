@@ -29,17 +29,19 @@ pub use error::{
 };
 pub use oci_client::{Reference, RegistryOperation};
 pub use progress::{Progress, Quiet};
-pub use pull::{pull, PullOptions, PullReport};
+pub use pull::{pull, ConvertError, ConvertGguf, PullOptions, PullReport};
 pub use push::{push, PushOptions, PushReport};
 pub use registry::{Options, Registry};
 pub use store::{RefEntry, Store};
 
 /// Pulls `reference` into the default store unless it is there already, and
 /// returns the stored .gpack to open: what `gpack run REF` and `gpack serve
-/// REF` do. Credentials and `--insecure` come from `opts`.
+/// REF` do. Credentials and `--insecure` come from `opts`; a Docker GGUF
+/// artifact is converted by `convert`.
 pub fn resolve(
     reference: &str,
     opts: &Options,
+    convert: Option<ConvertGguf>,
     progress: std::sync::Arc<dyn Progress>,
 ) -> Result<std::path::PathBuf> {
     let r = reference::parse(reference)?;
@@ -51,6 +53,10 @@ pub fn resolve(
         }
     }
     let reg = Registry::connect(&r, opts, RegistryOperation::Pull)?;
-    let rep = pull(&reg, &store, &r, &PullOptions::default(), progress)?;
+    let pull_opts = PullOptions {
+        convert,
+        ..PullOptions::default()
+    };
+    let rep = pull(&reg, &store, &r, &pull_opts, progress)?;
     Ok(rep.output)
 }

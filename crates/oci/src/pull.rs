@@ -28,6 +28,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Why a conversion failed (the converter's own error).
+pub type ConvertError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The converter's signature: GGUF in, .gpack out, replace; size and
+/// footer digest back.
+pub type ConvertFn =
+    dyn Fn(&Path, &Path, bool) -> Result<(u64, String), ConvertError> + Send + Sync;
+
+/// Turns a Docker model artifact's GGUF into a .gpack: called with the GGUF
+/// (a path ending in `.gguf`), the .gpack to write and whether to replace
+/// it; returns the written file's size and its footer digest (hex). The
+/// registry crate converts nothing itself: the CLI passes gpack-convert's.
+#[derive(Clone)]
+pub struct ConvertGguf(pub std::sync::Arc<ConvertFn>);
+
+impl std::fmt::Debug for ConvertGguf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConvertGguf")
+    }
+}
+
 /// How to pull.
 #[derive(Debug, Clone)]
 pub struct PullOptions {
@@ -39,8 +60,9 @@ pub struct PullOptions {
     pub jobs: usize,
     /// Cap on the download rate, bytes per second, all layers together.
     pub limit_rate: Option<u64>,
-    /// `--quant` for a GGUF artifact converted on arrival.
-    pub quant: gpack_convert::Quant,
+    /// How a Docker GGUF model artifact is converted on arrival (`None`:
+    /// such an artifact is refused, [`crate::Error::NoConverter`]).
+    pub convert: Option<ConvertGguf>,
 }
 
 impl Default for PullOptions {
@@ -50,7 +72,7 @@ impl Default for PullOptions {
             force: false,
             jobs: 4,
             limit_rate: None,
-            quant: gpack_convert::Quant::Keep,
+            convert: None,
         }
     }
 }

@@ -287,6 +287,24 @@ fn parse_size_arg(s: &str) -> Result<usize, String> {
     })
 }
 
+/// gpack-convert as the registry's converter of pulled Docker GGUF model
+/// artifacts (`--quant` as `gpack convert`'s).
+pub fn convert_gguf(quant: gpack_convert::Quant) -> gpack_oci::ConvertGguf {
+    gpack_oci::ConvertGguf(std::sync::Arc::new(move |gguf, out, force| {
+        let report = gpack_convert::convert(
+            &gpack_convert::ConvertOptions {
+                source: gguf.to_path_buf(),
+                output: out.to_path_buf(),
+                quant,
+                force,
+                ..Default::default()
+            },
+            &(),
+        )?;
+        Ok((report.size, report.digest))
+    }))
+}
+
 /// The file to open for a MODEL argument: `model` itself when it exists
 /// (a file or directory wins over a same-named reference), else, when it
 /// parses as a registry reference (`host[:port]/repo[:tag|@digest]`), the
@@ -301,7 +319,8 @@ fn resolve_model(
     if model.exists() || !gpack_oci::reference::looks_like_reference(&s) {
         return Ok(model.to_path_buf());
     }
-    gpack_oci::resolve(&s, registry, progress)
+    let convert = Some(convert_gguf(gpack_convert::Quant::Keep));
+    gpack_oci::resolve(&s, registry, convert, progress)
         .map_err(|e| anyhow::Error::new(e).context(format!("pulling {s}")))
 }
 

@@ -81,7 +81,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         force: a.force,
         jobs: a.jobs,
         limit_rate: a.limit_rate,
-        quant: a.quant,
+        convert: Some(super::convert_gguf(a.quant)),
     };
     let rep = gpack_oci::pull(&reg, &store, &r, &opts, bars.clone())
         .with_context(|| format!("pulling {}", a.reference));
