@@ -105,6 +105,7 @@
 
 pub mod bench;
 pub mod config;
+mod decodable;
 pub mod decode;
 mod env;
 mod error;

@@ -6,34 +6,11 @@
 //! same input (q, k, v or gate, up); when its members tile one native tensor
 //! it runs as one kernel call.
 
+use crate::decodable::{check_decodable, check_view_decodable};
 use crate::error::{Error, Result};
 use crate::weights::{AlignedBuf, TensorRef};
 use gpack_quant::{GgmlType, NativeView, Pool};
 use std::sync::Arc;
-
-/// Refuses a tensor of a ggml type gpack cannot decode (IQ2_XXS, TQ2_0, …):
-/// every reader of a weight (kernels, row lookups, norms) decodes it, so
-/// binding is where a model with such a tensor fails, with the tensor named,
-/// instead of a kernel panicking on the first token.
-pub(crate) fn check_decodable(name: &str, ty: GgmlType) -> Result<()> {
-    if gpack_quant::ggml::can_dequantize(ty) {
-        Ok(())
-    } else {
-        Err(Error::UnsupportedType {
-            name: name.to_string(),
-            ty: ty.name(),
-        })
-    }
-}
-
-/// [`check_decodable`] for a native tensor: only a raw ggml layout can hold
-/// such a type.
-pub(crate) fn check_view_decodable(name: &str, view: &NativeView<'_>) -> Result<()> {
-    match view.layout() {
-        gpack_quant::Layout::Ggml(t) => check_decodable(name, t),
-        _ => Ok(()),
-    }
-}
 
 /// A `rows × cols` weight (y = W·x has `rows` outputs).
 #[derive(Clone, Debug)]

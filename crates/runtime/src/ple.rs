@@ -178,7 +178,7 @@ impl PleTable {
                 ty: h.ggml_type.get(),
             })
         })?;
-        crate::matrix::check_decodable("per_layer_token_embd.weight", ggml_type)?;
+        crate::decodable::check_decodable("per_layer_token_embd.weight", ggml_type)?;
         let (ne0, rows) = (h.ne0.get(), h.ne1.get());
         let row_bytes = ggml_type
             .bytes_for(ne0)

@@ -11,8 +11,10 @@
 //! recognises members that tile one view and then runs ONE matrix-vector call
 //! over all of them (see `model.rs`, `Proj`).
 
+pub mod expert_slice;
+pub use expert_slice::ExpertSlice;
+
 use crate::error::{Error, Result};
-use crate::experts::ExpertSlice;
 pub use gpack_quant::AlignedBuf;
 use gpack_quant::{GgmlType, NativeView};
 
@@ -150,7 +152,7 @@ pub trait WeightSource: MetadataSource + Send + Sync {
         part: usize,
         n_expert: usize,
     ) -> Option<Result<ExpertSlice<'_>>> {
-        crate::experts::stacked_slice(self, layer, expert, part, n_expert)
+        expert_slice::stacked_slice(self, layer, expert, part, n_expert)
     }
 
     /// The per-layer embedding table when this store keeps it apart from the
@@ -176,7 +178,7 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             dims,
             bytes,
         } => {
-            crate::matrix::check_decodable(name, *ggml_type)?;
+            crate::decodable::check_decodable(name, *ggml_type)?;
             // The dims come from the file: the element count is
             // overflow-checked and must be what the bytes present hold
             // before it sizes the output.
@@ -204,7 +206,7 @@ pub(crate) fn to_f32_vec(name: &str, t: &TensorRef<'_>, what: &'static str) -> R
             row_start,
             rows,
         } => {
-            crate::matrix::check_view_decodable(name, view)?;
+            crate::decodable::check_view_decodable(name, view)?;
             let cols = view.cols();
             let mut out = vec![0f32; cols * rows];
             view.dequantize_rows(*row_start, &mut out);
