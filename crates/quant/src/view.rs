@@ -313,41 +313,6 @@ impl<'a> NativeView<'a> {
         })
     }
 
-    /// Dequantizes rows `r0 .. r0 + out.len() / cols` into `out` (row-major),
-    /// the bits of [`NativeView::dequantize_row`] for each row; Rows16 views
-    /// decode each 16-row group-block once with the best SIMD decoder
-    /// instead of gathering every row's blocks.
-    ///
-    /// # Panics
-    /// As [`NativeView::dequantize_row`] for each row, and if `out.len()` is
-    /// not a multiple of `cols`.
-    pub fn dequantize_rows(&self, r0: usize, out: &mut [f32]) {
-        self.dequantize_rows_on(crate::Isa::best(), r0, out)
-    }
-
-    /// [`NativeView::dequantize_rows`] with the Rows16 decoders of `isa`
-    /// (the same bits on every ISA).
-    ///
-    /// # Panics
-    /// As [`NativeView::dequantize_rows`], and if `isa` is not available.
-    pub fn dequantize_rows_on(&self, isa: crate::Isa, r0: usize, out: &mut [f32]) {
-        assert!(
-            isa.is_available(),
-            "ISA {} is not available on this CPU",
-            isa.name()
-        );
-        assert!(
-            self.cols > 0 && out.len().is_multiple_of(self.cols),
-            "output length must be a multiple of cols"
-        );
-        if crate::kernels::rows16::handles(self) {
-            return crate::kernels::rows16::dequantize_rows(isa, self, r0, out);
-        }
-        for (i, o) in out.chunks_exact_mut(self.cols).enumerate() {
-            self.dequantize_row(r0 + i, o);
-        }
-    }
-
     /// Dequantizes row `r` into `out` (`cols` values), bit-identical to ggml's
     /// dequantization of the source blocks.
     ///
