@@ -390,12 +390,9 @@ impl Common {
             ));
         }
         let logprobs = self.logprobs()?;
-        let penalty = |v: Option<f64>, name: &'static str| match v.unwrap_or(0.0) {
-            p if (-2.0..=2.0).contains(&p) => Ok(p as f32),
-            p => Err(ApiError::invalid(
-                format!("{name} must be between -2 and 2, got {p}"),
-                Some(name),
-            )),
+        let penalty = |v: Option<f64>, name: &'static str| {
+            gpack_runtime::decode::check_penalty(name, v.unwrap_or(0.0))
+                .map_err(|m| ApiError::invalid(m, Some(name)))
         };
         let presence_penalty = penalty(self.presence_penalty, "presence_penalty")?;
         let frequency_penalty = penalty(self.frequency_penalty, "frequency_penalty")?;

@@ -215,11 +215,7 @@ fn checked_penalties(presence: f32, frequency: f32) -> PyResult<()> {
         (presence, "presence_penalty"),
         (frequency, "frequency_penalty"),
     ] {
-        if !(-2.0..=2.0).contains(&v) {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be between -2 and 2, got {v}"
-            )));
-        }
+        gpack_runtime::decode::check_penalty(name, f64::from(v)).map_err(PyValueError::new_err)?;
     }
     Ok(())
 }

@@ -180,7 +180,6 @@ pub fn generate_slot(
     let t1 = Instant::now();
     let n_vocab = model.config.n_vocab;
     let n_ctx = state.n_ctx();
-    let max_tokens = slot.config().max_tokens;
     let mut spec = SpecStats::default();
     let mut fed: Vec<u32> = Vec::new();
     let mut drafts = Vec::new();
@@ -218,11 +217,7 @@ pub fn generate_slot(
         let Some(tok) = slot.pending() else {
             break;
         };
-        // Room: k drafts give k + 1 rows, each may emit a token and needs
-        // a cache position.
-        let room = (max_tokens - slot.generated().len())
-            .min(n_ctx - state.pos())
-            .saturating_sub(1);
+        let room = slot.draft_room(state.pos(), n_ctx);
         match drafter.as_deref_mut() {
             Some(d) => slot.draft(d, room, n_vocab, &mut drafts),
             None => drafts.clear(),

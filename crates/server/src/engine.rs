@@ -59,9 +59,10 @@ pub enum Finish {
 impl Finish {
     /// How a slot's [`StopReason`] ends a request.
     pub fn of(r: &StopReason) -> Finish {
-        match r.finish_reason() {
-            "length" => Finish::Length,
-            _ => Finish::Stop,
+        if r.is_length() {
+            Finish::Length
+        } else {
+            Finish::Stop
         }
     }
 
@@ -861,11 +862,9 @@ impl Engine {
                     Logits::None
                 });
             } else {
-                // k drafts give k + 1 rows: each may emit a token and needs
-                // a cache position.
-                let room = (a.slot.config().max_tokens - a.slot.generated().len())
-                    .min(self.cfg.n_ctx - self.seqs[i].pos())
-                    .saturating_sub(1)
+                let room = a
+                    .slot
+                    .draft_room(self.seqs[i].pos(), self.cfg.n_ctx)
                     .min(draft_share);
                 let d: Option<&mut dyn Drafter> = match a.job.spec {
                     SpecMode::None => None,

@@ -13,6 +13,6 @@ pub use grammar::MAX_CONSTRAINT_BYTES;
 pub use grammar::{allowed, apply_mask, Constraint, ConstraintError, Grammars, Guide};
 pub use llguidance::toktrie::SimpleVob;
 pub use logprob::{token_logprob, TokenLogprob, MAX_TOP_LOGPROBS};
-pub use penalty::Penalties;
+pub use penalty::{check_penalty, Penalties};
 pub use slot::{Emitted, Rows, Slot};
 pub use stop::{partial_stop, StopReason};

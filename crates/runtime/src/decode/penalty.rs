@@ -6,6 +6,16 @@
 
 use std::collections::HashMap;
 
+/// `v` as a penalty: OpenAI's range, −2..2, or the error naming `name`
+/// (the one check of the server's requests and Python's arguments).
+pub fn check_penalty(name: &str, v: f64) -> Result<f32, String> {
+    if (-2.0..=2.0).contains(&v) {
+        Ok(v as f32)
+    } else {
+        Err(format!("{name} must be between -2 and 2, got {v}"))
+    }
+}
+
 /// Generated-token counts and the two penalties of one request.
 #[derive(Debug, Clone, Default)]
 pub struct Penalties {

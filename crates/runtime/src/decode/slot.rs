@@ -205,6 +205,14 @@ impl<'t> Slot<'t> {
         std::mem::take(&mut self.mask_time)
     }
 
+    /// Most draft tokens the next step may run after the pending token
+    /// when the cache holds `cache_len` of `n_ctx` positions: k drafts give
+    /// k + 1 rows, each of which may emit a token and needs a position.
+    pub fn draft_room(&self, cache_len: usize, n_ctx: usize) -> usize {
+        let left = self.cfg.max_tokens.saturating_sub(self.generated().len());
+        left.min(n_ctx.saturating_sub(cache_len)).saturating_sub(1)
+    }
+
     /// Fills `out` with up to `room` draft tokens from `d` (none for a
     /// constrained slot; ids the model's `n_vocab` lacks cut the draft
     /// there: a draft model's padded vocabulary may name them). A failed

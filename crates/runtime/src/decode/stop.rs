@@ -19,15 +19,18 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    /// OpenAI's `finish_reason`: `length` for the token budget and a full
-    /// context, `stop` otherwise.
+    /// Whether the answer was cut by the token budget or a full context
+    /// (OpenAI's `length`), not ended (`stop`).
+    pub fn is_length(&self) -> bool {
+        matches!(self, StopReason::MaxTokens | StopReason::ContextFull)
+    }
+
+    /// OpenAI's `finish_reason`: `length` or `stop`.
     pub fn finish_reason(&self) -> &'static str {
-        match self {
-            StopReason::MaxTokens | StopReason::ContextFull => "length",
-            StopReason::StopToken(_)
-            | StopReason::StopString(_)
-            | StopReason::Grammar
-            | StopReason::Callback => "stop",
+        if self.is_length() {
+            "length"
+        } else {
+            "stop"
         }
     }
 }
