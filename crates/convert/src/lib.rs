@@ -33,6 +33,30 @@ pub(crate) fn vm_hwm_kb() -> u64 {
         .unwrap()
 }
 
+/// Runs the test `test` of this binary again as a child process with `var`
+/// set to `src` (the child does the work and prints `VMHWM_KB=` with its
+/// [`vm_hwm_kb`]), and returns that peak: the bounded-RSS tests' parent
+/// side, whose measure is then the work's alone.
+#[cfg(test)]
+pub(crate) fn child_vm_hwm_kb(test: &str, var: &str, src: &std::path::Path) -> u64 {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(var, src)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("VMHWM_KB=").map(|(_, v)| v))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("child did not report VmHWM: {stdout}"))
+}
+
 pub use error::{Error, OptionProblem, TensorProblem};
 pub use plan::{Fuse, Placement, Plan, PlannedTensor, FUSED_GROUPS};
 pub use policy::Quant;

@@ -301,7 +301,7 @@ mod tests {
                 };
                 prequant(&src, &src.with_extension("giw"), &opts).unwrap();
             }
-            println!("GIW_VMHWM_KB={}", crate::vm_hwm_kb());
+            println!("VMHWM_KB={}", crate::vm_hwm_kb());
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -310,27 +310,11 @@ mod tests {
         let model = std::fs::metadata(&src).unwrap().len();
         let bound = layer + (64 << 20);
         assert!(model > 3 * bound, "model {model} vs bound {bound}");
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "giw::build::tests::giw_streaming_peak_rss_is_bounded",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("GIW_RSS_CHILD", &src)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let kb = crate::child_vm_hwm_kb(
+            "giw::build::tests::giw_streaming_peak_rss_is_bounded",
+            "GIW_RSS_CHILD",
+            &src,
         );
-        let kb: u64 = stdout
-            .lines()
-            .find_map(|l| l.split_once("GIW_VMHWM_KB=").map(|(_, v)| v))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("child did not report VmHWM: {stdout}"));
         eprintln!(
             "streaming prequant of a {} MB model: peak RSS {} MiB (bound {} MiB = largest layer {} MiB + 64 MiB)",
             model / 1_000_000,

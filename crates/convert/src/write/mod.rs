@@ -130,7 +130,7 @@ mod tests {
                 let want = if quant == Quant::Int4 { "Q8_0" } else { "Q4_K" };
                 assert_eq!(requantized, [want], "{quant}");
             }
-            println!("CONVERT_VMHWM_KB={}", crate::vm_hwm_kb());
+            println!("VMHWM_KB={}", crate::vm_hwm_kb());
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -139,27 +139,11 @@ mod tests {
         let f32_bytes = COLS * ROWS * 4;
         let bound = largest + (64 << 20);
         assert!(bound < f32_bytes, "bound {bound} vs f32 {f32_bytes}");
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "write::tests::convert_requantize_peak_rss_is_bounded",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("CONVERT_RSS_CHILD", &src)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let kb = crate::child_vm_hwm_kb(
+            "write::tests::convert_requantize_peak_rss_is_bounded",
+            "CONVERT_RSS_CHILD",
+            &src,
         );
-        let kb: u64 = stdout
-            .lines()
-            .find_map(|l| l.split_once("CONVERT_VMHWM_KB=").map(|(_, v)| v))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("child did not report VmHWM: {stdout}"));
         eprintln!(
             "convert --quant int4/int8 of two {} MiB-as-f32 matrices: peak RSS {} MiB (bound {} MiB = largest source tensor {} MiB + 64 MiB)",
             f32_bytes >> 20,
