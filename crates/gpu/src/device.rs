@@ -1,0 +1,512 @@
+//! Choosing and opening an adapter, and the primitives every kernel uses.
+//!
+//! Policy ([`Want`]): `auto` takes a hardware GPU or nothing (the caller then
+//! runs on the CPU); `gpu` takes a hardware GPU, else a software adapter
+//! (Mesa's lavapipe, WARP) with a warning; `gpu:N` takes the N-th adapter of
+//! [`Gpu::adapters`]. A software adapter is a conformant device on the CPU:
+//! it proves kernels correct, not fast.
+//!
+//! Errors never panic: wgpu's default handler for uncaptured errors panics,
+//! so [`Gpu::open`] installs one that records the message, and [`Gpu::check`]
+//! (called by [`Gpu::read`] and [`Gpu::wait`]) turns it, or a lost device,
+//! into [`Error::Device`].
+
+use crate::Error;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Which adapter to open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// A hardware GPU, or none (never a software adapter).
+    Auto,
+    /// A hardware GPU, else a software one with a warning.
+    Any,
+    /// The adapter at this index of [`Gpu::adapters`].
+    Index(usize),
+}
+
+/// Hardware or software (a CPU implementation of the API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdapterKind {
+    /// A discrete, integrated or virtual GPU.
+    Hardware,
+    /// A CPU implementation (lavapipe, SwiftShader, WARP).
+    Software,
+}
+
+/// What an opened device is and can do.
+#[derive(Clone, Debug)]
+pub struct Caps {
+    /// The adapter's name ("llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA GeForce …").
+    pub name: String,
+    /// The API: "vulkan", "metal", "dx12".
+    pub backend: &'static str,
+    /// The driver's name and version, as the adapter reports them.
+    pub driver: String,
+    /// Hardware or software.
+    pub kind: AdapterKind,
+    /// WGSL `f16` (the `shader-f16` feature) is enabled.
+    pub f16: bool,
+    /// Subgroup operations are enabled.
+    pub subgroups: bool,
+    /// The largest storage-buffer binding, in bytes.
+    pub max_binding: u64,
+    /// The largest buffer, in bytes.
+    pub max_buffer: u64,
+    /// The most workgroups per dispatch dimension.
+    pub max_workgroups: u32,
+}
+
+/// Which optional features [`Gpu::open_with`] may enable (each only where
+/// the adapter has it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allow {
+    /// WGSL `f16` arithmetic and storage (`shader-f16`).
+    pub f16: bool,
+    /// Subgroup operations.
+    pub subgroups: bool,
+}
+
+impl Default for Allow {
+    fn default() -> Self {
+        Allow {
+            f16: true,
+            subgroups: true,
+        }
+    }
+}
+
+/// An opened device: its queue, capabilities and a pipeline cache.
+pub struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    caps: Caps,
+    pipelines: Mutex<HashMap<(String, String), Arc<wgpu::ComputePipeline>>>,
+    lost: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("caps", &self.caps)
+            .finish_non_exhaustive()
+    }
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+    // Respect WGPU_BACKEND and friends, as every wgpu program does.
+    desc = desc.with_env();
+    wgpu::Instance::new(desc)
+}
+
+fn kind_of(info: &wgpu::AdapterInfo) -> AdapterKind {
+    match info.device_type {
+        wgpu::DeviceType::Cpu => AdapterKind::Software,
+        _ => AdapterKind::Hardware,
+    }
+}
+
+fn backend_name(b: wgpu::Backend) -> &'static str {
+    match b {
+        wgpu::Backend::Vulkan => "vulkan",
+        wgpu::Backend::Metal => "metal",
+        wgpu::Backend::Dx12 => "dx12",
+        wgpu::Backend::Gl => "gl",
+        wgpu::Backend::BrowserWebGpu => "webgpu",
+        _ => "other",
+    }
+}
+
+/// One adapter as [`Gpu::adapters`] lists it.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    /// Its index, for [`Want::Index`].
+    pub index: usize,
+    /// The adapter's name.
+    pub name: String,
+    /// The API.
+    pub backend: &'static str,
+    /// Hardware or software.
+    pub kind: AdapterKind,
+}
+
+impl Gpu {
+    /// Every adapter the installed drivers offer, in a stable order.
+    pub fn adapters() -> Vec<AdapterSummary> {
+        let inst = instance();
+        pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()))
+            .iter()
+            .enumerate()
+            .map(|(index, a)| {
+                let i = a.get_info();
+                AdapterSummary {
+                    index,
+                    name: i.name.clone(),
+                    backend: backend_name(i.backend),
+                    kind: kind_of(&i),
+                }
+            })
+            .collect()
+    }
+
+    /// Opens the adapter `want` names, with `shader-f16` and subgroups when
+    /// it has them and its own limits for buffer sizes.
+    pub fn open(want: Want) -> Result<Gpu, Error> {
+        Gpu::open_with(want, Allow::default())
+    }
+
+    /// [`Gpu::open`], enabling only the optional features `allow` permits
+    /// (tests force the fallback kernels of adapters without them).
+    pub fn open_with(want: Want, allow: Allow) -> Result<Gpu, Error> {
+        let inst = instance();
+        let adapters = pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()));
+        let found = || {
+            if adapters.is_empty() {
+                "no Vulkan, Metal or DX12 adapter is installed (on Linux: a Vulkan driver, e.g. \
+                 `apt-get install mesa-vulkan-drivers libvulkan1`)"
+                    .to_string()
+            } else {
+                let names: Vec<String> = adapters
+                    .iter()
+                    .map(|a| {
+                        let i = a.get_info();
+                        format!(
+                            "{} ({:?}, {})",
+                            i.name,
+                            kind_of(&i),
+                            backend_name(i.backend)
+                        )
+                    })
+                    .collect();
+                format!("found {}", names.join(", "))
+            }
+        };
+        let hardware = adapters
+            .iter()
+            .position(|a| kind_of(&a.get_info()) == AdapterKind::Hardware);
+        let pick = match want {
+            Want::Auto => hardware.ok_or_else(|| Error::NoAdapter {
+                tried: format!("no hardware GPU ({})", found()),
+            })?,
+            Want::Any => match hardware {
+                Some(i) => i,
+                None if !adapters.is_empty() => {
+                    log::warn!(
+                        "no hardware GPU; using the software adapter {:?}: correct, not fast",
+                        adapters[0].get_info().name
+                    );
+                    0
+                }
+                None => return Err(Error::NoAdapter { tried: found() }),
+            },
+            Want::Index(i) if i < adapters.len() => i,
+            Want::Index(i) => {
+                return Err(Error::NoAdapter {
+                    tried: format!("no adapter number {i} ({})", found()),
+                })
+            }
+        };
+        let adapter = &adapters[pick];
+        let info = adapter.get_info();
+        let have = adapter.features();
+        let mut features = wgpu::Features::empty();
+        for (f, ok) in [
+            (wgpu::Features::SHADER_F16, allow.f16),
+            (wgpu::Features::SUBGROUP, allow.subgroups),
+        ] {
+            if ok && have.contains(f) {
+                features |= f;
+            }
+        }
+        let al = adapter.limits();
+        let mut limits = wgpu::Limits::defaults();
+        limits.max_storage_buffer_binding_size = al.max_storage_buffer_binding_size;
+        limits.max_buffer_size = al.max_buffer_size;
+        limits.max_storage_buffers_per_shader_stage =
+            al.max_storage_buffers_per_shader_stage.min(16);
+        limits.max_compute_workgroup_storage_size = al.max_compute_workgroup_storage_size;
+        limits.max_compute_invocations_per_workgroup = al.max_compute_invocations_per_workgroup;
+        limits.max_compute_workgroup_size_x = al.max_compute_workgroup_size_x;
+        limits.max_compute_workgroup_size_y = al.max_compute_workgroup_size_y;
+        limits.max_compute_workgroups_per_dimension = al.max_compute_workgroups_per_dimension;
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("gpack"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
+            Error::RequestDevice {
+                adapter: info.name.clone(),
+                why: e.to_string(),
+            }
+        })?;
+        let lost = Arc::new(AtomicBool::new(false));
+        let failure = Arc::new(Mutex::new(None::<String>));
+        {
+            let lost = lost.clone();
+            let failure = failure.clone();
+            device.set_device_lost_callback(move |reason, msg| {
+                lost.store(true, Ordering::SeqCst);
+                if let Ok(mut f) = failure.lock() {
+                    f.get_or_insert(format!("device lost ({reason:?}): {msg}"));
+                }
+            });
+        }
+        {
+            let failure = failure.clone();
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                if let Ok(mut f) = failure.lock() {
+                    f.get_or_insert(e.to_string());
+                }
+            }));
+        }
+        let caps = Caps {
+            name: info.name.clone(),
+            backend: backend_name(info.backend),
+            driver: format!("{} {}", info.driver, info.driver_info)
+                .trim()
+                .to_string(),
+            kind: kind_of(&info),
+            f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            max_binding: limits.max_storage_buffer_binding_size,
+            max_buffer: limits.max_buffer_size,
+            max_workgroups: limits.max_compute_workgroups_per_dimension,
+        };
+        Ok(Gpu {
+            device,
+            queue,
+            caps,
+            pipelines: Mutex::new(HashMap::new()),
+            lost,
+            failure,
+        })
+    }
+
+    /// What this device is and can do.
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// The wgpu device, for kernel modules.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The wgpu queue, for kernel modules.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// `Err` if the device was lost or an operation failed since the last check.
+    pub fn check(&self) -> Result<(), Error> {
+        let msg = self.failure.lock().ok().and_then(|mut f| f.take());
+        match msg {
+            Some(m) => Err(Error::Device(m)),
+            None if self.lost.load(Ordering::SeqCst) => Err(Error::Device("device lost".into())),
+            None => Ok(()),
+        }
+    }
+
+    /// The compute pipeline for `entry` in the WGSL `source`, compiled once
+    /// per `(label, entry)` and cached (bind group layout: derived from the
+    /// shader). A shader that does not validate is [`Error::Shader`].
+    pub fn pipeline(
+        &self,
+        label: &str,
+        source: &str,
+        entry: &str,
+    ) -> Result<Arc<wgpu::ComputePipeline>, Error> {
+        let key = (label.to_string(), entry.to_string());
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return Ok(p);
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(Cow::Borrowed(source)),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader {
+                label: format!("{label}::{entry}"),
+                why: e.to_string(),
+            });
+        }
+        let p = Arc::new(pipeline);
+        if let Ok(mut m) = self.pipelines.lock() {
+            m.insert(key, p.clone());
+        }
+        Ok(p)
+    }
+
+    /// A storage buffer holding `bytes` (padded to a multiple of 4), usable
+    /// as a kernel's input or output and as a copy source.
+    pub fn upload(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer, Error> {
+        let size = (bytes.len() as u64).div_ceil(4).max(1) * 4;
+        let buf = self.storage(label, size)?;
+        let whole = bytes.len() / 4 * 4;
+        if whole > 0 {
+            self.queue.write_buffer(&buf, 0, &bytes[..whole]);
+        }
+        if whole < bytes.len() {
+            let mut tail = [0u8; 4];
+            tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+            self.queue.write_buffer(&buf, whole as u64, &tail);
+        }
+        Ok(buf)
+    }
+
+    /// A zeroed storage buffer of `size` bytes (a multiple of 4).
+    pub fn storage(&self, label: &str, size: u64) -> Result<wgpu::Buffer, Error> {
+        if size > self.caps.max_buffer {
+            return Err(Error::TooLarge {
+                what: format!("buffer {label}"),
+                bytes: size,
+                limit: self.caps.max_buffer,
+            });
+        }
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.max(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// A uniform buffer holding `bytes` (a kernel's small parameters).
+    pub fn uniform(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        let size = (bytes.len() as u64).div_ceil(16).max(1) * 16;
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut padded = bytes.to_vec();
+        padded.resize(size as usize, 0);
+        self.queue.write_buffer(&buf, 0, &padded);
+        buf
+    }
+
+    /// Records one dispatch of `pipeline` with `bindings` as group 0
+    /// (binding `i` = `bindings[i]`, whole buffers) and submits it.
+    pub fn dispatch(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[&wgpu::Buffer],
+        workgroups: [u32; 3],
+    ) -> Result<(), Error> {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = bindings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        self.dispatch_entries(pipeline, &entries, workgroups)
+    }
+
+    /// [`Gpu::dispatch`] with explicit bind group entries (buffer ranges).
+    pub fn dispatch_entries(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        entries: &[wgpu::BindGroupEntry<'_>],
+        workgroups: [u32; 3],
+    ) -> Result<(), Error> {
+        for (axis, &n) in workgroups.iter().enumerate() {
+            if n > self.caps.max_workgroups {
+                return Err(Error::TooLarge {
+                    what: format!("dispatch axis {axis} workgroups"),
+                    bytes: u64::from(n),
+                    limit: u64::from(self.caps.max_workgroups),
+                });
+            }
+        }
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+        }
+        self.queue.submit([enc.finish()]);
+        self.check()
+    }
+
+    /// Waits until everything submitted has run.
+    pub fn wait(&self) -> Result<(), Error> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Device(e.to_string()))?;
+        self.check()
+    }
+
+    /// Copies `len` bytes at `offset` of `buf` back to the host (waits).
+    pub fn read(&self, buf: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>, Error> {
+        let size = len.div_ceil(4) * 4;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait()?;
+        rx.recv()
+            .map_err(|_| Error::Device("read-back never completed".into()))?
+            .map_err(|e| Error::Device(e.to_string()))?;
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| Error::Device(e.to_string()))?;
+        let out = view[..len as usize].to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// [`Gpu::read`] as `f32` values (`n` of them from the start).
+    pub fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>, Error> {
+        let bytes = self.read(buf, 0, n as u64 * 4)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+}

@@ -1,0 +1,17 @@
+//! GPU compute for gpack through [wgpu]: Vulkan on Linux and Windows, Metal
+//! on macOS, DX12 on Windows, from one WGSL source per kernel.
+//!
+//! * [`device`]: which adapter to use ([`Want`]), opening it ([`Gpu::open`]),
+//!   what it can do ([`Caps`]), and the few primitives every kernel module
+//!   uses (pipelines from WGSL, storage buffers, read-back).
+//!
+//! The runtime's model step calls a device seam; this crate is the wgpu side
+//! of it. Sampling, grammars and speculation stay on the host.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod device;
+mod error;
+
+pub use device::{AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
+pub use error::Error;

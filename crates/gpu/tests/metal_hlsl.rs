@@ -1,0 +1,62 @@
+//! Every WGSL shader of the crate translates to Metal (MSL) and HLSL with
+//! naga, so a shader that could not run on Metal or DX12 fails here, on Linux.
+
+use std::path::Path;
+
+fn shaders() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "wgsl") {
+            out.push((
+                p.display().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            ));
+        }
+    }
+    out.sort();
+    assert!(!out.is_empty(), "no shaders found in {}", dir.display());
+    out
+}
+
+fn module(name: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
+    let m = naga::front::wgsl::parse_str(src)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&m)
+    .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    (m, info)
+}
+
+#[test]
+fn every_shader_translates_to_msl() {
+    for (name, src) in shaders() {
+        let (m, info) = module(&name, &src);
+        let opts = naga::back::msl::Options {
+            lang_version: (2, 4),
+            ..Default::default()
+        };
+        let pipe = naga::back::msl::PipelineOptions::default();
+        naga::back::msl::write_string(&m, &info, &opts, &pipe)
+            .unwrap_or_else(|e| panic!("{name} to MSL: {e:?}"));
+    }
+}
+
+#[test]
+fn every_shader_translates_to_hlsl() {
+    for (name, src) in shaders() {
+        let (m, info) = module(&name, &src);
+        let opts = naga::back::hlsl::Options {
+            shader_model: naga::back::hlsl::ShaderModel::V6_2,
+            ..Default::default()
+        };
+        let mut s = String::new();
+        naga::back::hlsl::Writer::new(&mut s, &opts, &Default::default())
+            .write(&m, &info, None)
+            .unwrap_or_else(|e| panic!("{name} to HLSL: {e:?}"));
+    }
+}
