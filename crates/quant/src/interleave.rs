@@ -41,7 +41,7 @@ pub const R: usize = 16;
 
 /// The fields of one ggml block in struct order: `(offset, length)` bytes
 /// (ggml-common.h), or `None` for types without a row-interleaved layout.
-pub fn fields(t: GgmlType) -> Option<&'static [(u16, u16)]> {
+pub const fn fields(t: GgmlType) -> Option<&'static [(u16, u16)]> {
     use GgmlType as T;
     Some(match t {
         // block_q4_0 { ggml_half d; uint8_t qs[16]; }
@@ -73,7 +73,7 @@ pub fn fields(t: GgmlType) -> Option<&'static [(u16, u16)]> {
 }
 
 /// Whether `t` has a row-interleaved layout.
-pub fn supports(t: GgmlType) -> bool {
+pub const fn supports(t: GgmlType) -> bool {
     fields(t).is_some()
 }
 

@@ -32,6 +32,9 @@
 //! docs/perf-history/kernels.md). For n ≤ 8 the same decoders feed
 //! `avx2_direct.rs` (registers, no stage) through [`with_dec`].
 
+use super::facts::{
+    iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, WORD,
+};
 use super::{decode_scalar, prefetch_l2, Kind, Stage, LUT_IQ4NL, LUT_MXFP4, R};
 use std::arch::x86_64::*;
 
@@ -97,7 +100,7 @@ unsafe fn ld(p: *const u8) -> __m256i {
 #[inline(always)]
 unsafe fn word(f: *const u8, w: usize, h: usize) -> __m256i {
     // SAFETY: the word's 64 bytes are readable; the half is 32 of them.
-    unsafe { ld(f.add(R * 4 * w + 32 * h)) }
+    unsafe { ld(f.add(WORD * w + 32 * h)) }
 }
 
 /// Half `h` of the 2-byte f16 field at `f` (`[16 rows][2]`) as f32.
@@ -284,14 +287,17 @@ impl Dec for Q8_0 {
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d inside the 544-byte group-block.
-        unsafe { put(&mut st.scales[0], h, f16x8(self.0, h)) }
+        unsafe { put(&mut st.scales[0], h, f16x8(self.0.add(q8_0::D), h)) }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize, h: usize) -> [__m256i; 8] {
         // SAFETY: the 8 words of qs.
         unsafe {
             let flip = _mm256_set1_epi8(i8::MIN);
-            arr!(8, |j| _mm256_xor_si256(word(self.0.add(32), j, h), flip))
+            arr!(8, |j| _mm256_xor_si256(
+                word(self.0.add(q8_0::QS), j, h),
+                flip
+            ))
         }
     }
 }
@@ -316,16 +322,16 @@ impl<const MIN: bool> Dec for Q4<MIN> {
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d (and m) inside the 288- or 320-byte group-block.
         unsafe {
-            put(&mut st.scales[0], h, f16x8(self.0, h));
+            put(&mut st.scales[0], h, f16x8(self.0.add(q4_0::D), h));
             if MIN {
-                put(&mut st.mins[0], h, f16x8(self.0.add(32), h));
+                put(&mut st.mins[0], h, f16x8(self.0.add(q4_1::M), h));
             }
         }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize, h: usize) -> [__m256i; 8] {
         // SAFETY: the 4 words of qs.
-        unsafe { nibbles(self.0.add(if MIN { 64 } else { 32 }), h, None) }
+        unsafe { nibbles(self.0.add(if MIN { q4_1::QS } else { q4_0::QS }), h, None) }
     }
 }
 
@@ -349,15 +355,19 @@ impl<const MIN: bool> Dec for Q5<MIN> {
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d (and m) inside the 352- or 384-byte group-block.
         unsafe {
-            put(&mut st.scales[0], h, f16x8(self.0, h));
+            put(&mut st.scales[0], h, f16x8(self.0.add(q5_0::D), h));
             if MIN {
-                put(&mut st.mins[0], h, f16x8(self.0.add(32), h));
+                put(&mut st.mins[0], h, f16x8(self.0.add(q5_1::M), h));
             }
         }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize, h: usize) -> [__m256i; 8] {
-        let (qh, qs) = if MIN { (64, 128) } else { (32, 96) };
+        let (qh, qs) = if MIN {
+            (q5_1::QH, q5_1::QS)
+        } else {
+            (q5_0::QH, q5_0::QS)
+        };
         // SAFETY: the one word of qh and the 4 of qs.
         unsafe {
             let mut c = nibbles(self.0.add(qs), h, None);
@@ -405,9 +415,9 @@ impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
         let p = self.0;
         // SAFETY: d, dmin and scales inside the 2304- or 2816-byte group-block.
         unsafe {
-            let d = f16x8(p, h);
-            let dmin = f16x8(p.add(32), h);
-            let w: [__m256i; 3] = arr!(3, |i| word(p.add(64), i, h));
+            let d = f16x8(p.add(q4_k::D), h);
+            let dmin = f16x8(p.add(q4_k::DMIN), h);
+            let w: [__m256i; 3] = arr!(3, |i| word(p.add(q4_k::SCALES), i, h));
             // ggml's get_scale_min_k4 on the 12 bytes (3 lanes) of each row:
             // sub-blocks 0..4 are the low 6 bits of bytes 0..4 (scale) and
             // 4..8 (min); 4..8 take their low 4 bits from the nibbles of
@@ -438,13 +448,13 @@ impl<const FIFTH: bool> Dec for Q4K<FIFTH> {
         // 32 kb + b is bit kb of qh byte b.
         // SAFETY: words 8 (kb / 2) + j of qs and j of qh, kb < 8.
         unsafe {
-            let qs = p.add(if FIFTH { 768 } else { 256 });
+            let qs = p.add(if FIFTH { q5_k::QS } else { q4_k::QS });
             let nib = _mm256_set1_epi8(0x0F);
             arr!(8, |j| {
                 let q = shift16(word(qs, 8 * (kb / 2) + j, h), -4 * (kb % 2) as i32);
                 let u = _mm256_and_si256(q, nib);
                 if FIFTH {
-                    _mm256_or_si256(u, bit_to(word(p.add(256), j, h), kb as u32, 4))
+                    _mm256_or_si256(u, bit_to(word(p.add(q5_k::QH), j, h), kb as u32, 4))
                 } else {
                     u
                 }
@@ -475,10 +485,10 @@ impl Dec for Q6K {
         let p = self.0;
         // SAFETY: d and scales inside the 3360-byte group-block.
         unsafe {
-            let d = f16x8(p.add(3328), h);
+            let d = f16x8(p.add(q6_k::D), h);
             put(&mut st.d, h, d);
             for w in 0..4 {
-                let sw = word(p.add(3072), w, h);
+                let sw = word(p.add(q6_k::SCALES), w, h);
                 for t in 0..4u32 {
                     // Byte t of each lane, sign-extended: to the top, back down.
                     let s = _mm256_srai_epi32::<24>(sll32(sw, 24 - 8 * t));
@@ -501,8 +511,11 @@ impl Dec for Q6K {
             let nib = _mm256_set1_epi8(0x0F);
             let top = _mm256_set1_epi8(0x30);
             arr!(8, |j| {
-                let l = shift16(word(p, 16 * half + 8 * (q % 2) + j, h), -4 * (q / 2) as i32);
-                let qh = word(p.add(2048), 8 * half + j, h);
+                let l = shift16(
+                    word(p.add(q6_k::QL), 16 * half + 8 * (q % 2) + j, h),
+                    -4 * (q / 2) as i32,
+                );
+                let qh = word(p.add(q6_k::QH), 8 * half + j, h);
                 // Bits 2q, 2q + 1 to bits 4, 5 (inside the byte, as in `bit_to`).
                 let hi = shift16(qh, 4 - 2 * q as i32);
                 _mm256_or_si256(_mm256_and_si256(l, nib), _mm256_and_si256(hi, top))
@@ -532,8 +545,8 @@ impl Dec for Q3K {
         let p = self.0;
         // SAFETY: d and scales inside the 1760-byte group-block.
         unsafe {
-            let d = f16x8(p.add(1728), h);
-            let w: [__m256i; 3] = arr!(3, |i| word(p.add(1536), i, h));
+            let d = f16x8(p.add(q3_k::D), h);
+            let w: [__m256i; 3] = arr!(3, |i| word(p.add(q3_k::SCALES), i, h));
             // 6-bit scale i: low 4 bits the nibble i / 8 of byte i % 8 (words
             // 0, 1), top 2 bits 2 (i / 4) .. of byte 8 + i % 4 (word 2).
             for i in 0..16u32 {
@@ -556,8 +569,8 @@ impl Dec for Q3K {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
             arr!(8, |j| {
-                let l = shift16(word(p.add(512), 8 * half + j, h), -2 * s as i32);
-                let hb = bit_to(word(p, j, h), kb as u32, 2);
+                let l = shift16(word(p.add(q3_k::QS), 8 * half + j, h), -2 * s as i32);
+                let hb = bit_to(word(p.add(q3_k::HMASK), j, h), kb as u32, 2);
                 _mm256_or_si256(_mm256_and_si256(l, three), hb)
             })
         }
@@ -585,10 +598,10 @@ impl Dec for Q2K {
         let p = self.0;
         // SAFETY: scales, d and dmin inside the 1344-byte group-block.
         unsafe {
-            let d = f16x8(p.add(1280), h);
-            let dmin = f16x8(p.add(1312), h);
+            let d = f16x8(p.add(q2_k::D), h);
+            let dmin = f16x8(p.add(q2_k::DMIN), h);
             for w in 0..4 {
-                let sw = word(p, w, h);
+                let sw = word(p.add(q2_k::SCALES), w, h);
                 for t in 0..4u32 {
                     // Byte t: scale in the low nibble, min in the high.
                     let b = srl32(sw, 8 * t);
@@ -609,7 +622,7 @@ impl Dec for Q2K {
             let (half, s) = (kb / 4, kb % 4);
             let three = _mm256_set1_epi8(3);
             arr!(8, |j| {
-                let q = shift16(word(p.add(256), 8 * half + j, h), -2 * s as i32);
+                let q = shift16(word(p.add(q2_k::QS), 8 * half + j, h), -2 * s as i32);
                 _mm256_and_si256(q, three)
             })
         }
@@ -634,12 +647,12 @@ impl Dec for Iq4Nl {
     #[inline(always)]
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: d inside the 288-byte group-block.
-        unsafe { put(&mut st.scales[0], h, f16x8(self.0, h)) }
+        unsafe { put(&mut st.scales[0], h, f16x8(self.0.add(q4_0::D), h)) }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize, h: usize) -> [__m256i; 8] {
         // SAFETY: the 4 words of qs.
-        unsafe { nibbles(self.0.add(32), h, Some(lut(&LUT_IQ4NL))) }
+        unsafe { nibbles(self.0.add(q4_0::QS), h, Some(lut(&LUT_IQ4NL))) }
     }
 }
 
@@ -665,9 +678,10 @@ impl Dec for Iq4Xs {
         let p = self.0;
         // SAFETY: d, scales_h and scales_l inside the 2176-byte group-block.
         unsafe {
-            let d = f16x8(p, h);
-            let sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(32 + 16 * h).cast()));
-            let sl = word(p.add(64), 0, h);
+            let d = f16x8(p.add(iq4_xs::D), h);
+            let sh =
+                _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(iq4_xs::SCALES_H + 16 * h).cast()));
+            let sl = word(p.add(iq4_xs::SCALES_L), 0, h);
             put(&mut st.d, h, d);
             // Sub-block j: nibble j of scales_l (bits 4j), bits 2j of scales_h.
             for j in 0..8u32 {
@@ -684,7 +698,13 @@ impl Dec for Iq4Xs {
     #[inline(always)]
     unsafe fn block(&self, kb: usize, h: usize) -> [__m256i; 8] {
         // SAFETY: words 4 kb .. 4 kb + 4 of qs, kb < 8.
-        unsafe { nibbles(self.0.add(128 + R * 4 * 4 * kb), h, Some(lut(&LUT_IQ4NL))) }
+        unsafe {
+            nibbles(
+                self.0.add(iq4_xs::QS + WORD * 4 * kb),
+                h,
+                Some(lut(&LUT_IQ4NL)),
+            )
+        }
     }
 }
 
@@ -709,7 +729,7 @@ impl Dec for Mxfp4 {
     unsafe fn scales(&self, h: usize, st: &mut Stage) {
         // SAFETY: e inside the 272-byte group-block (8 bytes of the 16).
         unsafe {
-            let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(self.0.add(8 * h).cast()));
+            let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(self.0.add(mxfp4::E + 8 * h).cast()));
             let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
             let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
             // e is 0..=255 in an i32: a signed compare is exact.
@@ -721,7 +741,7 @@ impl Dec for Mxfp4 {
     #[inline(always)]
     unsafe fn block(&self, _kb: usize, h: usize) -> [__m256i; 8] {
         // SAFETY: the 4 words of qs.
-        unsafe { nibbles(self.0.add(16), h, Some(lut(&LUT_MXFP4))) }
+        unsafe { nibbles(self.0.add(mxfp4::QS), h, Some(lut(&LUT_MXFP4))) }
     }
 }
 

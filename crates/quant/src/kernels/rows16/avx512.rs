@@ -3,6 +3,9 @@
 //! decoder writes, bit for bit (tested per type), and the dot loops compute
 //! the canonical formula of the parent module.
 
+use super::facts::{
+    iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, WORD,
+};
 use super::{decode_scalar, prefetch_l2, Kind, Stage, LUT_IQ4NL, LUT_MXFP4, PF_BYTES, PREP, R, VT};
 use crate::GgmlType;
 use std::arch::x86_64::*;
@@ -102,7 +105,7 @@ impl Dec for Q8_0 {
     #[inline(always)]
     unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 544-byte group-block.
-        unsafe { st_f32(&raw mut (*st).scales[0], f16x16(self.0)) }
+        unsafe { st_f32(&raw mut (*st).scales[0], f16x16(self.0.add(q8_0::D))) }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
@@ -111,7 +114,7 @@ impl Dec for Q8_0 {
             let x80 = _mm512_set1_epi8(-128);
             let mut c = [_mm512_setzero_si512(); 8];
             for (j, cj) in c.iter_mut().enumerate() {
-                *cj = _mm512_xor_si512(ld(self.0.add(32 + 64 * j)), x80);
+                *cj = _mm512_xor_si512(ld(self.0.add(q8_0::QS + WORD * j)), x80);
             }
             c
         }
@@ -134,16 +137,16 @@ impl<const MIN: bool> Dec for Q4_0<MIN> {
     unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 288- or 320-byte group-block.
         unsafe {
-            st_f32(&raw mut (*st).scales[0], f16x16(self.0));
+            st_f32(&raw mut (*st).scales[0], f16x16(self.0.add(q4_0::D)));
             if MIN {
-                st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(32)));
+                st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(q4_1::M)));
             }
         }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
         // SAFETY: as above.
-        unsafe { nibbles(self.0.add(if MIN { 64 } else { 32 }), None) }
+        unsafe { nibbles(self.0.add(if MIN { q4_1::QS } else { q4_0::QS }), None) }
     }
 }
 
@@ -165,11 +168,11 @@ impl Dec for Q4K {
         let p = self.0;
         // SAFETY: inside the 2304- or 2816-byte group-block.
         unsafe {
-            let d = f16x16(p);
-            let dmin = f16x16(p.add(32));
-            let w0 = ld(p.add(64));
-            let w1 = ld(p.add(128));
-            let w2 = ld(p.add(192));
+            let d = f16x16(p.add(q4_k::D));
+            let dmin = f16x16(p.add(q4_k::DMIN));
+            let w0 = ld(p.add(q4_k::SCALES));
+            let w1 = ld(p.add(q4_k::SCALES + WORD));
+            let w2 = ld(p.add(q4_k::SCALES + 2 * WORD));
             let m6 = _mm512_set1_epi32(63);
             let m4 = _mm512_set1_epi32(15);
             let m2 = _mm512_set1_epi32(3);
@@ -214,13 +217,13 @@ impl Dec for Q4K {
         let (q5, p) = (self.1, self.0);
         // SAFETY: as above; words 8(kb/2)+j of qs, j of qh.
         unsafe {
-            let qs = p.add(if q5 { 768 } else { 256 } + 64 * 8 * (kb / 2));
+            let qs = p.add(if q5 { q5_k::QS } else { q4_k::QS } + WORD * 8 * (kb / 2));
             let nib = _mm512_set1_epi8(0x0F);
             let one = _mm512_set1_epi8(1);
             let shift = _mm512_set1_epi16(kb as i16);
             let mut c = [_mm512_setzero_si512(); 8];
             for (j, cj) in c.iter_mut().enumerate() {
-                let w = ld(qs.add(64 * j));
+                let w = ld(qs.add(WORD * j));
                 let w = if kb % 2 == 1 {
                     _mm512_srli_epi16::<4>(w)
                 } else {
@@ -228,7 +231,7 @@ impl Dec for Q4K {
                 };
                 let mut u = _mm512_and_si512(w, nib);
                 if q5 {
-                    let h = _mm512_srlv_epi16(ld(p.add(256 + 64 * j)), shift);
+                    let h = _mm512_srlv_epi16(ld(p.add(q5_k::QH + WORD * j)), shift);
                     u = _mm512_or_si512(u, _mm512_slli_epi16::<4>(_mm512_and_si512(h, one)));
                 }
                 *cj = u;
@@ -257,10 +260,10 @@ impl Dec for Q6K {
         let p = self.0;
         // SAFETY: inside the 3360-byte group-block.
         unsafe {
-            let d = f16x16(p.add(3328));
+            let d = f16x16(p.add(q6_k::D));
             st_f32(&raw mut (*st).d, d);
             for w in 0..4 {
-                let sw = ld(p.add(3072 + 64 * w));
+                let sw = ld(p.add(q6_k::SCALES + WORD * w));
                 for t in 0..4 {
                     // Signed byte t of each lane.
                     let s = _mm512_srai_epi32::<24>(_mm512_sllv_epi32(
@@ -292,9 +295,9 @@ impl Dec for Q6K {
             let up = _mm_set_epi64x(0, (4 - 2 * q.min(2)) as i64);
             let mut c = [_mm512_setzero_si512(); 8];
             for (j, cj) in c.iter_mut().enumerate() {
-                let l = ld(p.add(64 * (16 * hh + 8 * (q % 2) + j)));
+                let l = ld(p.add(q6_k::QL + WORD * (16 * hh + 8 * (q % 2) + j)));
                 let l = if q >= 2 { _mm512_srli_epi16::<4>(l) } else { l };
-                let h = ld(p.add(2048 + 64 * (8 * hh + j)));
+                let h = ld(p.add(q6_k::QH + WORD * (8 * hh + j)));
                 let h = if q == 3 {
                     _mm512_srli_epi16::<2>(h)
                 } else {
@@ -325,15 +328,19 @@ impl<const MIN: bool> Dec for Q5<MIN> {
     unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 352- or 384-byte group-block.
         unsafe {
-            st_f32(&raw mut (*st).scales[0], f16x16(self.0));
+            st_f32(&raw mut (*st).scales[0], f16x16(self.0.add(q5_0::D)));
             if MIN {
-                st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(32)));
+                st_f32(&raw mut (*st).mins[0], f16x16(self.0.add(q5_1::M)));
             }
         }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
-        let (qh, qs) = if MIN { (64, 128) } else { (32, 96) };
+        let (qh, qs) = if MIN {
+            (q5_1::QH, q5_1::QS)
+        } else {
+            (q5_0::QH, q5_0::QS)
+        };
         // SAFETY: as above.
         unsafe {
             let mut c = nibbles(self.0.add(qs), None);
@@ -371,8 +378,8 @@ impl Dec for Q3K {
         let p = self.0;
         // SAFETY: inside the 1760-byte group-block.
         unsafe {
-            let d = f16x16(p.add(1728));
-            let w = [ld(p.add(1536)), ld(p.add(1600)), ld(p.add(1664))];
+            let d = f16x16(p.add(q3_k::D));
+            let w = [0, 1, 2].map(|i| ld(p.add(q3_k::SCALES + WORD * i)));
             let m4 = _mm512_set1_epi32(15);
             let m2 = _mm512_set1_epi32(3);
             let c32 = _mm512_set1_epi32(32);
@@ -406,10 +413,13 @@ impl Dec for Q3K {
             let mut c = [_mm512_setzero_si512(); 8];
             for (j, cj) in c.iter_mut().enumerate() {
                 let l = _mm512_and_si512(
-                    _mm512_srlv_epi16(ld(p.add(512 + 64 * (8 * h + j))), sq),
+                    _mm512_srlv_epi16(ld(p.add(q3_k::QS + WORD * (8 * h + j))), sq),
                     three,
                 );
-                let hb = _mm512_and_si512(_mm512_srlv_epi16(ld(p.add(64 * j)), sh), one);
+                let hb = _mm512_and_si512(
+                    _mm512_srlv_epi16(ld(p.add(q3_k::HMASK + WORD * j)), sh),
+                    one,
+                );
                 *cj = _mm512_or_si512(l, _mm512_slli_epi16::<2>(hb));
             }
             c
@@ -434,12 +444,12 @@ impl Dec for Q2K {
         let p = self.0;
         // SAFETY: inside the 1344-byte group-block.
         unsafe {
-            let d = f16x16(p.add(1280));
-            let dmin = f16x16(p.add(1312));
+            let d = f16x16(p.add(q2_k::D));
+            let dmin = f16x16(p.add(q2_k::DMIN));
             let m4 = _mm512_set1_epi32(15);
             let sign = _mm512_set1_epi32(i32::MIN);
             for w in 0..4 {
-                let sw = ld(p.add(64 * w));
+                let sw = ld(p.add(q2_k::SCALES + WORD * w));
                 for t in 0..4 {
                     let b = _mm512_srlv_epi32(sw, _mm512_set1_epi32(8 * t as i32));
                     let sc = _mm512_and_si512(b, m4);
@@ -468,7 +478,7 @@ impl Dec for Q2K {
             let mut c = [_mm512_setzero_si512(); 8];
             for (j, cj) in c.iter_mut().enumerate() {
                 *cj = _mm512_and_si512(
-                    _mm512_srlv_epi16(ld(p.add(256 + 64 * (8 * h + j))), sq),
+                    _mm512_srlv_epi16(ld(p.add(q2_k::QS + WORD * (8 * h + j))), sq),
                     three,
                 );
             }
@@ -500,12 +510,12 @@ impl Dec for Iq4Nl {
     #[inline(always)]
     unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 288-byte group-block.
-        unsafe { st_f32(&raw mut (*st).scales[0], f16x16(self.0)) }
+        unsafe { st_f32(&raw mut (*st).scales[0], f16x16(self.0.add(q4_0::D))) }
     }
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
         // SAFETY: as above.
-        unsafe { nibbles(self.0.add(32), Some(lut(&LUT_IQ4NL))) }
+        unsafe { nibbles(self.0.add(q4_0::QS), Some(lut(&LUT_IQ4NL))) }
     }
 }
 
@@ -527,9 +537,11 @@ impl Dec for Iq4Xs {
         let p = self.0;
         // SAFETY: inside the 2176-byte group-block.
         unsafe {
-            let d = f16x16(p);
-            let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.add(32) as *const __m256i));
-            let sl = ld(p.add(64));
+            let d = f16x16(p.add(iq4_xs::D));
+            let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                p.add(iq4_xs::SCALES_H) as *const __m256i
+            ));
+            let sl = ld(p.add(iq4_xs::SCALES_L));
             let m4 = _mm512_set1_epi32(15);
             let m2 = _mm512_set1_epi32(3);
             let c32 = _mm512_set1_epi32(32);
@@ -551,7 +563,12 @@ impl Dec for Iq4Xs {
     #[inline(always)]
     unsafe fn block(&self, kb: usize) -> [__m512i; 8] {
         // SAFETY: as above; words 4kb .. 4kb + 4 of qs.
-        unsafe { nibbles(self.0.add(128 + 64 * 4 * kb), Some(lut(&LUT_IQ4NL))) }
+        unsafe {
+            nibbles(
+                self.0.add(iq4_xs::QS + WORD * 4 * kb),
+                Some(lut(&LUT_IQ4NL)),
+            )
+        }
     }
 }
 
@@ -571,7 +588,7 @@ impl Dec for Mxfp4 {
     unsafe fn scales(&self, st: *mut Stage) {
         // SAFETY: inside the 272-byte group-block.
         unsafe {
-            let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(self.0 as *const __m128i));
+            let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(self.0.add(mxfp4::E) as *const __m128i));
             let big = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
             let small = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
             let lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
@@ -582,7 +599,7 @@ impl Dec for Mxfp4 {
     #[inline(always)]
     unsafe fn block(&self, _kb: usize) -> [__m512i; 8] {
         // SAFETY: as above.
-        unsafe { nibbles(self.0.add(16), Some(lut(&LUT_MXFP4))) }
+        unsafe { nibbles(self.0.add(mxfp4::QS), Some(lut(&LUT_MXFP4))) }
     }
 }
 

@@ -103,7 +103,8 @@ mod avx2_decode;
 mod avx2_direct;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-mod split;
+pub(crate) mod facts;
+mod regions;
 
 /// How a type's blocks map onto the canonical formula.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -489,7 +490,7 @@ struct Bufs {
     /// The call's tasks: `(member, first group, end group)`.
     tasks: Vec<(usize, usize, usize)>,
     /// The threads' regions of a decode-sized call.
-    regions: split::Regions,
+    regions: regions::Regions,
 }
 
 thread_local! {
@@ -555,7 +556,7 @@ pub(crate) fn matmul_concat(
     let decode = split && n <= VT;
     bufs.tasks.clear();
     if decode {
-        // Each thread streams its own region (see `split`).
+        // Each thread streams its own region (see `regions`).
         bufs.regions.reset(ws, pool.threads());
     } else if split {
         guided_tasks(ws, pool.threads(), &mut bufs.tasks);
@@ -594,7 +595,7 @@ pub(crate) fn matmul_concat(
 }
 
 /// The tasks of a split prefill-sized call (more than [`VT`] vectors;
-/// decode-sized calls split by [`split::Regions`]): each member's row
+/// decode-sized calls split by [`regions::Regions`]): each member's row
 /// groups in chunks that shrink as the call proceeds (guided scheduling): a
 /// chunk takes
 /// `1 / (2 · threads)` of the weight bytes still unassigned, at least
