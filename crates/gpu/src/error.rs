@@ -40,4 +40,26 @@ pub enum Error {
         /// The adapter's limit.
         limit: u64,
     },
+    /// A weight layout no GPU kernel reads (the caller adds the tensor's
+    /// name).
+    #[error("layout {layout}: {why}")]
+    Layout {
+        /// The layout's name ([`gpack_quant::Layout::name`]).
+        layout: &'static str,
+        /// Why it is refused.
+        why: &'static str,
+    },
+    /// A native tensor's bytes do not parse.
+    #[error("native tensor does not parse")]
+    Tensor(#[from] gpack_quant::Error),
+    /// A buffer, binding or offset does not fit the operation.
+    #[error("{what}: needs {needed} bytes, has {have}")]
+    Size {
+        /// What was checked.
+        what: &'static str,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes there.
+        have: u64,
+    },
 }

@@ -4,6 +4,8 @@
 //! * [`device`]: which adapter to use ([`Want`]), opening it ([`Gpu::open`]),
 //!   what it can do ([`Caps`]), and the few primitives every kernel module
 //!   uses (pipelines from WGSL, storage buffers, read-back).
+//! * [`matvec`]: matrix-vector and matrix-matrix products with a weight on
+//!   the device in its file layout ([`GpuMatrix`], [`matmul`]).
 //!
 //! The runtime's model step calls a device seam; this crate is the wgpu side
 //! of it. Sampling, grammars and speculation stay on the host.
@@ -12,6 +14,8 @@
 
 pub mod device;
 mod error;
+pub mod matvec;
 
 pub use device::{AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
 pub use error::Error;
+pub use matvec::{matmul, GpuMatrix};

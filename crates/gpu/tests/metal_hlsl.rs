@@ -1,5 +1,7 @@
 //! Every WGSL shader of the crate translates to Metal (MSL) and HLSL with
 //! naga, so a shader that could not run on Metal or DX12 fails here, on Linux.
+//! That includes the sources Rust assembles from pieces (the matmul of each
+//! layout and batch tile).
 
 use std::path::Path;
 
@@ -17,6 +19,14 @@ fn shaders() -> Vec<(String, String)> {
     }
     out.sort();
     assert!(!out.is_empty(), "no shaders found in {}", dir.display());
+    for l in gpack_gpu::matvec::supported_layouts() {
+        for nb in [1, 4, 8] {
+            out.push((
+                format!("matmul {l} nb{nb}"),
+                gpack_gpu::matvec::matmul_source(l, nb).unwrap(),
+            ));
+        }
+    }
     out
 }
 
