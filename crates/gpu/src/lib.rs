@@ -4,6 +4,9 @@
 //! * [`device`]: which adapter to use ([`Want`]), opening it ([`Gpu::open`]),
 //!   what it can do ([`Caps`]), and the few primitives every kernel module
 //!   uses (pipelines from WGSL, storage buffers, read-back).
+//! * [`placement`] and [`upload`]: a weight section packed into as few
+//!   device buffers as the adapter's binding limit allows, streamed from the
+//!   mapping with its SHA-256 checked on the way.
 //!
 //! The runtime's model step calls a device seam; this crate is the wgpu side
 //! of it. Sampling, grammars and speculation stay on the host.
@@ -12,6 +15,8 @@
 
 pub mod device;
 mod error;
+pub mod placement;
+pub mod upload;
 
 pub use device::{AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
 pub use error::Error;
