@@ -193,6 +193,27 @@ impl Gpu {
                 ),
             });
         }
+        // The fields are public: a placement not made by Placement::new for
+        // this section must not make the copies below slice out of bounds.
+        let mut prev_end = 0u64;
+        for c in &placement.copies {
+            let size = placement.buffers.get(c.buffer).copied().unwrap_or(0);
+            let ok = c.src >= prev_end
+                && c.src.checked_add(c.len).is_some_and(|e| e <= total)
+                && c.offset.is_multiple_of(4)
+                && c.offset.checked_add(c.len).is_some_and(|e| e <= size)
+                && size.is_multiple_of(4);
+            if !ok {
+                return Err(Error::Placement {
+                    tensor: None,
+                    why: format!(
+                        "copy {c:?} does not fit section {} ({total} bytes) and its buffers",
+                        section.name
+                    ),
+                });
+            }
+            prev_end = c.src + c.len;
+        }
         let start = Instant::now();
         // Failures of earlier work are not this upload's; report them first.
         self.check()?;

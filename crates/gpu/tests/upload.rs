@@ -119,7 +119,12 @@ fn a_section_of_ragged_tensors_round_trips() {
     assert!(calls.windows(2).all(|w| w[0].0 < w[1].0));
     assert_eq!(r.report.bytes, bytes.len() as u64);
     assert_eq!(r.report.buffers, 1);
-    eprintln!("{}", r.report);
+    let shown = r.report.to_string();
+    assert!(
+        shown.starts_with("native_dense: ") && shown.contains("1 buffer,"),
+        "{shown}"
+    );
+    eprintln!("{shown}");
 }
 
 #[test]
@@ -231,6 +236,21 @@ fn a_placement_for_another_length_is_refused() {
     };
     let e = g.upload_section(s, p, &mut |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("section embed"), "{e}");
+    // A placement edited by hand to copy past the section.
+    let mut p = Placement::new(
+        &[Tensor {
+            offset: 0,
+            len: 1000,
+            cut: None,
+        }],
+        1000,
+        4096,
+        256,
+    )
+    .unwrap();
+    p.copies[0].len = 2000;
+    let e = g.upload_section(s, p, &mut |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("does not fit section embed"), "{e}");
 }
 
 /// The tensors of a real .gpack's NativeDense arena, Embed and Head, as the
@@ -318,19 +338,28 @@ fn a_converted_fixtures_weight_sections_upload_with_their_digests() {
     )
     .unwrap_or_else(|e| panic!("convert: {e:?}"));
     let file = gpack_format::Gpack::open(&out).unwrap();
-    let mut uploaded = 0;
+    let (mut uploaded, mut cut_rows16) = (0, false);
     for kind in [K::NativeDense, K::Embed, K::Head] {
         let Some(s) = file.section(kind) else {
             assert_ne!(kind, K::NativeDense, "the fixture has a NativeDense arena");
             continue;
         };
         let tensors = section_tensors(&file, kind);
-        // The adapter's own limit, and a small one that cuts rows.
-        for limit in [None, Some(64 << 10)] {
+        // The adapter's own limit, and the smallest one that holds every
+        // tensor that may not be cut and one row group of every other: it
+        // cuts every cuttable tensor of more than one group.
+        let align = g.caps().offset_align;
+        let tight = tensors
+            .iter()
+            .map(|t| t.cut.map_or(t.len, |c| c.head + c.group_bytes))
+            .max()
+            .unwrap()
+            .next_multiple_of(align);
+        for limit in [None, Some(tight)] {
             let len = s.bytes.len() as u64;
             let p = match limit {
                 None => g.place(&tensors, len).unwrap(),
-                Some(l) => Placement::new(&tensors, len, l, g.caps().offset_align).unwrap(),
+                Some(l) => Placement::new(&tensors, len, l, align).unwrap(),
             };
             let section = Section {
                 name: &s.info.name,
@@ -348,11 +377,22 @@ fn a_converted_fixtures_weight_sections_upload_with_their_digests() {
             if limit.is_none() {
                 assert_eq!(r.buffers.len(), 1);
                 assert_eq!(r.placement.copies.len(), 1, "{:?}", r.placement.copies);
+            } else {
+                for (i, t) in tensors.iter().enumerate() {
+                    let Some(c) = t.cut.filter(|c| c.groups() > 1) else {
+                        continue;
+                    };
+                    let pieces = r.placement.pieces_of(i);
+                    assert!(pieces.len() > 1, "{kind:?} tensor {i} {c:?} is not cut");
+                    assert!(pieces.iter().all(|p| p.rows.start % c.group_rows == 0));
+                    cut_rows16 |= c.group_rows == 16;
+                }
             }
         }
         uploaded += 1;
     }
     assert!(uploaded >= 2);
+    assert!(cut_rows16, "no Rows16 tensor of the fixture was cut");
 }
 
 fn arb_tensors() -> impl Strategy<Value = (Vec<Tensor>, u64, u64, u64)> {
