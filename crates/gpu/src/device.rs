@@ -58,6 +58,9 @@ pub struct Caps {
     pub max_buffer: u64,
     /// The most workgroups per dispatch dimension.
     pub max_workgroups: u32,
+    /// A storage-buffer binding's offset must be a multiple of this
+    /// (`min_storage_buffer_offset_alignment`, a power of two, 256 at most).
+    pub offset_align: u64,
 }
 
 /// Which optional features [`Gpu::open_with`] may enable (each only where
@@ -281,6 +284,7 @@ impl Gpu {
             max_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             max_workgroups: limits.max_compute_workgroups_per_dimension,
+            offset_align: u64::from(device.limits().min_storage_buffer_offset_alignment),
         };
         Ok(Gpu {
             device,

@@ -62,4 +62,27 @@ pub enum Error {
         /// Bytes there.
         have: u64,
     },
+    /// A section's tensors cannot be placed as described (out of the
+    /// section, overlapping, a row cut that does not match the length).
+    #[error("placing {}: {why}", tensor.map_or("a section".to_string(), |t| format!("tensor {t}")))]
+    Placement {
+        /// The tensor's position in the list, when one is at fault.
+        tensor: Option<usize>,
+        /// What is wrong.
+        why: String,
+    },
+    /// A section's bytes did not hash to the SHA-256 the file records for
+    /// it while they streamed to the device; its buffers were dropped.
+    #[error(
+        "section {section}: SHA-256 of the bytes uploaded is {found}, the file records {expected}: \
+         the file is damaged (its weights are not the ones it was written with)"
+    )]
+    Digest {
+        /// The section's name.
+        section: String,
+        /// The digest the file records (hex).
+        expected: String,
+        /// The digest of the bytes (hex).
+        found: String,
+    },
 }

@@ -6,6 +6,9 @@
 //!   uses (pipelines from WGSL, storage buffers, read-back).
 //! * [`matvec`]: matrix-vector and matrix-matrix products with a weight on
 //!   the device in its file layout ([`GpuMatrix`], [`matmul`]).
+//! * [`placement`] and [`upload`]: a weight section packed into as few
+//!   device buffers as the adapter's binding limit allows, streamed from the
+//!   mapping with its SHA-256 checked on the way.
 //!
 //! The runtime's model step calls a device seam; this crate is the wgpu side
 //! of it. Sampling, grammars and speculation stay on the host.
@@ -15,6 +18,8 @@
 pub mod device;
 mod error;
 pub mod matvec;
+pub mod placement;
+pub mod upload;
 
 pub use device::{AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
 pub use error::Error;
