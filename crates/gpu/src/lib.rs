@@ -12,6 +12,7 @@
 
 pub mod device;
 mod error;
+pub mod ops;
 
 pub use device::{AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
 pub use error::Error;
