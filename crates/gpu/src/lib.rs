@@ -18,6 +18,7 @@
 pub mod device;
 mod error;
 pub mod matvec;
+pub mod ops;
 pub mod placement;
 pub mod upload;
 

@@ -2,6 +2,8 @@
 //! naga, so a shader that could not run on Metal or DX12 fails here, on Linux.
 //! That includes the sources Rust assembles from pieces (the matmul of each
 //! layout and batch tile).
+//! The `ops_*.wgsl` files are fragments that `gpack_gpu::ops` assembles per
+//! device variant (f16, subgroups): every assembled source is translated.
 
 use std::path::Path;
 
@@ -10,6 +12,10 @@ fn shaders() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("ops_") {
+            continue;
+        }
         if p.extension().is_some_and(|x| x == "wgsl") {
             out.push((
                 p.display().to_string(),
@@ -27,7 +33,28 @@ fn shaders() -> Vec<(String, String)> {
             ));
         }
     }
+    out.extend(gpack_gpu::ops::sources());
     out
+}
+
+/// Every `ops_*.wgsl` kernel file is part of what `ops::sources` assembles
+/// (the prelude is in all of them), so none escapes the translation tests.
+#[test]
+fn every_ops_fragment_is_assembled() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let covered: Vec<&str> = gpack_gpu::ops::Shader::ALL
+        .iter()
+        .map(|s| s.file())
+        .collect();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("ops_") && name != "ops_prelude.wgsl" {
+            assert!(
+                covered.contains(&name.as_str()),
+                "{name} is not assembled by ops::source"
+            );
+        }
+    }
 }
 
 fn module(name: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {

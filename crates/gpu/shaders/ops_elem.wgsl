@@ -1,0 +1,68 @@
+// Element-wise kernels: the residual add, scales and soft-caps of a step,
+// and the gated activations of the FFN (gpack-runtime model/step.rs glu,
+// ops::silu, ops::gelu_tanh). One invocation per element.
+
+struct ElemParams {
+    n: u32,
+    mode: u32,
+    a: f32,
+    ff: u32,
+}
+
+@group(0) @binding(0) var<storage, read> src: array<f32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<uniform> p: ElemParams;
+
+fn elem_index(ids: Ids) -> u32 {
+    return group_index(ids) * WG + ids.lid;
+}
+
+// dst[i] += a · src[i] (a = 1, or granite's residual_scale).
+@compute @workgroup_size(64)
+fn add(ids: Ids) {
+    let i = elem_index(ids);
+    if i < p.n {
+        dst[i] += p.a * src[i];
+    }
+}
+
+// mode 0: dst[i] *= a; 1: dst[i] = a · tanh(dst[i] / a) (soft-cap);
+// 2: dst[i] /= a (granite's logit_scale).
+@compute @workgroup_size(64)
+fn map(ids: Ids) {
+    let i = elem_index(ids);
+    if i < p.n {
+        let x = dst[i];
+        switch p.mode {
+            case 0u: { dst[i] = x * p.a; }
+            case 1u: { dst[i] = p.a * tanh_safe(x / p.a); }
+            default: { dst[i] = x / p.a; }
+        }
+    }
+}
+
+// dst[t · ff + j] = act(g) · u with g = src[t · 2ff + j], u = src[t · 2ff +
+// ff + j] (gate‖up rows). mode 0: SiLU; 1: tanh GELU; 2: gpt-oss's clamped
+// SwiGLU (alpha 1.702, limit 7).
+@compute @workgroup_size(64)
+fn glu(ids: Ids) {
+    let i = elem_index(ids);
+    if i < p.n {
+        let t = i / p.ff;
+        let j = i % p.ff;
+        let g = src[t * 2u * p.ff + j];
+        let u = src[t * 2u * p.ff + p.ff + j];
+        switch p.mode {
+            case 0u: { dst[i] = g / (1.0 + exp(-g)) * u; }
+            case 1u: {
+                let c = 0.7978846;
+                dst[i] = 0.5 * g * (1.0 + tanh_safe(c * (g + 0.044715 * g * g * g))) * u;
+            }
+            default: {
+                let gc = min(g, 7.0);
+                let uc = clamp(u, -7.0, 7.0);
+                dst[i] = (uc + 1.0) * (gc / (1.0 + exp(-1.702 * gc)));
+            }
+        }
+    }
+}
