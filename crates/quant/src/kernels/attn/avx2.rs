@@ -9,139 +9,84 @@
 //! widening is a software conversion per element: long contexts were
 //! attention-bound there.
 
+use super::lanes::{self, sum_rows_k, Lanes};
 use super::KvElem;
 use std::arch::x86_64::*;
 
-/// `out[i · os + o + t] = f(Σ_r c[i · cs + r] · m[r · stride + o + t])`
-/// for the `M` coefficient rows `i`, `r < len` and `t < 8K`, each sum in `r`
-/// order from 0, `f` a multiplication by `scale` when given; each row of `m`
-/// is loaded (and widened) once for the `M` rows (the query heads that
-/// share a KV head).
-///
-/// # Safety
-/// AVX, FMA and F16C; every `c[i · cs + r]`, `m[r · stride + o + t]` read and
-/// `out[i · os + o + t]` written is in bounds.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn sum_rows_k<const M: usize, const K: usize, E: KvElem>(
-    c: *const f32,
-    cs: usize,
-    len: usize,
-    m: *const E,
-    stride: usize,
-    o: usize,
-    out: *mut f32,
-    os: usize,
-    scale: Option<f32>,
-) {
-    // SAFETY: the caller guarantees the bounds.
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); K]; M];
-        for r in 0..len {
-            let p = m.add(r * stride + o);
-            let mut row = [_mm256_setzero_ps(); K];
-            for (k, x) in row.iter_mut().enumerate() {
-                *x = E::load8(p.add(8 * k));
-            }
-            for (i, acc) in acc.iter_mut().enumerate() {
-                let cv = _mm256_set1_ps(*c.add(i * cs + r));
-                for (a, x) in acc.iter_mut().zip(&row) {
-                    *a = _mm256_fmadd_ps(cv, *x, *a);
-                }
-            }
-        }
-        for (i, acc) in acc.iter().enumerate() {
-            for (k, a) in acc.iter().enumerate() {
-                let v = match scale {
-                    Some(s) => _mm256_mul_ps(*a, _mm256_set1_ps(s)),
-                    None => *a,
-                };
-                _mm256_storeu_ps(out.add(i * os + o + 8 * k), v);
-            }
-        }
-    }
-}
+/// 8 f32 lanes of a 256-bit register.
+pub(super) struct Avx2;
 
-/// [`sum_rows_k`] over the whole 8-lane vectors of `out[i · os ..][..n]`
-/// (64 lanes per pass for one row, 16 for several, then 8); returns where
-/// they end (the tail is the caller's).
-///
-/// # Safety
-/// AVX and F16C; `c[i · cs + r]`, `m[r · stride + t]` for `i < M`, `r <
-/// len`, `t < n` and `out[i · os ..][..n]` are in bounds.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn sum_rows<const M: usize, E: KvElem>(
-    c: *const f32,
-    cs: usize,
-    len: usize,
-    m: *const E,
-    stride: usize,
-    out: *mut f32,
-    os: usize,
-    n: usize,
-    scale: Option<f32>,
-) -> usize {
-    // SAFETY: every access stays below n (the caller's bounds).
-    unsafe {
-        let mut o = 0;
-        while M == 1 && o + 64 <= n {
-            sum_rows_k::<M, 8, E>(c, cs, len, m, stride, o, out, os, scale);
-            o += 64;
-        }
-        while M > 1 && o + 16 <= n {
-            sum_rows_k::<M, 2, E>(c, cs, len, m, stride, o, out, os, scale);
-            o += 16;
-        }
-        while o + 8 <= n {
-            sum_rows_k::<M, 1, E>(c, cs, len, m, stride, o, out, os, scale);
-            o += 8;
-        }
-        o
-    }
-}
+impl Lanes for Avx2 {
+    type V = __m256;
+    const W: usize = 8;
+    const MASKED: bool = false;
 
-/// [`sum_rows`] for `rows` coefficient rows, up to 4 at a time; returns
-/// where the whole vectors end.
-///
-/// # Safety
-/// As [`sum_rows`] for `i < rows`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn sum_rows_group<E: KvElem>(
-    rows: usize,
-    c: *const f32,
-    cs: usize,
-    len: usize,
-    m: *const E,
-    stride: usize,
-    out: *mut f32,
-    os: usize,
-    n: usize,
-    scale: Option<f32>,
-) -> usize {
-    let mut done = n / 8 * 8;
-    // SAFETY: each call covers rows i0 .. i0 + k <= rows.
-    unsafe {
-        let mut i0 = 0;
-        while i0 < rows {
-            let (c, out) = (c.add(i0 * cs), out.add(i0 * os));
-            macro_rules! go {
-                ($m:literal) => {
-                    sum_rows::<$m, E>(c, cs, len, m, stride, out, os, n, scale)
-                };
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        // SAFETY: AVX (the caller's contract).
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        // SAFETY: as above.
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: FMA (the caller's contract).
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        // SAFETY: AVX.
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn load<E: KvElem>(p: *const E, k: usize) -> __m256 {
+        debug_assert_eq!(k, 8);
+        // SAFETY: the caller's bounds (8 elements); F16C for an f16 cache.
+        unsafe { E::load8(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256, k: usize) {
+        debug_assert_eq!(k, 8);
+        // SAFETY: the caller's bounds (8 f32).
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+
+    /// 64 lanes per pass for one row, 16 for several, then 8; the tail
+    /// narrower than 8 is the caller's.
+    #[inline(always)]
+    unsafe fn sum_rows<const M: usize, E: KvElem>(
+        c: *const f32,
+        cs: usize,
+        len: usize,
+        m: *const E,
+        stride: usize,
+        out: *mut f32,
+        os: usize,
+        n: usize,
+        scale: Option<f32>,
+        _wide: bool,
+    ) -> usize {
+        // SAFETY: every access stays below n (the caller's bounds).
+        unsafe {
+            let mut o = 0;
+            while M == 1 && o + 64 <= n {
+                sum_rows_k::<Self, M, 8, E>(c, cs, len, m, stride, o, out, os, 8, scale);
+                o += 64;
             }
-            let k = (rows - i0).min(4);
-            done = match k {
-                1 => go!(1),
-                2 => go!(2),
-                3 => go!(3),
-                _ => go!(4),
-            };
-            i0 += k;
+            while M > 1 && o + 16 <= n {
+                sum_rows_k::<Self, M, 2, E>(c, cs, len, m, stride, o, out, os, 8, scale);
+                o += 16;
+            }
+            while o + 8 <= n {
+                sum_rows_k::<Self, M, 1, E>(c, cs, len, m, stride, o, out, os, 8, scale);
+                o += 8;
+            }
+            o
         }
     }
-    done
 }
 
 /// # Safety
@@ -155,30 +100,16 @@ pub(super) unsafe fn scores_transposed<E: KvElem>(
     start: usize,
     sc: &mut [f32],
 ) {
-    let n = sc.len();
-    // SAFETY: kt[d·stride + start + j] for j < n is in bounds (checked by
-    // the caller), as is sc[..n].
-    let done = unsafe {
-        let (ktp, out) = (kt.as_ptr().add(start), sc.as_mut_ptr());
-        sum_rows::<1, E>(q.as_ptr(), 0, q.len(), ktp, stride, out, 0, n, Some(scale))
-    };
-    // The tail (< 8 positions): the reference, the same operations.
-    super::scores_transposed_ref(q, scale, kt, stride, start + done, &mut sc[done..]);
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::scores_transposed::<Avx2, E>(q, scale, kt, stride, start, sc) }
 }
 
 /// # Safety
 /// AVX2, FMA and F16C available; the bounds of `super::check_rows` hold.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn weighted_rows<E: KvElem>(a: &[f32], v: &[E], stride: usize, out: &mut [f32]) {
-    let w = out.len();
-    // SAFETY: v[j·stride + i] for i < w is in bounds (checked by the
-    // caller), as is out[..w].
-    let done = unsafe {
-        let (c, len, o) = (a.as_ptr(), a.len(), out.as_mut_ptr());
-        sum_rows::<1, E>(c, 0, len, v.as_ptr(), stride, o, 0, w, None)
-    };
-    // The tail (< 8 lanes): the reference, the same operations.
-    super::weighted_rows_ref(a, &v[done.min(v.len())..], stride, &mut out[done..]);
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::weighted_rows::<Avx2, E>(a, v, stride, out) }
 }
 
 /// # Safety
@@ -196,20 +127,8 @@ pub(super) unsafe fn scores_group<E: KvElem>(
     sc: &mut [f32],
     ld: usize,
 ) {
-    let rows = q.len() / d;
-    // SAFETY: q[i·d + r], kt[r·stride + start + j] and sc[i·ld + j] for
-    // i < rows, r < d, j < n are in bounds (checked by the caller).
-    let done = unsafe {
-        let (ktp, out) = (kt.as_ptr().add(start), sc.as_mut_ptr());
-        sum_rows_group(rows, q.as_ptr(), d, d, ktp, stride, out, ld, n, Some(scale))
-    };
-    // The tails (< 8 positions): the reference, the same operations.
-    if done < n {
-        for (i, q) in q.chunks_exact(d).enumerate() {
-            let tail = &mut sc[i * ld + done..i * ld + n];
-            super::scores_transposed_ref(q, scale, kt, stride, start + done, tail);
-        }
-    }
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::scores_group::<Avx2, E>(q, d, scale, kt, stride, start, n, sc, ld) }
 }
 
 /// # Safety
@@ -225,20 +144,8 @@ pub(super) unsafe fn weighted_group<E: KvElem>(
     out: &mut [f32],
     w: usize,
 ) {
-    let rows = out.len() / w;
-    // SAFETY: a[i·lda + j], v[j·stride + t] and out[i·w + t] for i < rows,
-    // j < len, t < w are in bounds (checked by the caller).
-    let done = unsafe {
-        let (c, o) = (a.as_ptr(), out.as_mut_ptr());
-        sum_rows_group(rows, c, lda, len, v.as_ptr(), stride, o, w, w, None)
-    };
-    // The tails (< 8 lanes): the reference, the same operations.
-    if done < w {
-        for (i, o) in out.chunks_exact_mut(w).enumerate() {
-            let ai = &a[i * lda..i * lda + len];
-            super::weighted_rows_ref(ai, &v[done.min(v.len())..], stride, &mut o[done..]);
-        }
-    }
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::weighted_group::<Avx2, E>(a, lda, len, v, stride, out, w) }
 }
 
 /// [`super::expf`] of 4 lanes (f64 inside, glibc's table by a gather);
