@@ -12,5 +12,5 @@
 
 pub mod api;
 pub mod logprobs;
-pub mod tool_scan;
+pub use gpack_runtime::decode::tool_scan;
 pub mod tools;

@@ -80,6 +80,10 @@ impl Finish {
 pub enum Event {
     /// New text (final: never retracted).
     Text(String),
+    /// What a reply gained (jobs with [`Job::reply`]), in place of
+    /// [`Event::Text`]; the last one, before [`Event::Done`], may say the
+    /// reply is tool calls.
+    Reply(gpack_runtime::decode::ReplyDelta),
     /// A generated token's log-probability (jobs that ask), sent before the
     /// text it adds.
     Logprob(crate::logprobs::TokenLogprob),
@@ -116,6 +120,10 @@ pub struct Job {
     pub enqueued: Instant,
     /// The grammar the output must follow, compiled.
     pub constraint: Option<Box<Guide>>,
+    /// Read the output as a reply of this kind (tool calls, harmony
+    /// channels): its pieces are sent as [`Event::Reply`], not
+    /// [`Event::Text`].
+    pub reply: Option<gpack_runtime::decode::ReplyKind>,
 }
 
 /// What the engine is asked to do.
@@ -568,6 +576,9 @@ impl Engine {
         if let Some(g) = job.constraint.take() {
             slot = slot.with_guide(g);
         }
+        if let Some(k) = job.reply {
+            slot = slot.with_reply(gpack_runtime::decode::ReplyScan::new(k));
+        }
         self.slots[i] = Some(Active {
             ngram: NgramDrafter::with_max_draft(self.cfg.draft_max),
             slot,
@@ -613,6 +624,11 @@ impl Engine {
         let Some(a) = self.slots[i].as_mut() else {
             return;
         };
+        if let Some(d) = a.slot.finish_reply() {
+            if !d.is_empty() || d.tool_calls {
+                let _ = a.job.events.send(Event::Reply(d));
+            }
+        }
         let ev = Event::Done {
             finish,
             prompt_tokens: a.job.prompt.len(),
@@ -1021,8 +1037,15 @@ impl Engine {
                     if let Some(lp) = e.logprob {
                         let _ = events.send(Event::Logprob(lp.clone()));
                     }
-                    if !e.text.is_empty() {
-                        let _ = events.send(Event::Text(e.text.to_string()));
+                    match e.reply {
+                        Some(d) if !d.is_empty() => {
+                            let _ = events.send(Event::Reply(d.clone()));
+                        }
+                        Some(_) => {}
+                        None if !e.text.is_empty() => {
+                            let _ = events.send(Event::Text(e.text.to_string()));
+                        }
+                        None => {}
                     }
                     true
                 })

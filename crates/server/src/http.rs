@@ -557,6 +557,15 @@ async fn run(
     // grammar's state); if one is refused, the receivers of those already
     // queued are dropped and the engine cancels them.
     let mut rxs = Vec::with_capacity(p.n);
+    let harmony = s.harmony && kind == Kind::Chat;
+    // A streamed reply with tool calls or harmony channels is read by the
+    // slot itself (its pieces arrive as `Event::Reply`); a whole one is
+    // parsed at the end from its text.
+    let reply = match (p.stream, harmony, tools) {
+        (false, _, _) => None,
+        (true, true, _) => Some(gpack_runtime::decode::ReplyKind::Harmony),
+        (true, false, f) => f.map(gpack_runtime::decode::ReplyKind::Tools),
+    };
     for c in 0..p.n {
         let (tx, rx) = unbounded_channel();
         let guide = if c + 1 == p.n {
@@ -571,6 +580,7 @@ async fn run(
             events: tx,
             enqueued: Instant::now(),
             constraint: guide,
+            reply,
         };
         s.engine.submit(&mut adm, job)?;
         rxs.push(rx);
@@ -587,7 +597,7 @@ async fn run(
         include_usage: p.include_usage,
         tok: s.tok,
         tools,
-        harmony: s.harmony && kind == Kind::Chat,
+        harmony,
         call_seed: p.seed ^ id,
     };
     if p.stream {
@@ -640,6 +650,11 @@ async fn collect(
         loop {
             match rx.recv().await {
                 Some(Event::Text(t)) => g.text.push_str(&t),
+                // Whole answers are parsed from their text at the end: a
+                // job gathered here asks for no reply reading.
+                Some(Event::Reply(_)) => {
+                    return Err(ApiError::internal("a reply delta for a whole answer"));
+                }
                 Some(Event::Logprob(l)) => g.logprobs.push(l),
                 Some(Event::Done {
                     finish,
@@ -835,18 +850,12 @@ struct Sse {
     meta: Meta,
     events: Merged,
     n: usize,
-    /// Per choice: log-probabilities not sent yet, and bytes of text sent.
+    /// Per choice: log-probabilities not sent yet, and bytes of content
+    /// sent.
     pending_lp: Vec<Vec<TokenLogprob>>,
     sent: Vec<usize>,
-    /// With tools: per choice, all its text, where its first tool call's
-    /// marker is (text from there is sent as `tool_calls` deltas, not
-    /// content), and per call streamed, the bytes of arguments sent.
-    text: Vec<String>,
-    call_at: Vec<Option<usize>>,
-    calls_sent: Vec<Vec<usize>>,
-    /// Harmony: per choice, bytes of reasoning sent (content bytes sent
-    /// are `sent`).
-    reasoning_sent: Vec<usize>,
+    /// Per choice: its slot said the reply is tool calls.
+    tool_calls: Vec<bool>,
     finished: usize,
     usage: (usize, usize),
     started: bool,
@@ -855,92 +864,40 @@ struct Sse {
 }
 
 impl Sse {
-    /// Of new text `t` of choice `i` (tools in format `f`), what can be
-    /// sent as content now: everything before a tool call's marker (text
-    /// that may be the marker's start is held).
-    fn tool_text(&mut self, i: usize, f: crate::tools::Format, t: &str) -> String {
-        self.text[i].push_str(t);
-        if self.call_at[i].is_some() {
-            return String::new();
-        }
-        let unsent = &self.text[i][self.sent[i]..];
-        let marker = f.marker();
-        if let Some(p) = unsent.find(marker) {
-            self.call_at[i] = Some(self.sent[i] + p);
-            return unsent[..p].to_string();
-        }
-        let hold = gpack_runtime::partial_stop(unsent, &[marker.to_string()]);
-        unsent[..unsent.len() - hold].to_string()
-    }
-
-    /// The `tool_calls` deltas choice `i`'s text holds beyond what was sent:
-    /// a call's id and name once its name is written, then its arguments as
-    /// they grow (see [`crate::tool_scan`]). None when there is nothing new.
-    fn call_deltas(&mut self, i: usize, f: crate::tools::Format) -> Option<Value> {
-        let at = self.call_at[i]?;
-        let parts = crate::tool_scan::scan(f, &self.text[i][at..]);
-        let named = parts
-            .iter()
-            .map_while(|p| Some((p.name.as_deref()?, p.arguments.as_str())));
-        self.calls_chunk(i, named)
-    }
-
-    /// The chunk of `tool_calls` deltas of choice `i` for `calls` (name,
-    /// arguments so far) beyond what was sent: a call's id and name with its
-    /// first arguments, then each later growth of its arguments. None when
-    /// nothing is new.
-    fn calls_chunk<'t>(
-        &mut self,
-        i: usize,
-        calls: impl Iterator<Item = (&'t str, &'t str)>,
-    ) -> Option<Value> {
-        let seed = self.meta.call_seed ^ i as u64;
-        let sent = &mut self.calls_sent[i];
-        let mut deltas = Vec::new();
-        for (k, (name, args)) in calls.enumerate() {
-            if k == sent.len() {
-                sent.push(args.len());
-                deltas.push(json!({"index": k, "id": crate::tools::call_id(seed, k),
-                                   "type": "function",
-                                   "function": {"name": name, "arguments": args}}));
-            } else if args.len() > sent[k] {
-                let new = args.get(sent[k]..).unwrap_or_default();
-                sent[k] = args.len();
-                deltas.push(json!({"index": k, "function": {"arguments": new}}));
-            }
-        }
-        (!deltas.is_empty()).then(|| {
-            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
-            c["choices"][0]["delta"] = json!({ "tool_calls": deltas });
-            c
-        })
-    }
-
-    /// Harmony: appends `t` to choice `i`'s text and returns the chunks of
-    /// what its reply gained: reasoning (`reasoning_content`), content, and
-    /// tool-call deltas (id and name first, then arguments as they grow).
-    fn harmony_deltas(&mut self, i: usize, t: &str) -> Vec<Value> {
-        self.text[i].push_str(t);
-        let r = gpack_tokenizer::harmony::reply(&self.text[i]);
+    /// The chunks of what choice `i`'s reply gained (read by its slot):
+    /// reasoning (`reasoning_content`), content (with the pending
+    /// log-probabilities), and tool-call deltas (a call's id and name with
+    /// its first arguments, then each later growth of its arguments).
+    fn reply_chunks(&mut self, i: usize, d: gpack_runtime::decode::ReplyDelta) -> Vec<Value> {
         let mut out = Vec::new();
-        if let Some(new) = r
-            .reasoning
-            .get(self.reasoning_sent[i]..)
-            .filter(|n| !n.is_empty())
-        {
-            self.reasoning_sent[i] = r.reasoning.len();
+        self.tool_calls[i] |= d.tool_calls;
+        if !d.reasoning.is_empty() {
             let mut c = self.meta.chunk(i, None, false, None, Value::Null);
-            c["choices"][0]["delta"] = json!({ "reasoning_content": new });
+            c["choices"][0]["delta"] = json!({ "reasoning_content": d.reasoning });
             out.push(c);
         }
-        if let Some(new) = r.content.get(self.sent[i]..).filter(|n| !n.is_empty()) {
-            let new = new.to_string();
+        if !d.content.is_empty() {
             let lp = self.take_logprobs(i);
-            self.sent[i] = r.content.len();
-            out.push(self.meta.chunk(i, Some(&new), false, None, lp));
+            self.sent[i] += d.content.len();
+            out.push(self.meta.chunk(i, Some(&d.content), false, None, lp));
         }
-        let calls = r.calls.iter().map(|(n, a)| (n.as_str(), a.as_str()));
-        out.extend(self.calls_chunk(i, calls));
+        if !d.calls.is_empty() {
+            let seed = self.meta.call_seed ^ i as u64;
+            let deltas: Vec<Value> = d
+                .calls
+                .into_iter()
+                .map(|c| match c.name {
+                    Some(name) => json!({"index": c.index,
+                                         "id": crate::tools::call_id(seed, c.index),
+                                         "type": "function",
+                                         "function": {"name": name, "arguments": c.arguments}}),
+                    None => json!({"index": c.index, "function": {"arguments": c.arguments}}),
+                })
+                .collect();
+            let mut c = self.meta.chunk(i, None, false, None, Value::Null);
+            c["choices"][0]["delta"] = json!({ "tool_calls": deltas });
+            out.push(c);
+        }
         out
     }
 
@@ -975,22 +932,12 @@ impl Sse {
             }
             match self.events.next().await {
                 Some((i, Event::Logprob(l))) => self.pending_lp[i].push(l),
-                Some((i, Event::Text(t))) if self.meta.harmony => {
-                    for c in self.harmony_deltas(i, &t) {
+                Some((i, Event::Reply(d))) => {
+                    for c in self.reply_chunks(i, d) {
                         self.pending.push_back(data(&c));
                     }
                 }
                 Some((i, Event::Text(t))) => {
-                    let t = match self.meta.tools {
-                        None => t,
-                        Some(f) => {
-                            let t = self.tool_text(i, f, &t);
-                            if let Some(c) = self.call_deltas(i, f) {
-                                self.pending.push_back(data(&c));
-                            }
-                            t
-                        }
-                    };
                     if !t.is_empty() {
                         let lp = self.take_logprobs(i);
                         self.sent[i] += t.len();
@@ -1016,23 +963,8 @@ impl Sse {
                     self.usage.1 += completion_tokens;
                     let lp = self.take_logprobs(i);
                     let mut end = self.meta.chunk(i, None, false, Some(finish), lp);
-                    if self.meta.harmony && !self.calls_sent[i].is_empty() {
+                    if self.tool_calls[i] {
                         end["choices"][0]["finish_reason"] = json!("tool_calls");
-                    }
-                    if let Some(f) = self.meta.tools {
-                        let (_, calls) = crate::tools::parse_output(f, &self.text[i]);
-                        let rest = self.text[i][self.sent[i]..].to_string();
-                        if let Some(c) = self.call_deltas(i, f) {
-                            self.pending.push_back(data(&c));
-                        }
-                        if !calls.is_empty() {
-                            end["choices"][0]["finish_reason"] = json!("tool_calls");
-                        } else if !rest.is_empty() && self.calls_sent[i].is_empty() {
-                            // Not a call after all: the held text is content.
-                            self.sent[i] += rest.len();
-                            let c = self.meta.chunk(i, Some(&rest), false, None, Value::Null);
-                            self.pending.push_back(data(&c));
-                        }
                     }
                     self.pending.push_back(data(&end));
                     if self.finished == self.n {
@@ -1083,10 +1015,7 @@ fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
         n,
         pending_lp: vec![Vec::new(); n],
         sent: vec![0; n],
-        text: vec![String::new(); n],
-        call_at: vec![None; n],
-        calls_sent: vec![Vec::new(); n],
-        reasoning_sent: vec![0; n],
+        tool_calls: vec![false; n],
         finished: 0,
         usage: (0, 0),
         started: false,
@@ -1170,10 +1099,7 @@ mod tests {
             n: 1,
             pending_lp: vec![Vec::new()],
             sent: vec![0],
-            text: vec![String::new()],
-            call_at: vec![None],
-            calls_sent: vec![Vec::new()],
-            reasoning_sent: vec![0],
+            tool_calls: vec![false],
             finished: 0,
             usage: (0, 0),
             started: true,
@@ -1182,8 +1108,13 @@ mod tests {
         };
         let (mut reasoning, mut content, mut name, mut args) =
             (String::new(), String::new(), String::new(), String::new());
-        for p in pieces {
-            for c in st.harmony_deltas(0, p) {
+        // The slot reads the reply; the stream turns its pieces into chunks.
+        let mut r =
+            gpack_runtime::decode::ReplyScan::new(gpack_runtime::decode::ReplyKind::Harmony);
+        let mut deltas: Vec<_> = pieces.iter().map(|p| r.push(p)).collect();
+        deltas.push(r.finish());
+        for d in deltas {
+            for c in st.reply_chunks(0, d) {
                 let d = &c["choices"][0]["delta"];
                 assert_eq!(c["object"], "chat.completion.chunk");
                 reasoning += d["reasoning_content"].as_str().unwrap_or_default();

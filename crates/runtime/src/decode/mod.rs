@@ -6,13 +6,17 @@
 mod grammar;
 mod logprob;
 mod penalty;
+pub mod reply;
 mod slot;
 mod stop;
+pub mod tool_scan;
+pub mod tools;
 
 pub use grammar::MAX_CONSTRAINT_BYTES;
 pub use grammar::{allowed, apply_mask, Constraint, ConstraintError, Grammars, Guide};
 pub use llguidance::toktrie::SimpleVob;
 pub use logprob::{token_logprob, TokenLogprob, MAX_TOP_LOGPROBS};
 pub use penalty::{check_penalty, Penalties};
+pub use reply::{CallDelta, ReplyDelta, ReplyKind, ReplyScan};
 pub use slot::{Emitted, Rows, Slot};
 pub use stop::{partial_stop, StopReason};

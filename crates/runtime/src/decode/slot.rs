@@ -23,10 +23,17 @@
 //! while the sampler's own draw equals it; the caller truncates its cache to
 //! the rows kept. The tokens are those of plain decoding. A constrained slot
 //! drafts nothing: a grammar's mask depends on every token before it.
+//!
+//! A slot given a [`ReplyScan`] ([`Slot::with_reply`]: tool calls or
+//! harmony channels) also reads its final text as a reply: each emission
+//! carries what the reply gained ([`Emitted::reply`]: content, reasoning,
+//! tool-call deltas), and [`Slot::finish_reply`] gives the last piece once
+//! the sequence ended. Streaming front ends send those pieces as they are.
 
 use super::grammar::{allowed, apply_mask, Guide};
 use super::logprob::{token_logprob, TokenLogprob};
 use super::penalty::Penalties;
+use super::reply::{ReplyDelta, ReplyScan};
 use super::stop::{partial_stop, StopReason};
 use crate::generate::GenerateConfig;
 use crate::sampler::{argmax, Sampler};
@@ -49,6 +56,9 @@ pub struct Emitted<'a> {
     /// The token's log-probability and alternatives, when asked for
     /// ([`GenerateConfig::logprobs`]).
     pub logprob: Option<&'a TokenLogprob>,
+    /// What the reply gained with `text`, for a slot reading a reply
+    /// ([`Slot::with_reply`]); `None` otherwise.
+    pub reply: Option<&'a ReplyDelta>,
 }
 
 /// What [`Slot::sample_rows`] kept of a step's rows.
@@ -90,6 +100,8 @@ pub struct Slot<'t> {
     stop: Option<StopReason>,
     /// The last emitted token, not yet in the cache.
     pending: Option<u32>,
+    /// The reply being read from the final text, when asked for.
+    reply: Option<ReplyScan>,
 }
 
 impl std::fmt::Debug for Slot<'_> {
@@ -123,8 +135,23 @@ impl<'t> Slot<'t> {
             mask_time: Duration::ZERO,
             stop: None,
             pending: None,
+            reply: None,
             cfg,
         }
+    }
+
+    /// The same slot, its final text also read as a reply (see the module
+    /// docs).
+    pub fn with_reply(mut self, reply: ReplyScan) -> Self {
+        self.reply = Some(reply);
+        self
+    }
+
+    /// The reply's last piece, once the sequence ended (`None` for a slot
+    /// without a reply, or before the end).
+    pub fn finish_reply(&mut self) -> Option<ReplyDelta> {
+        self.stop.as_ref()?;
+        self.reply.as_mut().map(ReplyScan::finish)
     }
 
     /// The same slot, its output constrained by `guide` (from
@@ -364,11 +391,14 @@ impl<'t> Slot<'t> {
         if self.cfg.stop_tokens.contains(&tok) {
             // Text held back as a possible stop-string prefix is final now.
             if self.emitted < self.text.len() {
+                let text = &self.text[self.emitted..];
+                let reply = self.reply.as_mut().map(|r| r.push(text));
                 let e = Emitted {
                     token: tok,
                     stop: true,
-                    text: &self.text[self.emitted..],
+                    text,
                     logprob: None,
+                    reply: reply.as_ref(),
                 };
                 sink(&e);
                 self.emitted = self.text.len();
@@ -402,11 +432,14 @@ impl<'t> Slot<'t> {
             .min_by_key(|(p, _)| *p)
         {
             let s = s.clone();
+            let text = &self.text[from..at];
+            let reply = self.reply.as_mut().map(|r| r.push(text));
             sink(&Emitted {
                 token: tok,
                 stop: false,
-                text: &self.text[from..at],
+                text,
                 logprob,
+                reply: reply.as_ref(),
             });
             self.text.truncate(at);
             self.emitted = at;
@@ -430,11 +463,14 @@ impl<'t> Slot<'t> {
         };
         let upto = self.text.len() - hold;
         self.emitted = upto;
+        let text = &self.text[from..upto];
+        let reply = self.reply.as_mut().map(|r| r.push(text));
         let go = sink(&Emitted {
             token: tok,
             stop: false,
-            text: &self.text[from..upto],
+            text,
             logprob,
+            reply: reply.as_ref(),
         });
         if let Some(r) = end {
             self.stop = Some(r);

@@ -7,7 +7,7 @@
 //! whitespace outside strings removed (key order, number spelling and
 //! escapes kept as written). That text only grows as tokens arrive, so the
 //! fragments a stream sends concatenate, for any split of the text, to the
-//! `arguments` of the non-streamed answer ([`crate::tools::parse_output`]
+//! `arguments` of the non-streamed answer ([`super::tools::parse_output`]
 //! takes them from here too). A value written as a JSON string (some models
 //! quote their arguments) is decoded, and only once it is closed.
 //!
@@ -15,7 +15,7 @@
 //! Whether the finished text *is* a call is decided by `parse_output`
 //! (serde_json over the whole body).
 
-use crate::tools::Format;
+use super::tools::Format;
 
 /// One call as far as the text shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
