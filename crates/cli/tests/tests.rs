@@ -2,6 +2,7 @@
 
 mod bench;
 mod convert_inspect;
+mod device;
 mod errors;
 mod export;
 mod interrupt;

@@ -17,12 +17,15 @@ fn elem_index(ids: Ids) -> u32 {
     return group_index(ids) * WG + ids.lid;
 }
 
-// dst[i] += a · src[i] (a = 1, or granite's residual_scale).
+// dst[i] += a · src[i] (a = 1, or granite's residual_scale); with mode
+// (a period) non-zero, dst[i] += a · src[i % mode]: a bias row broadcast
+// over token rows.
 @compute @workgroup_size(64)
 fn add(ids: Ids) {
     let i = elem_index(ids);
     if i < p.n {
-        dst[i] += p.a * src[i];
+        let j = select(i, i % max(p.mode, 1u), p.mode != 0u);
+        dst[i] += p.a * src[j];
     }
 }
 

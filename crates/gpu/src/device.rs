@@ -508,6 +508,62 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Writes `values` at element `at` of `buf` (queued: it lands before
+    /// the next submission runs).
+    ///
+    /// # Panics
+    /// If the values do not fit `buf`.
+    pub fn write_f32(&self, buf: &wgpu::Buffer, at: usize, values: &[f32]) {
+        self.write_words(buf, at, bytemuck::cast_slice(values));
+    }
+
+    /// [`Gpu::write_f32`] for `u32` values.
+    ///
+    /// # Panics
+    /// If the values do not fit `buf`.
+    pub fn write_u32(&self, buf: &wgpu::Buffer, at: usize, values: &[u32]) {
+        self.write_words(buf, at, bytemuck::cast_slice(values));
+    }
+
+    fn write_words(&self, buf: &wgpu::Buffer, at: usize, bytes: &[u8]) {
+        let off = at as u64 * 4;
+        assert!(
+            off + bytes.len() as u64 <= buf.size(),
+            "write: {} bytes at {off} past a buffer of {}",
+            bytes.len(),
+            buf.size()
+        );
+        if !bytes.is_empty() {
+            self.queue.write_buffer(buf, off, bytes);
+        }
+    }
+
+    /// Copies `copies` (source element, destination element, elements)
+    /// from `src` to `dst` as one submission (4-byte elements).
+    ///
+    /// # Panics
+    /// If a copy does not fit its buffers.
+    pub fn copy_f32(
+        &self,
+        src: &wgpu::Buffer,
+        dst: &wgpu::Buffer,
+        copies: &[(usize, usize, usize)],
+    ) -> Result<(), Error> {
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        for &(s, d, n) in copies {
+            let (s, d, n) = (s as u64 * 4, d as u64 * 4, n as u64 * 4);
+            assert!(
+                s + n <= src.size() && d + n <= dst.size(),
+                "copy: {n} bytes from {s} to {d} past the buffers"
+            );
+            if n > 0 {
+                enc.copy_buffer_to_buffer(src, s, dst, d, n);
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        self.check()
+    }
+
     /// [`Gpu::read`] as `f32` values (`n` of them from the start).
     pub fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>, Error> {
         let bytes = self.read(buf, 0, n as u64 * 4)?;

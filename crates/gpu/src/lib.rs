@@ -24,4 +24,4 @@ pub mod upload;
 
 pub use device::{AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
 pub use error::Error;
-pub use matvec::{matmul, GpuMatrix};
+pub use matvec::{matmul, matmul_into, GpuMatrix, Out};

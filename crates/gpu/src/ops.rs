@@ -463,6 +463,36 @@ pub fn add(g: &Gpu, x: &wgpu::Buffer, o: &wgpu::Buffer, n: usize, a: f32) -> Res
     )
 }
 
+/// `x[t][j] += b[j]` for `n` rows of `width` values each (a bias broadcast over token rows: qwen2's q/k/v biases).
+///
+/// # Panics
+/// If `x` holds fewer than `n · width` values or `b` fewer than `width`.
+pub fn add_bias(
+    g: &Gpu,
+    x: &wgpu::Buffer,
+    b: &wgpu::Buffer,
+    n: usize,
+    width: usize,
+) -> Result<(), Error> {
+    assert!(
+        elems(x) >= n * width && elems(b) >= width,
+        "add_bias: buffers too short"
+    );
+    if n * width == 0 {
+        return Ok(());
+    }
+    let params = Params::new().u(n * width).u(width).f(1.0).u(0);
+    run(
+        g,
+        Shader::Elem,
+        "add",
+        &[(0, b), (1, x)],
+        3,
+        &params,
+        elem_groups(g, n * width),
+    )
+}
+
 /// An element-wise map of [`map`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Map {

@@ -134,6 +134,25 @@ pub enum Error {
     /// The tokenizer failed to load.
     #[error("tokenizer")]
     Tokenizer(#[from] gpack_tokenizer::Error),
+    /// The GPU failed: no adapter, a device lost or out of memory, a
+    /// weight layout no GPU kernel reads (`what` names the tensor or the
+    /// stage).
+    #[error("GPU: {what}")]
+    Gpu {
+        /// What was being done: "opening the device", "tensor blk.0.attn_q.weight", "step".
+        what: String,
+        /// The device's error.
+        #[source]
+        source: gpack_gpu::Error,
+    },
+    /// The model cannot run on the device asked for (`--device gpu`).
+    #[error("{what} runs on the CPU only for now: {why} (use --device cpu or auto)")]
+    DeviceUnsupported {
+        /// What is refused: "family qwen3moe", "an f32 KV cache".
+        what: String,
+        /// Why.
+        why: &'static str,
+    },
 }
 
 /// What a section of a .gpack holds that this runtime cannot use (the

@@ -404,6 +404,22 @@ impl WeightSource for GpackWeights {
         self.lookup(name)?.ok()
     }
 
+    fn device_sections(&self) -> Vec<gpack_gpu::upload::Section<'_>> {
+        [
+            SectionKind::NativeDense,
+            SectionKind::Head,
+            SectionKind::Embed,
+        ]
+        .into_iter()
+        .filter_map(|k| self.g.section(k))
+        .map(|s| gpack_gpu::upload::Section {
+            name: &s.info.name,
+            bytes: s.bytes,
+            sha256: s.info.sha256,
+        })
+        .collect()
+    }
+
     fn ple_table(&self, io: crate::ple::PleIo) -> Option<Result<crate::ple::PleTable>> {
         self.g.section(gpack_format::SectionKind::Ple)?;
         Some(crate::ple::PleTable::open(self.g.path(), io))

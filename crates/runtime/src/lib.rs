@@ -107,6 +107,7 @@ pub mod bench;
 pub mod config;
 mod decodable;
 pub mod decode;
+pub mod device;
 mod env;
 mod error;
 pub mod experts;
@@ -127,6 +128,7 @@ pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
 pub use decode::{partial_stop, Slot, StopReason};
+pub use device::Device;
 pub use error::{Error, ExpertSliceProblem, ExportProblem, Result, SectionProblem};
 pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{generate, generate_slot, generate_with, GenerateConfig, Generation, Sink};

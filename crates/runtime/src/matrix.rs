@@ -375,6 +375,30 @@ impl<'a> Proj<'a> {
         }
     }
 
+    /// The members.
+    pub fn parts(&self) -> &[Matrix<'a>] {
+        &self.parts
+    }
+
+    /// The one matrix the members are, when they are a whole native tensor
+    /// (rows `0 .. rows` of it, in order) or there is one member.
+    pub fn fused_whole(&self) -> Option<Matrix<'a>> {
+        match (&self.fused, self.parts.as_slice()) {
+            (
+                Some(
+                    m @ Matrix::Native {
+                        view,
+                        row_start: 0,
+                        rows,
+                    },
+                ),
+                _,
+            ) if *rows == view.rows() => Some(m.clone()),
+            (_, [one]) => Some(one.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the members run as one kernel call.
     pub fn is_fused(&self) -> bool {
         self.fused.is_some() || self.views.is_some() || self.parts.len() == 1

@@ -19,6 +19,7 @@
 //! Tensor names are GGUF's (`llama.cpp/src/llama-arch.cpp`, LLM_TENSOR_NAMES).
 
 use crate::config::Config;
+use crate::device::Device;
 use crate::error::Result;
 use crate::experts::{ExpertMode, ExpertStats, ExpertStore};
 use crate::matrix::{Matrix, Proj};
@@ -31,6 +32,7 @@ use std::sync::{Arc, Mutex};
 
 mod attention;
 mod gemma3n;
+mod gpu;
 mod kv;
 mod load;
 mod mla;
@@ -200,6 +202,11 @@ pub struct LoadOptions {
     /// their original context, as llama.cpp does, and the short ones
     /// otherwise.
     pub context: usize,
+    /// Which device runs the blocks ([`Device::Cpu`] by default).
+    pub device: Device,
+    /// With a GPU: how many blocks run on it, from the first (the rest,
+    /// and then the head, on the CPU; llama.cpp's `-ngl`). `None`: all.
+    pub gpu_layers: Option<usize>,
 }
 
 /// The default PLE row cache: 1024 sets × 4 ways.
@@ -219,6 +226,8 @@ impl Default for LoadOptions {
             ple: DEFAULT_PLE_CACHE,
             kv_f16: true,
             context: 0,
+            device: Device::Cpu,
+            gpu_layers: None,
         }
     }
 }
@@ -258,6 +267,9 @@ pub struct Model<'a> {
     kv_f16: bool,
     /// The threads every kernel of the graph runs on ([`LoadOptions::threads`]).
     pool: Arc<Pool>,
+    /// The blocks (and head) on a GPU, when loaded for one
+    /// ([`LoadOptions::device`]).
+    gpu: Option<Box<gpu::GpuModel>>,
 }
 
 /// Which logits [`Model::forward`] computes.
@@ -326,6 +338,8 @@ pub struct Scratch {
     g3n: gemma3n::G3nScratch,
     /// MLA's buffers.
     mla: mla::MlaScratch,
+    /// The device's buffers (a model on a GPU).
+    gpu: Option<gpu::GpuScratch>,
 }
 
 impl Scratch {
@@ -385,6 +399,12 @@ impl<'a> Model<'a> {
         &self.pool
     }
 
+    /// The GPU the model's blocks run on and what was uploaded to it (`None`
+    /// on the CPU): adapter, backend, blocks on the device, upload reports.
+    pub fn gpu_summary(&self) -> Option<String> {
+        self.gpu.as_ref().map(|g| g.summary())
+    }
+
     /// The PLE table's counters (`None` for a model without one).
     pub fn ple_stats(&self) -> Option<PleStats> {
         match &self.graph {
@@ -422,18 +442,28 @@ impl<'a> Model<'a> {
     /// An empty sequence with a KV cache of `n_ctx` positions.
     pub fn new_sequence(&self, n_ctx: usize) -> Sequence {
         let c = &self.config;
+        // A model all on the GPU keeps no cache on the host (a split one
+        // indexes the host's by layer, so it keeps one for every layer).
+        let host_layers = match &self.gpu {
+            Some(g) if g.blocks() == c.n_layer => 0,
+            _ => c.n_layer,
+        };
         Sequence {
             n_ctx,
             pos: 0,
-            k_cache: Kv::new(c.n_layer * n_ctx.div_ceil(KB) * KB * c.k_dim(), self.kv_f16),
+            k_cache: Kv::new(
+                host_layers * n_ctx.div_ceil(KB) * KB * c.k_dim(),
+                self.kv_f16,
+            ),
             // MLA reads its values from the key cache.
             v_cache: Kv::new(
                 match c.mla {
                     Some(_) => 0,
-                    None => c.n_layer * n_ctx * c.v_dim(),
+                    None => host_layers * n_ctx * c.v_dim(),
                 },
                 self.kv_f16,
             ),
+            gpu: None,
         }
     }
 

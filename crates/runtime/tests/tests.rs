@@ -2,6 +2,7 @@
 mod fixtures;
 mod gemma3n;
 mod generation;
+mod gpu_models;
 mod gpu_ops;
 mod mla;
 mod moe;

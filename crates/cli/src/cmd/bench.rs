@@ -56,6 +56,8 @@ pub struct Args {
     reps: usize,
     #[command(flatten)]
     kv: super::KvArgs,
+    #[command(flatten)]
+    device: super::DeviceArgs,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -86,10 +88,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let t = Instant::now();
     let loaded = super::open_model(&a.model, None, None, &a.registry)
         .with_context(|| format!("opening {}", a.model.display()))?;
-    let opts = gpack_runtime::LoadOptions {
+    let opts = a.device.apply(gpack_runtime::LoadOptions {
         kv_f16: a.kv.f16(),
         ..gpack_runtime::LoadOptions::from_env().map_err(anyhow::Error::msg)?
-    };
+    });
     let model = Model::load_with(loaded.weights(), &opts)
         .with_context(|| format!("loading {}", a.model.display()))?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;

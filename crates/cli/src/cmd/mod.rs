@@ -113,6 +113,35 @@ impl KvArgs {
     }
 }
 
+/// Where the model's blocks run (run, serve, bench): one flag pair, one
+/// default.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// auto (the default): a hardware GPU when one exists and the model runs
+    /// and fits on it, else the CPU (never a software adapter; --verbose
+    /// says which); cpu; gpu: a hardware GPU, else a software one such as
+    /// Mesa's lavapipe with a warning (no adapter, or a family without a
+    /// GPU executor, is an error); gpu:N: adapter N.
+    #[arg(long, value_name = "DEVICE", default_value = "auto",
+          value_parser = |s: &str| s.parse::<gpack_runtime::Device>())]
+    pub device: gpack_runtime::Device,
+    /// With a GPU: the first N blocks on it, the rest and the head on the
+    /// CPU (llama.cpp's -ngl). Default: all of them.
+    #[arg(long, value_name = "N")]
+    pub gpu_layers: Option<usize>,
+}
+
+impl DeviceArgs {
+    /// `o` with the device and GPU block count of the flags.
+    pub fn apply(&self, o: gpack_runtime::LoadOptions) -> gpack_runtime::LoadOptions {
+        gpack_runtime::LoadOptions {
+            device: self.device,
+            gpu_layers: self.gpu_layers,
+            ..o
+        }
+    }
+}
+
 /// The load options `run` and `serve` start from: the `GPACK_*`
 /// environment (`LoadOptions::from_env`, the one place the CLI reads it; a
 /// bad value is an error), then the flags, which win: the expert and PLE

@@ -128,6 +128,8 @@ pub struct Args {
     spec: super::SpecArgs,
     #[command(flatten)]
     kv: super::KvArgs,
+    #[command(flatten)]
+    device: super::DeviceArgs,
     /// When a .gpack's sections are checked against their SHA-256 digests:
     /// `background` (default) hashes them on one thread from the first
     /// generated token on (never delaying it) and waits for the verdict at
@@ -254,11 +256,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.verify == gpack_runtime::VerifyMode::Before {
         gpack_runtime::integrity::verify_now(loaded)?;
     }
-    let opts = LoadOptions {
+    let opts = a.device.apply(LoadOptions {
         kv_f16: a.kv.f16(),
         context: a.ctx,
         ..opts
-    };
+    });
     let model = Model::load_with(loaded.weights(), &opts)?;
     // A draft model and the MTP block run on the model's threads.
     let opts = LoadOptions {
@@ -266,6 +268,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ..opts
     };
     if a.verbose {
+        match model.gpu_summary() {
+            Some(g) => eprintln!("device: GPU {g}"),
+            None => eprintln!("device: cpu"),
+        }
         eprintln!("family: {}", model.config.arch.name());
         for f in model.config.features() {
             eprintln!("  {f}");

@@ -106,6 +106,8 @@ pub struct Args {
     spec: super::SpecArgs,
     #[command(flatten)]
     kv: super::KvArgs,
+    #[command(flatten)]
+    device: super::DeviceArgs,
     /// When a .gpack's sections are checked against their SHA-256 digests:
     /// `background` (default) hashes them on one thread once the first
     /// token (or embedding) is out; `before` hashes them on every core before loading (a
@@ -172,11 +174,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }),
         max_body_bytes: a.max_body,
         model_name: a.name,
-        load: gpack_runtime::LoadOptions {
+        load: a.device.apply(gpack_runtime::LoadOptions {
             kv_f16: a.kv.f16(),
             context: a.ctx,
             ..load
-        },
+        }),
         verify: a.verify,
         header_timeout: secs("header-timeout", a.header_timeout)?,
         body_timeout: secs("body-timeout", a.body_timeout)?,

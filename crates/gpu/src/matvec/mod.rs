@@ -261,6 +261,30 @@ pub fn matmul(
     matmul_max_workgroups(gpu, w, x, n, y, gpu.caps().max_workgroups)
 }
 
+/// Where [`matmul_into`] writes: vector `v`'s outputs at
+/// `y[v · stride + col0 ..][..rows]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Out {
+    /// Elements from one vector's outputs to the next (≥ `col0 + rows`).
+    pub stride: usize,
+    /// The first output's column.
+    pub col0: usize,
+}
+
+/// [`matmul`] into columns `out.col0 ..` of rows `out.stride` wide: the
+/// members of a projection stored as separate tensors (q, k, v; gate, up)
+/// write their parts of one q‖k‖v or gate‖up row, as one fused tensor does.
+pub fn matmul_into(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    x: &wgpu::Buffer,
+    n: usize,
+    y: &wgpu::Buffer,
+    out: Out,
+) -> Result<(), Error> {
+    run_matmul(gpu, w, x, n, y, out, gpu.caps().max_workgroups)
+}
+
 /// [`matmul`] with at most `max_workgroups` workgroups per dispatch axis
 /// (at most the adapter's): tests exercise the split of many row groups
 /// over two axes with it.
@@ -272,6 +296,29 @@ pub fn matmul_max_workgroups(
     y: &wgpu::Buffer,
     max_workgroups: u32,
 ) -> Result<(), Error> {
+    let out = Out {
+        stride: w.rows,
+        col0: 0,
+    };
+    run_matmul(gpu, w, x, n, y, out, max_workgroups)
+}
+
+fn run_matmul(
+    gpu: &Gpu,
+    w: &GpuMatrix,
+    x: &wgpu::Buffer,
+    n: usize,
+    y: &wgpu::Buffer,
+    out: Out,
+    max_workgroups: u32,
+) -> Result<(), Error> {
+    assert!(
+        out.col0 + w.rows <= out.stride,
+        "matmul_into: columns {}..{} past rows of {}",
+        out.col0,
+        out.col0 + w.rows,
+        out.stride
+    );
     let need = |what: &'static str, floats: usize, buf: &wgpu::Buffer| {
         let needed = floats as u64 * 4;
         if n == 0 || needed > buf.size() || needed > u64::from(u32::MAX) {
@@ -285,7 +332,11 @@ pub fn matmul_max_workgroups(
         }
     };
     need("x (n × cols f32)", n * w.cols, x)?;
-    need("y (n × rows f32)", n * w.rows, y)?;
+    need(
+        "y (n × rows f32)",
+        n.saturating_sub(1) * out.stride + out.col0 + w.rows,
+        y,
+    )?;
     let max = max_workgroups.min(gpu.caps().max_workgroups).max(1) as usize;
     let t = source::TILES
         .iter()
@@ -314,8 +365,8 @@ pub fn matmul_max_workgroups(
             piece.scales.as_ref().map_or(0, |b| b.word),
             piece.mins.as_ref().map_or(0, |b| b.word),
             gx as u32,
-            w.rows as u32,
-            piece.row0 as u32,
+            out.stride as u32,
+            (out.col0 + piece.row0) as u32,
             gb_words as u32,
             blocks as u32,
         ];

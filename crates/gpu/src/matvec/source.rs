@@ -57,7 +57,7 @@ fn decoder(layout: Layout) -> Result<(&'static str, bool), Error> {
 }
 
 /// The error for a layout no GPU kernel reads.
-pub(crate) fn unsupported(layout: Layout) -> Error {
+pub fn unsupported(layout: Layout) -> Error {
     Error::Layout {
         layout: layout.name(),
         why: "no GPU matmul reads it (supported: F32, F16, BF16, I8Sym, I8Asym, I4Sym/G32, \

@@ -120,6 +120,9 @@ pub struct Sequence {
     /// `[n_layer][n_head_kv][n_ctx][head_dim_v]` values: one head's rows
     /// contiguous, as attention reads them ([`Sequence::v_at`]).
     pub(super) v_cache: Kv,
+    /// The GPU blocks' f16 caches, made at the sequence's first step on a
+    /// model loaded for a GPU.
+    pub(super) gpu: Option<super::gpu::GpuKv>,
 }
 
 /// Positions per block of the transposed key cache.

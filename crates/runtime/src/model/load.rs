@@ -326,7 +326,7 @@ impl<'a> Model<'a> {
                 .with_mscale(c.rope_attn_factor),
             ),
         };
-        Ok(Model {
+        let mut model = Model {
             config,
             embd,
             layers,
@@ -338,6 +338,9 @@ impl<'a> Model<'a> {
             graph,
             kv_f16: opts.kv_f16,
             pool: opts.threads.pool(),
-        })
+            gpu: None,
+        };
+        model.gpu = super::gpu::GpuModel::attach(&model, w, opts)?.map(Box::new);
+        Ok(model)
     }
 }

@@ -86,10 +86,17 @@ impl Model<'_> {
             self.rope_swa.cos_sin(p, &mut s.cs_swa[t * r..(t + 1) * r]);
         }
 
+        // The device's blocks first (all of them, or the first
+        // `--gpu-layers`), then the CPU's; the head on the device when all
+        // blocks are there.
+        let (gpu_blocks, gpu_head) = match &self.gpu {
+            Some(g) => (g.blocks(), self.gpu_blocks(g, s, seqs, tokens, n)?),
+            None => (0, false),
+        };
         if let Graph::Gemma3n(g) = &self.graph {
             self.gemma3n_layers(g, s, seqs, tokens, n)?;
         } else {
-            for (l, layer) in self.layers.iter().enumerate() {
+            for (l, layer) in self.layers.iter().enumerate().skip(gpu_blocks) {
                 // ---- attention ----
                 norm_rows(
                     &self.pool,
@@ -153,6 +160,9 @@ impl Model<'_> {
         }
         for (q, t) in seqs.iter_mut().zip(tokens) {
             q.pos += t.len();
+        }
+        if gpu_head {
+            return Ok(&s.logits);
         }
 
         // ---- head ----

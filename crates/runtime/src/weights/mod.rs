@@ -162,6 +162,15 @@ pub trait WeightSource: MetadataSource + Send + Sync {
         None
     }
 
+    /// The weight sections a device may upload whole, from the mapping, with
+    /// the SHA-256 the file records for each (a `.gpack`'s NativeDense
+    /// arena, Head and Embed). A matrix inside one is placed and streamed
+    /// with its section, the digest checked on the way; the default (none)
+    /// has the device upload each matrix on its own.
+    fn device_sections(&self) -> Vec<gpack_gpu::upload::Section<'_>> {
+        Vec::new()
+    }
+
     /// Advice: `bytes` (a slice of this store's mapped files) will not be
     /// read again soon; a mapped store drops those pages from the process's
     /// resident set. The default does nothing.

@@ -1,0 +1,77 @@
+//! Where a model's blocks run: the device seam's setting ([`Device`]).
+//!
+//! The CPU runs every model. A GPU (through `gpack-gpu`: Vulkan, Metal,
+//! DX12) runs the dense families' blocks and head; the model's step hands
+//! its residual rows to it and takes the logits back
+//! (`model/gpu/`). Sampling, grammars and speculation stay on the host,
+//! above the seam. A CUDA device would be another variant here and another
+//! executor beside `model/gpu/`, with the graph unchanged.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Which device runs a model's blocks ([`crate::LoadOptions::device`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    /// The CPU (the library's default: loading touches no GPU driver).
+    #[default]
+    Cpu,
+    /// A hardware GPU when one exists and the model runs and fits on it,
+    /// else the CPU, logging which (never a software adapter).
+    Auto,
+    /// A GPU: the adapter of this index ([`gpack_gpu::Gpu::adapters`]), or
+    /// with `None` a hardware one, else a software one (lavapipe) with a
+    /// warning. No adapter, or a model it cannot run, is an error.
+    Gpu(Option<usize>),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Auto => f.write_str("auto"),
+            Device::Gpu(None) => f.write_str("gpu"),
+            Device::Gpu(Some(i)) => write!(f, "gpu:{i}"),
+        }
+    }
+}
+
+impl FromStr for Device {
+    type Err = String;
+
+    /// `auto`, `cpu`, `gpu` or `gpu:N`.
+    fn from_str(s: &str) -> Result<Device, String> {
+        let bad = || format!("device {s:?}: expected auto, cpu, gpu or gpu:N (an adapter index)");
+        match s.trim() {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "gpu" => Ok(Device::Gpu(None)),
+            t => {
+                let n = t.strip_prefix("gpu:").ok_or_else(bad)?;
+                n.parse().map(|i| Device::Gpu(Some(i))).map_err(|_| bad())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse_and_print_back() {
+        for (s, d) in [
+            ("auto", Device::Auto),
+            ("cpu", Device::Cpu),
+            ("gpu", Device::Gpu(None)),
+            ("gpu:1", Device::Gpu(Some(1))),
+        ] {
+            assert_eq!(s.parse::<Device>(), Ok(d));
+            assert_eq!(d.to_string(), s);
+        }
+        for bad in ["", "cuda", "gpu:", "gpu:x", "gpu:-1"] {
+            let e = bad.parse::<Device>().unwrap_err();
+            assert!(e.contains("expected auto, cpu, gpu or gpu:N"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! One step's blocks (and head) on the device: `model/step.rs`'s block
+//! graph, kernel for kernel (`gpack_gpu::ops` are the twins of the CPU's
+//! ops, tested against them in tests/gpu_ops.rs).
+//!
+//! Per step the host uploads the residual rows after the embedding lookup
+//! (`[n][n_embd]`), the rotary tables (`[n][n_rot]`, global and
+//! sliding-window) and each sequence's positions; it reads back the logits
+//! of the rows asked for and the residual rows (`[n][n_embd]`: the hidden
+//! states the host's API hands out, and the input of the CPU's blocks when
+//! the model is split). Everything else stays on the device.
+//!
+//! Several sequences in one step share every matmul (one pass over the
+//! weights for all their rows); attention runs per sequence over its own
+//! cache, into a buffer of its own rows copied into place.
+//!
+//! Perf note: each kernel is its own submission with its own uniform and
+//! bind group (`gpack_gpu::ops`); one command encoder per step is the next
+//! step for decode speed on a real GPU (lavapipe proves correctness only).
+
+use super::{GpuBlock, GpuModel};
+use crate::config::{Activation, Config, RopeStyle};
+use crate::error::{Error, Result};
+use crate::model::{Model, Scratch, Sequence};
+use gpack_gpu::ops::{self, AttnArgs, Buffer, Glu, KvLayer, Map, RopeArgs, Rows};
+use gpack_gpu::Gpu;
+
+type GResult<T> = std::result::Result<T, gpack_gpu::Error>;
+
+/// One sequence's f16 KV caches on the device, one per GPU block, and the
+/// positions of its rows in the current step.
+#[derive(Debug)]
+pub(crate) struct GpuKv {
+    layers: Vec<KvLayer>,
+    /// `[rows]` u32 positions of this sequence's rows in the step.
+    pos: Buffer,
+    pos_cap: usize,
+    n_ctx: usize,
+}
+
+impl GpuKv {
+    fn new(g: &Gpu, c: &Config, n_ctx: usize, blocks: usize) -> GResult<GpuKv> {
+        let layers = (0..blocks)
+            .map(|_| KvLayer::new(g, n_ctx, c.n_head_kv, c.head_dim, c.head_dim_v))
+            .collect::<GResult<Vec<_>>>()?;
+        Ok(GpuKv {
+            layers,
+            pos: g.storage("positions", 4)?,
+            pos_cap: 1,
+            n_ctx,
+        })
+    }
+
+    fn fits(&self, n_ctx: usize, blocks: usize) -> bool {
+        self.n_ctx == n_ctx && self.layers.len() == blocks
+    }
+
+    fn set_positions(&mut self, g: &Gpu, pos: &[usize]) -> GResult<()> {
+        if self.pos_cap < pos.len() {
+            self.pos_cap = pos.len().next_power_of_two();
+            self.pos = g.storage("positions", self.pos_cap as u64 * 4)?;
+        }
+        let p: Vec<u32> = pos.iter().map(|&p| p as u32).collect();
+        g.write_u32(&self.pos, 0, &p);
+        Ok(())
+    }
+}
+
+/// A step's buffers on the device, grown to the largest step seen.
+#[derive(Debug)]
+pub(crate) struct GpuScratch {
+    /// Rows the row buffers hold.
+    cap: usize,
+    /// Rows of logits the head buffers hold.
+    head_cap: usize,
+    /// `[rows][n_embd]` residual stream.
+    x: Buffer,
+    /// `[rows][n_embd]` normed input of a projection.
+    xb: Buffer,
+    /// `[rows][q_dim + k_dim + v_dim]` q‖k‖v.
+    qkv: Buffer,
+    /// `[rows][n_head · head_dim_v]` attention output.
+    att: Buffer,
+    /// `[rows][n_head · head_dim_v]` one sequence's attention output (a
+    /// step of several).
+    att1: Buffer,
+    /// `[rows][n_embd]` block output before the residual add.
+    out: Buffer,
+    /// `[rows][2 · n_ff]` gate‖up.
+    gu: Buffer,
+    /// `[rows][n_ff]` activated FFN hidden.
+    hb: Buffer,
+    /// `[rows][n_rot]` cos/sin pairs of global and sliding-window layers.
+    cs_global: Buffer,
+    cs_swa: Buffer,
+    /// `[head rows][n_embd]` normed rows of the head.
+    hx: Buffer,
+    /// `[head rows][n_vocab]` logits.
+    logits: Buffer,
+}
+
+impl GpuScratch {
+    fn new(g: &Gpu, c: &Config, ff: usize, rows: usize, head: usize) -> GResult<GpuScratch> {
+        let buf = |label: &str, floats: usize| g.storage(label, (floats.max(1) * 4) as u64);
+        let att_w = c.n_head * c.head_dim_v;
+        Ok(GpuScratch {
+            cap: rows,
+            head_cap: head,
+            x: buf("x", rows * c.n_embd)?,
+            xb: buf("xb", rows * c.n_embd)?,
+            qkv: buf("qkv", rows * (c.q_dim() + c.k_dim() + c.v_dim()))?,
+            att: buf("att", rows * att_w)?,
+            att1: buf("att1", rows * att_w)?,
+            out: buf("out", rows * c.n_embd)?,
+            gu: buf("gu", rows * 2 * ff)?,
+            hb: buf("hb", rows * ff)?,
+            cs_global: buf("cs_global", rows * c.n_rot)?,
+            cs_swa: buf("cs_swa", rows * c.n_rot)?,
+            hx: buf("hx", head * c.n_embd)?,
+            logits: buf("logits", head * c.n_vocab)?,
+        })
+    }
+}
+
+fn glu_of(a: Activation) -> Glu {
+    match a {
+        Activation::Silu => Glu::Silu,
+        Activation::GeluTanh => Glu::GeluTanh,
+        Activation::SwigluOai => Glu::SwigluOai,
+    }
+}
+
+/// `x += norm(out)` (granite's `residual_scale` on `out` first), as
+/// `Model::residual`.
+fn residual(g: &Gpu, c: &Config, b: &GpuScratch, n: usize, norm: Option<&Buffer>) -> GResult<()> {
+    let d = c.n_embd;
+    match norm {
+        Some(w) => {
+            if let Some(r) = c.residual_scale {
+                ops::map(g, &b.out, n * d, Map::Scale(r))?;
+            }
+            ops::add_rmsnorm(g, &b.x, &b.out, w, n, d, c.rms_eps)
+        }
+        None => ops::add(g, &b.x, &b.out, n * d, c.residual_scale.unwrap_or(1.0)),
+    }
+}
+
+/// `xb = rmsnorm(x) · w` for `n` rows, or `x` itself without a norm.
+fn normed<'b>(
+    g: &Gpu,
+    c: &Config,
+    b: &'b GpuScratch,
+    n: usize,
+    w: Option<&Buffer>,
+) -> GResult<&'b Buffer> {
+    match w {
+        Some(w) => {
+            ops::rmsnorm(g, &b.x, Rows::dense(n, c.n_embd), Some(w), c.rms_eps, &b.xb)?;
+            Ok(&b.xb)
+        }
+        None => Ok(&b.x),
+    }
+}
+
+impl Model<'_> {
+    /// The device's part of a step: its blocks on the `n` rows of `s.x`
+    /// (looked up, with their rotary tables and positions, by the caller),
+    /// then the head when it is on the device. Returns whether the logits
+    /// of `s.head_rows` are in `s.logits`; `s.x` holds the residual rows
+    /// after the device's last block.
+    pub(in crate::model) fn gpu_blocks(
+        &self,
+        g: &GpuModel,
+        s: &mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+        n: usize,
+    ) -> Result<bool> {
+        self.gpu_blocks_on(g, s, seqs, tokens, n)
+            .map_err(|source| Error::Gpu {
+                what: "running a step".into(),
+                source,
+            })
+    }
+
+    fn gpu_blocks_on(
+        &self,
+        gm: &GpuModel,
+        s: &mut Scratch,
+        seqs: &mut [&mut Sequence],
+        tokens: &[&[u32]],
+        n: usize,
+    ) -> GResult<bool> {
+        let g = &*gm.gpu;
+        let c = &self.config;
+        let (d, r) = (c.n_embd, c.n_rot);
+        let m = match gm.head {
+            Some(_) => s.head_rows.len(),
+            None => 0,
+        };
+        let grow = s.gpu.as_ref().is_none_or(|b| b.cap < n || b.head_cap < m);
+        if grow {
+            let (cap, head_cap) = s.gpu.as_ref().map_or((0, 0), |b| (b.cap, b.head_cap));
+            let ff = gm.blocks.iter().map(|b| b.down.cols()).max().unwrap_or(0);
+            s.gpu = Some(GpuScratch::new(g, c, ff, cap.max(n), head_cap.max(m))?);
+        }
+        let b = s.gpu.as_ref().expect("made above");
+        g.write_f32(&b.x, 0, &s.x[..n * d]);
+        g.write_f32(&b.cs_global, 0, &s.cs_global[..n * r]);
+        g.write_f32(&b.cs_swa, 0, &s.cs_swa[..n * r]);
+
+        // Each sequence's caches (made at its first step) and positions.
+        let mut spans = Vec::with_capacity(seqs.len());
+        let mut row0 = 0;
+        for (q, t) in seqs.iter_mut().zip(tokens) {
+            if !q.gpu.as_ref().is_some_and(|k| k.fits(q.n_ctx, gm.blocks())) {
+                q.gpu = Some(GpuKv::new(g, c, q.n_ctx, gm.blocks())?);
+            }
+            let kv = q.gpu.as_mut().expect("made above");
+            kv.set_positions(g, &s.row_pos[row0..row0 + t.len()])?;
+            spans.push((row0, t.len()));
+            row0 += t.len();
+        }
+
+        for (l, blk) in gm.blocks.iter().enumerate() {
+            self.gpu_attention_half(g, blk, b, seqs, &spans, l, n)?;
+            residual(g, c, b, n, blk.post_attn_norm.as_ref())?;
+            // ---- feed-forward ----
+            let input = normed(g, c, b, n, blk.ffn_norm.as_ref())?;
+            blk.gate_up.matmul(g, input, n, &b.gu)?;
+            let ff = blk.down.cols();
+            ops::glu(g, glu_of(c.activation), &b.gu, n, ff, &b.hb)?;
+            gpack_gpu::matmul(g, &blk.down, &b.hb, n, &b.out)?;
+            residual(g, c, b, n, blk.post_ffn_norm.as_ref())?;
+        }
+
+        let mut logits = false;
+        if let Some(h) = &gm.head {
+            logits = true;
+            let rows = &s.head_rows;
+            s.logits.clear();
+            if m > 0 {
+                if rows.windows(2).all(|w| w[1] == w[0] + 1) {
+                    let sel = Rows {
+                        n: m,
+                        d,
+                        per_tok: 1,
+                        off: rows[0] * d,
+                        stride: d,
+                    };
+                    ops::rmsnorm(g, &b.x, sel, Some(&h.norm), c.rms_eps, &b.hx)?;
+                } else {
+                    let copies: Vec<_> = rows
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &t)| (t * d, i * d, d))
+                        .collect();
+                    g.copy_f32(&b.x, &b.xb, &copies)?;
+                    let dense = Rows::dense(m, d);
+                    ops::rmsnorm(g, &b.xb, dense, Some(&h.norm), c.rms_eps, &b.hx)?;
+                }
+                let nl = m * c.n_vocab;
+                gpack_gpu::matmul(g, &h.output, &b.hx, m, &b.logits)?;
+                if let Some(div) = c.logit_scale {
+                    ops::map(g, &b.logits, nl, Map::Divide(div))?;
+                }
+                if let Some(cap) = c.final_softcap {
+                    ops::map(g, &b.logits, nl, Map::Softcap(cap))?;
+                }
+                s.logits = g.read_f32(&b.logits, nl)?;
+            }
+        }
+        // The residual rows back: hidden states, and the CPU blocks' input.
+        let x = g.read_f32(&b.x, n * d)?;
+        s.x[..n * d].copy_from_slice(&x);
+        Ok(logits)
+    }
+
+    /// A block's attention half: norm, q‖k‖v, biases, q/k norms, rotary
+    /// embeddings, each sequence's cache append and attention, the output
+    /// projection into `b.out` (`Model::prepare_qkv` and `Model::attention`).
+    #[allow(clippy::too_many_arguments)]
+    fn gpu_attention_half(
+        &self,
+        g: &Gpu,
+        blk: &GpuBlock,
+        b: &GpuScratch,
+        seqs: &[&mut Sequence],
+        spans: &[(usize, usize)],
+        l: usize,
+        n: usize,
+    ) -> GResult<()> {
+        let c = &self.config;
+        let (d, qd, kd, hd) = (c.n_embd, c.q_dim(), c.k_dim(), c.head_dim);
+        let qkv_w = qd + kd + c.v_dim();
+        let att_w = c.n_head * c.head_dim_v;
+        let input = normed(g, c, b, n, blk.attn_norm.as_ref())?;
+        blk.qkv.matmul(g, input, n, &b.qkv)?;
+        if let Some(bias) = &blk.qkv_bias {
+            ops::add_bias(g, &b.qkv, bias, n, qkv_w)?;
+        }
+        // Per head, or over all heads together: as wide as the weight.
+        if let Some((w, width)) = &blk.q_norm {
+            let rows = Rows::heads(n, qd / width, *width, 0, qkv_w);
+            ops::rmsnorm_inplace(g, &b.qkv, rows, Some(w), c.rms_eps)?;
+        }
+        if let Some((w, width)) = &blk.k_norm {
+            let rows = Rows::heads(n, kd / width, *width, qd, qkv_w);
+            ops::rmsnorm_inplace(g, &b.qkv, rows, Some(w), c.rms_eps)?;
+        }
+        if blk.rope {
+            let cs = if blk.swa { &b.cs_swa } else { &b.cs_global };
+            let args = RopeArgs {
+                n_tok: n,
+                n_heads: c.n_head + c.n_head_kv,
+                head_dim: hd,
+                n_rot: c.n_rot,
+                neox: c.rope_style == RopeStyle::Neox,
+                off: 0,
+                stride: qkv_w,
+            };
+            ops::rope(g, &b.qkv, cs, args)?;
+        }
+        let one = seqs.len() == 1;
+        for (q, &(row0, len)) in seqs.iter().zip(spans) {
+            let kv = q.gpu.as_ref().expect("made at the step's start");
+            let layer = &kv.layers[l];
+            let base = row0 * qkv_w;
+            layer.append(g, &b.qkv, &kv.pos, len, base + qd, base + qd + kd, qkv_w)?;
+            let args = AttnArgs {
+                n_tok: len,
+                n_head: c.n_head,
+                q_off: base,
+                q_stride: qkv_w,
+                scale: c.attn_scale,
+                softcap: c.attn_softcap,
+                window: if blk.swa { c.sliding_window } else { None },
+            };
+            let dst = if one { &b.att } else { &b.att1 };
+            ops::attention(g, layer, &b.qkv, &kv.pos, args, blk.sinks.as_ref(), dst)?;
+            if !one {
+                g.copy_f32(&b.att1, &b.att, &[(0, row0 * att_w, len * att_w)])?;
+            }
+        }
+        gpack_gpu::matmul(g, &blk.wo, &b.att, n, &b.out)?;
+        if let Some(bias) = &blk.wo_bias {
+            ops::add_bias(g, &b.out, bias, n, d)?;
+        }
+        Ok(())
+    }
+}
