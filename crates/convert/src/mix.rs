@@ -159,11 +159,7 @@ impl Facts {
     }
 
     fn n_gqa(&self) -> u32 {
-        if self.n_head_kv == 0 {
-            0
-        } else {
-            self.n_head / self.n_head_kv
-        }
+        self.n_head.checked_div(self.n_head_kv).unwrap_or(0)
     }
 
     /// llama.cpp's `LLM_TYPE_70B` (llama: 80 layers, grouped KV heads).
@@ -378,9 +374,7 @@ fn get_type_impl(
             } else {
                 T::Q4_K
             };
-        } else if ftype == F::Q3_K_L {
-            new_type = T::Q5_K;
-        } else if matches!(ftype, F::IQ4_NL | F::IQ4_XS) && f.n_gqa() >= 4 {
+        } else if ftype == F::Q3_K_L || (matches!(ftype, F::IQ4_NL | F::IQ4_XS) && f.n_gqa() >= 4) {
             new_type = T::Q5_K;
         } else if matches!(ftype, F::Q4_K_M | F::Q5_K_M)
             && use_more_bits(qs.i_attention_wv, qs.n_attention_wv)

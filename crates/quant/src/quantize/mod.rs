@@ -17,6 +17,11 @@
 //! weight per column) selects ggml's `_impl` paths where it has them (all
 //! but Q8_0 and MXFP4, which ignore it as ggml does).
 
+// The ports index as the C does (`x[16*j + k]`, `L[j + l + 32]`), so each
+// line can be checked against ggml-quants.c; iterator rewrites would hide
+// the correspondence that bit identity rests on.
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 mod iq4;
 mod k;
