@@ -32,6 +32,13 @@ pub(crate) fn encode(
 ) -> Result<u64, gpack_quant::Error> {
     use gpack_quant::transcode as t;
     match d.layout {
+        // llama-quantize's types: ggml's quantizers, canonical layouts.
+        Layout::Rows16(t) if d.quantized => {
+            gpack_quant::quantize::quantize_canonical(ty, src, rows, cols, t, None, w)
+        }
+        Layout::F16 if d.quantized => {
+            gpack_quant::quantize::quantize_canonical(ty, src, rows, cols, GgmlType::F16, None, w)
+        }
         layout if d.quantized && f16_scales => {
             gpack_quant::quantize_with_f16_scales(ty, src, rows, cols, layout, w)
         }

@@ -58,6 +58,14 @@ pub enum Error {
     /// An option does not apply to this source (or to the other options).
     #[error(transparent)]
     Option(#[from] OptionProblem),
+    /// `--quant` with llama-quantize's types failed for a tensor.
+    #[error("tensor {tensor}: {problem}")]
+    Quantize {
+        /// Tensor name (empty when the problem is the command's).
+        tensor: String,
+        /// What is wrong.
+        problem: QuantizeProblem,
+    },
     /// The output exists and `--force` was not given. The message does not
     /// repeat the path: the caller, who gave it, says it once
     /// (`converting A to B: …`).
@@ -123,11 +131,45 @@ pub enum TensorProblem {
     DraftExperts,
 }
 
+/// Why a `--quant` of llama-quantize's types cannot be done for a tensor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuantizeProblem {
+    /// The source tensor is already quantized and requantizing was not
+    /// allowed (llama-quantize's `--allow-requantize`).
+    #[error(
+        "is already quantized ({from}); requantizing it to {to} loses precision twice: \
+         pass --allow-requantize to do it anyway"
+    )]
+    Requantize {
+        /// The source type.
+        from: &'static str,
+        /// The type the mix asks for.
+        to: &'static str,
+    },
+    /// The mix asks for a type gpack does not quantize into.
+    #[error("the mix asks for {to}, which gpack cannot quantize into")]
+    Target {
+        /// The type.
+        to: &'static str,
+    },
+    /// The mix's rules cannot place the tensor (llama-quantize refuses it too).
+    #[error("{0}")]
+    Rules(String),
+}
+
 /// Why the options given cannot be honoured for this source: matchable,
 /// each variant carrying the paths and values its message names.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OptionProblem {
+    /// A llama-quantize type for a `.giw` bundle (`prequant`, sidecars),
+    /// which holds gpack's own layouts.
+    #[error("--quant {quant} is for `gpack convert` (.gpack); .giw bundles take keep, int8, int8int8 or int4")]
+    QuantNotForGiw {
+        /// The quant asked for.
+        quant: &'static str,
+    },
     /// `--external-experts` with a safetensors source.
     #[error(
         "--external-experts needs a GGUF source: experts are referenced in place, and \

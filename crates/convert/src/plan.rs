@@ -2,7 +2,7 @@
 //! before anything is written.
 
 use crate::policy::{self, Container, Decision, Member, Quant};
-use crate::{Error, TensorProblem};
+use crate::{Error, QuantizeProblem, TensorProblem};
 use gpack_format::payload::LAYOUT_GGML;
 use gpack_format::SectionKind;
 use gpack_ingest::{GgmlType, Source, TensorInfo, MAX_LAYERS};
@@ -205,9 +205,60 @@ fn classify(t: &TensorInfo) -> Placement {
     }
 }
 
-fn decide(t: &TensorInfo, quant: Quant) -> Decision {
-    let cols = t.dims.first().copied().unwrap_or(1);
-    policy::decide(Container::Gpack, quant, &t.name, t.ggml_type, cols)
+/// Every tensor's decision (`None` for tensors stored raw is decided by
+/// the caller; this gives one per source tensor): `quant`'s rules, and for
+/// llama-quantize's types the mix of the whole model, with the
+/// requantization check.
+fn decisions(
+    source: &Source,
+    quant: Quant,
+    allow_requantize: bool,
+) -> Result<Vec<Decision>, Error> {
+    let cols_of = |t: &TensorInfo| t.dims.first().copied().unwrap_or(1);
+    let Quant::Mix(ftype) = quant else {
+        return Ok(source
+            .tensors
+            .iter()
+            .map(|t| policy::decide(Container::Gpack, quant, &t.name, t.ggml_type, cols_of(t)))
+            .collect());
+    };
+    let q = |t: &TensorInfo, problem| Error::Quantize {
+        tensor: t.name.clone(),
+        problem,
+    };
+    let tensors: Vec<crate::mix::MixTensor<'_>> = source
+        .tensors
+        .iter()
+        .map(|t| crate::mix::MixTensor {
+            name: &t.name,
+            dims: &t.dims,
+            ty: t.ggml_type,
+        })
+        .collect();
+    let types =
+        crate::mix::mix_types(ftype, &crate::mix::Facts::of(source), &tensors).map_err(|e| {
+            Error::Quantize {
+                tensor: String::new(),
+                problem: QuantizeProblem::Rules(e),
+            }
+        })?;
+    let mut out = Vec::with_capacity(types.len());
+    for (t, &target) in source.tensors.iter().zip(&types) {
+        let d = policy::decide_mix(t.ggml_type, target, cols_of(t))
+            .ok_or_else(|| q(t, QuantizeProblem::Target { to: target.name() }))?;
+        let floaty = matches!(t.ggml_type, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        if d.quantized && !floaty && !allow_requantize {
+            return Err(q(
+                t,
+                QuantizeProblem::Requantize {
+                    from: t.ggml_type.name(),
+                    to: target.name(),
+                },
+            ));
+        }
+        out.push(d);
+    }
+    Ok(out)
 }
 
 /// Whether `t` must be refused because gpack cannot decode its ggml type:
@@ -223,9 +274,16 @@ pub(crate) fn undecodable(t: &TensorInfo, dense: bool) -> bool {
     !(gpack_quant::ggml::can_dequantize(t.ggml_type) || (block == 1 && dense))
 }
 
-/// Plans `source`.
-pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Plan, Error> {
+/// Plans `source`. `allow_requantize`: with llama-quantize's types, an
+/// already-quantized source tensor may be quantized again (else an error).
+pub fn plan(
+    source: &Source,
+    quant: Quant,
+    external_experts: bool,
+    allow_requantize: bool,
+) -> Result<Plan, Error> {
     let mut p = Plan::default();
+    let decided = decisions(source, quant, allow_requantize)?;
     let n_layers = source
         .architecture()
         .and_then(|a| source.metadata.get_u32(&format!("{a}.block_count")))
@@ -247,7 +305,7 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
             Placement::Dense | Placement::Ple => (None, all_rows, t.size),
             Placement::Experts => {
                 let rows = t.dims[1];
-                let d = decide(t, quant);
+                let d = decided[i];
                 let layout = d.layout;
                 let size = if external_experts {
                     t.ggml_type.bytes_for(rows * cols).ok_or_else(|| {
@@ -270,7 +328,7 @@ pub fn plan(source: &Source, quant: Quant, external_experts: bool) -> Result<Pla
                 (Some(d).filter(|_| !external_experts), rows, size)
             }
             _ => {
-                let d = decide(t, quant);
+                let d = decided[i];
                 let size = native_len(t.ggml_type, d.layout, all_rows, cols).map_err(|e| {
                     Error::Quant {
                         tensor: t.name.clone(),
@@ -523,7 +581,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ok = moe_gguf(dir.path(), "blk.3.ffn_gate_exps.weight", 4);
         let src = Source::open(&ok).unwrap();
-        assert!(plan(&src, Quant::Keep, false).is_ok());
+        assert!(plan(&src, Quant::Keep, false, false).is_ok());
         for (name, bc) in [
             ("blk.4294967295.ffn_gate_exps.weight", 4),
             ("blk.4096.ffn_up_exps.weight", 4),
@@ -531,7 +589,9 @@ mod tests {
         ] {
             let p = moe_gguf(dir.path(), name, bc);
             let src = Source::open(&p).unwrap();
-            let e = plan(&src, Quant::Keep, false).unwrap_err().to_string();
+            let e = plan(&src, Quant::Keep, false, false)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("4096"), "{name} / {bc}: {e}");
         }
     }

@@ -43,6 +43,7 @@
 //! [`gpack_quant::can_fuse`]); a .giw's group records (v13+) hold int4 G32
 //! tensors only.
 
+use crate::mix::Ftype;
 use gpack_quant::{canonical_layout_for, native_layout_for, GgmlType, Layout};
 
 /// The weight quantization asked for with `--quant`: one vocabulary for
@@ -57,8 +58,15 @@ pub enum Quant {
     /// As [`Quant::Int8`] (the same layouts), labelled as int8 weights with
     /// int8 activations: the default label of `.giw` bundles and sidecars.
     Int8Int8,
-    /// Matmul weights int4, asymmetric, groups of 32.
+    /// Matmul weights int4, asymmetric, groups of 32 (gpack's own layouts:
+    /// `int8`, `int8int8` and `int4` are the legacy choices, kept for
+    /// `.giw` bundles and sidecars).
     Int4,
+    /// llama-quantize's file type (`Q4_K_M`, …): each tensor gets the ggml
+    /// type llama-quantize's mix gives it ([`crate::mix::mix_types`]),
+    /// quantized with ggml's own quantizers (the same blocks) and stored
+    /// in the canonical Rows16 layout. `.gpack` only.
+    Mix(Ftype),
 }
 
 impl Quant {
@@ -73,13 +81,22 @@ impl Quant {
             Quant::Int8 => "int8",
             Quant::Int8Int8 => "int8int8",
             Quant::Int4 => "int4",
+            Quant::Mix(f) => f.name(),
         }
+    }
+
+    /// Every name `--quant` accepts, for messages: gpack's own, then
+    /// llama-quantize's.
+    pub fn valid_names() -> String {
+        let mut v: Vec<&str> = Quant::ALL.iter().map(|q| q.name()).collect();
+        v.extend(Ftype::ALL.iter().map(|f| f.name()));
+        v.join(", ")
     }
 
     /// The layout a quantized matrix gets (`None` for keep).
     pub fn target(self) -> Option<Layout> {
         match self {
-            Quant::Keep => None,
+            Quant::Keep | Quant::Mix(_) => None,
             Quant::Int8 | Quant::Int8Int8 => Some(Layout::I8Sym { group: 32 }),
             Quant::Int4 => Some(Layout::I4Asym { group: 32 }),
         }
@@ -98,7 +115,13 @@ impl std::str::FromStr for Quant {
         Quant::ALL
             .into_iter()
             .find(|q| q.name() == s)
-            .ok_or_else(|| format!("unknown quant {s:?} (expected keep, int8, int8int8 or int4)"))
+            .or_else(|| Ftype::from_name(s).map(Quant::Mix))
+            .ok_or_else(|| {
+                format!(
+                    "unknown quant {s:?} (expected one of: {}; llama-quantize's names are case-insensitive)",
+                    Quant::valid_names()
+                )
+            })
     }
 }
 
@@ -142,6 +165,25 @@ pub struct Decision {
     /// `true`: quantized from the source's values (lossy); `false`: an exact
     /// transcode (dequantizes to the source's f32 values bit for bit).
     pub quantized: bool,
+}
+
+/// The decision for a tensor of source type `ty` whose llama-quantize mix
+/// type is `target` ([`crate::mix::mix_types`]): its exact layout when the
+/// type does not change (llama-quantize copies it), else `target`'s
+/// canonical layout (Rows16 blocks, or F16 rows for the F16 fallback),
+/// quantized. `None` when gpack cannot quantize into `target`.
+pub fn decide_mix(ty: GgmlType, target: GgmlType, cols: u64) -> Option<Decision> {
+    if target == ty {
+        return Some(Decision {
+            layout: Container::Gpack.exact_layout(ty, cols),
+            quantized: false,
+        });
+    }
+    let layout = gpack_quant::quantize::canonical_target_layout(target).ok()?;
+    Some(Decision {
+        layout,
+        quantized: true,
+    })
 }
 
 /// Whether `name` is an embedding table (a row lookup, kept exact).
@@ -363,8 +405,17 @@ mod tests {
         for q in Quant::ALL {
             assert_eq!(q.name().parse::<Quant>().unwrap(), q);
         }
+        for f in Ftype::ALL {
+            assert_eq!(
+                f.name().to_lowercase().parse::<Quant>().unwrap(),
+                Quant::Mix(f)
+            );
+        }
         let e = "int2".parse::<Quant>().unwrap_err();
-        assert!(e.contains("int8int8"), "{e}");
+        assert!(
+            e.contains("int8int8") && e.contains("Q4_K_M") && e.contains("MXFP4_MOE"),
+            "{e}"
+        );
         assert_eq!(Quant::Int8Int8.target(), Quant::Int8.target());
     }
 

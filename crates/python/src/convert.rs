@@ -24,7 +24,7 @@ impl Progress for Quiet {
 /// Runs without holding the GIL.
 #[pyfunction]
 #[pyo3(signature = (src, out, *, quant = "keep", name = None, external_experts = false,
-                    force = false, mtp_dir = None, draft = None))]
+                    force = false, mtp_dir = None, draft = None, allow_requantize = false))]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments
 pub fn convert(
     py: Python<'_>,
@@ -36,6 +36,7 @@ pub fn convert(
     force: bool,
     mtp_dir: Option<PathBuf>,
     draft: Option<PathBuf>,
+    allow_requantize: bool,
 ) -> PyResult<Py<PyAny>> {
     let quant: Quant = quant
         .parse()
@@ -49,6 +50,7 @@ pub fn convert(
         force,
         mtp_dir,
         draft,
+        allow_requantize,
     };
     crate::report_to_py(py, "converting", &src, &out, || rconvert(&opts, &Quiet))
 }

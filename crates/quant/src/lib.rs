@@ -70,6 +70,7 @@ pub mod interleave;
 pub mod kernels;
 pub mod layout;
 pub mod pool;
+pub mod quantize;
 pub mod transcode;
 pub mod view;
 

@@ -22,6 +22,7 @@ use std::sync::Mutex;
   gpack convert SmolLM2-135M-Instruct.Q4_1.gguf --name smollm2 -o smollm2.gpack
   gpack convert model-00001-of-00003.gguf --external-experts -o ext.gpack --json
   gpack convert ./hf_model_dir -o model.gpack
+  gpack convert ./hf_model_dir -o model.Q4_K_M.gpack --quant Q4_K_M
   gpack convert ./hf_model_dir/model.safetensors.index.json -o model.gpack --quant int8")]
 pub struct Args {
     /// The source model.
@@ -32,14 +33,21 @@ pub struct Args {
     /// Model name recorded in the manifest (default: general.name, or OUT's stem).
     #[arg(long)]
     name: Option<String>,
-    /// Weight quantization, the same words as `gpack prequant`: keep, int8
-    /// (int8int8 is the same), int4. Exact layouts in a .gpack are ggml's own
-    /// blocks, 16 rows interleaved. A matrix already at the asked precision
-    /// (Q8_0, Q5_0 for int8; Q4_0, Q4_1, Q4_K, IQ4_NL, IQ4_XS, MXFP4 for int4),
-    /// an embedding table, or one whose columns are not a multiple of 32 is
-    /// stored exactly instead of re-quantized.
+    /// Weight quantization. keep: every tensor exact (ggml's own blocks, 16
+    /// rows interleaved). llama-quantize's types, case-insensitive: Q4_0,
+    /// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M,
+    /// Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE: from F32/F16/BF16
+    /// tensors, each tensor gets the type llama-quantize's mix gives it, with
+    /// the same blocks bit for bit (ggml's quantizers, ported). Legacy
+    /// (gpack's own layouts, as `gpack prequant`): int8 (int8int8 is the
+    /// same), int4; a matrix already at that precision, an embedding table,
+    /// or one whose columns are not a multiple of 32 stays exact.
     #[arg(long, default_value = "keep", value_parser = super::quant_parser())]
     quant: Quant,
+    /// With llama-quantize's types: also quantize tensors that are already
+    /// quantized in the source (as llama-quantize --allow-requantize).
+    #[arg(long)]
+    allow_requantize: bool,
     /// Leave routed experts in the source GGUF shards (which must sit next to OUT)
     /// and record references to them instead of copying.
     #[arg(long)]
@@ -88,6 +96,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         output: a.output.clone(),
         name: a.name,
         quant: a.quant,
+        allow_requantize: a.allow_requantize,
         external_experts: a.external_experts,
         force: a.force,
         mtp_dir: a.mtp_dir,

@@ -35,18 +35,11 @@ pub fn open_gpack(path: &std::path::Path) -> anyhow::Result<gpack_format::Gpack>
 
 /// `--quant` of `convert` and `prequant`: the one vocabulary of
 /// [`gpack_convert::Quant`] (the policy in `gpack_convert::policy` says what
-/// each name means for either container), each name with its help.
+/// each name means for either container): gpack's own names (keep, int8,
+/// int8int8, int4) exactly, llama-quantize's types (Q4_K_M, …) in any case.
+/// An unknown name is refused with the list of valid ones.
 pub fn quant_parser() -> impl clap::builder::TypedValueParser<Value = gpack_convert::Quant> {
-    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
-    use gpack_convert::Quant;
-    let help = |q: Quant| match q {
-        Quant::Keep => "every matrix exact, in its ggml type's layout",
-        Quant::Int8 => "matmul weights int8, symmetric, groups of 32",
-        Quant::Int8Int8 => "int8, labelled int8 weights with int8 activations (the .giw default)",
-        Quant::Int4 => "matmul weights int4, asymmetric, groups of 32",
-    };
-    PossibleValuesParser::new(Quant::ALL.map(|q| PossibleValue::new(q.name()).help(help(q))))
-        .try_map(|s| s.parse::<Quant>())
+    |s: &str| s.parse::<gpack_convert::Quant>()
 }
 
 /// Routed-expert flags of `run` and `serve` (MoE models; ignored otherwise).

@@ -141,10 +141,8 @@ mod tests {
                 output: out.clone(),
                 name: None,
                 quant,
-                external_experts: false,
                 force: true,
-                mtp_dir: None,
-                draft: None,
+                ..Default::default()
             },
             &(),
         )

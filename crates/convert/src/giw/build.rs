@@ -86,6 +86,9 @@ pub fn prequant_source(
     opts: &PrequantOptions,
 ) -> Result<PrequantReport, Error> {
     let start = Instant::now();
+    if let Quant::Mix(f) = opts.quant {
+        return Err(OptionProblem::QuantNotForGiw { quant: f.name() }.into());
+    }
     let wv = opts
         .weights_version
         .unwrap_or(opts.target.default_weights_version());

@@ -35,7 +35,12 @@ impl Input {
         }
         // The model's own MTP blocks go to the Mtp section, not the trunk's.
         let mtp_block = take_mtp_blocks(&mut source);
-        let plan = plan::plan(&source, opts.quant, opts.external_experts)?;
+        let plan = plan::plan(
+            &source,
+            opts.quant,
+            opts.external_experts,
+            opts.allow_requantize,
+        )?;
         if opts.draft.is_some() && opts.mtp_dir.is_some() {
             return Err(OptionProblem::DraftAndMtpDir.into());
         }

@@ -104,7 +104,14 @@ fn write_section(
         }
         .into());
     }
-    let mut mtp_plan = plan::plan(src, quant, false)?;
+    // llama-quantize's mixes are rules for the main model's tensors: a
+    // draft keeps its exact layouts under them.
+    let quant = if matches!(quant, Quant::Mix(_)) {
+        Quant::Keep
+    } else {
+        quant
+    };
+    let mut mtp_plan = plan::plan(src, quant, false, false)?;
     for p in &mut mtp_plan.tensors {
         if p.placement != Placement::Experts {
             continue;

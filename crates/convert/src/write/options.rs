@@ -16,6 +16,10 @@ pub struct ConvertOptions {
     pub name: Option<String>,
     /// Weight layout.
     pub quant: Quant,
+    /// With llama-quantize's types (`--quant Q4_K_M`, …): quantize tensors
+    /// that are already quantized in the source (llama-quantize's
+    /// `--allow-requantize`); without it they are an error.
+    pub allow_requantize: bool,
     /// Keep routed experts in the source GGUF shards next to the output.
     pub external_experts: bool,
     /// Replace an existing output.
