@@ -5,6 +5,7 @@ mod convert_inspect;
 mod errors;
 mod export;
 mod interrupt;
+mod modelpack;
 mod moe;
 mod oci;
 mod ple;
