@@ -6,7 +6,7 @@
 
 use crate::gpack;
 use crate::oci::{
-    base64_encode, gp, manifest, ok, pull, push, sha256, tiny_gpack, Registry, AUTH, PASSWORD, USER,
+    base64_encode, gp, manifest, ok, push, sha256, tiny_gpack, Registry, AUTH, PASSWORD, USER,
 };
 use serde_json::Value;
 use std::path::Path;

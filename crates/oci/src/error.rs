@@ -692,9 +692,6 @@ pub enum ArtifactProblem {
         /// The descriptor's size.
         descriptor: u64,
     },
-    /// The .gpack's header, table or footer fetched by range is malformed.
-    #[error("its header, section table or footer")]
-    Layout(#[source] gpack_format::Error),
     /// The footer digest differs from the artifact's `dev.gpack.digest`.
     #[error(
         "annotation {} = {annotation} but the file's footer digest is {footer}",
