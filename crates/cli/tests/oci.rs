@@ -10,19 +10,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const USER: &str = "alice";
-const PASSWORD: &str = "s3cret-pw";
+pub(crate) const USER: &str = "alice";
+pub(crate) const PASSWORD: &str = "s3cret-pw";
 
 /// A registry process with its own storage, password file and log.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
     dir: tempfile::TempDir,
-    host: String,
+    pub(crate) host: String,
 }
 
 impl Registry {
     /// A registry with htpasswd (Basic) auth for `USER`/`PASSWORD`.
-    fn start() -> Registry {
+    pub(crate) fn start() -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let pw = Command::new("htpasswd")
             .args(["-Bbn", USER, PASSWORD])
@@ -99,13 +99,13 @@ impl Registry {
     }
 
     /// Access-log lines of `method` requests whose path starts with `prefix`.
-    fn requests(&self, method: &str, prefix: &str) -> usize {
+    pub(crate) fn requests(&self, method: &str, prefix: &str) -> usize {
         let needle = format!("\"{method} {prefix}");
         self.log().lines().filter(|l| l.contains(&needle)).count()
     }
 
     /// The file holding blob `digest` in the registry's storage.
-    fn blob_data(&self, digest: &str) -> PathBuf {
+    pub(crate) fn blob_data(&self, digest: &str) -> PathBuf {
         let h = digest.strip_prefix("sha256:").unwrap();
         self.dir
             .path()
@@ -124,7 +124,7 @@ impl Drop for Registry {
 }
 
 /// `gpack ARGS` with the store in `cache` and the test credentials.
-fn gp(cache: &Path, args: &[&str]) -> Command {
+pub(crate) fn gp(cache: &Path, args: &[&str]) -> Command {
     let mut c = gpack();
     c.env("GPACK_CACHE", cache)
         .env_remove("GPACK_REGISTRY_USERNAME")
@@ -135,9 +135,9 @@ fn gp(cache: &Path, args: &[&str]) -> Command {
     c
 }
 
-const AUTH: [&str; 5] = ["--insecure", "--username", USER, "--password", PASSWORD];
+pub(crate) const AUTH: [&str; 5] = ["--insecure", "--username", USER, "--password", PASSWORD];
 
-fn ok(o: Output) -> Value {
+pub(crate) fn ok(o: Output) -> Value {
     assert!(
         o.status.success(),
         "gpack failed: {}",
@@ -146,7 +146,8 @@ fn ok(o: Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-fn push(cache: &Path, file: &Path, r: &str) -> Value {
+/// `gpack push` in the default (ModelPack) layout.
+pub(crate) fn push(cache: &Path, file: &Path, r: &str) -> Value {
     let f = file.to_str().unwrap();
     ok(gp(cache, &["push", f, r, "--json"])
         .args(AUTH)
@@ -154,7 +155,18 @@ fn push(cache: &Path, file: &Path, r: &str) -> Value {
         .unwrap())
 }
 
-fn pull(cache: &Path, r: &str, out: &Path) -> Value {
+/// `gpack push --per-section`.
+fn push_sections(cache: &Path, file: &Path, r: &str) -> Value {
+    let f = file.to_str().unwrap();
+    let v = ok(gp(cache, &["push", f, r, "--json", "--per-section"])
+        .args(AUTH)
+        .output()
+        .unwrap());
+    assert_eq!(v["layout"], "sections");
+    v
+}
+
+pub(crate) fn pull(cache: &Path, r: &str, out: &Path) -> Value {
     let o = out.to_str().unwrap();
     ok(gp(cache, &["pull", r, "-o", o, "--json"])
         .args(AUTH)
@@ -162,17 +174,17 @@ fn pull(cache: &Path, r: &str, out: &Path) -> Value {
         .unwrap())
 }
 
-fn sha256(p: &Path) -> String {
+pub(crate) fn sha256(p: &Path) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(std::fs::read(p).unwrap()))
 }
 
-fn tiny_gguf() -> PathBuf {
+pub(crate) fn tiny_gguf() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tiny/llama/llama-f16.gguf")
 }
 
 /// The tiny llama converted with `quant` into `dir`.
-fn tiny_gpack(dir: &Path, quant: &str) -> PathBuf {
+pub(crate) fn tiny_gpack(dir: &Path, quant: &str) -> PathBuf {
     let out = dir.join(format!("tiny-{quant}.gpack"));
     let o = gpack()
         .arg("convert")
@@ -208,7 +220,7 @@ fn push_then_pull_is_byte_identical_and_a_second_variant_uploads_only_new_blobs(
     let a = tiny_gpack(work.path(), "keep");
     let b = tiny_gpack(work.path(), "int8");
     let ra = format!("{}/models/tiny:keep", reg.host);
-    let rep = push(&cache, &a, &ra);
+    let rep = push_sections(&cache, &a, &ra);
     let sections = gpack_format::Gpack::open(&a)
         .unwrap()
         .layout()
@@ -252,7 +264,7 @@ fn push_then_pull_is_byte_identical_and_a_second_variant_uploads_only_new_blobs(
         .count();
     assert!(shared >= 2, "the variants share only {shared} sections");
     let new = gb.layout().sections.len() - shared;
-    let rep_b = push(&cache, &b, &rb);
+    let rep_b = push_sections(&cache, &b, &rb);
     let st = layer_status(&rep_b);
     assert_eq!(st.iter().filter(|(_, s)| s == "mounted").count(), shared);
     // The new sections and the new config.
@@ -262,7 +274,7 @@ fn push_then_pull_is_byte_identical_and_a_second_variant_uploads_only_new_blobs(
     );
     assert_eq!(rep_b["uploaded_blobs"].as_u64().unwrap() as usize, new + 1);
     // Pushing it again sends nothing.
-    let again = push(&cache, &b, &rb);
+    let again = push_sections(&cache, &b, &rb);
     assert!(layer_status(&again).iter().all(|(_, s)| s == "exists"));
     assert_eq!(
         reg.requests("PUT", "/v2/models/tiny-int8/blobs/uploads/"),
@@ -292,7 +304,7 @@ fn a_pull_killed_midway_resumes_without_refetching_finished_layers() {
     let cache = work.path().join("cache");
     let a = tiny_gpack(work.path(), "keep");
     let r = format!("{}/models/resume:v1", reg.host);
-    push(&cache, &a, &r);
+    push_sections(&cache, &a, &r);
     let store = work.path().join("store");
     let out = work.path().join("m.gpack");
     let size = std::fs::metadata(&a).unwrap().len();
@@ -393,7 +405,7 @@ fn a_blob_corrupted_in_the_registry_fails_the_pull_naming_the_section() {
     let cache = work.path().join("cache");
     let a = tiny_gpack(work.path(), "keep");
     let r = format!("{}/models/bad:v1", reg.host);
-    push(&cache, &a, &r);
+    push_sections(&cache, &a, &r);
     let g = gpack_format::Gpack::open(&a).unwrap();
     let s = g
         .layout()
@@ -490,7 +502,7 @@ fn wrong_credentials_give_a_clear_401() {
     assert_eq!(sha256(&out), sha256(&a));
 }
 
-fn base64_encode(b: &[u8]) -> String {
+pub(crate) fn base64_encode(b: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(b)
 }
@@ -557,7 +569,7 @@ fn a_docker_gguf_artifact_is_converted_on_pull_and_runs() {
 }
 
 /// The manifest of `repo:tag`, fetched with curl-like raw HTTP.
-fn manifest(reg: &Registry, repo: &str, tag: &str) -> Value {
+pub(crate) fn manifest(reg: &Registry, repo: &str, tag: &str) -> Value {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(&reg.host).unwrap();
     let auth = base64_encode(format!("{USER}:{PASSWORD}").as_bytes());
@@ -582,8 +594,8 @@ fn run_accepts_a_reference_and_ls_rm_manage_the_store() {
     let b = tiny_gpack(work.path(), "int8");
     let ra = format!("{}/models/tiny:keep", reg.host);
     let rb = format!("{}/models/tiny:int8", reg.host);
-    let rep = push(&cache, &a, &ra);
-    push(&cache, &b, &rb);
+    let rep = push_sections(&cache, &a, &ra);
+    push_sections(&cache, &b, &rb);
     // The annotations name the model, as a registry browser shows them.
     let m = manifest(&reg, "models/tiny", "keep");
     assert_eq!(m["artifactType"], "application/vnd.gpack.model.v1");
@@ -656,7 +668,7 @@ fn a_symlink_planted_at_a_partial_blob_is_refused_not_followed() {
     let work = tempfile::tempdir().unwrap();
     let a = tiny_gpack(work.path(), "keep");
     let r = format!("{}/models/link:v1", reg.host);
-    push(&work.path().join("cache"), &a, &r);
+    push_sections(&work.path().join("cache"), &a, &r);
     let g = gpack_format::Gpack::open(&a).unwrap();
     let s = g.layout().sections.iter().max_by_key(|s| s.size).unwrap();
     let store = work.path().join("store");

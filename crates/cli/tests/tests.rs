@@ -6,6 +6,7 @@ mod device;
 mod errors;
 mod export;
 mod interrupt;
+mod modelpack;
 mod moe;
 mod oci;
 mod ple;

@@ -43,4 +43,4 @@ pub use manifest::{Manifest, ManifestInput, ManifestSection};
 pub use payload::PayloadProblem;
 pub use read::{parse_layout, single_tensor, verify_payloads, Gpack, Layout, Section, SectionInfo};
 pub use temp::{remove_live_temp_files, remove_stale_temps, temp_files_of};
-pub use write::{GpackWriter, SectionWriter, WriteOptions, Written};
+pub use write::{publish, GpackWriter, SectionWriter, WriteOptions, Written};

@@ -387,3 +387,12 @@ pub(crate) fn sync_parent(out: &Path) -> Result<()> {
         .and_then(|d| d.sync_all())
         .map_err(io("fsync directory", dir))
 }
+
+/// Moves the finished, fsynced file `tmp` to `out` the way the writer
+/// publishes its own output (without `replace`, failing atomically if `out`
+/// exists), then fsyncs the directory: for files built elsewhere, such as a
+/// pull's resumable partial file.
+pub fn publish(tmp: &Path, out: &Path, replace: bool) -> Result<()> {
+    persist(tmp, out, replace)?;
+    sync_parent(out)
+}

@@ -211,7 +211,66 @@ pub fn plan(reference: &str, manifest: &OciImageManifest, config: &[u8]) -> Resu
     let header = hexed("header", &c.header, Some(HEADER_SIZE))?;
     let footer = hexed("footer", &c.footer, Some(FOOTER_SIZE))?;
     let table = hexed("section_table", &c.section_table, None)?;
-    // Sizes checked just above: these reads cannot fail.
+    let p = layout(reference, header, table, footer)?;
+    if p.size != c.size {
+        return Err(bad(ArtifactProblem::SizeDiffers {
+            header: p.size,
+            config: c.size,
+        }));
+    }
+    if manifest.layers.len() != p.sections.len() {
+        return Err(bad(ArtifactProblem::LayerCount {
+            found: manifest.layers.len(),
+            expected: p.sections.len(),
+        }));
+    }
+    for (i, (layer, s)) in manifest.layers.iter().zip(&p.sections).enumerate() {
+        if layer.digest != s.digest {
+            return Err(bad(ArtifactProblem::LayerDigest {
+                index: i,
+                name: s.name.clone(),
+                found: layer.digest.clone(),
+                expected: s.digest.clone(),
+            }));
+        }
+        if u64::try_from(layer.size).ok() != Some(s.size) {
+            return Err(bad(ArtifactProblem::LayerSize {
+                index: i,
+                name: s.name.clone(),
+                found: layer.size,
+                expected: s.size,
+            }));
+        }
+        if layer.media_type != section_media_type(s.kind) {
+            return Err(bad(ArtifactProblem::LayerMediaType {
+                index: i,
+                name: s.name.clone(),
+                found: layer.media_type.clone(),
+                expected: section_media_type(s.kind),
+            }));
+        }
+    }
+    if p.digest != c.digest {
+        return Err(bad(ArtifactProblem::ConfigDigest {
+            config: c.digest,
+            footer: p.digest,
+        }));
+    }
+    Ok(p)
+}
+
+/// Checks a .gpack's header, section table and footer (bytes as received,
+/// untrusted) against each other: the section count 1..=15, the table's
+/// size, sections in increasing non-overlapping order before the table,
+/// the table before the footer, all offsets overflow-checked. Returns the
+/// plan of the file they describe. `reference` names the artifact in errors.
+pub fn layout(reference: &str, header: Vec<u8>, table: Vec<u8>, footer: Vec<u8>) -> Result<Plan> {
+    let bad = |problem| Error::BadArtifact {
+        what: Document::Artifact {
+            reference: reference.to_string(),
+        },
+        problem,
+    };
     let h = HeaderV1::read_from_bytes(&header).map_err(|_| {
         bad(ArtifactProblem::FieldSize {
             field: "header",
@@ -241,12 +300,6 @@ pub fn plan(reference: &str, manifest: &OciImageManifest, config: &[u8]) -> Resu
         })
     })?;
     let size = h.total_file_size.get();
-    if size != c.size {
-        return Err(bad(ArtifactProblem::SizeDiffers {
-            header: size,
-            config: c.size,
-        }));
-    }
     let table_off = h.section_table_offset.get();
     let footer_off = size
         .checked_sub(FOOTER_SIZE)
@@ -261,15 +314,9 @@ pub fn plan(reference: &str, manifest: &OciImageManifest, config: &[u8]) -> Resu
             footer: footer_off,
         }));
     }
-    if manifest.layers.len() != count {
-        return Err(bad(ArtifactProblem::LayerCount {
-            found: manifest.layers.len(),
-            expected: count,
-        }));
-    }
     let mut sections = Vec::with_capacity(count);
     let mut end = HEADER_SIZE;
-    for (i, (layer, e)) in manifest.layers.iter().zip(entries).enumerate() {
+    for (i, e) in entries.iter().enumerate() {
         let kind_id = e.kind.get();
         let kind = SectionKind::from_u32(kind_id).ok_or_else(|| {
             bad(ArtifactProblem::UnknownKind {
@@ -296,30 +343,6 @@ pub fn plan(reference: &str, manifest: &OciImageManifest, config: &[u8]) -> Resu
         };
         end = stop;
         let digest = oci_digest(&e.sha256);
-        if layer.digest != digest {
-            return Err(bad(ArtifactProblem::LayerDigest {
-                index: i,
-                name,
-                found: layer.digest.clone(),
-                expected: digest,
-            }));
-        }
-        if u64::try_from(layer.size).ok() != Some(len) {
-            return Err(bad(ArtifactProblem::LayerSize {
-                index: i,
-                name,
-                found: layer.size,
-                expected: len,
-            }));
-        }
-        if layer.media_type != section_media_type(kind) {
-            return Err(bad(ArtifactProblem::LayerMediaType {
-                index: i,
-                name,
-                found: layer.media_type.clone(),
-                expected: section_media_type(kind),
-            }));
-        }
         sections.push(SectionPlan {
             name,
             kind,
@@ -329,12 +352,6 @@ pub fn plan(reference: &str, manifest: &OciImageManifest, config: &[u8]) -> Resu
         });
     }
     let digest = oci_digest(&f.manifest_sha256);
-    if digest != c.digest {
-        return Err(bad(ArtifactProblem::ConfigDigest {
-            config: c.digest,
-            footer: digest,
-        }));
-    }
     Ok(Plan {
         header,
         table: (table_off, table),

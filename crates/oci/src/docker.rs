@@ -35,6 +35,11 @@ pub fn is_model_config(media_type: &str) -> bool {
     CONFIG_TYPES.contains(&media_type)
 }
 
+/// Whether a layer media type is one of the GGUF ones accepted on pull.
+pub fn is_gguf_media_type(media_type: &str) -> bool {
+    GGUF_TYPES.contains(&media_type)
+}
+
 /// The one GGUF layer of a model artifact.
 pub fn gguf_layer(shown: &str, m: &OciImageManifest) -> Result<OciDescriptor> {
     let ggufs: Vec<&OciDescriptor> = m

@@ -101,6 +101,49 @@ pub enum Error {
         /// The footer's manifest SHA-256.
         found: String,
     },
+    /// A section of a single-layer (ModelPack) pull does not hash to its
+    /// table entry's SHA-256.
+    #[error(
+        "section {section} (bytes {offset}..{end} of layer {layer}): received bytes hash to sha256:{actual}, the section table says sha256:{expected}; the blob in the registry is damaged (the partial download was deleted)"
+    )]
+    SectionDigest {
+        /// Section name.
+        section: String,
+        /// Its offset in the file.
+        offset: u64,
+        /// Its end.
+        end: u64,
+        /// The layer digest.
+        layer: String,
+        /// The table's SHA-256 (hex).
+        expected: String,
+        /// What the bytes hash to (hex).
+        actual: String,
+    },
+    /// A single-layer pull's whole file does not hash to the layer digest.
+    #[error(
+        "layer {layer}: the {size} bytes received hash to sha256:{actual}, not the layer digest (every section matched its own hash: bytes outside them differ, or the table itself was forged); the partial download was deleted"
+    )]
+    LayerDigest {
+        /// The layer digest.
+        layer: String,
+        /// Its size.
+        size: u64,
+        /// What the bytes hash to (hex).
+        actual: String,
+    },
+    /// A ranged GET returned another length than asked for.
+    #[error("layer {layer}: the range {offset}..{end} returned {found} bytes")]
+    RangeLength {
+        /// The layer digest.
+        layer: String,
+        /// Start of the range.
+        offset: u64,
+        /// Its end.
+        end: u64,
+        /// Bytes received.
+        found: u64,
+    },
     /// A local file operation failed.
     #[error("{op} {path}")]
     Io {
@@ -340,7 +383,8 @@ pub enum ArtifactProblem {
     NotManifest(#[source] serde_json::Error),
     /// The config is neither a gpack's nor a Docker model's.
     #[error(
-        "config media type {found}, expected {} (a gpack) or {} (a Docker model)",
+        "config media type {found}, expected {} (ModelPack), {} (a per-section gpack) or {} (a Docker model)",
+        crate::media::MODELPACK_CONFIG_MEDIA_TYPE,
         crate::media::CONFIG_MEDIA_TYPE,
         crate::media::DOCKER_CONFIG_MEDIA_TYPE
     )]
@@ -565,6 +609,100 @@ pub enum ArtifactProblem {
     /// A store entry that does not parse.
     #[error("not a store entry")]
     NotStoreEntry(#[source] serde_json::Error),
+    /// The verifier of a ranged pull stopped because a download failed.
+    #[error("the pull stopped (a range failed)")]
+    Stopped,
+    /// The verifier thread of a ranged pull panicked.
+    #[error("the verifier thread failed")]
+    VerifierPanicked,
+    /// A ModelPack config that does not parse.
+    #[error("config blob is not a ModelPack config (descriptor, config, modelfs)")]
+    NotModelPackConfig(#[source] serde_json::Error),
+    /// A ModelPack manifest without a weight layer.
+    #[error(
+        "no weight layer (media type {}…)",
+        crate::media::MODELPACK_WEIGHT_PREFIX
+    )]
+    NoWeightLayer,
+    /// A ModelPack manifest with several weight layers.
+    #[error("{count} weight layers; gpack pulls an artifact whose weights are exactly one file")]
+    WeightLayers {
+        /// How many.
+        count: usize,
+    },
+    /// The weight layer names no file.
+    #[error(
+        "the weight layer has neither {} nor {}",
+        crate::media::ANN_FILEPATH,
+        crate::media::ANN_TITLE
+    )]
+    NoFilePath,
+    /// The weight layer's file path is not one plain file name.
+    #[error(
+        "weight layer {} {path:?} is not a plain file name (expected one path component without '/', '\\' or '..')",
+        crate::media::ANN_FILEPATH
+    )]
+    FilePath {
+        /// The annotation's value.
+        path: String,
+    },
+    /// The weight file is neither a .gpack nor a GGUF.
+    #[error(
+        "config.format {format:?} and file {file:?}: expected a gpack (format \"gpack\") or a GGUF"
+    )]
+    WeightFormat {
+        /// `config.format`.
+        format: String,
+        /// The file name.
+        file: String,
+    },
+    /// The weight layer is archived or compressed.
+    #[error(
+        "weight layer media type {found}, expected {} (one uncompressed file)",
+        crate::media::MODELPACK_WEIGHT_RAW
+    )]
+    WeightMediaType {
+        /// The media type found.
+        found: String,
+    },
+    /// `dev.gpack.size` disagrees with the layer descriptor.
+    #[error(
+        "annotation {} = {annotation} but the weight layer's descriptor says {descriptor} bytes",
+        crate::media::ANN_SIZE
+    )]
+    SizeAnnotation {
+        /// The annotation's value.
+        annotation: String,
+        /// The descriptor's size.
+        descriptor: u64,
+    },
+    /// `modelfs.diffIds` is not the weight layer's digest.
+    #[error("modelfs.diffIds {found:?}, expected [{layer:?}] (the raw layer's digest)")]
+    DiffIds {
+        /// What the config lists.
+        found: Vec<String>,
+        /// The layer digest.
+        layer: String,
+    },
+    /// The .gpack header's file size disagrees with the layer descriptor.
+    #[error("the file's header says {header} bytes, the layer descriptor {descriptor}")]
+    HeaderSize {
+        /// `total_file_size`.
+        header: u64,
+        /// The descriptor's size.
+        descriptor: u64,
+    },
+    /// The footer digest differs from the artifact's `dev.gpack.digest`.
+    #[error(
+        "annotation {} = {annotation} but the file's footer digest is {footer}",
+        crate::media::ANN_DIGEST
+    )]
+    FooterAnnotation {
+        /// The annotation.
+        annotation: String,
+        /// The footer's.
+        footer: String,
+    },
 }
 
 /// What is wrong with a docker config file (the source of

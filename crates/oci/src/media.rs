@@ -35,3 +35,21 @@ pub const ANN_TITLE: &str = "org.opencontainers.image.title";
 pub const DOCKER_CONFIG_MEDIA_TYPE: &str = "application/vnd.docker.ai.model.config.v0.1+json";
 /// Docker's GGUF layer media type (current).
 pub const DOCKER_GGUF_MEDIA_TYPE: &str = "application/vnd.docker.ai.gguf.v3";
+
+/// `artifactType` of a CNCF ModelPack manifest (modelpack/model-spec
+/// `specs-go/v1/mediatype.go`, `ArtifactTypeModelManifest`).
+pub const MODELPACK_ARTIFACT_TYPE: &str = "application/vnd.cncf.model.manifest.v1+json";
+/// Media type of a ModelPack config blob (`MediaTypeModelConfig`).
+pub const MODELPACK_CONFIG_MEDIA_TYPE: &str = "application/vnd.cncf.model.config.v1+json";
+/// Prefix of every ModelPack weight layer media type (`.raw`, `.tar`, …).
+pub const MODELPACK_WEIGHT_PREFIX: &str = "application/vnd.cncf.model.weight.v1.";
+/// A ModelPack weight layer that is one unarchived, uncompressed file
+/// (`MediaTypeModelWeightRaw`): the whole .gpack.
+pub const MODELPACK_WEIGHT_RAW: &str = "application/vnd.cncf.model.weight.v1.raw";
+/// Layer annotation: the file's path in the model directory
+/// (`AnnotationFilepath`); for gpack a bare file name.
+pub const ANN_FILEPATH: &str = "org.cncf.model.filepath";
+/// `config.format` of a ModelPack config holding a .gpack.
+pub const MODELPACK_FORMAT: &str = "gpack";
+/// The file name gpack gives the weight layer (title and filepath).
+pub const MODELPACK_FILE: &str = "model.gpack";

@@ -12,6 +12,7 @@
 use crate::artifact::{self, Plan};
 use crate::docker;
 use crate::error::{io, ArtifactProblem, Document, Error, Operation, Result};
+use crate::modelpack::WeightFormat;
 use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::{RefEntry, Store};
@@ -63,6 +64,9 @@ pub struct PullOptions {
     /// How a Docker GGUF model artifact is converted on arrival (`None`:
     /// such an artifact is refused, [`crate::Error::NoConverter`]).
     pub convert: Option<ConvertGguf>,
+    /// Bytes per `Range` request of a single-layer (ModelPack) pull (0:
+    /// 16 MiB).
+    pub range_size: u64,
 }
 
 impl Default for PullOptions {
@@ -73,6 +77,7 @@ impl Default for PullOptions {
             jobs: 4,
             limit_rate: None,
             convert: None,
+            range_size: 0,
         }
     }
 }
@@ -160,8 +165,9 @@ pub fn pull(
             problem: ArtifactProblem::NotManifest(e),
         })?;
     let fetched = Arc::new(AtomicU64::new(0));
-    let is_docker = docker::is_model_config(&manifest.config.media_type);
-    if manifest.config.media_type != artifact::CONFIG_MEDIA_TYPE && !is_docker {
+    let is_modelpack = crate::modelpack::is_modelpack(&manifest);
+    let is_docker = !is_modelpack && docker::is_model_config(&manifest.config.media_type);
+    if manifest.config.media_type != artifact::CONFIG_MEDIA_TYPE && !is_docker && !is_modelpack {
         return Err(Error::BadArtifact {
             what: Document::Manifest {
                 reference: shown.clone(),
@@ -187,8 +193,49 @@ pub fn pull(
         fetched: fetched.clone(),
         start,
     };
-    let mut report = if is_docker {
-        let layer = docker::gguf_layer(&shown, &manifest)?;
+    let single = if is_modelpack {
+        Some(crate::modelpack::check(&shown, &manifest, &config)?)
+    } else {
+        None
+    };
+    let mut report = if let Some(one) = single.as_ref().filter(|o| o.format == WeightFormat::Gpack)
+    {
+        let p = crate::ranged::pull(crate::ranged::Request {
+            reg,
+            r,
+            shown: &shown,
+            layer: &one.layer,
+            size: one.size,
+            footer_annotation: one.footer_digest.as_deref(),
+            output: opts.output.clone(),
+            store,
+            replace: opts.force || opts.output.is_none(),
+            jobs: opts.jobs,
+            range_size: if opts.range_size == 0 {
+                crate::ranged::DEFAULT_RANGE_SIZE
+            } else {
+                opts.range_size
+            },
+            limit: opts.limit_rate.map(|rate| (rate.max(1), start)),
+            progress: ctx.progress.clone(),
+            fetched: fetched.clone(),
+        })?;
+        PullReport {
+            reference: shown.clone(),
+            manifest_digest: manifest_digest.clone(),
+            kind: "gpack",
+            output: p.output,
+            size: p.plan.size,
+            digest: p.plan.digest,
+            layers: vec![p.layer],
+            downloaded: 0,
+            seconds: 0.0,
+        }
+    } else if is_docker || single.is_some() {
+        let layer = match &single {
+            Some(one) => one.layer.clone(),
+            None => docker::gguf_layer(&shown, &manifest)?,
+        };
         let layers = ctx.fetch_layers(&[(layer.clone(), "gguf".to_string())])?;
         let gguf = store.blob_path(&layer.digest)?;
         let (out, size, digest) = docker::convert_on_arrival(store, &gguf, &layer.digest, opts)?;
@@ -472,7 +519,7 @@ struct Job {
 /// `p` for resuming, without following a symbolic link at `p`: a link
 /// planted there would otherwise have the download appended to, and the
 /// resume hash read from, whatever it points at.
-fn open_partial(p: &Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_partial(p: &Path) -> std::io::Result<std::fs::File> {
     let mut o = std::fs::OpenOptions::new();
     o.read(true).write(true).create(true).truncate(false);
     #[cfg(unix)]
@@ -489,7 +536,7 @@ fn open_partial(p: &Path) -> std::io::Result<std::fs::File> {
 
 /// Whether `e` is [`open_partial`] refusing a symbolic link (`O_NOFOLLOW`
 /// fails with `ELOOP`).
-fn is_symlink_refusal(e: &std::io::Error) -> bool {
+pub(crate) fn is_symlink_refusal(e: &std::io::Error) -> bool {
     #[cfg(unix)]
     return e.raw_os_error() == Some(libc::ELOOP);
     #[cfg(not(unix))]

@@ -29,6 +29,10 @@ pub struct PushOptions {
     pub mount_from: Vec<String>,
     /// Layers uploaded at once (0: 4).
     pub jobs: usize,
+    /// A .gpack as one layer per section (gpack's own layout, which shares
+    /// identical sections between variants) instead of the default CNCF
+    /// ModelPack artifact with the whole file as one layer.
+    pub per_section: bool,
 }
 
 /// What happened to one layer.
@@ -55,6 +59,9 @@ pub struct PushReport {
     pub manifest_digest: String,
     /// `gpack` or `gguf`.
     pub kind: &'static str,
+    /// `modelpack` (one layer, the whole file), `sections` (one layer per
+    /// section) or `docker` (a GGUF).
+    pub layout: &'static str,
     /// The file's digest (a .gpack's footer; a GGUF's SHA-256).
     pub digest: String,
     /// Every blob.
@@ -93,7 +100,7 @@ pub fn push(
     let is_gguf = file
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
-    let (kind, digest, config, manifest, mut blobs) = if is_gguf {
+    let (kind, layout, digest, config, manifest, mut blobs) = if is_gguf {
         let size = std::fs::metadata(file).map_err(io("stat", file))?.len();
         let sha = hash_file(file)?;
         let digest = format!("sha256:{sha}");
@@ -107,7 +114,29 @@ pub fn push(
                 offset: 0,
             },
         }];
-        ("gguf", digest, config, m, blobs)
+        ("gguf", "docker", digest, config, m, blobs)
+    } else if !opts.per_section {
+        let g = gpack_format::Gpack::open(file)?;
+        let size = g.bytes().len() as u64;
+        let sha = format!("sha256:{}", hash_file(file)?);
+        let (config, m) = crate::modelpack::describe(&g, &sha)?;
+        let blobs = vec![Blob {
+            section: crate::media::MODELPACK_FILE.into(),
+            digest: sha,
+            size,
+            src: Source::File {
+                path: file.to_path_buf(),
+                offset: 0,
+            },
+        }];
+        (
+            "gpack",
+            "modelpack",
+            artifact::oci_digest(&g.layout().digest()),
+            config,
+            m,
+            blobs,
+        )
     } else {
         let g = gpack_format::Gpack::open(file)?;
         let (config, m) = artifact::describe(&g)?;
@@ -127,6 +156,7 @@ pub fn push(
             .collect();
         (
             "gpack",
+            "sections",
             artifact::oci_digest(&g.layout().digest()),
             config,
             m,
@@ -151,6 +181,7 @@ pub fn push(
         reference: r.whole(),
         manifest_digest,
         kind,
+        layout,
         digest,
         uploaded: sent.iter().map(|l| l.size).sum(),
         uploaded_blobs: sent.len(),

@@ -599,6 +599,17 @@ impl Engine {
         self.metrics
             .queue_depth
             .store(total.saturating_sub(active) as u64, Ordering::Relaxed);
+        // KV positions held by running sequences (a free slot's cached
+        // prefix is reusable, not in use: vLLM counts such blocks as free).
+        let used: usize = (0..self.slots.len())
+            .filter(|&i| self.slots[i].is_some())
+            .map(|i| self.cached[i].len())
+            .sum();
+        self.metrics.kv_used.store(used as u64, Ordering::Relaxed);
+        self.metrics.kv_total.store(
+            (self.slots.len() * self.cfg.n_ctx) as u64,
+            Ordering::Relaxed,
+        );
     }
 
     /// Frees slot `i`, sending `ev` (if the client still listens).

@@ -42,6 +42,8 @@ pub(crate) struct AppState {
     pub has_mtp: bool,
     pub created: u64,
     pub next_id: AtomicU64,
+    /// `/metrics` needs no API key (`--metrics-public`).
+    pub metrics_public: bool,
     /// Requests tokenized or rendered at once (on the blocking pool). Its
     /// waiters are bounded: a request waits here only once admitted
     /// ([`crate::engine::EngineHandle::admit`]), so at most the engine's
@@ -88,6 +90,30 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
                 ApiError::internal("internal error while handling the request").into_response()
             },
         ))
+}
+
+/// The metrics port's router (`--metrics-port`): `/metrics` only, without
+/// the API key.
+pub(crate) fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_open))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn metrics_open(State(s): St) -> Response {
+    metrics_text(&s)
+}
+
+fn metrics_text(s: &AppState) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response()
 }
 
 fn now_secs() -> u64 {
@@ -231,15 +257,10 @@ async fn models(State(s): St, h: HeaderMap) -> Result<Json<Value>, ApiError> {
 }
 
 async fn metrics(State(s): St, h: HeaderMap) -> Result<Response, ApiError> {
-    check_auth(&s, &h)?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
-        .into_response())
+    if !s.metrics_public {
+        check_auth(&s, &h)?;
+    }
+    Ok(metrics_text(&s))
 }
 
 /// Reads the body, refusing one over the limit (413) as soon as it is.

@@ -55,8 +55,15 @@ pub struct Options {
     pub ctx: usize,
     /// Requests waiting beyond the slots before new ones get 503.
     pub queue: usize,
-    /// Bearer key required on every endpoint but `/health`.
+    /// Bearer key required on every endpoint but `/health` (and `/metrics`
+    /// when [`Options::metrics_public`]).
     pub api_key: Option<String>,
+    /// Serve `/metrics` without the API key on the main port: an explicit
+    /// choice for a scraper inside the cluster network (never implied).
+    pub metrics_public: bool,
+    /// Also serve `/metrics` (and only it), without the API key, on this
+    /// port of the same host: the scraper's port, kept apart from the API's.
+    pub metrics_port: Option<u16>,
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
     /// Prompt tokens prefilled per batched step.
@@ -108,6 +115,8 @@ impl Default for Options {
             ctx: 2048,
             queue: 64,
             api_key: None,
+            metrics_public: false,
+            metrics_port: None,
             max_body_bytes: 1 << 20,
             prefill_chunk: 256,
             model_name: None,
@@ -317,6 +326,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             .map(|d| d.as_secs())
             .unwrap_or(0),
         next_id: AtomicU64::new(0),
+        metrics_public: opts.metrics_public,
         integrity,
         prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
         grammars,
@@ -348,12 +358,26 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             what: "reading the bound address",
             source,
         })?;
-        on_ready(local);
         let limits = listen::Limits {
             header_timeout: opts.header_timeout,
             max_connections: opts.max_connections,
             drain_timeout: opts.drain_timeout,
         };
+        if let Some(port) = opts.metrics_port {
+            let addr = format!("{}:{port}", opts.host);
+            let l = tokio::net::TcpListener::bind(&addr)
+                .await
+                .map_err(|source| Error::Bind { addr, source })?;
+            // Ends with the runtime, after the main server has drained.
+            tokio::spawn(listen::serve(
+                l,
+                http::metrics_router(state.clone()),
+                limits,
+                std::future::pending::<()>(),
+                || {},
+            ));
+        }
+        on_ready(local);
         let at_deadline = move || deadline_engine.abort();
         listen::serve(
             listener,

@@ -74,6 +74,10 @@ pub struct Metrics {
     pub queue_depth: AtomicU64,
     /// Slots decoding.
     pub active: AtomicU64,
+    /// KV positions held by the running sequences.
+    pub kv_used: AtomicU64,
+    /// KV positions of all slots (slots × context).
+    pub kv_total: AtomicU64,
     /// Batched forward steps run.
     pub steps: AtomicU64,
     /// Seconds from the request reaching the engine to its first token.
@@ -109,6 +113,8 @@ impl Default for Metrics {
             spec_accepted: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             active: AtomicU64::new(0),
+            kv_used: AtomicU64::new(0),
+            kv_total: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             ttft: Histogram::new(&[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             tps: Histogram::new(&[
@@ -210,6 +216,37 @@ impl Metrics {
             "gauge",
             &[("", self.active.load(Relaxed))],
         );
+        counter(
+            "gpack_kv_positions_used",
+            "KV cache positions held by running sequences.",
+            "gauge",
+            &[("", self.kv_used.load(Relaxed))],
+        );
+        counter(
+            "gpack_kv_positions_total",
+            "KV cache positions of all sequence slots (slots x context).",
+            "gauge",
+            &[("", self.kv_total.load(Relaxed))],
+        );
+        // The gauges an inference router reads, with vLLM's names and
+        // meaning (llm-d's and the Gateway API Inference Extension's
+        // endpoint pickers scrape these from any model server).
+        let (used, total) = (self.kv_used.load(Relaxed), self.kv_total.load(Relaxed));
+        let _ = writeln!(
+            s,
+            "# HELP vllm:num_requests_waiting Requests waiting to be processed (same as gpack_queue_depth).\n\
+             # TYPE vllm:num_requests_waiting gauge\n\
+             vllm:num_requests_waiting {}\n\
+             # HELP vllm:num_requests_running Requests being decoded (same as gpack_active_sequences).\n\
+             # TYPE vllm:num_requests_running gauge\n\
+             vllm:num_requests_running {}\n\
+             # HELP vllm:kv_cache_usage_perc KV cache usage, 1 = full: used / total KV positions.\n\
+             # TYPE vllm:kv_cache_usage_perc gauge\n\
+             vllm:kv_cache_usage_perc {}",
+            self.queue_depth.load(Relaxed),
+            self.active.load(Relaxed),
+            if total == 0 { 0.0 } else { used as f64 / total as f64 }
+        );
         let _ = writeln!(
             s,
             "# HELP gpack_spec_acceptance_ratio Accepted / drafted tokens since start (0 before any draft).\n\
@@ -261,5 +298,13 @@ mod tests {
         assert!(s.contains("gpack_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(s.contains("gpack_time_to_first_token_seconds_count 2\n"));
         assert!(s.contains("# TYPE gpack_queue_depth gauge\n"));
+        m.kv_used.store(512, Relaxed);
+        m.kv_total.store(2048, Relaxed);
+        m.queue_depth.store(3, Relaxed);
+        let s = m.render();
+        assert!(s.contains("\nvllm:num_requests_waiting 3\n"), "{s}");
+        assert!(s.contains("\nvllm:num_requests_running 0\n"), "{s}");
+        assert!(s.contains("\nvllm:kv_cache_usage_perc 0.25\n"), "{s}");
+        assert!(s.contains("# TYPE vllm:kv_cache_usage_perc gauge\n"), "{s}");
     }
 }

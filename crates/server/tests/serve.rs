@@ -1446,3 +1446,126 @@ fn run_and_serve_decide_the_same_tokens() {
         }
     }
 }
+
+/// The value of the unlabelled sample `name` in a `/metrics` response.
+fn gauge(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+}
+
+/// `GET path` with a bearer key: the whole response.
+fn get_with_key(addr: SocketAddr, path: &str, key: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    read_all(s)
+}
+
+/// The gauges an inference router reads (vLLM's names): under 8 concurrent
+/// requests on 2 slots, requests wait and run and the KV cache fills; once
+/// they are answered all three are back to 0. With --api-key, /metrics
+/// needs the key unless opened explicitly: --metrics-public on the API
+/// port, or --metrics-port (which serves /metrics only).
+#[test]
+fn router_gauges_move_under_load_and_return_to_zero() {
+    let m = model();
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mport = free.local_addr().unwrap().port();
+    drop(free);
+    let s = start(
+        &m.gpack,
+        &[
+            "--parallel",
+            "2",
+            "--ctx",
+            "256",
+            "--api-key",
+            "k3y",
+            "--metrics-port",
+            &mport.to_string(),
+        ],
+    );
+    let maddr: SocketAddr = format!("127.0.0.1:{mport}").parse().unwrap();
+    // The API port: /metrics needs the key; the metrics port does not, and
+    // serves nothing else.
+    assert!(get(s.addr, "/metrics").starts_with("HTTP/1.1 401"));
+    assert!(get_with_key(s.addr, "/metrics", "k3y").starts_with("HTTP/1.1 200"));
+    assert!(get(maddr, "/metrics").starts_with("HTTP/1.1 200"));
+    assert!(get(maddr, "/v1/models").starts_with("HTTP/1.1 404"));
+    let idle = get(maddr, "/metrics");
+    assert_eq!(gauge(&idle, "vllm:num_requests_running"), 0.0);
+    assert_eq!(gauge(&idle, "vllm:num_requests_waiting"), 0.0);
+    assert_eq!(gauge(&idle, "vllm:kv_cache_usage_perc"), 0.0);
+
+    let addr = s.addr;
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let body = format!(
+                    r#"{{"prompt":"Count from {i}:","max_tokens":48,"temperature":0}}"#
+                );
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+                write!(
+                    c,
+                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+                read_all(c)
+            })
+        })
+        .collect();
+    let (mut max_run, mut max_wait, mut max_kv) = (0f64, 0f64, 0f64);
+    let t0 = Instant::now();
+    while clients.iter().any(|c| !c.is_finished()) {
+        let g = get(maddr, "/metrics");
+        max_run = max_run.max(gauge(&g, "vllm:num_requests_running"));
+        max_wait = max_wait.max(gauge(&g, "vllm:num_requests_waiting"));
+        let kv = gauge(&g, "vllm:kv_cache_usage_perc");
+        assert!((0.0..=1.0).contains(&kv), "{kv}");
+        max_kv = max_kv.max(kv);
+        assert!(t0.elapsed() < Duration::from_secs(300), "requests hung");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for c in clients {
+        let r = c.join().unwrap();
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+    assert_eq!(max_run, 2.0, "running peaked at {max_run}");
+    assert!(max_wait >= 1.0, "waiting peaked at {max_wait}");
+    assert!(max_kv > 0.0, "KV usage never moved");
+    // Back to 0 once answered (the engine updates them on its next loop).
+    let t1 = Instant::now();
+    loop {
+        let g = get(maddr, "/metrics");
+        let v = [
+            gauge(&g, "vllm:num_requests_running"),
+            gauge(&g, "vllm:num_requests_waiting"),
+            gauge(&g, "vllm:kv_cache_usage_perc"),
+        ];
+        if v == [0.0; 3] {
+            assert_eq!(gauge(&g, "gpack_queue_depth"), 0.0);
+            assert_eq!(gauge(&g, "gpack_active_sequences"), 0.0);
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(5),
+            "gauges stuck at {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(s);
+    // --metrics-public: the API port's /metrics without the key; the rest
+    // still needs it.
+    let s = start(&m.gpack, &["--api-key", "k3y", "--metrics-public"]);
+    assert!(get(s.addr, "/metrics").starts_with("HTTP/1.1 200"));
+    assert!(get(s.addr, "/v1/models").starts_with("HTTP/1.1 401"));
+}

@@ -9,17 +9,24 @@ use std::sync::Arc;
 
 /// Pull a .gpack from an OCI registry.
 ///
-/// Layers are downloaded several at once into the local blob store
+/// A ModelPack artifact (one layer holding the whole .gpack, what `gpack
+/// push` writes by default) is fetched with parallel HTTP Range requests
+/// (--jobs at a time, --range-size each) into one preallocated file next to
+/// OUTPUT; each section is checked against the file's section table as
+/// soon as its bytes are in (a damaged one stops the pull and is named),
+/// and before the file is renamed into place its whole SHA-256 must equal
+/// the layer digest. An interrupted pull keeps that file and a journal of
+/// the ranges written; the next pull asks only for the rest. Refused before
+/// anything is written: more than one weight layer, a file path annotation
+/// that is not one plain file name, a size that disagrees with the layer
+/// descriptor. A per-section artifact (--per-section pushes) has its layers
+/// downloaded several at once into the local blob store
 /// (${GPACK_CACHE:-~/.cache/gpack}/blobs/sha256/), each checked against its
-/// digest while it streams; a section already in the store (shared with
-/// another model) is not downloaded again. An interrupted pull keeps its
-/// partial blobs and the next pull resumes them with ranged GETs. The file
-/// is assembled like convert writes its output (a temporary file, fsynced,
-/// quick-verified, its digest compared with the manifest's annotation, then
-/// renamed into place): a failed pull leaves no file, and an existing
-/// OUTPUT is never replaced without --force. A Docker model artifact (one
-/// GGUF layer, application/vnd.docker.ai.gguf.v3) is converted on arrival.
-/// Without -o the model stays in the store, where `gpack run REF` finds it.
+/// digest while it streams, and is then assembled like convert writes its
+/// output. Either way a failed pull leaves no file at OUTPUT, and an
+/// existing OUTPUT is never replaced without --force. A Docker or ModelPack
+/// GGUF model artifact (one GGUF layer) is converted on arrival. Without -o
+/// the model stays in the store, where `gpack run REF` finds it.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
     gpack pull registry.example.com/models/smollm2:q4_1 -o smollm2.gpack\n  \
@@ -37,6 +44,9 @@ pub struct Args {
     /// Layers downloaded at once.
     #[arg(long, default_value_t = 4, value_name = "N")]
     jobs: usize,
+    /// Bytes per Range request of a single-layer pull (K, M, G suffixes).
+    #[arg(long, default_value = "16M", value_name = "SIZE", value_parser = parse_rate)]
+    range_size: u64,
     /// Cap the download rate, bytes per second (K, M, G suffixes).
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     limit_rate: Option<u64>,
@@ -82,6 +92,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         jobs: a.jobs,
         limit_rate: a.limit_rate,
         convert: Some(super::convert_gguf(a.quant)),
+        range_size: a.range_size,
     };
     let rep = gpack_oci::pull(&reg, &store, &r, &opts, bars.clone())
         .with_context(|| format!("pulling {}", a.reference));

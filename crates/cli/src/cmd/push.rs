@@ -7,19 +7,23 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// Push a .gpack to an OCI registry, one layer per section.
+/// Push a .gpack to an OCI registry as a CNCF ModelPack artifact.
 ///
 /// REF is host[:port]/repository[:tag] (the registry host is required).
-/// Each section becomes a layer whose digest is the section's SHA-256 and
-/// whose media type names its kind (application/vnd.gpack.section.KIND.v1);
-/// a config blob holds the header, section table, footer and manifest that
-/// rebuild the file byte for byte; the manifest is annotated with the model
-/// name, architecture, quant and file digest (docs/OCI.md). A section the
-/// registry already has is not sent again: it is checked with HEAD, then
-/// mounted from another repository of the registry that holds it
-/// (--mount-from, and every repository this machine pushed it to or pulled
-/// it from), so two quant variants of one model share their tokenizer and
-/// embedding blobs. A .gguf FILE is pushed as a Docker model artifact
+/// By default the whole file is ONE layer (application/vnd.cncf.model.weight.v1.raw,
+/// titled model.gpack, its digest the file's SHA-256) under a ModelPack
+/// config (application/vnd.cncf.model.config.v1+json, config.format
+/// "gpack"): what Kubernetes image volumes mount as one mappable
+/// /…/model.gpack and what ModelPack tools read. --per-section pushes
+/// gpack's own layout instead: one layer per section, whose digest is the
+/// section's SHA-256, so two quant variants of one model share their
+/// tokenizer and embedding blobs in the registry (docs/OCI.md says when
+/// that is worth it). Either way the manifest is annotated with the model
+/// name, architecture, quant and file digest. A blob the registry already
+/// has is not sent again: it is checked with HEAD, then mounted from
+/// another repository of the registry that holds it (--mount-from, and
+/// every repository this machine pushed it to or pulled it from). A .gguf
+/// FILE is pushed as a Docker model artifact
 /// (application/vnd.docker.ai.gguf.v3), which `docker model pull` and
 /// `gpack pull` both take.
 #[derive(clap::Args)]
@@ -39,6 +43,10 @@ pub struct Args {
     /// Layers uploaded at once.
     #[arg(long, default_value_t = 4, value_name = "N")]
     jobs: usize,
+    /// One layer per section (gpack's own layout) instead of one ModelPack
+    /// layer holding the whole file.
+    #[arg(long)]
+    per_section: bool,
     #[command(flatten)]
     registry: RegistryArgs,
     /// Print a JSON report (schema "gpack.push.v1") instead of text.
@@ -58,6 +66,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let opts = gpack_oci::PushOptions {
         mount_from: a.mount_from.clone(),
         jobs: a.jobs,
+        per_section: a.per_section,
     };
     let rep = gpack_oci::push(&reg, &store, &a.file, &r, &opts, bars.clone())
         .with_context(|| format!("pushing {} to {}", a.file.display(), a.reference));
@@ -70,8 +79,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         let count = |s: &str| rep.layers.iter().filter(|l| l.status == s).count();
         println!(
-            "pushed {} ({} blobs: {} uploaded, {} already there, {} mounted; {} bytes sent) in {:.2} s\nmanifest: {}\ndigest: {}",
+            "pushed {} ({} layout, {} blobs: {} uploaded, {} already there, {} mounted; {} bytes sent) in {:.2} s\nmanifest: {}\ndigest: {}",
             rep.reference,
+            rep.layout,
             rep.layers.len(),
             count("uploaded"),
             count("exists"),

@@ -79,6 +79,15 @@ pub struct Args {
     /// out of the process list).
     #[arg(long)]
     api_key: Option<String>,
+    /// Serve /metrics without the API key on the API port (for a scraper
+    /// on a trusted network; with --api-key, /metrics otherwise needs the
+    /// key, and is never opened silently).
+    #[arg(long)]
+    metrics_public: bool,
+    /// Also serve /metrics (only it), without the API key, on this port of
+    /// --host: the scraper's port, apart from the API's.
+    #[arg(long, value_name = "PORT")]
+    metrics_port: Option<u16>,
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     max_body: usize,
@@ -172,6 +181,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 .ok()
                 .filter(|k| !k.is_empty())
         }),
+        metrics_public: a.metrics_public,
+        metrics_port: a.metrics_port,
         max_body_bytes: a.max_body,
         model_name: a.name,
         load: a.device.apply(gpack_runtime::LoadOptions {
