@@ -41,5 +41,5 @@ if [ ! -f build-vulkan/CMakeCache.txt ]; then
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF >&2
 fi
-cmake --build build-vulkan -j"${JOBS:-2}" --target llama-bench >&2
+cmake --build build-vulkan -j"${JOBS:-2}" --target llama-bench llama-completion >&2
 echo "$SRC/build-vulkan/bin"
