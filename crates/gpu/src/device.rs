@@ -126,6 +126,26 @@ fn backend_name(b: wgpu::Backend) -> &'static str {
     }
 }
 
+/// The device nodes a hardware GPU shows on Linux.
+const NODES: &str = "/dev/dri/renderD*, /dev/nvidia0 or /dev/dxg";
+
+/// Whether this machine may have a hardware GPU, known without loading a
+/// driver: on Linux, a DRM render node (`/dev/dri/renderD*`: AMD, Intel,
+/// NVIDIA with nvidia-drm, Apple under Asahi), NVIDIA's own node or WSL's
+/// `/dev/dxg`; elsewhere always (the drivers are asked).
+pub fn hardware_gpu_possible() -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    let render = std::fs::read_dir("/dev/dri").is_ok_and(|d| {
+        d.filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().starts_with("renderD"))
+    });
+    render
+        || std::path::Path::new("/dev/nvidia0").exists()
+        || std::path::Path::new("/dev/dxg").exists()
+}
+
 /// One adapter as [`Gpu::adapters`] lists it.
 #[derive(Clone, Debug)]
 pub struct AdapterSummary {
@@ -167,6 +187,15 @@ impl Gpu {
     /// [`Gpu::open`], enabling only the optional features `allow` permits
     /// (tests force the fallback kernels of adapters without them).
     pub fn open_with(want: Want, allow: Allow) -> Result<Gpu, Error> {
+        // `auto` on a machine that cannot have a hardware GPU loads no
+        // driver at all: enumerating adapters loads every installed ICD
+        // (lavapipe brings LLVM: megabytes of heap and tens of ms at every
+        // start of a CPU-only run).
+        if want == Want::Auto && !hardware_gpu_possible() {
+            return Err(Error::NoAdapter {
+                tried: format!("no hardware GPU (no {NODES})"),
+            });
+        }
         let inst = instance();
         let adapters = pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()));
         let found = || {

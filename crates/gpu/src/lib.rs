@@ -22,6 +22,6 @@ pub mod ops;
 pub mod placement;
 pub mod upload;
 
-pub use device::{AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
+pub use device::{hardware_gpu_possible, AdapterKind, AdapterSummary, Allow, Caps, Gpu, Want};
 pub use error::Error;
 pub use matvec::{matmul, matmul_into, GpuMatrix, Out};

@@ -53,6 +53,43 @@ fn auto_never_opens_a_software_adapter() {
     }
 }
 
+/// Without a GPU device node `auto` answers without loading a driver: the
+/// process's anonymous memory does not grow by the ICD's (lavapipe's LLVM)
+/// megabytes, and the error names the nodes looked for.
+#[test]
+fn auto_without_a_device_node_loads_no_driver() {
+    if gpack_gpu::hardware_gpu_possible() {
+        // This machine has a GPU node: the check answers "maybe", and
+        // `auto_never_opens_a_software_adapter` covers what happens.
+        assert!(
+            std::path::Path::new("/dev/dri").exists()
+                || std::path::Path::new("/dev/nvidia0").exists()
+                || std::path::Path::new("/dev/dxg").exists()
+        );
+        return;
+    }
+    // The other tests of this binary load the driver in this process: the
+    // check runs in a child that runs this test alone.
+    if std::env::var_os("GPACK_GPU_AUTO_CHILD").is_none() {
+        let o = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "auto_without_a_device_node_loads_no_driver",
+                "--test-threads",
+                "1",
+            ])
+            .env("GPACK_GPU_AUTO_CHILD", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        return;
+    }
+    let e = Gpu::open(Want::Auto).unwrap_err().to_string();
+    assert!(e.contains("/dev/dri/renderD*"), "{e}");
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    assert!(!maps.contains("libvulkan"), "auto loaded the Vulkan loader");
+}
+
 #[test]
 fn an_adapter_index_out_of_range_names_what_exists() {
     let n = Gpu::adapters().len();
