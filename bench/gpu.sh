@@ -89,7 +89,7 @@ for r in range(1, reps + 1):
     secs = [float(x) for x in re.findall(r"MiB in ([0-9.]+) s", err)]
     if secs and sum(secs) > 0:
         up.append(sum(byts) * 1.048576 / sum(secs) / 1000)
-    a, b = open(f"{logs}/{name}.ttft.{r}").split()
+    a, b = open(f"{logs}/{name}.ttft.{r}").read().split()
     tt[0].append(float(a))
     if float(b) > 0:
         tt[1].append(float(b))
