@@ -340,20 +340,14 @@ pub(crate) fn make_qkx2_quants(
             sum_l2 += w * lf * lf;
             sum_xl += w * lf * x[i];
         }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut cur_error = 0f32;
-            for i in 0..n {
-                let mut diff = this_scale * f32::from(laux[i]) + this_min - x[i];
-                diff = if use_mad { diff.abs() } else { diff * diff };
-                cur_error += weights[i] * diff;
-            }
+        let sums = Sums {
+            w: sum_w,
+            x: sum_x,
+            l: sum_l,
+            l2: sum_l2,
+            xl: sum_xl,
+        };
+        if let Some((this_scale, this_min, cur_error)) = fit(&sums, x, weights, laux, n, use_mad) {
             if cur_error < best_error {
                 l_out[..n].copy_from_slice(&laux[..n]);
                 best_error = cur_error;
@@ -364,6 +358,49 @@ pub(crate) fn make_qkx2_quants(
     }
     *the_min = -min;
     scale
+}
+
+/// The weighted sums of one candidate's codes (`laux`) in the scale
+/// searches of [`make_qkx2_quants`] and [`make_qkx3_quants`].
+struct Sums {
+    w: f32,
+    x: f32,
+    l: f32,
+    l2: f32,
+    xl: f32,
+}
+
+/// One candidate of those searches: the least-squares scale and min of the
+/// codes `laux` (the min clamped to ≤ 0, as ggml does) and their weighted
+/// error (absolute with `use_mad`, else squared); `None` when the system is
+/// singular. ggml's operations in ggml's order.
+fn fit(
+    s: &Sums,
+    x: &[f32],
+    weights: &[f32],
+    laux: &[u8],
+    n: usize,
+    use_mad: bool,
+) -> Option<(f32, f32, f32)> {
+    let d = s.w * s.l2 - s.l * s.l;
+    // Not `d <= 0.0`: a NaN `d` is skipped too, as ggml's `if (D > 0)` does.
+    let solvable = d > 0.0;
+    if !solvable {
+        return None;
+    }
+    let mut this_scale = (s.w * s.xl - s.x * s.l) / d;
+    let mut this_min = (s.l2 * s.x - s.l * s.xl) / d;
+    if this_min > 0.0 {
+        this_min = 0.0;
+        this_scale = s.xl / s.l2;
+    }
+    let mut err = 0f32;
+    for i in 0..n {
+        let mut diff = this_scale * f32::from(laux[i]) + this_min - x[i];
+        diff = if use_mad { diff.abs() } else { diff * diff };
+        err += weights[i] * diff;
+    }
+    Some((this_scale, this_min, err))
 }
 
 /// ggml's `make_qkx3_quants` (the importance-matrix paths; `weights` given
@@ -439,20 +476,14 @@ pub(crate) fn make_qkx3_quants(
             sum_l2 += w * lf * lf;
             sum_xl += w * lf * x[i];
         }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut mad = 0f32;
-            for i in 0..n {
-                let mut diff = this_scale * f32::from(laux[i]) + this_min - x[i];
-                diff = if use_mad { diff.abs() } else { diff * diff };
-                mad += weights[i] * diff;
-            }
+        let sums = Sums {
+            w: sum_w,
+            x: sum_x,
+            l: sum_l,
+            l2: sum_l2,
+            xl: sum_xl,
+        };
+        if let Some((this_scale, this_min, mad)) = fit(&sums, x, weights, laux, n, use_mad) {
             if mad < best_mad {
                 l_out[..n].copy_from_slice(&laux[..n]);
                 best_mad = mad;
