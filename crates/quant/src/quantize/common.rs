@@ -290,24 +290,7 @@ pub(crate) fn make_qkx2_quants(
     use_mad: bool,
 ) -> f32 {
     let n = x.len();
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        if x[i] < min {
-            min = x[i];
-        }
-        if x[i] > max {
-            max = x[i];
-        }
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    if min > 0.0 {
-        min = 0.0;
-    }
+    let (mut min, max, sum_w, sum_x) = range_and_sums(x, weights);
     if max == min {
         l_out[..n].fill(0);
         *the_min = -min;
@@ -358,6 +341,30 @@ pub(crate) fn make_qkx2_quants(
     }
     *the_min = -min;
     scale
+}
+
+/// The scale searches' first pass: `min(x)` (at most 0), `max(x)`, `Σ w`
+/// and `Σ w·x`, in ggml's order.
+fn range_and_sums(x: &[f32], weights: &[f32]) -> (f32, f32, f32, f32) {
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..x.len() {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    (min, max, sum_w, sum_x)
 }
 
 /// The weighted sums of one candidate's codes (`laux`) in the scale
@@ -419,24 +426,7 @@ pub(crate) fn make_qkx3_quants(
     use_mad: bool,
 ) -> f32 {
     let n = x.len();
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        if x[i] < min {
-            min = x[i];
-        }
-        if x[i] > max {
-            max = x[i];
-        }
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    if min > 0.0 {
-        min = 0.0;
-    }
+    let (mut min, max, sum_w, sum_x) = range_and_sums(x, weights);
     if max <= min {
         l_out[..n].fill(0);
         *the_min = -min;
