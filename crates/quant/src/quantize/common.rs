@@ -313,24 +313,10 @@ pub(crate) fn make_qkx2_quants(
     }
     for is in 0..=nstep {
         iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-        for i in 0..n {
-            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            laux[i] = l as u8;
-            let w = weights[i];
-            let lf = l as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
-        }
-        let sums = Sums {
-            w: sum_w,
-            x: sum_x,
-            l: sum_l,
-            l2: sum_l2,
-            xl: sum_xl,
-        };
-        if let Some((this_scale, this_min, cur_error)) = fit(&sums, x, weights, laux, n, use_mad) {
+        let code = |xi: f32| nearest_int(iscale * (xi - min)).clamp(0, nmax);
+        if let Some((this_scale, this_min, cur_error)) =
+            fit(x, weights, laux, sum_w, sum_x, code, use_mad)
+        {
             if cur_error < best_error {
                 l_out[..n].copy_from_slice(&laux[..n]);
                 best_error = cur_error;
@@ -367,39 +353,42 @@ fn range_and_sums(x: &[f32], weights: &[f32]) -> (f32, f32, f32, f32) {
     (min, max, sum_w, sum_x)
 }
 
-/// The weighted sums of one candidate's codes (`laux`) in the scale
-/// searches of [`make_qkx2_quants`] and [`make_qkx3_quants`].
-struct Sums {
-    w: f32,
-    x: f32,
-    l: f32,
-    l2: f32,
-    xl: f32,
-}
-
-/// One candidate of those searches: the least-squares scale and min of the
-/// codes `laux` (the min clamped to ≤ 0, as ggml does) and their weighted
-/// error (absolute with `use_mad`, else squared); `None` when the system is
-/// singular. ggml's operations in ggml's order.
+/// One candidate of the scale searches of [`make_qkx2_quants`] and
+/// [`make_qkx3_quants`]: the codes `code(x[i])` into `laux`, their weighted
+/// sums, the least-squares scale and min (the min clamped to ≤ 0, as ggml
+/// does) and their weighted error (absolute with `use_mad`, else squared);
+/// `None` when the system is singular. ggml's operations in ggml's order.
 fn fit(
-    s: &Sums,
     x: &[f32],
     weights: &[f32],
-    laux: &[u8],
-    n: usize,
+    laux: &mut [u8],
+    sum_w: f32,
+    sum_x: f32,
+    code: impl Fn(f32) -> i32,
     use_mad: bool,
 ) -> Option<(f32, f32, f32)> {
-    let d = s.w * s.l2 - s.l * s.l;
+    let n = x.len();
+    let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
+    for i in 0..n {
+        let l = code(x[i]);
+        laux[i] = l as u8;
+        let w = weights[i];
+        let lf = l as f32;
+        sum_l += w * lf;
+        sum_l2 += w * lf * lf;
+        sum_xl += w * lf * x[i];
+    }
+    let d = sum_w * sum_l2 - sum_l * sum_l;
     // Not `d <= 0.0`: a NaN `d` is skipped too, as ggml's `if (D > 0)` does.
     let solvable = d > 0.0;
     if !solvable {
         return None;
     }
-    let mut this_scale = (s.w * s.xl - s.x * s.l) / d;
-    let mut this_min = (s.l2 * s.x - s.l * s.xl) / d;
+    let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+    let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
     if this_min > 0.0 {
         this_min = 0.0;
-        this_scale = s.xl / s.l2;
+        this_scale = sum_xl / sum_l2;
     }
     let mut err = 0f32;
     for i in 0..n {
@@ -449,31 +438,19 @@ pub(crate) fn make_qkx3_quants(
     }
     for is in 0..=nstep {
         iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-        for i in 0..n {
-            // C: `v > 0 ? nearest_int(MIN(v, nmax)) : 0` (MIN(a, b) is
-            // `a < b ? a : b`: a NaN `v` fails `v > 0` first).
-            let v = iscale * (x[i] - min);
-            let l = if v > 0.0 {
+        // C: `v > 0 ? nearest_int(MIN(v, nmax)) : 0` (MIN(a, b) is
+        // `a < b ? a : b`: a NaN `v` fails `v > 0` first).
+        let code = |xi: f32| {
+            let v = iscale * (xi - min);
+            if v > 0.0 {
                 nearest_int(if v < nmaxf { v } else { nmaxf })
             } else {
                 0
-            };
-            laux[i] = l as u8;
-            let w = weights[i];
-            let lf = l as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
-        }
-        let sums = Sums {
-            w: sum_w,
-            x: sum_x,
-            l: sum_l,
-            l2: sum_l2,
-            xl: sum_xl,
+            }
         };
-        if let Some((this_scale, this_min, mad)) = fit(&sums, x, weights, laux, n, use_mad) {
+        if let Some((this_scale, this_min, mad)) =
+            fit(x, weights, laux, sum_w, sum_x, code, use_mad)
+        {
             if mad < best_mad {
                 l_out[..n].copy_from_slice(&laux[..n]);
                 best_mad = mad;
