@@ -69,3 +69,21 @@ fn glu(ids: Ids) {
         }
     }
 }
+
+// dst[rows[3k+1] · d + j] += w_k · src[rows[3k] · d + j], w_k the f32 bits
+// of rows[3k+2], for p.n = pairs · d elements (p.ff = d): the routed
+// experts' outputs added into their tokens' rows. A pair's destination rows
+// are distinct within one dispatch (a token picks an expert once), so no
+// two invocations write one element.
+@group(0) @binding(2) var<storage, read> rows: array<u32>;
+
+@compute @workgroup_size(64)
+fn add_rows(ids: Ids) {
+    let i = elem_index(ids);
+    if i < p.n {
+        let k = i / p.ff;
+        let j = i % p.ff;
+        let w = bitcast<f32>(rows[3u * k + 2u]);
+        dst[rows[3u * k + 1u] * p.ff + j] += w * src[rows[3u * k] * p.ff + j];
+    }
+}

@@ -37,7 +37,7 @@ const PRELUDE: &str = include_str!("../shaders/ops_prelude.wgsl");
 pub enum Shader {
     /// `ops_norm.wgsl`: rmsnorm, rmsnorm_inplace, add_rmsnorm.
     Norm,
-    /// `ops_elem.wgsl`: add, map (scale, soft-cap, divide), glu.
+    /// `ops_elem.wgsl`: add, map (scale, soft-cap, divide), glu, add_rows.
     Elem,
     /// `ops_rope.wgsl`: rope.
     Rope,
@@ -490,6 +490,51 @@ pub fn add_bias(
         3,
         &params,
         elem_groups(g, n * width),
+    )
+}
+
+/// `dst[t] += w · src[i]` for each `(i, t, w)` of `rows`, rows of `d`
+/// values (the routed experts' outputs, weighted, into their tokens'
+/// rows: gpack-runtime `Model::moe`). The destination rows must be
+/// distinct (one dispatch, no ordering between pairs).
+///
+/// # Panics
+/// If a row lies past its buffer or two pairs share a destination row.
+pub fn add_rows(
+    g: &Gpu,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    d: usize,
+    rows: &[(usize, usize, f32)],
+) -> Result<(), Error> {
+    if rows.is_empty() || d == 0 {
+        return Ok(());
+    }
+    let mut seen = std::collections::HashSet::with_capacity(rows.len());
+    let mut words = Vec::with_capacity(rows.len() * 3);
+    for &(i, t, w) in rows {
+        assert!(
+            (i + 1) * d <= elems(src) && (t + 1) * d <= elems(dst),
+            "add_rows: row past the buffers"
+        );
+        assert!(seen.insert(t), "add_rows: destination row {t} twice");
+        words.extend([
+            u32::try_from(i).expect("row index exceeds u32"),
+            u32::try_from(t).expect("row index exceeds u32"),
+            w.to_bits(),
+        ]);
+    }
+    let list = g.upload("add_rows pairs", bytemuck::cast_slice(&words))?;
+    let n = rows.len() * d;
+    let params = Params::new().u(n).u(0).f(0.0).u(d);
+    run(
+        g,
+        Shader::Elem,
+        "add_rows",
+        &[(0, src), (1, dst), (2, &list)],
+        3,
+        &params,
+        elem_groups(g, n),
     )
 }
 

@@ -163,6 +163,14 @@ impl<'a> ExpertRef<'_, 'a> {
     }
 }
 
+/// An expert's matrices for a device upload ([`ExpertStore::for_device`]).
+pub(crate) enum DeviceExpert<'s, 'a> {
+    /// Native tensors in place in the mapping.
+    Mapped(&'s ExpertMats<'a>),
+    /// Transcoded from raw ggml slices.
+    Owned(ExpertMats<'static>),
+}
+
 struct Cached {
     mats: Arc<ExpertMats<'static>>,
     bytes: usize,
@@ -411,6 +419,25 @@ impl<'a> ExpertStore<'a> {
             c.used += bytes;
         }
         Ok(ExpertRef::Cached(mats))
+    }
+
+    /// Expert `e` of layer `l`'s matrices for an upload to a device (the
+    /// GPU keeps every expert resident): the native tensors where they lie
+    /// in the mapping, or, for raw ggml slices (a .gguf's experts), owned
+    /// native tensors transcoded now. Digests are checked as [`Self::get`]
+    /// checks them; the counters are not touched (no token was routed).
+    pub fn for_device(&self, l: usize, e: usize) -> Result<DeviceExpert<'_, 'a>> {
+        let key = (l - self.first_layer) * self.n_expert + e;
+        self.verify(key)?;
+        let mapped = &self.mapped[key];
+        if mapped
+            .mats
+            .iter()
+            .all(|m| matches!(m, Matrix::Native { .. }))
+        {
+            return Ok(DeviceExpert::Mapped(mapped));
+        }
+        Ok(DeviceExpert::Owned(self.load(key)?))
     }
 
     /// Copies (native) or transcodes (raw) expert `key`'s slices into owned,

@@ -409,6 +409,7 @@ impl WeightSource for GpackWeights {
             SectionKind::NativeDense,
             SectionKind::Head,
             SectionKind::Embed,
+            SectionKind::ExpertBlobs,
         ]
         .into_iter()
         .filter_map(|k| self.g.section(k))

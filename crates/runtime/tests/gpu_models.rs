@@ -78,6 +78,7 @@ fn compare(
     what: &str,
 ) -> f64 {
     let float = what.contains("f16");
+    let routed = cpu_routed(w);
     let tol = if float { REL_L2_FLOAT } else { REL_L2_QUANT };
     let cpu = Model::load_with(w, &opts(Device::Cpu)).unwrap();
     let gpu = Model::load_with(w, gpu_opts).unwrap_or_else(|e| panic!("{what}: {e:?}"));
@@ -92,10 +93,31 @@ fn compare(
         "{what}: rel_l2 {rl2:.2e} max_abs {:.2e} greedy cpu {cg:?} gpu {gg:?} [{summary}]",
         max_abs(&gl, &cl)
     );
-    assert!(
-        rl2 <= tol,
-        "{what}: GPU logits {rl2:.2e} from the CPU's (rel L2), > {tol}"
-    );
+    if float || !routed {
+        assert!(
+            rl2 <= tol,
+            "{what}: GPU logits {rl2:.2e} from the CPU's (rel L2), > {tol}"
+        );
+    } else {
+        // Quantized routed experts: the CPU's int8 activations can flip a
+        // router choice whose top-k gap is tiny (measured: gpt-oss q8_0,
+        // 3 of 22 prompt positions at 0.44-1.29 where the gap is below
+        // 0.01 logits, the others 1.9e-2-6.6e-2): the median position
+        // must be within the tolerance and at most a quarter above it.
+        let mut per: Vec<f64> = cl
+            .chunks_exact(nv)
+            .zip(gl.chunks_exact(nv))
+            .map(|(c, g)| rel_l2(g, c))
+            .collect();
+        per.sort_by(f64::total_cmp);
+        let median = per[per.len() / 2];
+        let above = per.iter().filter(|&&d| d > tol).count();
+        assert!(
+            median <= tol && above * 4 <= per.len(),
+            "{what}: per-position rel L2 from the CPU's: median {median:.2e}, {above} of {} above {tol}",
+            per.len()
+        );
+    }
     if float {
         assert_eq!(gg, cg, "{what}: greedy tokens");
     }
@@ -113,6 +135,13 @@ fn compare(
         }
     }
     rl2
+}
+
+/// Whether `w`'s model has routed experts.
+fn cpu_routed(w: &dyn WeightSource) -> bool {
+    Model::load_with(w, &opts(Device::Cpu))
+        .map(|m| m.config.n_expert > 0)
+        .unwrap_or(false)
 }
 
 fn prompt_of(arch: &str) -> Vec<u32> {
@@ -230,15 +259,60 @@ fn gpu_smollm2_q4_1_equals_the_cpu() {
     compare(&w, &gpu(), &prompt, 8, "SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
+/// The MoE families with every expert resident on the device (the router
+/// on the host, on the device's rows): the tiny fixtures' f16 and q8_0
+/// GGUFs (raw ggml experts, transcoded at load), gpt-oss in MXFP4, and a
+/// .gpack whose ExpertBlobs section streams to the device SHA-256 checked.
+#[test]
+fn gpu_moe_families_equal_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen3moe", "mixtral", "gpt-oss"] {
+        let mut files = vec![format!("{arch}-f16.gguf"), format!("{arch}-q8_0.gguf")];
+        if arch == "gpt-oss" {
+            files.push("gpt-oss-mxfp4.gguf".into());
+        }
+        for f in &files {
+            let p = testdata().join("tiny").join(arch).join(f);
+            let w = GgufWeights::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            compare(&w, &gpu(), &prompt_of(arch), 6, f);
+        }
+        let out = dir.path().join(format!("{arch}-q8_0.gpack"));
+        gpack_convert::convert(
+            &gpack_convert::ConvertOptions {
+                source: testdata()
+                    .join("tiny")
+                    .join(arch)
+                    .join(format!("{arch}-q8_0.gguf")),
+                output: out.clone(),
+                ..Default::default()
+            },
+            &(),
+        )
+        .unwrap_or_else(|e| panic!("{arch}: {e:?}"));
+        let w = gpack_runtime::GpackWeights::open(&out).unwrap();
+        let m = Model::load_with(&w, &gpu()).unwrap();
+        let summary = m.gpu_summary().unwrap();
+        assert!(
+            summary.contains("expert_blobs") && summary.contains("SHA-256 checked"),
+            "{arch}: the experts' section streamed: {summary}"
+        );
+        drop(m);
+        compare(
+            &w,
+            &gpu(),
+            &prompt_of(arch),
+            6,
+            &format!("{arch}-q8_0.gpack"),
+        );
+    }
+}
+
 /// Families without a GPU executor are refused on `Device::Gpu`, naming
 /// the family; `Device::Auto` runs them on the CPU. On this host (no
 /// hardware GPU) `Auto` runs every model on the CPU.
 #[test]
-fn gpu_refuses_moe_and_auto_falls_back_to_the_cpu() {
-    for (arch, file) in [
-        ("qwen3moe", "qwen3moe-f16.gguf"),
-        ("deepseek2", "deepseek2-f16.gguf"),
-    ] {
+fn gpu_refuses_mla_and_auto_falls_back_to_the_cpu() {
+    for (arch, file) in [("deepseek2", "deepseek2-f16.gguf")] {
         let p = testdata().join("tiny").join(arch).join(file);
         let w = GgufWeights::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         let e = Model::load_with(&w, &gpu()).unwrap_err().to_string();

@@ -183,6 +183,41 @@ fn elementwise_matches_cpu() {
     }
 }
 
+/// The routed experts' scatter (`dst[t] += w · src[i]`, model/moe.rs's
+/// loop): one multiply-add per element, as the CPU's `o += w * y`, so
+/// within 1 ulp-scale (1e-6 + 1e-6 relative: the driver may fuse it).
+#[test]
+fn add_rows_matches_cpu() {
+    let mut r = Rng(9);
+    for g in gpus() {
+        for (d, n_dst, pairs) in [
+            (1usize, 3usize, vec![(0usize, 2usize)]),
+            (67, 9, vec![(0, 4), (1, 0), (2, 8)]),
+            (2048, 5, vec![(3, 1), (0, 3)]),
+        ] {
+            let src = r.vec(4 * d, 3.0);
+            let dst = r.vec(n_dst * d, 3.0);
+            let rows: Vec<(usize, usize, f32)> =
+                pairs.iter().map(|&(i, t)| (i, t, r.f())).collect();
+            let (sb, db) = (up(g, &src), up(g, &dst));
+            ops::add_rows(g, &sb, &db, d, &rows).unwrap();
+            let mut want = dst.clone();
+            for &(i, t, w) in &rows {
+                for j in 0..d {
+                    want[t * d + j] += w * src[i * d + j];
+                }
+            }
+            close(
+                &read(g, &db, n_dst * d),
+                &want,
+                1e-6,
+                1e-6,
+                &format!("{} d={d}", name(g)),
+            );
+        }
+    }
+}
+
 /// SwiGLU, GeGLU and gpt-oss's clamped SwiGLU over gate‖up rows, against
 /// ops::silu / ops::gelu_tanh (and the clamped formula of
 /// model/step.rs), including large gates: within 1e-6 + 1e-5 relative

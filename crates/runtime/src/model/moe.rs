@@ -25,41 +25,26 @@ impl Model<'_> {
     /// `GptOssExperts`). DeepSeek routes as [`route`] says and adds its
     /// shared experts' FFN.
     pub(super) fn moe(&self, s: &mut Scratch, l: usize, f: &MoeFfn<'_>, n: usize) -> Result<()> {
-        let router = &f.router;
         let c = &self.config;
         let store = self
             .experts
             .as_ref()
             .expect("MoE layers have an expert store");
-        let (d, ne, k, ff) = (c.n_embd, c.n_expert, c.n_expert_used, c.n_ff_exp);
+        let (d, ne, ff) = (c.n_embd, c.n_expert, c.n_ff_exp);
         // Counted once per step, at the first MoE layer (DeepSeek's first
         // layers are dense).
         if l == c.n_dense_lead {
             store.count_tokens(n);
         }
-        s.routes.resize_with(ne, Vec::new);
-        s.routes.iter_mut().for_each(Vec::clear);
-        s.probs.resize(ne, 0.0);
-        let mut chosen = [(0usize, 0f32); crate::config::MAX_EXPERT_USED];
-        for t in 0..n {
-            let x = &s.xb[t * d..(t + 1) * d];
-            for (e, p) in s.probs.iter_mut().enumerate() {
-                *p = ops::dot(&router[e * d..(e + 1) * d], x);
-            }
-            if let Some(b) = &f.router_bias {
-                s.probs.iter_mut().zip(b).for_each(|(p, b)| *p += b);
-            }
-            let got = route(
-                &c.routing,
-                &mut s.probs,
-                f.select_bias.as_deref(),
-                &mut s.select,
-                &mut chosen[..k],
-            );
-            for &(e, w) in &chosen[..got] {
-                s.routes[e].push((t, w));
-            }
-        }
+        route_rows(
+            c,
+            f,
+            &s.xb[..n * d],
+            n,
+            &mut s.routes,
+            &mut s.probs,
+            &mut s.select,
+        );
         s.out[..n * d].iter_mut().for_each(|v| *v = 0.0);
         for e in 0..ne {
             let m = s.routes[e].len();
@@ -128,6 +113,46 @@ impl Model<'_> {
                 .for_each(|(o, y)| *o += y);
         }
         Ok(())
+    }
+}
+
+/// Routes the `n` rows of `x` (`[n][n_embd]`, the FFN's normed input) of a
+/// layer whose router is `f`'s: `routes[e]` gets `(row, weight)` for each
+/// row that picked expert `e`, rows in increasing order ([`route`] per
+/// row). The one routing rule of the CPU's and the GPU's MoE FFN.
+pub(super) fn route_rows(
+    c: &crate::config::Config,
+    f: &MoeFfn<'_>,
+    x: &[f32],
+    n: usize,
+    routes: &mut Vec<Vec<(usize, f32)>>,
+    probs: &mut Vec<f32>,
+    select: &mut Vec<f32>,
+) {
+    let (d, ne, k) = (c.n_embd, c.n_expert, c.n_expert_used);
+    let router = &f.router;
+    routes.resize_with(ne, Vec::new);
+    routes.iter_mut().for_each(Vec::clear);
+    probs.resize(ne, 0.0);
+    let mut chosen = [(0usize, 0f32); crate::config::MAX_EXPERT_USED];
+    for t in 0..n {
+        let x = &x[t * d..(t + 1) * d];
+        for (e, p) in probs.iter_mut().enumerate() {
+            *p = ops::dot(&router[e * d..(e + 1) * d], x);
+        }
+        if let Some(b) = &f.router_bias {
+            probs.iter_mut().zip(b).for_each(|(p, b)| *p += b);
+        }
+        let got = route(
+            &c.routing,
+            probs,
+            f.select_bias.as_deref(),
+            select,
+            &mut chosen[..k],
+        );
+        for &(e, w) in &chosen[..got] {
+            routes[e].push((t, w));
+        }
     }
 }
 

@@ -13,7 +13,9 @@
 //!   ([`GpuScratch`]).
 //!
 //! The same graph as the CPU's for the dense families (llama, qwen2,
-//! qwen3, gemma2, gemma3, phi3, olmo2, granite, smollm3); routed experts,
+//! qwen3, gemma2, gemma3, phi3, olmo2, granite, smollm3) and the routed
+//! experts' (qwen3moe, mixtral, gpt-oss: every expert resident on the
+//! device, the router on the host with the CPU's rule, `moe::route_rows`);
 //! DeepSeek's latent attention and Gemma 3n's graph stay on the CPU and
 //! are refused on `Device::Gpu`.
 //!
@@ -26,15 +28,17 @@ mod weights;
 
 pub(crate) use step::{GpuKv, GpuScratch};
 
-use super::{Ffn, Graph, LoadOptions, Model};
+use super::{Ffn, Graph, LoadOptions, Model, MoeFfn};
+use crate::config::Config;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::experts::DeviceExpert;
 use crate::weights::WeightSource;
 use gpack_gpu::ops::Buffer;
 use gpack_gpu::upload::Report;
 use gpack_gpu::{AdapterKind, Gpu, GpuMatrix, Want};
 use std::sync::Arc;
-use weights::{GpuProj, Uploader};
+use weights::{GpuProj, ProjTicket, Ticket, Uploader};
 
 /// One block's weights on the device.
 #[derive(Debug)]
@@ -50,12 +54,50 @@ struct GpuBlock {
     sinks: Option<Buffer>,
     post_attn_norm: Option<Buffer>,
     ffn_norm: Option<Buffer>,
-    gate_up: GpuProj,
-    down: Arc<GpuMatrix>,
+    ffn: GpuFfn,
     post_ffn_norm: Option<Buffer>,
     swa: bool,
     /// Rotary embeddings in this layer (not a NoPE layer: SmolLM3).
     rope: bool,
+}
+
+/// A block's feed-forward network on the device.
+#[derive(Debug)]
+enum GpuFfn {
+    /// gate‖up and down.
+    Dense {
+        gate_up: GpuProj,
+        down: Arc<GpuMatrix>,
+    },
+    /// Routed experts, every one resident (the router runs on the host:
+    /// `step.rs`).
+    Moe(GpuMoe),
+}
+
+/// A MoE layer's experts on the device.
+#[derive(Debug)]
+struct GpuMoe {
+    /// Per expert: gate, up, down.
+    experts: Vec<[Arc<GpuMatrix>; 3]>,
+    /// Per expert: the gate‖up biases (`[2 · n_ff_exp]`) and the down
+    /// bias (`[n_embd]`), when the layer has them (gpt-oss).
+    bias: Option<Vec<(Buffer, Buffer)>>,
+    /// The shared experts' dense FFN (gate‖up, down).
+    shared: Option<(GpuProj, Arc<GpuMatrix>)>,
+}
+
+impl GpuFfn {
+    /// The widest hidden layer a step's buffers must hold.
+    fn width(&self) -> usize {
+        match self {
+            GpuFfn::Dense { down, .. } => down.cols(),
+            GpuFfn::Moe(m) => {
+                let e = m.experts.first().map_or(0, |x| x[2].cols());
+                let s = m.shared.as_ref().map_or(0, |(_, d)| d.cols());
+                e.max(s)
+            }
+        }
+    }
 }
 
 /// The final norm and the head on the device.
@@ -91,12 +133,6 @@ fn refusal(m: &Model) -> Option<(String, &'static str)> {
             "DeepSeek's latent attention has no GPU executor yet",
         ));
     }
-    if c.n_expert > 0 || m.layers.iter().any(|l| matches!(l.ffn, Ffn::Moe(_))) {
-        return Some((
-            format!("family {fam}"),
-            "routed experts (MoE) have no GPU executor yet",
-        ));
-    }
     if !m.kv_f16 {
         return Some((
             "an f32 KV cache".into(),
@@ -130,6 +166,42 @@ fn upload_vec(g: &Gpu, name: &str, v: &[f32]) -> Result<Buffer> {
             what: format!("uploading {name}"),
             source,
         })
+}
+
+/// A block's FFN matrices asked of the [`Uploader`].
+enum FfnTicket {
+    Dense(ProjTicket, Ticket),
+    Moe(Vec<[Ticket; 3]>, Option<(ProjTicket, Ticket)>),
+}
+
+/// Layer `l`'s per-expert biases on the device (gate‖up, down), if it has
+/// any (gpt-oss has all three; an absent one is zeros).
+fn expert_biases(
+    g: &Gpu,
+    c: &Config,
+    l: usize,
+    f: &MoeFfn<'_>,
+) -> Result<Option<Vec<(Buffer, Buffer)>>> {
+    if f.bias.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let (d, ff) = (c.n_embd, c.n_ff_exp);
+    let part = |i: usize, e: usize, len: usize| -> Vec<f32> {
+        f.bias[i]
+            .as_ref()
+            .map_or_else(|| vec![0.0; len], |b| b[e * len..(e + 1) * len].to_vec())
+    };
+    (0..c.n_expert)
+        .map(|e| {
+            let mut gu = part(0, e, ff);
+            gu.extend(part(1, e, ff));
+            Ok((
+                upload_vec(g, &format!("blk.{l}.exp{e}.gate_up_bias"), &gu)?,
+                upload_vec(g, &format!("blk.{l}.exp{e}.down_bias"), &part(2, e, d))?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 impl GpuModel {
@@ -219,11 +291,39 @@ impl GpuModel {
         for (l, layer) in m.layers.iter().take(n_blocks).enumerate() {
             let n = |s: &str| format!("blk.{l}.{s}");
             let ffn = match &layer.ffn {
-                Ffn::Dense { gate_up, down } => (
+                Ffn::Dense { gate_up, down } => FfnTicket::Dense(
                     up.proj(&n("ffn_gate_up"), gate_up)?,
                     up.matrix(&n("ffn_down.weight"), down)?,
                 ),
-                Ffn::Moe(_) => unreachable!("refused above"),
+                Ffn::Moe(f) => {
+                    let store = m.experts.as_ref().ok_or_else(|| Error::Gpu {
+                        what: format!("layer {l}"),
+                        source: gpack_gpu::Error::Device(
+                            "a MoE layer without its expert store".into(),
+                        ),
+                    })?;
+                    let mut experts = Vec::with_capacity(c.n_expert);
+                    for e in 0..c.n_expert {
+                        let ex = store.for_device(l, e)?;
+                        let mats = match &ex {
+                            DeviceExpert::Mapped(x) => &x.mats,
+                            DeviceExpert::Owned(x) => &x.mats,
+                        };
+                        let mut t = [Ticket::NONE; 3];
+                        for (p, part) in crate::experts::PARTS.iter().enumerate() {
+                            t[p] = up.matrix(&n(&format!("ffn_{part}_exps[{e}]")), &mats[p])?;
+                        }
+                        experts.push(t);
+                    }
+                    let shared = match &f.shared {
+                        Some((gu, down)) => Some((
+                            up.proj(&n("ffn_gate_up_shexp"), gu)?,
+                            up.matrix(&n("ffn_down_shexp.weight"), down)?,
+                        )),
+                        None => None,
+                    };
+                    FfnTicket::Moe(experts, shared)
+                }
             };
             tickets.push((
                 up.proj(&n("attn_qkv"), &layer.qkv)?,
@@ -240,7 +340,7 @@ impl GpuModel {
             v.as_deref().map(|v| upload_vec(g, &name, v)).transpose()
         };
         let mut blocks = Vec::with_capacity(n_blocks);
-        for (l, (layer, (qkv, wo, (gu, down)))) in m.layers.iter().zip(tickets).enumerate() {
+        for (l, (layer, (qkv, wo, ffn))) in m.layers.iter().zip(tickets).enumerate() {
             let n = |s: &str| format!("blk.{l}.{s}");
             let width = |v: &Option<Vec<f32>>| v.as_ref().map_or(0, Vec::len);
             blocks.push(GpuBlock {
@@ -254,8 +354,22 @@ impl GpuModel {
                 sinks: opt(n("attn_sinks"), &layer.sinks)?,
                 post_attn_norm: opt(n("post_attention_norm"), &layer.post_attn_norm)?,
                 ffn_norm: opt(n("ffn_norm"), &layer.ffn_norm)?,
-                gate_up: mats.proj(&gu),
-                down: mats.get(down),
+                ffn: match ffn {
+                    FfnTicket::Dense(gu, down) => GpuFfn::Dense {
+                        gate_up: mats.proj(&gu),
+                        down: mats.get(down),
+                    },
+                    FfnTicket::Moe(experts, shared) => {
+                        let Ffn::Moe(f) = &layer.ffn else {
+                            unreachable!("tickets follow the layer's FFN")
+                        };
+                        GpuFfn::Moe(GpuMoe {
+                            experts: experts.iter().map(|t| t.map(|k| mats.get(k))).collect(),
+                            bias: expert_biases(g, c, l, f)?,
+                            shared: shared.map(|(gu, d)| (mats.proj(&gu), mats.get(d))),
+                        })
+                    }
+                },
                 post_ffn_norm: opt(n("post_ffw_norm"), &layer.post_ffn_norm)?,
                 swa: layer.swa,
                 rope: c.rope_layers[l],

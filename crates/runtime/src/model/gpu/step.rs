@@ -17,12 +17,17 @@
 //! bind group (`gpack_gpu::ops`); one command encoder per step is the next
 //! step for decode speed on a real GPU (lavapipe proves correctness only).
 
-use super::{GpuBlock, GpuModel};
+use super::weights::GpuProj;
+use super::{GpuBlock, GpuFfn, GpuModel, GpuMoe};
 use crate::config::{Activation, Config, RopeStyle};
 use crate::error::{Error, Result};
+use crate::model::moe::route_rows;
+use crate::model::Ffn;
 use crate::model::{Model, Scratch, Sequence};
+use gpack_gpu::matvec::Out;
 use gpack_gpu::ops::{self, AttnArgs, Buffer, Glu, KvLayer, Map, RopeArgs, Rows};
 use gpack_gpu::Gpu;
+use gpack_gpu::GpuMatrix;
 
 type GResult<T> = std::result::Result<T, gpack_gpu::Error>;
 
@@ -89,6 +94,9 @@ pub(crate) struct GpuScratch {
     gu: Buffer,
     /// `[rows][n_ff]` activated FFN hidden.
     hb: Buffer,
+    /// `[rows][n_embd]` one expert's input rows and output rows (MoE).
+    moe_x: Buffer,
+    moe_y: Buffer,
     /// `[rows][n_rot]` cos/sin pairs of global and sliding-window layers.
     cs_global: Buffer,
     cs_swa: Buffer,
@@ -99,7 +107,15 @@ pub(crate) struct GpuScratch {
 }
 
 impl GpuScratch {
-    fn new(g: &Gpu, c: &Config, ff: usize, rows: usize, head: usize) -> GResult<GpuScratch> {
+    fn new(
+        g: &Gpu,
+        c: &Config,
+        ff: usize,
+        moe: bool,
+        rows: usize,
+        head: usize,
+    ) -> GResult<GpuScratch> {
+        let moe_rows = if moe { rows } else { 0 };
         let buf = |label: &str, floats: usize| g.storage(label, (floats.max(1) * 4) as u64);
         let att_w = c.n_head * c.head_dim_v;
         Ok(GpuScratch {
@@ -113,6 +129,8 @@ impl GpuScratch {
             out: buf("out", rows * c.n_embd)?,
             gu: buf("gu", rows * 2 * ff)?,
             hb: buf("hb", rows * ff)?,
+            moe_x: buf("moe_x", moe_rows * c.n_embd)?,
+            moe_y: buf("moe_y", moe_rows * c.n_embd)?,
             cs_global: buf("cs_global", rows * c.n_rot)?,
             cs_swa: buf("cs_swa", rows * c.n_rot)?,
             hx: buf("hx", head * c.n_embd)?,
@@ -161,6 +179,81 @@ fn normed<'b>(
     }
 }
 
+/// `out = down · act(gate_up · x)` for `n` rows of `x` (`model::step`'s
+/// dense FFN), through `b.gu` and `b.hb`.
+#[allow(clippy::too_many_arguments)]
+fn dense_ffn(
+    g: &Gpu,
+    c: &Config,
+    b: &GpuScratch,
+    gate_up: &GpuProj,
+    down: &GpuMatrix,
+    x: &Buffer,
+    n: usize,
+    out: &Buffer,
+) -> GResult<()> {
+    gate_up.matmul(g, x, n, &b.gu)?;
+    ops::glu(g, glu_of(c.activation), &b.gu, n, down.cols(), &b.hb)?;
+    gpack_gpu::matmul(g, down, &b.hb, n, out)
+}
+
+/// The routed experts (and shared ones) of one layer into `b.out`, as
+/// `Model::moe`: `routes[e]` holds expert `e`'s (row, weight) pairs; each
+/// routed expert runs once on its rows (gathered into `b.moe_x`), and its
+/// weighted outputs are added into their rows in increasing expert order.
+fn moe_ffn(
+    g: &Gpu,
+    c: &Config,
+    b: &GpuScratch,
+    moe: &GpuMoe,
+    routes: &[Vec<(usize, f32)>],
+    x: &Buffer,
+    n: usize,
+) -> GResult<()> {
+    let d = c.n_embd;
+    g.write_f32(&b.out, 0, &vec![0.0; n * d]);
+    for (e, rows) in routes.iter().enumerate() {
+        let m = rows.len();
+        if m == 0 {
+            continue;
+        }
+        let [gate, up, down] = &moe.experts[e];
+        let ff = down.cols();
+        let gather: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, _))| (t * d, i * d, d))
+            .collect();
+        g.copy_f32(x, &b.moe_x, &gather)?;
+        let half = |col0| Out {
+            stride: 2 * ff,
+            col0,
+        };
+        gpack_gpu::matmul_into(g, gate, &b.moe_x, m, &b.gu, half(0))?;
+        gpack_gpu::matmul_into(g, up, &b.moe_x, m, &b.gu, half(ff))?;
+        let bias = moe.bias.as_ref().map(|v| &v[e]);
+        if let Some((gu, _)) = bias {
+            ops::add_bias(g, &b.gu, gu, m, 2 * ff)?;
+        }
+        ops::glu(g, glu_of(c.activation), &b.gu, m, ff, &b.hb)?;
+        gpack_gpu::matmul(g, down, &b.hb, m, &b.moe_y)?;
+        if let Some((_, db)) = bias {
+            ops::add_bias(g, &b.moe_y, db, m, d)?;
+        }
+        let scatter: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, w))| (i, t, w))
+            .collect();
+        ops::add_rows(g, &b.moe_y, &b.out, d, &scatter)?;
+    }
+    if let Some((gate_up, down)) = &moe.shared {
+        dense_ffn(g, c, b, gate_up, down, x, n, &b.moe_y)?;
+        ops::add(g, &b.out, &b.moe_y, n * d, 1.0)?;
+    }
+    Ok(())
+}
+
 impl Model<'_> {
     /// The device's part of a step: its blocks on the `n` rows of `s.x`
     /// (looked up, with their rotary tables and positions, by the caller),
@@ -200,8 +293,9 @@ impl Model<'_> {
         let grow = s.gpu.as_ref().is_none_or(|b| b.cap < n || b.head_cap < m);
         if grow {
             let (cap, head_cap) = s.gpu.as_ref().map_or((0, 0), |b| (b.cap, b.head_cap));
-            let ff = gm.blocks.iter().map(|b| b.down.cols()).max().unwrap_or(0);
-            s.gpu = Some(GpuScratch::new(g, c, ff, cap.max(n), head_cap.max(m))?);
+            let ff = gm.blocks.iter().map(|b| b.ffn.width()).max().unwrap_or(0);
+            let moe = gm.blocks.iter().any(|b| matches!(b.ffn, GpuFfn::Moe(_)));
+            s.gpu = Some(GpuScratch::new(g, c, ff, moe, cap.max(n), head_cap.max(m))?);
         }
         let b = s.gpu.as_ref().expect("made above");
         g.write_f32(&b.x, 0, &s.x[..n * d]);
@@ -226,10 +320,26 @@ impl Model<'_> {
             residual(g, c, b, n, blk.post_attn_norm.as_ref())?;
             // ---- feed-forward ----
             let input = normed(g, c, b, n, blk.ffn_norm.as_ref())?;
-            blk.gate_up.matmul(g, input, n, &b.gu)?;
-            let ff = blk.down.cols();
-            ops::glu(g, glu_of(c.activation), &b.gu, n, ff, &b.hb)?;
-            gpack_gpu::matmul(g, &blk.down, &b.hb, n, &b.out)?;
+            match &blk.ffn {
+                GpuFfn::Dense { gate_up, down } => {
+                    dense_ffn(g, c, b, gate_up, down, input, n, &b.out)?
+                }
+                GpuFfn::Moe(moe) => {
+                    let Ffn::Moe(f) = &self.layers[l].ffn else {
+                        unreachable!("the device's FFN follows the layer's")
+                    };
+                    if l == c.n_dense_lead {
+                        if let Some(store) = &self.experts {
+                            store.count_tokens(n);
+                        }
+                    }
+                    // The router on the host, on the device's normed rows:
+                    // the CPU's routing rule, bit for bit on those rows.
+                    let x = g.read_f32(input, n * c.n_embd)?;
+                    route_rows(c, f, &x, n, &mut s.routes, &mut s.probs, &mut s.select);
+                    moe_ffn(g, c, b, moe, &s.routes, input, n)?;
+                }
+            }
             residual(g, c, b, n, blk.post_ffn_norm.as_ref())?;
         }
 

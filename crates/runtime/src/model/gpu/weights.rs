@@ -83,6 +83,11 @@ pub(super) struct Uploader<'a> {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Ticket(usize);
 
+impl Ticket {
+    /// A placeholder, replaced before use.
+    pub const NONE: Ticket = Ticket(usize::MAX);
+}
+
 /// A projection's members' tickets and output columns.
 pub(super) struct ProjTicket {
     parts: Vec<(Ticket, usize)>,
