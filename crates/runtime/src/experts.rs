@@ -168,7 +168,7 @@ pub(crate) enum DeviceExpert<'s, 'a> {
     /// Native tensors in place in the mapping.
     Mapped(&'s ExpertMats<'a>),
     /// Transcoded from raw ggml slices.
-    Owned(ExpertMats<'static>),
+    Owned(Box<ExpertMats<'static>>),
 }
 
 struct Cached {
@@ -437,7 +437,7 @@ impl<'a> ExpertStore<'a> {
         {
             return Ok(DeviceExpert::Mapped(mapped));
         }
-        Ok(DeviceExpert::Owned(self.load(key)?))
+        Ok(DeviceExpert::Owned(Box::new(self.load(key)?)))
     }
 
     /// Copies (native) or transcodes (raw) expert `key`'s slices into owned,
