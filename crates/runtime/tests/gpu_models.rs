@@ -311,8 +311,11 @@ fn gpu_moe_families_equal_the_cpu() {
 /// the family; `Device::Auto` runs them on the CPU. On this host (no
 /// hardware GPU) `Auto` runs every model on the CPU.
 #[test]
-fn gpu_refuses_mla_and_auto_falls_back_to_the_cpu() {
-    for (arch, file) in [("deepseek2", "deepseek2-f16.gguf")] {
+fn gpu_refuses_mla_and_gemma3n_and_auto_falls_back_to_the_cpu() {
+    for (arch, file) in [
+        ("deepseek2", "deepseek2-f16.gguf"),
+        ("gemma3n", "gemma3n-f16.gguf"),
+    ] {
         let p = testdata().join("tiny").join(arch).join(file);
         let w = GgufWeights::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         let e = Model::load_with(&w, &gpu()).unwrap_err().to_string();
