@@ -71,6 +71,11 @@ pub struct Allow {
     pub f16: bool,
     /// Subgroup operations.
     pub subgroups: bool,
+    /// A cap on each storage binding below the adapter's limit (`None`:
+    /// the adapter's): tensors over it are bound as row pieces, so tests
+    /// exercise that on small models, and a driver whose large bindings
+    /// misbehave can be worked around.
+    pub max_binding: Option<u64>,
 }
 
 impl Default for Allow {
@@ -78,6 +83,7 @@ impl Default for Allow {
         Allow {
             f16: true,
             subgroups: true,
+            max_binding: None,
         }
     }
 }
@@ -310,7 +316,11 @@ impl Gpu {
             kind: kind_of(&info),
             f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
-            max_binding: limits.max_storage_buffer_binding_size,
+            max_binding: allow
+                .max_binding
+                .map_or(limits.max_storage_buffer_binding_size, |cap| {
+                    cap.clamp(1 << 16, limits.max_storage_buffer_binding_size)
+                }),
             max_buffer: limits.max_buffer_size,
             max_workgroups: limits.max_compute_workgroups_per_dimension,
             offset_align: u64::from(device.limits().min_storage_buffer_offset_alignment),

@@ -113,6 +113,7 @@ fn optional_features_can_be_withheld() {
         gpack_gpu::Allow {
             f16: false,
             subgroups: false,
+            ..Default::default()
         },
     )
     .unwrap();

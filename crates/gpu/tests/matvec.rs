@@ -31,6 +31,7 @@ fn gpus() -> [&'static Gpu; 2] {
             open(Allow {
                 f16: false,
                 subgroups: false,
+                ..Default::default()
             })
         }),
     ]

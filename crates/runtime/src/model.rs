@@ -207,6 +207,10 @@ pub struct LoadOptions {
     /// With a GPU: how many blocks run on it, from the first (the rest,
     /// and then the head, on the CPU; llama.cpp's `-ngl`). `None`: all.
     pub gpu_layers: Option<usize>,
+    /// With a GPU: a cap on each storage binding below the adapter's
+    /// limit (`None`: the adapter's). Tensors over it are bound as row
+    /// pieces; tests use it to exercise that on small models.
+    pub gpu_max_binding: Option<u64>,
 }
 
 /// The default PLE row cache: 1024 sets × 4 ways.
@@ -228,6 +232,7 @@ impl Default for LoadOptions {
             context: 0,
             device: Device::Cpu,
             gpu_layers: None,
+            gpu_max_binding: None,
         }
     }
 }

@@ -259,6 +259,47 @@ fn gpu_smollm2_q4_1_equals_the_cpu() {
     compare(&w, &gpu(), &prompt, 8, "SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
+/// Tensors larger than one storage binding are cut by rows at placement
+/// and bound as row pieces in several buffers: SmolLM2 Q4_1 as a .gpack
+/// (its tied 49152-row embedding/head and more exceed a 2 MiB binding),
+/// and as a .gguf (per-tensor uploads, pieces inside one buffer), equal
+/// to the CPU.
+#[test]
+fn gpu_tensors_over_one_binding_are_row_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = gpack_testkit::smollm2();
+    let out = dir.path().join("smollm2.gpack");
+    gpack_convert::convert(
+        &gpack_convert::ConvertOptions {
+            source: src.clone(),
+            output: out.clone(),
+            ..Default::default()
+        },
+        &(),
+    )
+    .unwrap();
+    let small = LoadOptions {
+        gpu_max_binding: Some(2 << 20),
+        ..gpu()
+    };
+    let prompt = [504, 3575, 282, 4649, 314];
+    let gpack = gpack_runtime::GpackWeights::open(&out).unwrap();
+    let gguf = GgufWeights::open(&src).unwrap();
+    for (w, what) in [
+        (
+            &gpack as &dyn WeightSource,
+            "SmolLM2 Q4_1 .gpack, 2 MiB bindings",
+        ),
+        (&gguf, "SmolLM2 Q4_1 .gguf, 2 MiB bindings"),
+    ] {
+        let m = Model::load_with(w, &small).unwrap();
+        let summary = m.gpu_summary().unwrap();
+        assert!(summary.contains("row pieces"), "{what}: {summary}");
+        drop(m);
+        compare(w, &small, &prompt, 6, what);
+    }
+}
+
 /// The MoE families with every expert resident on the device (the router
 /// on the host, on the device's rows): the tiny fixtures' f16 and q8_0
 /// GGUFs (raw ggml experts, transcoded at load), gpt-oss in MXFP4, and a

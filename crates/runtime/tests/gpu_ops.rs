@@ -32,6 +32,7 @@ fn gpus() -> &'static [Gpu; 2] {
             open(Allow {
                 f16: false,
                 subgroups: false,
+                ..Default::default()
             }),
         ]
     })

@@ -212,6 +212,91 @@ impl GpuMatrix {
         })
     }
 
+    /// The tensor `view` (a whole tensor, as [`NativeView::parse`] returned
+    /// it) laid out as a [`crate::placement::Placement`] cut it: row pieces
+    /// in buffers of their own, each `(buffer, byte offset, rows, head)`
+    /// (`head`: the header bytes in front of the first piece's rows, 0 for
+    /// the others), in row order, covering every row. Only the layouts a
+    /// placement may cut (Rows16 at 16-row groups, F32/F16/BF16 at any
+    /// row: one array of rows, nothing after it).
+    pub fn in_pieces(
+        gpu: &Gpu,
+        view: &NativeView<'_>,
+        parts: &[(Arc<wgpu::Buffer>, u64, std::ops::Range<u64>, u64)],
+    ) -> Result<GpuMatrix, Error> {
+        let layout = view.layout();
+        if !supports(layout) {
+            return Err(source::unsupported(layout));
+        }
+        let (rows, cols) = (view.rows(), view.cols());
+        let row_bytes: Option<(u64, u64)> = match layout {
+            Layout::Rows16(_) => Some((view.rows16_group_bytes() as u64, R as u64)),
+            Layout::F32 | Layout::F16 | Layout::BF16 => {
+                let lens = ArrayLens::new(layout, rows as u64, cols as u64, false)?;
+                Some((lens.codes / rows.max(1) as u64, 1))
+            }
+            _ => None,
+        };
+        let Some((group_bytes, group_rows)) = row_bytes else {
+            return Err(Error::Layout {
+                layout: "a layout with separate scale arrays",
+                why: "cannot be cut into row pieces (its scales follow all the codes)",
+            });
+        };
+        let align = u64::from(gpu.device().limits().min_storage_buffer_offset_alignment);
+        let mut pieces = Vec::with_capacity(parts.len());
+        let mut next = 0u64;
+        for (buffer, offset, range, head) in parts {
+            let (r0, r1) = (range.start, range.end);
+            if r0 != next || r1 <= r0 || r1 > rows as u64 || r0 % group_rows != 0 {
+                return Err(Error::Size {
+                    what: "row pieces (contiguous, whole groups, every row)",
+                    needed: next,
+                    have: r0,
+                });
+            }
+            next = r1;
+            let at = offset + head;
+            let len = (r1 - r0).div_ceil(group_rows) * group_bytes;
+            if at + len > buffer.size() || !at.is_multiple_of(4) {
+                return Err(Error::Size {
+                    what: "row piece in its buffer",
+                    needed: at + len,
+                    have: buffer.size(),
+                });
+            }
+            let base = at / align * align;
+            pieces.push(Piece {
+                row0: r0 as usize,
+                rows: (r1 - r0) as usize,
+                codes: Binding {
+                    buffer: buffer.clone(),
+                    base,
+                    size: (at + len - base)
+                        .next_multiple_of(4)
+                        .min(buffer.size() - base),
+                    word: ((at - base) / 4) as u32,
+                },
+                scales: None,
+                mins: None,
+            });
+        }
+        if next != rows as u64 {
+            return Err(Error::Size {
+                what: "row pieces covering every row",
+                needed: rows as u64,
+                have: next,
+            });
+        }
+        Ok(GpuMatrix {
+            layout,
+            rows,
+            cols,
+            pieces,
+            pipelines: Mutex::new([None, None, None]),
+        })
+    }
+
     /// The layout.
     pub fn layout(&self) -> Layout {
         self.layout

@@ -36,7 +36,7 @@ use crate::experts::DeviceExpert;
 use crate::weights::WeightSource;
 use gpack_gpu::ops::Buffer;
 use gpack_gpu::upload::Report;
-use gpack_gpu::{AdapterKind, Gpu, GpuMatrix, Want};
+use gpack_gpu::{AdapterKind, Allow, Gpu, GpuMatrix, Want};
 use std::sync::Arc;
 use weights::{GpuProj, ProjTicket, Ticket, Uploader};
 
@@ -238,7 +238,11 @@ impl GpuModel {
             Device::Gpu(None) => Want::Any,
             _ => Want::Auto,
         };
-        let gpu = match Gpu::open(want) {
+        let allow = Allow {
+            max_binding: opts.gpu_max_binding,
+            ..Allow::default()
+        };
+        let gpu = match Gpu::open_with(want, allow) {
             Ok(g) => g,
             Err(e) if auto => {
                 log::info!("device auto: the CPU ({e})");
@@ -394,6 +398,33 @@ impl GpuModel {
         })
     }
 
+    /// How many matrices are bound as several row pieces (larger than one
+    /// binding).
+    fn cut_tensors(&self) -> usize {
+        let mut mats: Vec<&GpuMatrix> = Vec::new();
+        for b in &self.blocks {
+            mats.extend(b.qkv.members());
+            mats.push(&b.wo);
+            match &b.ffn {
+                GpuFfn::Dense { gate_up, down } => {
+                    mats.extend(gate_up.members());
+                    mats.push(down);
+                }
+                GpuFfn::Moe(m) => {
+                    mats.extend(m.experts.iter().flat_map(|e| e.iter().map(|x| &**x)));
+                    if let Some((gu, d)) = &m.shared {
+                        mats.extend(gu.members());
+                        mats.push(d);
+                    }
+                }
+            }
+        }
+        if let Some(h) = &self.head {
+            mats.push(&h.output);
+        }
+        mats.iter().filter(|m| m.pieces() > 1).count()
+    }
+
     /// Blocks on the device.
     pub(super) fn blocks(&self) -> usize {
         self.blocks.len()
@@ -417,6 +448,10 @@ impl GpuModel {
             self.blocks.len(),
             if self.head.is_some() { " and the head" } else { "" },
         );
+        let cut = self.cut_tensors();
+        if cut > 0 {
+            s.push_str(&format!("; {cut} tensors bound as row pieces"));
+        }
         for r in &self.reports {
             s.push_str(&format!("; {r}"));
         }

@@ -10,17 +10,19 @@
 //! tensor used apart, a provider's in-memory transcode: .gguf, .giw, Hugging
 //! Face inputs) is uploaded on its own from its native arrays.
 //!
-//! A tensor larger than one storage binding is refused naming it: placed
-//! with `cut: None`, since [`GpuMatrix`] binds a tensor inside one buffer
-//! (its own row pieces over the binding limit are a next step).
+//! A tensor larger than one storage binding is cut by rows at placement
+//! ([`cut_of`]: Rows16 at 16-row groups, F32/F16/BF16 at any row) and bound
+//! as row pieces in several buffers ([`GpuMatrix::in_pieces`]); an int8/int4
+//! tensor (scales after all its codes) must fit one binding, else it is
+//! refused naming it.
 
 use crate::error::{Error, Result};
 use crate::matrix::{Matrix, Proj};
 use gpack_gpu::matvec::Out;
-use gpack_gpu::placement::Tensor;
+use gpack_gpu::placement::{Cut, Tensor};
 use gpack_gpu::upload::{Report, Section};
 use gpack_gpu::{Gpu, GpuMatrix};
-use gpack_quant::{NativeTensorHeader, NativeView};
+use gpack_quant::{Layout, NativeTensorHeader, NativeView};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -35,6 +37,11 @@ pub(super) struct GpuProj {
 }
 
 impl GpuProj {
+    /// The member matrices.
+    pub fn members(&self) -> impl Iterator<Item = &GpuMatrix> {
+        self.parts.iter().map(|(m, _)| &**m)
+    }
+
     /// `y[t] = [W0 · x[t], W1 · x[t], …]` for `n` rows (`y`: `[n][rows]`).
     pub fn matmul(
         &self,
@@ -273,7 +280,7 @@ impl<'a> Uploader<'a> {
                 .map(|(off, v)| Tensor {
                     offset: *off,
                     len: v.byte_len() as u64,
-                    cut: None,
+                    cut: cut_of(v),
                 })
                 .collect();
             let name_of = |i: usize| {
@@ -299,9 +306,19 @@ impl<'a> Uploader<'a> {
                 res.buffers.iter().cloned().map(Arc::new).collect();
             let mut bound: Vec<Option<Arc<GpuMatrix>>> = vec![None; tensors.len()];
             for (i, (_, v)) in tensors.iter().enumerate() {
-                let piece = &res.placement.pieces_of(i)[0];
-                let m = GpuMatrix::in_buffer(g, buffers[piece.buffer].clone(), piece.offset, v)
-                    .map_err(gpu_err(format!("tensor {}", name_of(i))))?;
+                let pieces = res.placement.pieces_of(i);
+                let m = match pieces {
+                    [one] => GpuMatrix::in_buffer(g, buffers[one.buffer].clone(), one.offset, v),
+                    // Larger than one binding: cut by rows at placement.
+                    cut => {
+                        let parts: Vec<_> = cut
+                            .iter()
+                            .map(|p| (buffers[p.buffer].clone(), p.offset, p.rows.clone(), p.head))
+                            .collect();
+                        GpuMatrix::in_pieces(g, v, &parts)
+                    }
+                }
+                .map_err(gpu_err(format!("tensor {}", name_of(i))))?;
                 bound[i] = Some(Arc::new(m));
             }
             for (k, (_, w)) in self.wanted.iter().enumerate() {
@@ -332,6 +349,28 @@ impl<'a> Uploader<'a> {
             .collect();
         Ok((Uploaded(mats), reports))
     }
+}
+
+/// Where `v` may be cut by rows if it does not fit one binding: Rows16
+/// tensors at 16-row groups, F32/F16/BF16 at any row (one array of rows
+/// after the header); `None` for the layouts whose scales follow all the
+/// codes (int8/int4), which must fit a binding whole.
+fn cut_of(v: &NativeView<'_>) -> Option<Cut> {
+    let (rows, cols) = (v.rows() as u64, v.cols() as u64);
+    let (h, len) = NativeTensorHeader::new(v.layout(), rows, cols, v.has_f16_scales()).ok()?;
+    let (group_rows, group_bytes) = match v.layout() {
+        Layout::Rows16(_) => (16, v.rows16_group_bytes() as u64),
+        Layout::F32 | Layout::F16 | Layout::BF16 => (1, (len - h.codes_off) / rows.max(1)),
+        _ => return None,
+    };
+    let cut = Cut {
+        head: h.codes_off,
+        rows,
+        group_rows,
+        group_bytes,
+    };
+    // Only where the tensor is exactly its header and its row groups.
+    (rows > 0 && cut.head + cut.groups() * group_bytes == v.byte_len() as u64).then_some(cut)
 }
 
 /// A layout no GPU kernel reads is refused naming the tensor.
