@@ -250,7 +250,12 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// `gpack.GpackError` naming it), `"before"` (hash everything at load) or
 /// `"off"`, and `threads`: the threads the model runs on, the calling one
 /// included (default: `GPACK_THREADS`, else one per logical CPU the
-/// process may use). The `GPACK_*` load variables apply as in `gpack run`;
+/// process may use). `device`: `"auto"` (default, as `gpack run`: a
+/// hardware GPU when one exists and the model runs there, else the CPU;
+/// never a software adapter), `"cpu"`, `"gpu"` (a hardware GPU, else a
+/// software one such as lavapipe with a warning; none is an error) or
+/// `"gpu:N"`; `gpu_layers`: the first N blocks on the GPU, the rest on the
+/// CPU (default: all). `Model.device` says where it runs. The `GPACK_*` load variables apply as in `gpack run`;
 /// a bad value is a `ValueError`.
 #[pyclass(module = "gpack._gpack", frozen)]
 pub struct Model {
@@ -535,7 +540,7 @@ impl Model {
     #[new]
     #[pyo3(signature = (path, *, n_ctx = 2048, kv = "f16", kv_f16 = None, verify = "background",
                         fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None,
-                        threads = None))]
+                        threads = None, device = "auto", gpu_layers = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -547,7 +552,10 @@ impl Model {
         expert_mmap: bool,
         expert_cache_bytes: Option<usize>,
         threads: Option<usize>,
+        device: &str,
+        gpu_layers: Option<usize>,
     ) -> PyResult<Model> {
+        let device: gpack_runtime::Device = device.parse().map_err(PyValueError::new_err)?;
         let verify = match verify {
             "background" => VerifyMode::Background,
             "before" => VerifyMode::Before,
@@ -600,6 +608,8 @@ impl Model {
             threads,
             experts,
             kv_f16,
+            device,
+            gpu_layers,
             ..env
         };
         let cell = py.detach(|| {
@@ -652,6 +662,17 @@ impl Model {
     #[getter]
     fn path(&self) -> PathBuf {
         self.path.clone()
+    }
+
+    /// Where the model runs: `"cpu"`, or the GPU adapter, its backend, the
+    /// blocks on it and the uploads (what `gpack run --verbose` logs).
+    #[getter]
+    fn device(&self) -> String {
+        self.shared.cell.with_dependent(|_, e| {
+            e.model
+                .gpu_summary()
+                .map_or_else(|| "cpu".to_string(), |s| format!("gpu: {s}"))
+        })
     }
 
     /// KV cache positions per generation.

@@ -13,8 +13,8 @@ PROMPTS = ["The capital of France is", "Once upon a time, in a small village by 
 N = 24
 
 
-def cli_run(model, prompt, n=N, chat=False):
-    args = ["run", model, "-p", prompt, "-n", n, "--temp", "0"] + (["--chat"] if chat else [])
+def cli_run(model, prompt, n=N, chat=False, extra=()):
+    args = ["run", model, "-p", prompt, "-n", n, "--temp", "0"] + (["--chat"] if chat else []) + list(extra)
     out = run_cli(*args).stdout
     assert out.endswith("\n")
     return out[:-1]
@@ -287,3 +287,21 @@ def test_threads_setting(smol_gpack):
     assert m.generate(PROMPTS[0], 8) == cli_run(smol_gpack, PROMPTS[0], 8)
     with pytest.raises(ValueError, match="threads"):
         gpack.Model(smol_gpack, threads=0)
+
+
+def test_device_setting(smol_gpack):
+    """device= as `gpack run --device`: on the GPU (lavapipe here, a software adapter:
+    only `gpu` takes it) the greedy text equals `gpack run --device gpu`'s, also split by
+    gpu_layers; `cpu` runs on the CPU; `auto` never takes a software adapter."""
+    m = gpack.Model(smol_gpack, device="gpu")
+    assert m.device.startswith("gpu: ") and "blocks and the head on the GPU" in m.device, m.device
+    assert m.generate(PROMPTS[0], 16) == cli_run(smol_gpack, PROMPTS[0], 16, extra=["--device", "gpu"])
+    split = gpack.Model(smol_gpack, device="gpu", gpu_layers=2)
+    assert "2 blocks on the GPU" in split.device, split.device
+    assert split.generate(PROMPTS[0], 16) == cli_run(
+        smol_gpack, PROMPTS[0], 16, extra=["--device", "gpu", "--gpu-layers", "2"])
+    assert gpack.Model(smol_gpack, device="cpu").device == "cpu"
+    auto = gpack.Model(smol_gpack)
+    assert auto.device == "cpu" or "software" not in auto.device, auto.device
+    with pytest.raises(ValueError, match="device"):
+        gpack.Model(smol_gpack, device="tpu")

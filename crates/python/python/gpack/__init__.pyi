@@ -104,9 +104,13 @@ class Model:
         expert_mmap: bool = False,
         expert_cache_bytes: Optional[int] = None,
         threads: Optional[int] = None,
+        device: str = "auto",
+        gpu_layers: Optional[int] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...
+    @property
+    def device(self) -> str: ...
     @property
     def n_ctx(self) -> int: ...
     @property
