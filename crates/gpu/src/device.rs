@@ -350,6 +350,21 @@ impl Gpu {
         &self.queue
     }
 
+    /// Why the device was lost, if it was (its lost callback ran: a driver
+    /// reset, an unplugged GPU, [`Gpu::destroy`]).
+    pub fn lost(&self) -> Option<String> {
+        self.lost
+            .load(Ordering::SeqCst)
+            .then(|| "the GPU device was lost (a driver reset, a removed device)".to_string())
+    }
+
+    /// Destroys the device as a driver reset would lose it: everything
+    /// after fails with a device-lost error (fault injection for tests).
+    pub fn destroy(&self) {
+        self.device.destroy();
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
     /// `Err` if the device was lost or an operation failed since the last check.
     pub fn check(&self) -> Result<(), Error> {
         let msg = self.failure.lock().ok().and_then(|mut f| f.take());

@@ -75,3 +75,22 @@ mod tests {
         }
     }
 }
+
+/// The GPU a model runs on and what it holds there ([`crate::Model::gpu_info`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// The adapter's name (`llvmpipe (LLVM 15.0.6, 256 bits)`, a GPU's).
+    pub adapter: String,
+    /// `vulkan`, `metal` or `dx12`.
+    pub backend: &'static str,
+    /// A software adapter (the CPU behind a GPU API: lavapipe, WARP).
+    pub software: bool,
+    /// Blocks on the device (the first ones).
+    pub blocks: usize,
+    /// The final norm and head are on the device too.
+    pub head: bool,
+    /// Device memory the weights take.
+    pub weight_bytes: u64,
+    /// Device memory one sequence's f16 KV cache takes per position.
+    pub kv_bytes_per_position: u64,
+}

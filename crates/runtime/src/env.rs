@@ -86,6 +86,17 @@ fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<LoadOptions, Stri
     if flag("GPACK_PLE_MMAP")? {
         opts.ple = PleIo::Mmap;
     }
+    if let Some(v) = get("GPACK_TEST_GPU_LOST_AT_STEP")? {
+        let n = v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                format!("GPACK_TEST_GPU_LOST_AT_STEP={v}: expected a step number ≥ 1")
+            })?;
+        opts.gpu_lost_at_step = Some(n);
+    }
     Ok(opts)
 }
 

@@ -211,6 +211,10 @@ pub struct LoadOptions {
     /// limit (`None`: the adapter's). Tensors over it are bound as row
     /// pieces; tests use it to exercise that on small models.
     pub gpu_max_binding: Option<u64>,
+    /// Fault injection for tests (`GPACK_TEST_GPU_LOST_AT_STEP`): the GPU
+    /// is destroyed, as a driver reset would lose it, at the start of this
+    /// step (counted from 1).
+    pub gpu_lost_at_step: Option<u64>,
 }
 
 /// The default PLE row cache: 1024 sets × 4 ways.
@@ -233,6 +237,7 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             gpu_layers: None,
             gpu_max_binding: None,
+            gpu_lost_at_step: None,
         }
     }
 }
@@ -408,6 +413,17 @@ impl<'a> Model<'a> {
     /// on the CPU): adapter, backend, blocks on the device, upload reports.
     pub fn gpu_summary(&self) -> Option<String> {
         self.gpu.as_ref().map(|g| g.summary())
+    }
+
+    /// The GPU the model runs on (`None`: the CPU alone).
+    pub fn gpu_info(&self) -> Option<crate::device::GpuInfo> {
+        self.gpu.as_ref().map(|g| g.info())
+    }
+
+    /// Why the model's GPU was lost, if it runs on one that was: nothing
+    /// more can run (serve reports it in `/health`).
+    pub fn device_lost(&self) -> Option<String> {
+        self.gpu.as_ref().and_then(|g| g.lost())
     }
 
     /// The PLE table's counters (`None` for a model without one).

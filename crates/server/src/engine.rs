@@ -187,6 +187,9 @@ pub struct EngineHandle {
     metrics: Arc<Metrics>,
     /// Cleared when the engine thread ends, however it ends.
     alive: AtomicBool,
+    /// Why the engine stopped for good, when it did because its device
+    /// was lost (what `/health` and the refusals after it say).
+    failure: Mutex<Option<String>>,
 }
 
 /// Places in the engine ([`EngineHandle::admit`]) held for a request
@@ -251,16 +254,21 @@ impl EngineHandle {
     /// The refusal of a job the engine cannot take: 503, the server is
     /// shutting down or its decoding thread has stopped.
     pub fn unavailable(&self) -> ApiError {
-        let why = if self.shutdown.load(Ordering::SeqCst) {
-            "the server is shutting down"
-        } else {
-            "the decoding thread has stopped"
+        let why = match self.failure() {
+            Some(f) => format!("the decoding thread has stopped: {f}"),
+            None if self.shutdown.load(Ordering::SeqCst) => "the server is shutting down".into(),
+            None => "the decoding thread has stopped".into(),
         };
         ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             "server_error",
             why,
         )
+    }
+
+    /// Why the engine stopped for good, if its device was lost.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
     }
 
     /// Reserves `n` places (sequence slots or queue places) for a request's
@@ -390,6 +398,7 @@ pub fn start(
         abort: AtomicBool::new(false),
         metrics: metrics.clone(),
         alive: AtomicBool::new(true),
+        failure: Mutex::new(None),
     });
     let h = handle.clone();
     let thread = std::thread::Builder::new()
@@ -848,7 +857,43 @@ impl Engine {
                 return;
             }
             self.step();
+            if let Some(why) = self.model.device_lost() {
+                // Nothing can run on a lost device: the step's jobs failed,
+                // so do the held and queued ones, and the thread ends
+                // (`/health` turns 503 naming the cause).
+                log::error!("{why}: failing every job and stopping the decoding thread");
+                if let Ok(mut f) = self.handle.failure.lock() {
+                    f.get_or_insert(why.clone());
+                }
+                return self.fail_all(&rx, &why);
+            }
         }
+    }
+
+    /// Ends every job held or queued with `why` (a lost device).
+    fn fail_all(&mut self, rx: &mpsc::Receiver<Work>, why: &str) {
+        let msg = format!("the request could not finish: {why}");
+        for i in 0..self.slots.len() {
+            if self.slots[i].is_some() {
+                self.retire(i, Some(Event::Error(msg.clone())));
+            }
+        }
+        self.lanes.clear();
+        let embeds: Vec<_> = self.embeds.drain(..).map(|e| e.job).collect();
+        let mut n = 0;
+        for w in rx.try_iter().chain(embeds.into_iter().map(Work::Embed)) {
+            match w {
+                Work::Gen(j) => {
+                    let _ = j.events.send(Event::Error(msg.clone()));
+                }
+                Work::Embed(j) => {
+                    let _ = j.reply.send(Err(msg.clone()));
+                }
+            }
+            n += 1;
+        }
+        self.handle.in_system.fetch_sub(n, Ordering::SeqCst);
+        self.update_gauges();
     }
 
     /// One batched forward over every active slot, then sampling. A

@@ -142,7 +142,10 @@ async fn chat_page() -> Response {
 }
 
 async fn health(State(s): St) -> Response {
-    let down = (!s.engine.is_alive()).then(|| "the decoding thread has stopped".to_string());
+    let down = (!s.engine.is_alive()).then(|| match s.engine.failure() {
+        Some(f) => format!("the decoding thread has stopped: {f}"),
+        None => "the decoding thread has stopped".to_string(),
+    });
     match down.or_else(|| s.integrity_failure()) {
         None => Json(json!({"status": "ok"})).into_response(),
         Some(m) => (

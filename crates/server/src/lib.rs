@@ -276,6 +276,7 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
     let grammars =
         gpack_runtime::decode::Grammars::of(tok, stop_tokens.first().copied().unwrap_or(0));
     let metrics = Arc::new(metrics::Metrics::default());
+    metrics.set_device(bm.gpu_info().as_ref());
     // `--verify background`: hashing starts once the first token (or
     // embedding) is out, as in `gpack run`, so it never delays a first
     // token; before, /health reports ok (nothing found yet).

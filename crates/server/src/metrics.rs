@@ -84,6 +84,8 @@ pub struct Metrics {
     pub ttft: Histogram,
     /// Per-request decode speed (tokens after the first / their time).
     pub tps: Histogram,
+    /// Where the model runs: set once at start ([`Metrics::set_device`]).
+    pub device: std::sync::OnceLock<(String, u64)>,
     /// Seconds to compute one token's grammar mask (constrained requests;
     /// on the mask thread, beside the forward pass).
     pub mask_seconds: Histogram,
@@ -122,11 +124,38 @@ impl Default for Metrics {
             ]),
             mask_seconds: Histogram::new(MASK_BOUNDS),
             mask_wait: Histogram::new(MASK_BOUNDS),
+            device: std::sync::OnceLock::new(),
         }
     }
 }
 
+/// A Prometheus label value: `\`, `"` and newlines escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 impl Metrics {
+    /// Records where the model runs (`gpack_device_info`,
+    /// `gpack_device_weight_bytes`): the CPU, or the GPU's adapter.
+    pub fn set_device(&self, gpu: Option<&gpack_runtime::GpuInfo>) {
+        let v = match gpu {
+            None => ("{device=\"cpu\"}".to_string(), 0),
+            Some(g) => (
+                format!(
+                    "{{device=\"gpu\",adapter=\"{}\",backend=\"{}\",kind=\"{}\",blocks=\"{}\"}}",
+                    label(&g.adapter),
+                    g.backend,
+                    if g.software { "software" } else { "hardware" },
+                    g.blocks
+                ),
+                g.weight_bytes,
+            ),
+        };
+        let _ = self.device.set(v);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -164,6 +193,20 @@ impl Metrics {
             "counter",
             &[("", self.cancelled.load(Relaxed))],
         );
+        if let Some((labels, bytes)) = self.device.get() {
+            counter(
+                "gpack_device_info",
+                "Where the model runs: the CPU, or the GPU adapter (name, backend, kind, blocks on it).",
+                "gauge",
+                &[(labels, 1)],
+            );
+            counter(
+                "gpack_device_weight_bytes",
+                "Device memory the model's weights take on the GPU (0 on the CPU).",
+                "gauge",
+                &[("", *bytes)],
+            );
+        }
         counter(
             "gpack_prompt_tokens_total",
             "Prompt tokens processed.",

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use gpack_testkit::{root, script};
 
+/// `serve --device gpu` (lavapipe here and in CI).
+mod gpu;
+
 /// The `gpack` binary: `GPACK_BIN` when set (scripts/test.sh sets it to the
 /// binary its `cargo test --workspace` built), otherwise built now beside
 /// this test's `deps/` directory.

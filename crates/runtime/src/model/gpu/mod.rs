@@ -115,6 +115,13 @@ pub(crate) struct GpuModel {
     blocks: Vec<GpuBlock>,
     head: Option<GpuHead>,
     reports: Vec<Report>,
+    /// Device memory the weights take (section buffers and own uploads).
+    weight_bytes: u64,
+    /// f16 KV bytes per position of one sequence (every GPU block).
+    kv_bytes_per_pos: u64,
+    /// Steps run (for [`LoadOptions::gpu_lost_at_step`]).
+    steps: std::sync::atomic::AtomicU64,
+    lost_at: Option<u64>,
 }
 
 /// Why the device cannot run the model's graph, if it cannot.
@@ -262,7 +269,7 @@ impl GpuModel {
                 caps.name
             );
         }
-        match GpuModel::build(Arc::new(gpu), m, w, blocks) {
+        match GpuModel::build(Arc::new(gpu), m, w, blocks, opts.gpu_lost_at_step) {
             Ok(g) => {
                 log::info!("device {}: {}", opts.device, g.summary());
                 Ok(Some(g))
@@ -286,6 +293,7 @@ impl GpuModel {
         m: &Model<'_>,
         w: &dyn WeightSource,
         n_blocks: usize,
+        lost_at: Option<u64>,
     ) -> Result<GpuModel> {
         let g = &*gpu;
         let c = &m.config;
@@ -339,7 +347,7 @@ impl GpuModel {
             true => Some(up.matrix("output.weight", &m.output)?),
             false => None,
         };
-        let (mats, reports) = up.upload(g)?;
+        let (mats, reports, weight_bytes) = up.upload(g)?;
         let opt = |name: String, v: &Option<Vec<f32>>| -> Result<Option<Buffer>> {
             v.as_deref().map(|v| upload_vec(g, &name, v)).transpose()
         };
@@ -395,6 +403,10 @@ impl GpuModel {
             blocks,
             head,
             reports,
+            weight_bytes,
+            kv_bytes_per_pos: (n_blocks * c.n_head_kv * (c.head_dim + c.head_dim_v) * 2) as u64,
+            steps: Default::default(),
+            lost_at,
         })
     }
 
@@ -425,6 +437,37 @@ impl GpuModel {
         mats.iter().filter(|m| m.pieces() > 1).count()
     }
 
+    /// The adapter and what the model holds on it.
+    pub(super) fn info(&self) -> crate::device::GpuInfo {
+        let c = self.gpu.caps();
+        crate::device::GpuInfo {
+            adapter: c.name.clone(),
+            backend: c.backend,
+            software: c.kind == AdapterKind::Software,
+            blocks: self.blocks.len(),
+            head: self.head.is_some(),
+            weight_bytes: self.weight_bytes,
+            kv_bytes_per_position: self.kv_bytes_per_pos,
+        }
+    }
+
+    /// Why the device was lost, if it was.
+    pub(super) fn lost(&self) -> Option<String> {
+        self.gpu.lost()
+    }
+
+    /// Counts a step; destroys the device at the injected step.
+    fn count_step(&self) {
+        let n = self
+            .steps
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if self.lost_at == Some(n) {
+            log::warn!("GPACK_TEST_GPU_LOST_AT_STEP={n}: destroying the GPU device");
+            self.gpu.destroy();
+        }
+    }
+
     /// Blocks on the device.
     pub(super) fn blocks(&self) -> usize {
         self.blocks.len()
@@ -448,6 +491,11 @@ impl GpuModel {
             self.blocks.len(),
             if self.head.is_some() { " and the head" } else { "" },
         );
+        s.push_str(&format!(
+            "; device memory: weights {:.1} MiB, KV {} B per position per sequence",
+            self.weight_bytes as f64 / (1 << 20) as f64,
+            self.kv_bytes_per_pos
+        ));
         let cut = self.cut_tensors();
         if cut > 0 {
             s.push_str(&format!("; {cut} tensors bound as row pieces"));

@@ -268,10 +268,17 @@ impl Model<'_> {
         tokens: &[&[u32]],
         n: usize,
     ) -> Result<bool> {
+        g.count_step();
         self.gpu_blocks_on(g, s, seqs, tokens, n)
-            .map_err(|source| Error::Gpu {
-                what: "running a step".into(),
-                source,
+            .map_err(|source| match g.lost() {
+                Some(why) => Error::Gpu {
+                    what: format!("running a step: {why}"),
+                    source,
+                },
+                None => Error::Gpu {
+                    what: "running a step".into(),
+                    source,
+                },
             })
     }
 

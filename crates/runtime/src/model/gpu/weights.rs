@@ -257,7 +257,7 @@ impl<'a> Uploader<'a> {
     /// Uploads everything asked for: each section once (placed, streamed,
     /// SHA-256 checked), the rest one tensor each. Returns the matrices in
     /// ticket order and the sections' reports.
-    pub fn upload(self, g: &Gpu) -> Result<(Uploaded, Vec<Report>)> {
+    pub fn upload(self, g: &Gpu) -> Result<(Uploaded, Vec<Report>, u64)> {
         let mut out: Vec<Option<Arc<GpuMatrix>>> = vec![None; self.wanted.len()];
         let mut reports = Vec::new();
         for (si, sec) in self.sections.iter().enumerate() {
@@ -330,6 +330,7 @@ impl<'a> Uploader<'a> {
             }
             reports.push(res.report);
         }
+        let mut own_bytes = 0u64;
         for (k, (name, w)) in self.wanted.iter().enumerate() {
             let words = match w {
                 Want::InSection(..) => continue,
@@ -339,6 +340,7 @@ impl<'a> Uploader<'a> {
                 })?,
                 Want::Words(words) => words.clone(),
             };
+            own_bytes += words.len() as u64 * 4;
             let m = GpuMatrix::upload(g, name, bytemuck::cast_slice(&words))
                 .map_err(gpu_err(format!("tensor {name}")))?;
             out[k] = Some(Arc::new(m));
@@ -347,7 +349,8 @@ impl<'a> Uploader<'a> {
             .into_iter()
             .map(|m| m.expect("every ticket uploaded"))
             .collect();
-        Ok((Uploaded(mats), reports))
+        let bytes = own_bytes + reports.iter().map(|r| r.device_bytes).sum::<u64>();
+        Ok((Uploaded(mats), reports, bytes))
     }
 }
 
