@@ -26,7 +26,7 @@ fn gpu_four_concurrent_streams_equal_their_solo_runs() {
         "List three colors, one per line:",
     ];
     let req = |i: usize, p: &str| {
-        let sampling = if i % 2 == 0 {
+        let sampling = if i.is_multiple_of(2) {
             r#""temperature":0"#.to_string()
         } else {
             format!(r#""temperature":0.8,"top_k":40,"seed":{i}"#)
