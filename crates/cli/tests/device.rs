@@ -66,9 +66,9 @@ fn no_adapter_gpu_fails_clearly_and_auto_runs_on_the_cpu() {
 }
 
 #[test]
-fn device_gpu_refuses_a_moe_family_by_name() {
+fn device_gpu_refuses_an_mla_family_by_name() {
     let m = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/tiny/qwen3moe/qwen3moe-q8_0.gguf");
+        .join("../../testdata/tiny/deepseek2/deepseek2-q8_0.gguf");
     let o = gpack()
         .args([
             "run",
@@ -85,7 +85,52 @@ fn device_gpu_refuses_a_moe_family_by_name() {
     let e = String::from_utf8(o.stderr).unwrap();
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(
-        e.contains("family qwen3moe runs on the CPU only for now"),
+        e.contains("family deepseek2 runs on the CPU only for now"),
         "{e}"
     );
+}
+
+/// `gpack inspect` names the adapters (lavapipe: software) and what
+/// `--device auto` takes (the CPU: no hardware GPU here); without a driver
+/// the list is empty.
+#[test]
+fn inspect_names_the_adapters_and_the_auto_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny.gpack");
+    let o = gpack()
+        .args([
+            "convert",
+            tiny().to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let inspect = |env: &[(&str, &str)]| -> serde_json::Value {
+        let o = gpack()
+            .args(["inspect", out.to_str().unwrap(), "--json"])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["devices"].clone()
+    };
+    let d = inspect(&[]);
+    let list = d["adapters"].as_array().unwrap();
+    let hardware = list.iter().any(|a| a["kind"] == "hardware");
+    assert!(
+        list.iter().any(|a| a["kind"] == "software"
+            && a["backend"] == "vulkan"
+            && a["name"].as_str().unwrap().contains("llvmpipe")),
+        "lavapipe listed: {d}"
+    );
+    assert_eq!(
+        d["auto"].as_str().unwrap().starts_with("cpu"),
+        !hardware,
+        "auto: a hardware GPU or the CPU: {d}"
+    );
+    let none = inspect(&[("VK_ICD_FILENAMES", "/nonexistent.json")]);
+    assert_eq!(none["adapters"].as_array().unwrap().len(), 0, "{none}");
+    assert!(none["auto"].as_str().unwrap().starts_with("cpu"), "{none}");
 }

@@ -94,3 +94,35 @@ pub struct GpuInfo {
     /// Device memory one sequence's f16 KV cache takes per position.
     pub kv_bytes_per_position: u64,
 }
+
+/// A GPU adapter the installed drivers offer ([`adapters`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Adapter {
+    /// Its index: `--device gpu:N`.
+    pub index: usize,
+    /// The adapter's name.
+    pub name: String,
+    /// `vulkan`, `metal` or `dx12`.
+    pub backend: &'static str,
+    /// A software adapter (lavapipe, WARP): taken only by `--device gpu`.
+    pub software: bool,
+}
+
+/// Every GPU adapter the installed drivers offer, in a stable order.
+pub fn adapters() -> Vec<Adapter> {
+    gpack_gpu::Gpu::adapters()
+        .into_iter()
+        .map(|a| Adapter {
+            index: a.index,
+            name: a.name,
+            backend: a.backend,
+            software: a.kind == gpack_gpu::AdapterKind::Software,
+        })
+        .collect()
+}
+
+/// The adapter [`Device::Auto`] takes among `list`: the first hardware one
+/// (never a software adapter); `None`: the CPU.
+pub fn auto_adapter(list: &[Adapter]) -> Option<&Adapter> {
+    list.iter().find(|a| !a.software)
+}

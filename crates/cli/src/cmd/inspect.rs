@@ -73,6 +73,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "manifest": m.to_value(),
             "family": fam,
             "tensors": tensors(&g)?,
+            "devices": super::devices::json(),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -120,6 +121,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         )?,
     }
     writeln!(out, "source:    {}", m.source)?;
+    for (i, d) in super::devices::lines(&super::devices::json())
+        .iter()
+        .enumerate()
+    {
+        writeln!(
+            out,
+            "{}{d}",
+            if i == 0 { "devices:   " } else { "           " }
+        )?;
+    }
     let mv = m.to_value();
     let mtp = &mv["convert"]["mtp"];
     if mtp["role"] == "mtp" {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod convert;
+pub mod devices;
 pub mod export;
 pub mod inspect;
 pub mod ls;
