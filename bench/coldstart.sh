@@ -102,7 +102,7 @@ for i in $(seq "$RUNS"); do
   a=$(now)
   GPACK_CACHE=$W/store "$G" pull "$H/bench/cold:v1" -o "$W/out.gpack" --insecure --json >"$W/pull.json"
   b=$(now); P=$(free_port)
-  "$G" serve "$W/out.gpack" --port "$P" --ctx 512 >"$W/serve.log" 2>&1 &
+  "$G" serve "$W/out.gpack" --drain-grace 0 --port "$P" --ctx 512 >"$W/serve.log" 2>&1 &
   SPID=$!
   wait_ok "http://127.0.0.1:$P/readyz"
   curl -sf "http://127.0.0.1:$P/v1/completions" -H 'Content-Type: application/json' \
