@@ -7,7 +7,8 @@
 #           the rename) + gpack serve DEST until the first token of a
 #           1-token completion (port bound, /readyz polled every 20 ms).
 #   copy:   cp of the same blob from the registry's blob directory to the
-#           destination disk (the goal: gpack <= 1.2x this alone);
+#           destination disk (the goal: gpack <= 1.2x this alone; also
+#           with an fsync of the copy, as the pull fsyncs its file);
 #           + sha256sum of the copy; + llama-server's load of the same
 #           model's GGUF until the first token of a 1-token completion
 #           (/health polled every 20 ms).
@@ -41,6 +42,10 @@ else
 fi
 REG=$(bash scripts/registry.sh)
 W=$(mktemp -d "${TMPDIR:-/tmp}/gpack-coldstart.XXXXXX")
+# The registry's blob, the copy or the pulled file, and the push's upload.
+NEED=$(( $(stat -c %s "$MODEL") * 3 ))
+FREE=$(( $(df -B1 --output=avail "$W" | tail -1) ))
+[ "$FREE" -ge "$NEED" ] || { echo "coldstart.sh: $W has $FREE bytes free, needs $NEED" >&2; rm -rf "$W"; exit 1; }
 RPID= SPID=
 cleanup() {
   [ -n "$SPID" ] && kill "$SPID" 2>/dev/null
@@ -79,15 +84,16 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # Waits for URL to answer 200 (20 ms polls, at most 10 minutes).
 wait_ok() { for _ in $(seq 30000); do curl -sf -o /dev/null "$1" && return 0; sleep 0.02; done; return 1; }
 
-for s in cp sha llama llama_total pull serve gpack_total one; do : >"$W/$s.t"; done
+for s in cp cpsync sha llama llama_total pull serve gpack_total one; do : >"$W/$s.t"; done
 for i in $(seq "$RUNS"); do
   # cp, then sha256sum of the copy.
   rm -f "$W/copy"; prep "$BLOB"
-  a=$(now); cp "$BLOB" "$W/copy"; b=$(now)
+  a=$(now); cp "$BLOB" "$W/copy"; b=$(now); sync "$W/copy"; b2=$(now)
   prep "$W/copy"
   c=$(now); sha256sum "$W/copy" >/dev/null; d=$(now)
   rm -f "$W/copy"
-  echo "$b - $a" | bc -l >>"$W/cp.t"; echo "$d - $c" | bc -l >>"$W/sha.t"
+  echo "$b - $a" | bc -l >>"$W/cp.t"; echo "$b2 - $a" | bc -l >>"$W/cpsync.t"
+  echo "$d - $c" | bc -l >>"$W/sha.t"
   # llama-server: start to the first token.
   prep "$GGUF"; P=$(free_port)
   a=$(now)
@@ -125,6 +131,7 @@ printf 'cpu: %s, %s vCPU; load average at start of report: %s\n' "$(grep -m1 'mo
 printf 'model: %s (%s bytes); GGUF for llama-server: %s; %s rounds\n' "$MODEL" "$SIZE" "$GGUF" "$RUNS"
 printf 'page cache: %s\n' "$CACHE"
 printf 'cp (registry blob -> disk):            %s\n' "$(median_range <"$W/cp.t")"
+printf 'cp + fsync of the copy (pull fsyncs): %s\n' "$(median_range <"$W/cpsync.t")"
 printf 'sha256sum of the copy:                  %s\n' "$(median_range <"$W/sha.t")"
 printf 'llama-server load to first token:       %s\n' "$(median_range <"$W/llama.t")"
 printf 'cp + sha256sum + llama-server:          %s\n' "$(median_range <"$W/llama_total.t")"
@@ -132,6 +139,7 @@ printf 'gpack pull (ranges, 4 jobs, verified):  %s  %.2f GB/s\n' "$(median_range
 printf 'gpack serve to first token:             %s\n' "$(median_range <"$W/serve.t")"
 printf 'gpack pull + serve to first token:      %s\n' "$(median_range <"$W/gpack_total.t")"
 printf 'ratio gpack total / cp alone:           %.2fx (goal <= 1.2x)\n' "$(echo "$GT / $CP" | bc -l)"
+printf 'ratio gpack total / cp + fsync:         %.2fx\n' "$(echo "$GT / $(median <"$W/cpsync.t")" | bc -l)"
 printf 'ratio gpack total / cp+sha256sum+llama: %.2fx\n' "$(echo "$GT / $LT" | bc -l)"
 printf 'gpack pull, one stream (--jobs 1):      %s  %.2f GB/s; 4 ranges in flight: %.2fx its speed\n' \
   "$(median_range <"$W/one.t")" "$(echo "$GB / $ONE" | bc -l)" "$(echo "$ONE / $PULL" | bc -l)"
