@@ -314,7 +314,8 @@ fn openai_client_api_key() {
 #[test]
 fn sigterm_drains_in_flight_stream_and_exits_zero() {
     let m = model();
-    let mut srv = start(&m.gpack, &["--ctx", "512"]);
+    // No grace window (probes_follow_load_serve_and_drain covers it).
+    let mut srv = start(&m.gpack, &["--ctx", "512", "--drain-grace", "0"]);
     let body = r#"{"prompt":"Once upon a time","max_tokens":48,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}"#;
     let mut s = post(srv.addr, "/v1/completions", body);
     // Wait for the first bytes of the stream, then ask the server to stop.
