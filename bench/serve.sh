@@ -56,7 +56,7 @@ run_side() { # NAME START_CMD...
   done
 }
 
-gpack_cmd() { exec "$GPACK" serve "$WORK/m.gpack" --port "$PORT" --threads 2 --ctx "$CTX" --parallel "$1" 2>/dev/null; }
+gpack_cmd() { exec "$GPACK" serve "$WORK/m.gpack" --drain-grace 0 --port "$PORT" --threads 2 --ctx "$CTX" --parallel "$1" 2>/dev/null; }
 llama_cmd() { exec "$BIN/llama-server" -m "$GGUF" --host 127.0.0.1 --port "$PORT" -t 2 -tb 2 -np "$1" -c $((CTX * $1)) -fit off --log-disable >/dev/null 2>&1; }
 
 echo "# $(date -u +%FT%TZ) $(uname -m), $(nproc) cpus, load: $(cut -d' ' -f1-3 /proc/loadavg)"

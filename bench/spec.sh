@@ -93,7 +93,7 @@ for GGUF in "${MODELS[@]}"; do
     "$G" convert "$GGUF" -o "$GP" --force >/dev/null
   fi
   echo "== $tag" >&2
-  GS=("$G" serve "$GP" --host 127.0.0.1 --parallel 1 --ctx $CTX --threads 2)
+  GS=("$G" serve "$GP" --drain-grace 0 --host 127.0.0.1 --parallel 1 --ctx $CTX --threads 2)
   LS=("$BIN/llama-server" -m "$GGUF" --host 127.0.0.1 -np 1 -c $CTX -t 2 -tb 2 --no-webui)
   if [ -n "${CHAT_TEMPLATE:-}" ]; then
     GS+=(--chat-template "$CHAT_TEMPLATE")

@@ -78,7 +78,7 @@ side() { # NAME START_FN
   done
 }
 
-gpack_srv() { exec "$GPACK" serve "$G" --port "$PORT" --threads 2 --ctx "$CTX" --parallel "$1" 2>/dev/null; }
+gpack_srv() { exec "$GPACK" serve "$G" --drain-grace 0 --port "$PORT" --threads 2 --ctx "$CTX" --parallel "$1" 2>/dev/null; }
 llama_srv() { exec "$BIN/llama-server" -m "$GGUF" --host 127.0.0.1 --port "$PORT" -t 2 -tb 2 -np "$1" -c $((CTX * $1)) -fit off --log-disable >/dev/null 2>&1; }
 
 echo "# $(date -u +%FT%TZ) $(basename "$GGUF") $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -6,7 +6,8 @@
 
 use crate::gpack;
 use crate::oci::{
-    base64_encode, gp, manifest, ok, push, sha256, tiny_gpack, Registry, AUTH, PASSWORD, USER,
+    base64_encode, gp, manifest, ok, pull, push, sha256, tiny_gguf, tiny_gpack, Registry, AUTH,
+    PASSWORD, USER,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -381,4 +382,198 @@ fn hostile_manifests_are_refused_before_anything_is_written() {
         );
         assert_eq!(leftovers(&out_dir, &[]), Vec::<String>::new(), "{tag}");
     }
+}
+
+/// A ModelPack artifact another tool made: the `oras` Python client pushes
+/// the tiny llama GGUF as one `weight.v1.raw` layer with a config saying
+/// `format: gguf` (oras_push_modelpack.py); `gpack pull` fetches it,
+/// checks the layer against its digest, converts it, and the .gpack runs
+/// with the text a direct conversion of the GGUF gives.
+#[test]
+fn a_modelpack_gguf_pushed_by_oras_is_pulled_and_converted() {
+    let reg = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let py = gpack_testkit::script("setup-python.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oras_push_modelpack.py");
+    let o = Command::new(&py)
+        .arg(script)
+        .args([&reg.host, "others/tiny:gguf", USER, PASSWORD])
+        .arg(tiny_gguf())
+        .arg(work.path())
+        .env("DOCKER_CONFIG", work.path().join("no-docker-config"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "oras_push_modelpack.py failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // What the registry serves is what oras pushed.
+    let m = manifest(&reg, "others/tiny", "gguf");
+    assert_eq!(
+        m["artifactType"],
+        "application/vnd.cncf.model.manifest.v1+json"
+    );
+    assert_eq!(
+        m["layers"][0]["mediaType"],
+        "application/vnd.cncf.model.weight.v1.raw"
+    );
+    assert_eq!(
+        m["layers"][0]["digest"],
+        format!("sha256:{}", sha256(&tiny_gguf())).as_str()
+    );
+    let out_dir = work.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("m.gpack");
+    let p = pull(
+        &work.path().join("store"),
+        &format!("{}/others/tiny:gguf", reg.host),
+        &out,
+    );
+    assert_eq!(p["kind"], "gguf", "{p}");
+    assert_eq!(leftovers(&out_dir, &["m.gpack"]), Vec::<String>::new());
+    assert!(gpack().arg("verify").arg(&out).status().unwrap().success());
+    let direct = tiny_gpack(work.path(), "keep");
+    let run = |m: &Path| {
+        let o = gpack()
+            .arg("run")
+            .arg(m)
+            .args(["-p", "Once upon a time", "-n", "12"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let text = run(&out);
+    assert!(!text.trim().is_empty());
+    assert_eq!(text, run(&direct));
+}
+
+/// `push --image`: beside the ModelPack artifact, a runnable image for
+/// containerd, read back by the `oras` client and Python's `tarfile`
+/// (oras_read_image.py): an index over linux/amd64 and linux/arm64 image
+/// manifests, each with an image config whose `rootfs.diff_ids` is the
+/// plain SHA-256 of the one uncompressed tar layer, whose single member
+/// `model.gpack` is the pushed file byte for byte.
+#[test]
+fn push_image_adds_a_runnable_image_whose_one_tar_member_is_the_file() {
+    let reg = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let a = tiny_gpack(work.path(), "keep");
+    let r = format!("{}/models/img:v1", reg.host);
+    let rep = ok(gp(
+        &work.path().join("cache"),
+        &["push", a.to_str().unwrap(), &r, "--image", "--json"],
+    )
+    .args(AUTH)
+    .output()
+    .unwrap());
+    assert_eq!(rep["layout"], "modelpack");
+    let img = &rep["image"];
+    assert_eq!(
+        img["reference"],
+        format!("{}/models/img:v1-image", reg.host)
+    );
+    let layer = img["layer_digest"].as_str().unwrap().to_string();
+    let size = std::fs::metadata(&a).unwrap().len();
+    // One 512-byte header, the file padded to 512, two zero blocks.
+    assert_eq!(
+        img["layer_size"].as_u64().unwrap(),
+        512 + size.div_ceil(512) * 512 + 1024
+    );
+
+    let py = gpack_testkit::script("setup-python.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oras_read_image.py");
+    let o = Command::new(&py)
+        .arg(script)
+        .args([&reg.host, "models/img:v1-image", USER, PASSWORD])
+        .arg(work.path())
+        .env("DOCKER_CONFIG", work.path().join("no-docker-config"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "oras_read_image.py failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let index = &v["index"];
+    assert_eq!(
+        index["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    assert_eq!(index["manifests"].as_array().unwrap().len(), 2, "{index}");
+    let images = v["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2);
+    let file_sha = sha256(&a);
+    let mut platforms = Vec::new();
+    for (entry, image) in index["manifests"].as_array().unwrap().iter().zip(images) {
+        let m = &image["manifest"];
+        assert_eq!(
+            entry["mediaType"],
+            "application/vnd.oci.image.manifest.v1+json"
+        );
+        assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+        assert_eq!(
+            m["config"]["mediaType"],
+            "application/vnd.oci.image.config.v1+json"
+        );
+        let layers = m["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 1, "{m}");
+        assert_eq!(
+            layers[0]["mediaType"],
+            "application/vnd.oci.image.layer.v1.tar"
+        );
+        assert_eq!(layers[0]["digest"], layer.as_str());
+        let c = &image["config"];
+        // The platform the index names is the config's.
+        assert_eq!(c["os"], entry["platform"]["os"]);
+        assert_eq!(c["architecture"], entry["platform"]["architecture"]);
+        platforms.push(format!(
+            "{}/{}",
+            c["os"].as_str().unwrap(),
+            c["architecture"].as_str().unwrap()
+        ));
+        // diff_ids: the plain SHA-256 of the uncompressed tar, as Python
+        // computed it over the blob oras downloaded.
+        let tar = &image["layers"][0];
+        assert_eq!(
+            c["rootfs"],
+            serde_json::json!({"type": "layers", "diff_ids": [format!("sha256:{}", tar["sha256"].as_str().unwrap())]})
+        );
+        assert_eq!(format!("sha256:{}", tar["sha256"].as_str().unwrap()), layer);
+        // One member: the file, byte for byte.
+        assert_eq!(
+            tar["members"],
+            serde_json::json!([{"name": "model.gpack", "type": "file", "size": size, "mode": 0o644, "sha256": file_sha}])
+        );
+    }
+    platforms.sort();
+    assert_eq!(platforms, ["linux/amd64", "linux/arm64"]);
+    // The ModelPack artifact is unchanged by --image.
+    let m = manifest(&reg, "models/img", "v1");
+    assert_eq!(
+        m["artifactType"],
+        "application/vnd.cncf.model.manifest.v1+json"
+    );
+    assert_eq!(
+        m["layers"][0]["digest"],
+        format!("sha256:{file_sha}").as_str()
+    );
+    // A GGUF has no image variant: refused before anything is sent.
+    let o = gp(
+        &work.path().join("cache"),
+        &[
+            "push",
+            crate::oci::tiny_gguf().to_str().unwrap(),
+            &format!("{}/models/img:gguf", reg.host),
+            "--image",
+        ],
+    )
+    .args(AUTH)
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--image pushes a runnable image"), "{err}");
 }

@@ -24,6 +24,14 @@ pub enum Error {
         /// The registry host.
         host: String,
     },
+    /// `--image` with a GGUF: the image variant holds a .gpack.
+    #[error(
+        "{}: --image pushes a runnable image holding /model.gpack; convert the GGUF first (gpack convert)", path.display()
+    )]
+    ImageOfGguf {
+        /// The file given.
+        path: PathBuf,
+    },
     /// The registry answered 401 Unauthorized.
     #[error(
         "registry {registry}: 401 Unauthorized while {op} (credentials: {credentials}); pass --username and --password (or GPACK_REGISTRY_USERNAME / GPACK_REGISTRY_PASSWORD), or log in with `docker login {registry}`"

@@ -15,6 +15,7 @@ pub mod artifact;
 pub mod auth;
 pub mod docker;
 mod error;
+pub mod image;
 mod media;
 pub mod modelpack;
 pub mod progress;
@@ -32,7 +33,7 @@ pub use error::{
 pub use oci_client::{Reference, RegistryOperation};
 pub use progress::{Progress, Quiet};
 pub use pull::{pull, ConvertError, ConvertGguf, PullOptions, PullReport};
-pub use push::{push, PushOptions, PushReport};
+pub use push::{push, PushOptions, PushReport, PushedImage, PushedPlatform};
 pub use registry::{Options, Registry};
 pub use store::{RefEntry, Store};
 

@@ -13,7 +13,7 @@ use crate::progress::Progress;
 use crate::registry::Registry;
 use crate::store::Store;
 use futures_util::StreamExt;
-use oci_client::manifest::{OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
+use oci_client::manifest::{OciImageManifest, OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE};
 use oci_client::Reference;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -33,6 +33,35 @@ pub struct PushOptions {
     /// identical sections between variants) instead of the default CNCF
     /// ModelPack artifact with the whole file as one layer.
     pub per_section: bool,
+    /// Also push the runnable image variant ([`crate::image`]: an image
+    /// index whose images hold `/model.gpack` in one uncompressed tar
+    /// layer) under this reference (a .gpack only).
+    pub image: Option<Reference>,
+}
+
+/// The image variant pushed (`gpack push --image`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PushedImage {
+    /// Its reference (the tag points at the index).
+    pub reference: String,
+    /// Digest of the image index.
+    pub index_digest: String,
+    /// The tar layer's digest (also each config's `rootfs.diff_ids[0]`:
+    /// it is uncompressed).
+    pub layer_digest: String,
+    /// The tar layer's size.
+    pub layer_size: u64,
+    /// Per platform (`linux/amd64`, …): its manifest's digest.
+    pub manifests: Vec<PushedPlatform>,
+}
+
+/// One platform's image manifest.
+#[derive(Debug, Clone, Serialize)]
+pub struct PushedPlatform {
+    /// `os/architecture[/variant]`.
+    pub platform: String,
+    /// The manifest's digest.
+    pub digest: String,
 }
 
 /// What happened to one layer.
@@ -72,6 +101,9 @@ pub struct PushReport {
     pub uploaded_blobs: usize,
     /// Wall time.
     pub seconds: f64,
+    /// The image variant, when asked for (its blobs are in `layers` too,
+    /// their `section` starting with `image `).
+    pub image: Option<PushedImage>,
 }
 
 /// A blob to publish: a byte range of a file (or bytes in memory).
@@ -83,8 +115,17 @@ struct Blob {
 }
 
 enum Source {
-    File { path: PathBuf, offset: u64 },
+    File {
+        path: PathBuf,
+        offset: u64,
+    },
     Memory(Vec<u8>),
+    /// The whole file inside a tar stream: `header`, the file, `trailer`.
+    Tar {
+        path: PathBuf,
+        header: Vec<u8>,
+        trailer: Vec<u8>,
+    },
 }
 
 /// Pushes the .gpack or GGUF `file` to `r`.
@@ -100,6 +141,22 @@ pub fn push(
     let is_gguf = file
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if opts.image.is_some() && is_gguf {
+        return Err(Error::ImageOfGguf {
+            path: file.to_path_buf(),
+        });
+    }
+    // The image variant's tar and its digest, hashed in the same pass as
+    // the file's own SHA-256 (read once).
+    let tarred = match &opts.image {
+        Some(_) => {
+            let size = std::fs::metadata(file).map_err(io("stat", file))?.len();
+            let tar = crate::image::tar_layer(file, size)?;
+            let (file_sha, tar_sha) = hash_file_in_tar(file, &tar)?;
+            Some((tar, file_sha, tar_sha))
+        }
+        None => None,
+    };
     let (kind, layout, digest, config, manifest, mut blobs) = if is_gguf {
         let size = std::fs::metadata(file).map_err(io("stat", file))?.len();
         let sha = hash_file(file)?;
@@ -118,7 +175,10 @@ pub fn push(
     } else if !opts.per_section {
         let g = gpack_format::Gpack::open(file)?;
         let size = g.bytes().len() as u64;
-        let sha = format!("sha256:{}", hash_file(file)?);
+        let sha = match &tarred {
+            Some((_, file_sha, _)) => format!("sha256:{file_sha}"),
+            None => format!("sha256:{}", hash_file(file)?),
+        };
         let (config, m) = crate::modelpack::describe(&g, &sha)?;
         let blobs = vec![Blob {
             section: crate::media::MODELPACK_FILE.into(),
@@ -169,13 +229,78 @@ pub fn push(
         size: config.len() as u64,
         src: Source::Memory(config),
     });
-    let layers = upload_all(reg, store, r, opts, blobs, progress)?;
+    let image = match (&tarred, &opts.image) {
+        (Some((tar, _, tar_sha)), Some(at)) => {
+            let g = gpack_format::Gpack::open(file)?;
+            let name = g.manifest().name.clone();
+            let tar_digest = format!("sha256:{tar_sha}");
+            let docs = crate::image::describe(&tar_digest, tar.size, &name, &digest)?;
+            let mut blobs = vec![Blob {
+                section: "image layer".into(),
+                digest: tar_digest.clone(),
+                size: tar.size,
+                src: Source::Tar {
+                    path: file.to_path_buf(),
+                    header: tar.header.clone(),
+                    trailer: tar.trailer.clone(),
+                },
+            }];
+            for i in &docs.images {
+                let config = i.config.clone();
+                blobs.push(Blob {
+                    section: format!("image config {}", i.platform),
+                    digest: format!("sha256:{}", artifact::sha256_hex(&config)),
+                    size: config.len() as u64,
+                    src: Source::Memory(config),
+                });
+            }
+            Some((at, tar_digest, tar.size, docs, blobs))
+        }
+        _ => None,
+    };
+    let mut layers = upload_all(reg, store, r, opts, blobs, progress.clone())?;
     let manifest_digest = push_manifest(reg, r, &manifest)?;
     store.note_known(
         reg.host(),
         r.repository(),
         layers.iter().map(|l| l.digest.as_str()),
     )?;
+    // The image's blobs go to its own repository (a manifest may reference
+    // only blobs of its repository), then its manifests and index.
+    let image = match image {
+        Some((at, layer_digest, layer_size, docs, blobs)) => {
+            let pushed = upload_all(reg, store, at, opts, blobs, progress)?;
+            store.note_known(
+                reg.host(),
+                at.repository(),
+                pushed.iter().map(|l| l.digest.as_str()),
+            )?;
+            layers.extend(pushed);
+            let mut manifests = Vec::new();
+            for i in &docs.images {
+                let by_digest = Reference::with_digest(
+                    at.registry().to_string(),
+                    at.repository().to_string(),
+                    i.manifest_digest.clone(),
+                );
+                push_manifest_bytes(reg, &by_digest, i.manifest.clone(), OCI_IMAGE_MEDIA_TYPE)?;
+                manifests.push(PushedPlatform {
+                    platform: i.platform.clone(),
+                    digest: i.manifest_digest.clone(),
+                });
+            }
+            let index_digest =
+                push_manifest_bytes(reg, at, docs.index.clone(), OCI_IMAGE_INDEX_MEDIA_TYPE)?;
+            Some(PushedImage {
+                reference: at.whole(),
+                index_digest,
+                layer_digest,
+                layer_size,
+                manifests,
+            })
+        }
+        None => None,
+    };
     let sent: Vec<&PushedLayer> = layers.iter().filter(|l| l.status == "uploaded").collect();
     Ok(PushReport {
         reference: r.whole(),
@@ -187,6 +312,7 @@ pub fn push(
         uploaded_blobs: sent.len(),
         layers,
         seconds: start.elapsed().as_secs_f64(),
+        image,
     })
 }
 
@@ -195,8 +321,19 @@ fn push_manifest(reg: &Registry, r: &Reference, m: &OciImageManifest) -> Result<
         what: Document::PushedManifest,
         problem: ArtifactProblem::Serialize(e),
     })?;
+    push_manifest_bytes(reg, r, body, OCI_IMAGE_MEDIA_TYPE)
+}
+
+/// PUTs the manifest (or index) `body` of media type `ct` at `r`: its
+/// digest.
+fn push_manifest_bytes(
+    reg: &Registry,
+    r: &Reference,
+    body: Vec<u8>,
+    ct: &'static str,
+) -> Result<String> {
     let digest = format!("sha256:{}", artifact::sha256_hex(&body));
-    let ct = http::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE);
+    let ct = http::HeaderValue::from_static(ct);
     reg.rt
         .block_on(reg.client.push_manifest_raw(r, body, ct))
         .map_err(|e| {
@@ -223,6 +360,26 @@ fn hash_file(p: &Path) -> Result<String> {
         h.update(&buf[..n]);
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// The SHA-256 of `p` and of the tar stream `tar` makes around it, in one
+/// read of the file: (file hex, tar hex).
+fn hash_file_in_tar(p: &Path, tar: &crate::image::TarLayer) -> Result<(String, String)> {
+    use sha2::{Digest, Sha256};
+    let mut f = std::fs::File::open(p).map_err(io("open", p))?;
+    let (mut file, mut whole) = (Sha256::new(), Sha256::new());
+    whole.update(&tar.header);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io("read", p))?;
+        if n == 0 {
+            break;
+        }
+        file.update(&buf[..n]);
+        whole.update(&buf[..n]);
+    }
+    whole.update(&tar.trailer);
+    Ok((hex::encode(file.finalize()), hex::encode(whole.finalize())))
 }
 
 /// Upload chunk size.
@@ -302,6 +459,35 @@ fn upload_all(
                         );
                         client
                             .push_blob_stream(r, stream, &b.digest, Some(b.size))
+                            .await
+                            .map_err(|e| (what.clone(), e))?;
+                    }
+                    Source::Tar {
+                        path,
+                        header,
+                        trailer,
+                    } => {
+                        let file_size = b.size - (header.len() + trailer.len()) as u64;
+                        let ends = header.len() as u64 + trailer.len() as u64;
+                        let head =
+                            futures_util::stream::iter([Ok(bytes::Bytes::from(header.clone()))]);
+                        let tail =
+                            futures_util::stream::iter([Ok(bytes::Bytes::from(trailer.clone()))]);
+                        let body = file_stream(
+                            path.clone(),
+                            0,
+                            file_size,
+                            progress.clone(),
+                            b.digest.clone(),
+                        );
+                        progress.advance(&b.digest, ends);
+                        client
+                            .push_blob_stream(
+                                r,
+                                head.chain(body).chain(tail),
+                                &b.digest,
+                                Some(b.size),
+                            )
                             .await
                             .map_err(|e| (what.clone(), e))?;
                     }

@@ -7,6 +7,7 @@ use crate::api::{self, ApiError, Params, ValidPrompt};
 use crate::engine::{EngineHandle, Event, Finish, Job};
 use crate::logprobs::{self, TokenLogprob};
 use crate::metrics::Metrics;
+use crate::probes::{Front, Ready};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -66,17 +67,20 @@ pub(crate) struct AppState {
 
 impl AppState {
     /// The integrity failure, if the weights failed their check.
-    fn integrity_failure(&self) -> Option<String> {
+    pub(crate) fn integrity_failure(&self) -> Option<String> {
         let p = self.integrity.get().and_then(crate::Integrity::failure)?;
         Some(crate::load::chain(&p))
     }
 }
 
-type St = State<Arc<AppState>>;
-
-pub(crate) fn router(state: Arc<AppState>) -> Router {
+/// The API port's routes. `/livez` and `/readyz` answer from the moment
+/// the socket binds; the others once the model is loaded
+/// ([`crate::probes`]).
+pub(crate) fn router(front: Arc<Front>) -> Router {
     Router::new()
         .route("/", get(chat_page))
+        .route("/livez", get(crate::probes::livez))
+        .route("/readyz", get(crate::probes::readyz))
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
@@ -84,7 +88,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
         .fallback(not_found)
-        .with_state(state)
+        .with_state(front)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
                 ApiError::internal("internal error while handling the request").into_response()
@@ -94,24 +98,24 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 
 /// The metrics port's router (`--metrics-port`): `/metrics` only, without
 /// the API key.
-pub(crate) fn metrics_router(state: Arc<AppState>) -> Router {
+pub(crate) fn metrics_router(front: Arc<Front>) -> Router {
     Router::new()
         .route("/metrics", get(metrics_open))
         .fallback(not_found)
-        .with_state(state)
+        .with_state(front)
 }
 
-async fn metrics_open(State(s): St) -> Response {
-    metrics_text(&s)
+async fn metrics_open(State(f): State<Arc<Front>>) -> Response {
+    metrics_text(&f.metrics)
 }
 
-fn metrics_text(s: &AppState) -> Response {
+fn metrics_text(m: &Metrics) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        s.metrics.render(),
+        m.render(),
     )
         .into_response()
 }
@@ -141,7 +145,7 @@ async fn chat_page() -> Response {
         .into_response()
 }
 
-async fn health(State(s): St) -> Response {
+async fn health(Ready(s): Ready) -> Response {
     let down = (!s.engine.is_alive()).then(|| match s.engine.failure() {
         Some(f) => format!("the decoding thread has stopped: {f}"),
         None => "the decoding thread has stopped".to_string(),
@@ -245,7 +249,7 @@ fn key_matches(key: &[u8; 32], given: &str) -> bool {
     d.iter().zip(key).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-async fn models(State(s): St, h: HeaderMap) -> Result<Json<Value>, ApiError> {
+async fn models(Ready(s): Ready, h: HeaderMap) -> Result<Json<Value>, ApiError> {
     check_auth(&s, &h)?;
     Ok(Json(json!({
         "object": "list",
@@ -259,11 +263,11 @@ async fn models(State(s): St, h: HeaderMap) -> Result<Json<Value>, ApiError> {
     })))
 }
 
-async fn metrics(State(s): St, h: HeaderMap) -> Result<Response, ApiError> {
+async fn metrics(Ready(s): Ready, h: HeaderMap) -> Result<Response, ApiError> {
     if !s.metrics_public {
         check_auth(&s, &h)?;
     }
-    Ok(metrics_text(&s))
+    Ok(metrics_text(&s.metrics))
 }
 
 /// Reads the body, refusing one over the limit (413) as soon as it is.
@@ -312,7 +316,7 @@ fn count_error(s: &AppState, e: &ApiError) {
     }
 }
 
-async fn chat(State(s): St, req: Request) -> Response {
+async fn chat(Ready(s): Ready, req: Request) -> Response {
     s.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
     match chat_inner(&s, req).await {
         Ok(r) => r,
@@ -323,7 +327,7 @@ async fn chat(State(s): St, req: Request) -> Response {
     }
 }
 
-async fn completions(State(s): St, req: Request) -> Response {
+async fn completions(Ready(s): Ready, req: Request) -> Response {
     s.metrics
         .completion_requests
         .fetch_add(1, Ordering::Relaxed);
@@ -336,7 +340,7 @@ async fn completions(State(s): St, req: Request) -> Response {
     }
 }
 
-async fn embeddings(State(s): St, req: Request) -> Response {
+async fn embeddings(Ready(s): Ready, req: Request) -> Response {
     match embeddings_inner(&s, req).await {
         Ok(r) => r,
         Err(e) => {

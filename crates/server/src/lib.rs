@@ -6,6 +6,9 @@
 //!   one batched forward per token (continuous batching), a bounded queue;
 //! * `http` (private): axum routes, SSE streaming, limits, API key;
 //! * [`metrics`]: Prometheus text at `GET /metrics`;
+//! * `probes` (private): `/livez`, `/readyz` and the routes' 503 while the
+//!   model loads (the listener binds first: [`Listening`]);
+//! * `shutdown` (private): what SIGTERM / SIGINT do (grace, drain);
 //! * [`load`]: opening .gpack / .gguf / Hugging Face models.
 //!
 //! Threads: the tokio runtime (2 workers) does HTTP, JSON, tokenization and
@@ -30,6 +33,8 @@ mod http;
 mod listen;
 pub mod load;
 pub mod metrics;
+mod probes;
+mod shutdown;
 
 pub use error::{Error, Result};
 pub use gpack_runtime::integrity::{self, Integrity, VerifyMode};
@@ -55,8 +60,9 @@ pub struct Options {
     pub ctx: usize,
     /// Requests waiting beyond the slots before new ones get 503.
     pub queue: usize,
-    /// Bearer key required on every endpoint but `/health` (and `/metrics`
-    /// when [`Options::metrics_public`]).
+    /// Bearer key required on every endpoint but `/health`, `/livez`,
+    /// `/readyz` and the chat page (and `/metrics` when
+    /// [`Options::metrics_public`]).
     pub api_key: Option<String>,
     /// Serve `/metrics` without the API key on the main port: an explicit
     /// choice for a scraper inside the cluster network (never implied).
@@ -88,7 +94,12 @@ pub struct Options {
     pub body_timeout: std::time::Duration,
     /// Open connections at most; beyond, new ones wait to be accepted.
     pub max_connections: usize,
-    /// On SIGTERM / Ctrl-C, in-flight requests get this long to finish;
+    /// After SIGTERM, new requests are still served this long (readiness
+    /// already 503) before the listener closes, so that load balancers stop
+    /// sending first; SIGINT or a second signal skips it (`shutdown`).
+    pub drain_grace: std::time::Duration,
+    /// After the grace window (SIGTERM) or at once (SIGINT), in-flight
+    /// requests get this long to finish;
     /// generations still running then are ended (their responses end with
     /// an error, code `server_shutting_down`).
     pub drain_timeout: std::time::Duration,
@@ -128,6 +139,7 @@ impl Default for Options {
             header_timeout: std::time::Duration::from_secs(10),
             body_timeout: std::time::Duration::from_secs(30),
             max_connections: 1024,
+            drain_grace: std::time::Duration::from_secs(5),
             drain_timeout: std::time::Duration::from_secs(30),
             spec: gpack_runtime::SpecMode::Ngram,
             draft: None,
@@ -159,16 +171,8 @@ fn load_draft(
     Ok(Box::leak(Box::new(m)))
 }
 
-/// Serves `model` until SIGTERM or SIGINT, then stops accepting
-/// connections, lets in-flight requests finish (streams included) for at
-/// most `opts.drain_timeout`, ends the generations still running (each
-/// response ends with a 503 error, code `server_shutting_down`) and returns
-/// `Ok`. `on_ready` gets the bound address once the socket listens.
-///
-/// The model is leaked: it lives as long as the process, and handlers on
-/// the runtime's threads borrow its weights and tokenizer without reference
-/// counting.
-pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) -> Result<()> {
+/// Checks the options that need no model (before anything binds).
+fn check_options(opts: &Options) -> Result<()> {
     if opts.parallel == 0 || opts.parallel > 256 {
         return Err(Error::Option {
             what: "parallel (1..=256)",
@@ -187,237 +191,295 @@ pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) ->
             value: opts.ctx.to_string(),
         });
     }
-    let name = opts.model_name.clone().unwrap_or_else(|| {
-        model
-            .path()
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into())
-    });
-    if opts.verify == VerifyMode::Before {
-        integrity::verify_now(&model)?;
-    }
-    let loaded: &'static Loaded = Box::leak(Box::new(model));
-    let tok = loaded.tokenizer()?;
-    // The slots' context decides LongRoPE's factors (whatever `load` says).
-    let load = gpack_runtime::LoadOptions {
-        context: opts.ctx,
-        ..opts.load.clone()
-    };
-    let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
-        path: loaded.path().display().to_string(),
-        source: Box::new(source),
-    })?;
-    let bm: &'static Model<'static> = Box::leak(Box::new(bm));
-    // A draft model and the MTP block run on the model's threads.
-    let load = gpack_runtime::LoadOptions {
-        threads: gpack_runtime::Threads::Shared(bm.pool().clone()),
-        ..load
-    };
-    // Compile the chat template once at start: a broken one is a start-up
-    // error, not a 400 on every request.
-    if let Some(t) = &opts.chat_template {
-        let hi = serde_json::json!([{"role": "user", "content": "hi"}]);
-        tok.apply_chat_template_json(Some(t), &hi, None, true)
-            .map_err(|e| Error::Template(Box::new(e)))?;
-    } else if tok.chat_template().is_some() {
-        tok.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", "hi")], true)
-            .map_err(|e| Error::Template(Box::new(e)))?;
-    }
-    let stop_tokens = tok.stop_ids();
-    let draft = match (&opts.draft, loaded.packed_draft()) {
-        (Some(p), _) => Some(load_draft(p, &tok, &load)?),
-        (None, Some(d)) => {
-            let model_err = |source| Error::Model {
-                path: format!(
-                    "{} (the draft model in its Mtp section)",
-                    loaded.path().display()
-                ),
-                source: Box::new(source),
-            };
-            let d: &'static gpack_runtime::DraftWeights<'static> =
-                Box::leak(Box::new(d.map_err(model_err)?));
-            let m = Model::load_with(d, &load).map_err(model_err)?;
-            Some(&*Box::leak(Box::new(m)))
-        }
-        (None, None) => None,
-    };
-    // The model's MTP block, when it has one (per-request "mtp" then
-    // works whatever the default mode).
-    let mtp = match bm.mtp_weights(loaded.weights()) {
-        Some(w) => {
-            let w: &'static gpack_runtime::MtpWeights<'static> = Box::leak(Box::new(w));
-            let m = gpack_runtime::Mtp::load(w, &load).map_err(|source| Error::Model {
-                path: format!(
-                    "{} (its multi-token-prediction block)",
-                    loaded.path().display()
-                ),
-                source: Box::new(source),
+    Ok(())
+}
+
+/// Serves `model` until SIGTERM or SIGINT ([`Listening::bind`], then
+/// [`Listening::serve`]). `on_ready` gets the bound address once the model
+/// is served.
+pub fn serve(model: Loaded, opts: Options, on_ready: impl FnOnce(SocketAddr)) -> Result<()> {
+    Listening::bind(&opts)?.serve(model, opts, on_ready)
+}
+
+/// A bound server whose listener already answers: `/livez` 200, `/readyz`
+/// 503 and every other route 503 (`model_loading`) until
+/// [`Listening::serve`] has loaded the model, so that a startup probe
+/// covers opening, verifying and binding it. A SIGTERM or SIGINT before
+/// then removes the temporary files of writes under way (a pull) and exits
+/// the process with status 130: there is nothing to drain.
+pub struct Listening {
+    rt: tokio::runtime::Runtime,
+    front: Arc<probes::Front>,
+    server: tokio::task::JoinHandle<()>,
+    addr: SocketAddr,
+}
+
+impl Listening {
+    /// Checks `opts`, binds the API port (and `--metrics-port`) and starts
+    /// answering probes; the signal handlers are installed from here on.
+    pub fn bind(opts: &Options) -> Result<Listening> {
+        check_options(opts)?;
+        let front = Arc::new(probes::Front::new(Arc::new(metrics::Metrics::default())));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|source| Error::Io {
+                what: "starting the async runtime",
+                source,
             })?;
-            Some(&*Box::leak(Box::new(m)))
-        }
-        None => None,
-    };
-    if opts.spec == gpack_runtime::SpecMode::Mtp && mtp.is_none() {
-        return Err(Error::Option {
-            what: "spec (mtp needs a model with a multi-token-prediction block)",
-            value: "mtp".into(),
-        });
-    }
-    if opts.spec == gpack_runtime::SpecMode::Draft && draft.is_none() {
-        return Err(Error::Option {
-            what: "spec (draft needs a draft model)",
-            value: "draft".into(),
-        });
-    }
-    // The token a complete constrained output ends with: the first stop
-    // token (EOS, else the chat format's end of turn); the engine allows
-    // the others with it.
-    let grammars =
-        gpack_runtime::decode::Grammars::of(tok, stop_tokens.first().copied().unwrap_or(0));
-    let metrics = Arc::new(metrics::Metrics::default());
-    metrics.set_device(bm.gpu_info().as_ref());
-    // `--verify background`: hashing starts once the first token (or
-    // embedding) is out, as in `gpack run`, so it never delays a first
-    // token; before, /health reports ok (nothing found yet).
-    let integrity = Arc::new(std::sync::OnceLock::new());
-    let start_check: Option<engine::FirstOutput> =
-        (opts.verify == VerifyMode::Background).then(|| {
-            let checks = integrity.clone();
-            Box::new(move || {
-                if let Some(i) = Integrity::start(loaded) {
-                    let _ = checks.set(i);
-                }
-            }) as engine::FirstOutput
-        });
-    let (engine, thread) = engine::start(
-        bm,
-        draft,
-        mtp,
-        tok,
-        engine::EngineConfig {
-            parallel: opts.parallel,
-            n_ctx: opts.ctx,
-            queue: opts.queue,
-            prefill_chunk: opts.prefill_chunk,
-            draft_max: opts.draft_max.max(1),
-            draft_p_min: opts.draft_p_min,
-        },
-        metrics.clone(),
-        start_check,
-    );
-    let state = Arc::new(http::AppState {
-        tok,
-        engine: engine.clone(),
-        metrics,
-        model_name: name,
-        api_key: opts
-            .api_key
-            .as_deref()
-            .map(|k| sha2::Sha256::digest(k.as_bytes()).into()),
-        n_ctx: opts.ctx,
-        max_body: opts.max_body_bytes,
-        body_timeout: opts.body_timeout,
-        stop_tokens,
-        spec: opts.spec,
-        has_draft: draft.is_some(),
-        has_mtp: mtp.is_some(),
-        created: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        next_id: AtomicU64::new(0),
-        metrics_public: opts.metrics_public,
-        integrity,
-        prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
-        grammars,
-        tool_format: tools::Format::detect(
-            opts.chat_template
-                .as_deref()
-                .or(tok.chat_template())
-                .unwrap_or(""),
-        ),
-        chat_template: opts.chat_template.clone(),
-        harmony: gpack_tokenizer::harmony::is_harmony(&tok),
-        pooling: embed::Pooling::of(loaded.weights()),
-    });
-    let deadline_engine = engine.clone();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            what: "starting the async runtime",
-            source,
-        })?;
-    let res = rt.block_on(async move {
-        let addr = format!("{}:{}", opts.host, opts.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|source| Error::Bind { addr, source })?;
-        let local = listener.local_addr().map_err(|source| Error::Io {
-            what: "reading the bound address",
-            source,
-        })?;
         let limits = listen::Limits {
             header_timeout: opts.header_timeout,
             max_connections: opts.max_connections,
             drain_timeout: opts.drain_timeout,
         };
-        if let Some(port) = opts.metrics_port {
-            let addr = format!("{}:{port}", opts.host);
-            let l = tokio::net::TcpListener::bind(&addr)
-                .await
-                .map_err(|source| Error::Bind { addr, source })?;
+        let (listener, metrics_listener) = rt.block_on(async {
+            let bind = |addr: String| async move {
+                tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .map_err(|source| Error::Bind { addr, source })
+            };
+            let main = bind(format!("{}:{}", opts.host, opts.port)).await?;
+            let metrics = match opts.metrics_port {
+                Some(port) => Some(bind(format!("{}:{port}", opts.host)).await?),
+                None => None,
+            };
+            Ok::<_, Error>((main, metrics))
+        })?;
+        let addr = listener.local_addr().map_err(|source| Error::Io {
+            what: "reading the bound address",
+            source,
+        })?;
+        // Installed now (inside the runtime), so that no signal between
+        // here and the model being served kills the process unhandled.
+        let signals = {
+            let _in_runtime = rt.enter();
+            shutdown::Signals::install().map_err(|source| Error::Io {
+                what: "installing the SIGTERM handler",
+                source,
+            })?
+        };
+        if let Some(l) = metrics_listener {
             // Ends with the runtime, after the main server has drained.
-            tokio::spawn(listen::serve(
+            rt.spawn(listen::serve(
                 l,
-                http::metrics_router(state.clone()),
+                http::metrics_router(front.clone()),
                 limits,
                 std::future::pending::<()>(),
                 || {},
             ));
         }
-        on_ready(local);
-        let at_deadline = move || deadline_engine.abort();
-        listen::serve(
+        let at_deadline = {
+            let f = front.clone();
+            move || f.abort()
+        };
+        let server = rt.spawn(listen::serve(
             listener,
-            http::router(state),
+            http::router(front.clone()),
             limits,
-            shutdown_signal(),
+            shutdown::drain_start(signals, front.clone(), opts.drain_grace),
             at_deadline,
-        )
-        .await;
-        Ok::<(), Error>(())
-    });
-    // Every connection is closed (or past the deadline): what the engine
-    // still holds has no client waiting; end it rather than finish it.
-    log::info!("draining: stopping the decoding thread");
-    engine.abort();
-    let joined = thread.join();
-    rt.shutdown_timeout(std::time::Duration::from_secs(1));
-    res?;
-    joined.map_err(|_| Error::EnginePanic)
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        ));
+        Ok(Listening {
+            rt,
+            front,
+            server,
+            addr,
+        })
     }
-    log::info!("shutdown signal: no new connections, finishing in-flight requests");
+
+    /// The bound address of the API port.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Loads `model` as `opts` say (verifying it first with
+    /// `VerifyMode::Before`), serves it (`/readyz` turns 200, then
+    /// `on_ready` gets the bound address) until SIGTERM or SIGINT, then
+    /// drains ([`Options::drain_grace`], [`Options::drain_timeout`]): ends
+    /// the generations still running past the timeout (each response ends
+    /// with a 503 error, code `server_shutting_down`) and returns `Ok`.
+    ///
+    /// The model is leaked: it lives as long as the process, and handlers on
+    /// the runtime's threads borrow its weights and tokenizer without
+    /// reference counting.
+    pub fn serve(
+        self,
+        model: Loaded,
+        opts: Options,
+        on_ready: impl FnOnce(SocketAddr),
+    ) -> Result<()> {
+        check_options(&opts)?;
+        let name = opts.model_name.clone().unwrap_or_else(|| {
+            model
+                .path()
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into())
+        });
+        if opts.verify == VerifyMode::Before {
+            integrity::verify_now(&model)?;
+        }
+        let loaded: &'static Loaded = Box::leak(Box::new(model));
+        let tok = loaded.tokenizer()?;
+        // The slots' context decides LongRoPE's factors (whatever `load` says).
+        let load = gpack_runtime::LoadOptions {
+            context: opts.ctx,
+            ..opts.load.clone()
+        };
+        let bm = Model::load_with(loaded.weights(), &load).map_err(|source| Error::Model {
+            path: loaded.path().display().to_string(),
+            source: Box::new(source),
+        })?;
+        let bm: &'static Model<'static> = Box::leak(Box::new(bm));
+        // A draft model and the MTP block run on the model's threads.
+        let load = gpack_runtime::LoadOptions {
+            threads: gpack_runtime::Threads::Shared(bm.pool().clone()),
+            ..load
+        };
+        // Compile the chat template once at start: a broken one is a start-up
+        // error, not a 400 on every request.
+        if let Some(t) = &opts.chat_template {
+            let hi = serde_json::json!([{"role": "user", "content": "hi"}]);
+            tok.apply_chat_template_json(Some(t), &hi, None, true)
+                .map_err(|e| Error::Template(Box::new(e)))?;
+        } else if tok.chat_template().is_some() {
+            tok.apply_chat_template(&[gpack_tokenizer::ChatMessage::new("user", "hi")], true)
+                .map_err(|e| Error::Template(Box::new(e)))?;
+        }
+        let stop_tokens = tok.stop_ids();
+        let draft = match (&opts.draft, loaded.packed_draft()) {
+            (Some(p), _) => Some(load_draft(p, &tok, &load)?),
+            (None, Some(d)) => {
+                let model_err = |source| Error::Model {
+                    path: format!(
+                        "{} (the draft model in its Mtp section)",
+                        loaded.path().display()
+                    ),
+                    source: Box::new(source),
+                };
+                let d: &'static gpack_runtime::DraftWeights<'static> =
+                    Box::leak(Box::new(d.map_err(model_err)?));
+                let m = Model::load_with(d, &load).map_err(model_err)?;
+                Some(&*Box::leak(Box::new(m)))
+            }
+            (None, None) => None,
+        };
+        // The model's MTP block, when it has one (per-request "mtp" then
+        // works whatever the default mode).
+        let mtp = match bm.mtp_weights(loaded.weights()) {
+            Some(w) => {
+                let w: &'static gpack_runtime::MtpWeights<'static> = Box::leak(Box::new(w));
+                let m = gpack_runtime::Mtp::load(w, &load).map_err(|source| Error::Model {
+                    path: format!(
+                        "{} (its multi-token-prediction block)",
+                        loaded.path().display()
+                    ),
+                    source: Box::new(source),
+                })?;
+                Some(&*Box::leak(Box::new(m)))
+            }
+            None => None,
+        };
+        if opts.spec == gpack_runtime::SpecMode::Mtp && mtp.is_none() {
+            return Err(Error::Option {
+                what: "spec (mtp needs a model with a multi-token-prediction block)",
+                value: "mtp".into(),
+            });
+        }
+        if opts.spec == gpack_runtime::SpecMode::Draft && draft.is_none() {
+            return Err(Error::Option {
+                what: "spec (draft needs a draft model)",
+                value: "draft".into(),
+            });
+        }
+        // The token a complete constrained output ends with: the first stop
+        // token (EOS, else the chat format's end of turn); the engine allows
+        // the others with it.
+        let grammars =
+            gpack_runtime::decode::Grammars::of(tok, stop_tokens.first().copied().unwrap_or(0));
+        let metrics = self.front.metrics.clone();
+        metrics.set_device(bm.gpu_info().as_ref());
+        // `--verify background`: hashing starts once the first token (or
+        // embedding) is out, as in `gpack run`, so it never delays a first
+        // token; before, /health reports ok (nothing found yet).
+        let integrity = Arc::new(std::sync::OnceLock::new());
+        let start_check: Option<engine::FirstOutput> = (opts.verify == VerifyMode::Background)
+            .then(|| {
+                let checks = integrity.clone();
+                Box::new(move || {
+                    if let Some(i) = Integrity::start(loaded) {
+                        let _ = checks.set(i);
+                    }
+                }) as engine::FirstOutput
+            });
+        let (engine, thread) = engine::start(
+            bm,
+            draft,
+            mtp,
+            tok,
+            engine::EngineConfig {
+                parallel: opts.parallel,
+                n_ctx: opts.ctx,
+                queue: opts.queue,
+                prefill_chunk: opts.prefill_chunk,
+                draft_max: opts.draft_max.max(1),
+                draft_p_min: opts.draft_p_min,
+            },
+            metrics.clone(),
+            start_check,
+        );
+        let state = Arc::new(http::AppState {
+            tok,
+            engine: engine.clone(),
+            metrics,
+            model_name: name,
+            api_key: opts
+                .api_key
+                .as_deref()
+                .map(|k| sha2::Sha256::digest(k.as_bytes()).into()),
+            n_ctx: opts.ctx,
+            max_body: opts.max_body_bytes,
+            body_timeout: opts.body_timeout,
+            stop_tokens,
+            spec: opts.spec,
+            has_draft: draft.is_some(),
+            has_mtp: mtp.is_some(),
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            next_id: AtomicU64::new(0),
+            metrics_public: opts.metrics_public,
+            integrity,
+            prep_slots: Arc::new(tokio::sync::Semaphore::new(4)),
+            grammars,
+            tool_format: tools::Format::detect(
+                opts.chat_template
+                    .as_deref()
+                    .or(tok.chat_template())
+                    .unwrap_or(""),
+            ),
+            chat_template: opts.chat_template.clone(),
+            harmony: gpack_tokenizer::harmony::is_harmony(&tok),
+            pooling: embed::Pooling::of(loaded.weights()),
+        });
+        // Hashing before serving is part of the start-up (readiness 503).
+        self.front.install(state);
+        if self.front.phase() == probes::Phase::Serving {
+            on_ready(self.addr);
+        }
+        let Listening { rt, server, .. } = self;
+        let res = rt.block_on(server);
+        // Every connection is closed (or past the deadline): what the engine
+        // still holds has no client waiting; end it rather than finish it.
+        log::info!("draining: stopping the decoding thread");
+        engine.abort();
+        let joined = thread.join();
+        rt.shutdown_timeout(std::time::Duration::from_secs(1));
+        if let Err(e) = res {
+            log::error!("the listener task failed: {e}");
+        }
+        joined.map_err(|_| Error::EnginePanic)
+    }
 }

@@ -113,6 +113,14 @@ fn start(model: &Path, extra: &[&str]) -> Server {
 
 /// [`start`] with extra environment variables (test hooks).
 fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    start_until(model, extra, env, "listening on http://")
+}
+
+/// Starts `gpack serve` and returns once its stderr has printed `marker`
+/// followed by the bound address: "listening on http://" once the model
+/// is served, "bound http://" as soon as the port answers (the model still
+/// loading).
+fn start_until(model: &Path, extra: &[&str], env: &[(&str, &str)], marker: &str) -> Server {
     let mut child = Command::new(gpack())
         .arg("serve")
         .arg(model)
@@ -132,7 +140,7 @@ fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server 
             break;
         }
         log.push_str(&line);
-        if let Some(rest) = line.split("listening on http://").nth(1) {
+        if let Some(rest) = line.split(marker).nth(1) {
             addr = rest.split_whitespace().next().and_then(|a| a.parse().ok());
             break;
         }
@@ -309,7 +317,8 @@ fn openai_client_api_key() {
 #[test]
 fn sigterm_drains_in_flight_stream_and_exits_zero() {
     let m = model();
-    let mut srv = start(&m.gpack, &["--ctx", "512"]);
+    // No grace window (probes_follow_load_serve_and_drain covers it).
+    let mut srv = start(&m.gpack, &["--ctx", "512", "--drain-grace", "0"]);
     let body = r#"{"prompt":"Once upon a time","max_tokens":48,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}"#;
     let mut s = post(srv.addr, "/v1/completions", body);
     // Wait for the first bytes of the stream, then ask the server to stop.
@@ -367,7 +376,16 @@ fn sigterm_ends_a_generation_that_outlives_the_drain_timeout() {
     let m = model();
     let mut srv = start(
         &m.gpack,
-        &["--ctx", "2048", "--parallel", "1", "--drain-timeout", "1"],
+        &[
+            "--ctx",
+            "2048",
+            "--parallel",
+            "1",
+            "--drain-timeout",
+            "1",
+            "--drain-grace",
+            "0",
+        ],
     );
     // Counting goes on greedily for far longer than the drain timeout.
     let body = r#"{"prompt":"1, 2, 3, 4, 5, 6, 7, 8, 9, 10,","max_tokens":2000,"temperature":0,"stream":true}"#;
@@ -619,6 +637,8 @@ fn slow_clients_are_closed_and_do_not_block_service_or_shutdown() {
             "2",
             "--drain-timeout",
             "5",
+            "--drain-grace",
+            "0",
         ],
     );
     let mut slow: Vec<TcpStream> = (0..1000)
@@ -1571,4 +1591,143 @@ fn router_gauges_move_under_load_and_return_to_zero() {
     let s = start(&m.gpack, &["--api-key", "k3y", "--metrics-public"]);
     assert!(get(s.addr, "/metrics").starts_with("HTTP/1.1 200"));
     assert!(get(s.addr, "/v1/models").starts_with("HTTP/1.1 401"));
+}
+
+/// `GET path` on a new connection: (status code, body).
+fn status_of(addr: SocketAddr, path: &str) -> (u16, String) {
+    let r = get(addr, path);
+    let code = r
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {r:?}"));
+    (code, body(&r).to_string())
+}
+
+/// The probes Kubernetes is pointed at (docs/DEPLOY.md), with the real
+/// binary serving a GGUF (transcoded while it loads) behind an API key:
+/// the port answers as soon as it is bound, /livez 200 and /readyz 503
+/// (other routes 503 `model_loading`) until the model is served, then
+/// /readyz 200; neither probe needs the key. On SIGTERM /readyz turns 503
+/// at once while /livez stays 200; a stream in flight finishes whole; a
+/// new request during --drain-grace is still answered; the process exits
+/// 0 no sooner than the grace.
+#[test]
+fn probes_follow_load_serve_and_drain() {
+    let m = model();
+    let grace = Duration::from_secs(3);
+    let mut srv = start_until(
+        &m.gguf,
+        &[
+            "--ctx",
+            "512",
+            "--parallel",
+            "2",
+            "--api-key",
+            "k3y",
+            "--drain-grace",
+            &grace.as_secs().to_string(),
+        ],
+        &[],
+        "bound http://",
+    );
+    let a = srv.addr;
+    // Loading: polled from the moment the port is bound.
+    let (mut loading, mut refused_while_loading) = (0, false);
+    let t0 = Instant::now();
+    loop {
+        assert_eq!(status_of(a, "/livez").0, 200);
+        let (code, b) = status_of(a, "/readyz");
+        if code == 200 {
+            assert_eq!(b, r#"{"status":"ready"}"#);
+            break;
+        }
+        assert_eq!((code, b.as_str()), (503, r#"{"status":"loading"}"#));
+        loading += 1;
+        if !refused_while_loading {
+            let r = get_with_key(a, "/v1/models", "k3y");
+            if r.starts_with("HTTP/1.1 503") {
+                assert!(r.contains("\"model_loading\""), "{r}");
+                refused_while_loading = true;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "never ready");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!(
+        "/readyz 503 {loading} times over {:?} of loading",
+        t0.elapsed()
+    );
+    assert!(
+        loading > 0,
+        "the port answered only once the model was loaded"
+    );
+    assert!(refused_while_loading, "no route answered 503 while loading");
+    // Serving: the probes need no key; the API does.
+    assert!(get(a, "/v1/models").starts_with("HTTP/1.1 401"));
+    assert_eq!(status_of(a, "/livez").0, 200);
+    assert!(get_with_key(a, "/v1/models", "k3y").starts_with("HTTP/1.1 200"));
+
+    // A stream long enough to outlast the grace window.
+    let stream = |max: u32| {
+        let body = format!(
+            r#"{{"prompt":"1, 2, 3, 4, 5, 6, 7, 8, 9, 10,","max_tokens":{max},"temperature":0,"stream":true}}"#
+        );
+        let mut s = TcpStream::connect(a).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        write!(
+            s,
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        s
+    };
+    let mut s = stream(150);
+    let mut first = [0u8; 64];
+    assert!(s.read(&mut first).unwrap() > 0);
+    let in_flight = std::thread::spawn(move || read_all(s));
+    let term = Instant::now();
+    let st = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Readiness 503 from the start of the drain, liveness 200, while the
+    // stream is still running.
+    let t = Instant::now();
+    let draining = loop {
+        let (code, b) = status_of(a, "/readyz");
+        if code == 503 {
+            break b;
+        }
+        assert!(t.elapsed() < Duration::from_secs(1), "still ready");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(draining, r#"{"status":"draining"}"#);
+    assert!(
+        !in_flight.is_finished(),
+        "the stream ended before the check"
+    );
+    assert_eq!(status_of(a, "/livez").0, 200);
+    // Within the grace window a new request is still served.
+    let late = stream(4);
+    let sent = term.elapsed();
+    let late = read_all(late);
+    assert!(late.starts_with("HTTP/1.1 200"), "{late}");
+    assert!(late.contains("data: [DONE]"), "{late}");
+    assert!(sent < grace, "the late request was sent after the grace");
+    assert_eq!(status_of(a, "/livez").0, 200);
+    let rest = in_flight.join().unwrap();
+    assert!(
+        rest.contains("\"finish_reason\":\"length\"") && rest.contains("data: [DONE]\n\n"),
+        "the in-flight stream was cut: {rest}"
+    );
+    let status = exit_within(&mut srv, Duration::from_secs(40));
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        term.elapsed() >= grace,
+        "exited {:?} after SIGTERM, inside the grace",
+        term.elapsed()
+    );
 }

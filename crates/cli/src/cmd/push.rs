@@ -26,11 +26,20 @@ use std::sync::Arc;
 /// FILE is pushed as a Docker model artifact
 /// (application/vnd.docker.ai.gguf.v3), which `docker model pull` and
 /// `gpack pull` both take.
+///
+/// --image also pushes a runnable image of the .gpack, for runtimes that
+/// mount only container images (containerd's image volumes): an OCI image
+/// index (linux/amd64, linux/arm64) whose images have one uncompressed tar
+/// layer holding /model.gpack, their configs' rootfs.diff_ids its SHA-256.
+/// It goes to --image-ref, by default the same repository with the tag
+/// TAG-image; its layer shares no blob with the artifact (a tar is not the
+/// file), so the registry stores the bytes twice (docs/OCI.md).
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  \
     gpack push smollm2.gpack registry.example.com/models/smollm2:q4_1\n  \
     gpack push smollm2.q8.gpack registry.example.com/models/smollm2:q8_0 --mount-from models/other\n  \
-    gpack push m.gpack localhost:5000/m:v1 --insecure --username ci --password \"$PW\" --json")]
+    gpack push m.gpack localhost:5000/m:v1 --insecure --username ci --password \"$PW\" --json\n  \
+    gpack push m.gpack registry.example.com/models/m:v1 --image   (also registry.example.com/models/m:v1-image)")]
 pub struct Args {
     /// The .gpack (or .gguf) to push.
     file: PathBuf,
@@ -47,6 +56,14 @@ pub struct Args {
     /// layer holding the whole file.
     #[arg(long)]
     per_section: bool,
+    /// Also push the runnable image variant (/model.gpack in one tar
+    /// layer) for containerd.
+    #[arg(long)]
+    image: bool,
+    /// Where the image variant goes (default: REF's repository, tag
+    /// TAG-image).
+    #[arg(long, value_name = "REF", requires = "image")]
+    image_ref: Option<String>,
     #[command(flatten)]
     registry: RegistryArgs,
     /// Print a JSON report (schema "gpack.push.v1") instead of text.
@@ -63,10 +80,30 @@ pub fn run(a: Args) -> Result<ExitCode> {
     )?;
     let store = gpack_oci::Store::open_default();
     let bars = Arc::new(TransferBars::new("push", !a.json));
+    let image = match (a.image, &a.image_ref) {
+        (false, _) => None,
+        (true, Some(i)) => {
+            let i = gpack_oci::reference::parse(i)?;
+            if i.registry() != r.registry() {
+                anyhow::bail!(
+                    "--image-ref {} is on another registry than {}: the image variant goes to the same registry",
+                    i.whole(),
+                    a.reference
+                );
+            }
+            Some(i)
+        }
+        (true, None) => Some(gpack_oci::Reference::with_tag(
+            r.registry().to_string(),
+            r.repository().to_string(),
+            format!("{}-image", r.tag().unwrap_or("latest")),
+        )),
+    };
     let opts = gpack_oci::PushOptions {
         mount_from: a.mount_from.clone(),
         jobs: a.jobs,
         per_section: a.per_section,
+        image,
     };
     let rep = gpack_oci::push(&reg, &store, &a.file, &r, &opts, bars.clone())
         .with_context(|| format!("pushing {} to {}", a.file.display(), a.reference));
@@ -91,6 +128,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
             rep.manifest_digest,
             rep.digest
         );
+        if let Some(i) = &rep.image {
+            println!(
+                "image: {} (index {}, layer {}, {} bytes)",
+                i.reference, i.index_digest, i.layer_digest, i.layer_size
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

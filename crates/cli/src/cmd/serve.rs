@@ -8,16 +8,22 @@ use std::process::ExitCode;
 ///
 /// Endpoints: GET / (a chat page: streaming answers, model and sampling
 /// settings, tokens/s per answer; built into the binary), GET /health,
+/// GET /livez (200 while the process answers), GET /readyz (200 while it
+/// serves; 503 while the model loads, from SIGTERM on, or when /health
+/// fails),
 /// GET /v1/models, GET /metrics (Prometheus), POST /v1/embeddings (final
 /// hidden states pooled by mean, or last token when the model's metadata
 /// says so, L2-normalized; float or base64),
 /// POST /v1/chat/completions, POST /v1/completions (both with "stream": true
 /// as server-sent events). --parallel sequences are decoded together, one
 /// batched forward step per token; up to --queue more requests wait, and
-/// beyond that requests get 503 with Retry-After. SIGTERM or Ctrl-C stops
-/// accepting connections, lets the requests in flight finish for up to
-/// --drain-timeout, ends those still generating (their responses end with
-/// an error, code server_shutting_down) and exits 0.
+/// beyond that requests get 503 with Retry-After. The port answers from
+/// the start: /livez 200, /readyz and every other route 503 until the model
+/// is loaded (and verified, with --verify before). SIGTERM turns /readyz
+/// 503, keeps serving for --drain-grace, then stops accepting connections,
+/// lets the requests in flight finish for up to --drain-timeout, ends those
+/// still generating (their responses end with an error, code
+/// server_shutting_down) and exits 0; Ctrl-C skips the grace.
 ///
 /// Structured outputs: "response_format": {"type": "json_object"} or
 /// {"type": "json_schema", "json_schema": {"schema": {...}}}, or the
@@ -74,7 +80,8 @@ pub struct Args {
     /// Requests that may wait for a free sequence before 503.
     #[arg(long, default_value_t = 64)]
     queue: usize,
-    /// Require "Authorization: Bearer KEY" (all endpoints but /health).
+    /// Require "Authorization: Bearer KEY" (all endpoints but /health,
+    /// /livez, /readyz and the chat page).
     /// Default: the GPACK_API_KEY environment variable, if set (keeps the key
     /// out of the process list).
     #[arg(long)]
@@ -137,10 +144,18 @@ pub struct Args {
     /// Open connections at most; beyond, new ones wait to be accepted.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_connections: usize,
-    /// Seconds in-flight requests get to finish after SIGTERM or Ctrl-C;
+    /// Seconds in-flight requests get to finish once the listener has
+    /// closed (after --drain-grace on SIGTERM, at once on Ctrl-C);
     /// generations still running then are ended with an error.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     drain_timeout: f64,
+    /// Seconds after SIGTERM during which new requests are still served
+    /// (GET /readyz already answers 503), so that the load balancer drops
+    /// this replica before it refuses anything; 0: none. A second signal
+    /// ends the window. Set terminationGracePeriodSeconds above
+    /// --drain-grace + --drain-timeout + 1 (docs/DEPLOY.md).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    drain_grace: f64,
     /// A Jinja chat template file used instead of the model's own (e.g. a
     /// model family's tool-calling template); the tool-call format
     /// (Hermes/Qwen <tool_call>, Llama 3 JSON, Mistral [TOOL_CALLS]) is read
@@ -162,15 +177,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .try_init();
     let t0 = std::time::Instant::now();
-    // No context naming the model: the errors of opening it name it (once).
-    let loaded = super::open_model(
-        &a.model,
-        a.fallback_gguf.as_deref(),
-        a.stream_weights.as_deref(),
-        &a.registry,
-    )?;
-    let spec = a.spec.mode(loaded.packed_draft().is_some())?;
-    let opts = gpack_server::Options {
+    let mut opts = gpack_server::Options {
         host: a.host,
         port: a.port,
         parallel: a.parallel,
@@ -199,7 +206,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
             a.max_connections
         },
         drain_timeout: secs("drain-timeout", a.drain_timeout)?,
-        spec,
+        drain_grace: if a.drain_grace.is_finite() && (0.0..1e9).contains(&a.drain_grace) {
+            std::time::Duration::from_secs_f64(a.drain_grace)
+        } else {
+            bail!(
+                "--drain-grace must be 0 or a positive number of seconds, got {}",
+                a.drain_grace
+            )
+        },
         draft: a.spec.draft.clone(),
         draft_max: a.spec.draft_max,
         draft_p_min: a.spec.draft_p_min,
@@ -213,14 +227,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .transpose()?,
         ..gpack_server::Options::default()
     };
+    // The listener answers /livez and /readyz (503) while the model is
+    // opened (pulled, transcoded), verified and bound: a startup probe
+    // covers all of it.
+    let listening = gpack_server::Listening::bind(&opts).context("serving")?;
+    eprintln!(
+        "gpack serve: bound http://{} (loading the model; /readyz answers 200 once it is served)",
+        listening.local_addr()
+    );
+    // No context naming the model: the errors of opening it name it (once).
+    let loaded = super::open_model(
+        &a.model,
+        a.fallback_gguf.as_deref(),
+        a.stream_weights.as_deref(),
+        &a.registry,
+    )?;
+    opts.spec = a.spec.mode(loaded.packed_draft().is_some())?;
     let parallel = opts.parallel;
-    gpack_server::serve(loaded, opts, |addr| {
-        eprintln!(
-            "gpack serve: listening on http://{addr} ({parallel} slots, loaded in {:.0} ms)",
-            t0.elapsed().as_secs_f64() * 1e3
-        );
-    })
-    .context("serving")?;
+    listening
+        .serve(loaded, opts, |addr| {
+            eprintln!(
+                "gpack serve: listening on http://{addr} ({parallel} slots, loaded in {:.0} ms)",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+        })
+        .context("serving")?;
     eprintln!("gpack serve: drained, bye");
     Ok(ExitCode::SUCCESS)
 }
