@@ -17,6 +17,8 @@ export CARGO_TARGET_DIR=$TARGET
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
 "${PIP[@]}" install -r crates/python/tests/requirements.txt
+# Ray Serve for test_ray.py (gpack[ray]'s extra; large, so a file of its own).
+"${PIP[@]}" install -r crates/python/tests/requirements-ray.txt
 # maturin from the venv (no build isolation: the same interpreter every run,
 # so cargo reuses what it built); --locked as every cargo command here.
 PATH="$VENV/bin:$PATH" MATURIN_PEP517_ARGS="--locked --profile dev" \

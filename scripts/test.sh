@@ -75,6 +75,9 @@ for l in sys.stdin:
 (cd crates/runtime && GPACK_ISA=scalar step "$RT_TESTS" fixtures:: generation:: moe:: ple::)
 # The Python package (pytest; builds the release wheel once).
 step bash scripts/test-python.sh
+# The Helm chart: helm lint/template, strict Kubernetes 1.35/1.36 schemas
+# (helm and kubernetes-validate cached by scripts/helm.sh).
+step bash scripts/test-helm.sh
 # Every fuzz target for a bounded time (scripts/fuzz.sh: build + 10 s each,
 # on the stable toolchain), in CI; locally `bash scripts/fuzz.sh [SECONDS]`.
 if [ "${CI:-}" = true ]; then
