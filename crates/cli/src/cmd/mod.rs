@@ -5,6 +5,7 @@ pub mod convert;
 pub mod export;
 pub mod inspect;
 pub mod ls;
+pub mod perplexity;
 pub mod prequant;
 pub mod pull;
 pub mod push;
