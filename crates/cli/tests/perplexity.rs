@@ -30,7 +30,10 @@ fn ppl_json(model: &Path, args: &[&str]) -> Value {
 /// The number after `key` in a llama-perplexity reference file.
 fn reference(file: &str, key: &str) -> f64 {
     let text = std::fs::read_to_string(data(file)).unwrap();
-    let at = text.find(key).unwrap_or_else(|| panic!("no {key:?} in {file}")) + key.len();
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key:?} in {file}"))
+        + key.len();
     text[at..]
         .split_whitespace()
         .next()
@@ -84,12 +87,19 @@ fn smollm2_perplexity_is_llama_perplexitys_and_kl_against_itself_is_zero() {
     // The GGUF against the .gpack's base: its PPL and the KL in one run.
     let kl = ppl_json(
         &model,
-        &["--kl-divergence", "--kl-divergence-base", base.to_str().unwrap()],
+        &[
+            "--kl-divergence",
+            "--kl-divergence-base",
+            base.to_str().unwrap(),
+        ],
     );
     assert_eq!(kl["mode"], "kl-divergence");
     for r in [&from_gpack, &kl] {
         assert_eq!(r["schema"], "gpack.perplexity.v1");
-        assert_eq!((r["n_ctx"].as_u64(), r["n_chunk"].as_u64()), (Some(512), Some(4)));
+        assert_eq!(
+            (r["n_ctx"].as_u64(), r["n_chunk"].as_u64()),
+            (Some(512), Some(4))
+        );
         assert_eq!(r["scored_tokens"].as_u64(), Some(4 * 255));
         assert_eq!(r["chunks"].as_array().map(Vec::len), Some(4));
         let (ppl, err) = (f(r, "/ppl"), f(r, "/ppl_err"));
@@ -97,7 +107,10 @@ fn smollm2_perplexity_is_llama_perplexitys_and_kl_against_itself_is_zero() {
             (ppl / want - 1.0).abs() < 0.005,
             "PPL {ppl}, llama-perplexity's {want}"
         );
-        assert!((err / want_err - 1.0).abs() < 0.01, "error {err} vs {want_err}");
+        assert!(
+            (err / want_err - 1.0).abs() < 0.01,
+            "error {err} vs {want_err}"
+        );
     }
     let half_step = 16.0 / 65535.0 / 2.0 * 1.05;
     let s = &kl["kl"];
@@ -132,9 +145,16 @@ fn base_files_serve_llama_perplexity_and_back() {
 
     let kl = ppl_json(
         &model,
-        &["--kl-divergence", "--kl-divergence-base", theirs.to_str().unwrap()],
+        &[
+            "--kl-divergence",
+            "--kl-divergence-base",
+            theirs.to_str().unwrap(),
+        ],
     );
-    assert_eq!((kl["n_ctx"].as_u64(), kl["n_chunk"].as_u64()), (Some(128), Some(4)));
+    assert_eq!(
+        (kl["n_ctx"].as_u64(), kl["n_chunk"].as_u64()),
+        (Some(128), Some(4))
+    );
     assert_eq!(kl["scored_tokens"].as_u64(), Some(4 * 63));
     let s = &kl["kl"];
     let base_ppl = f(s, "/ppl_base");
@@ -169,7 +189,10 @@ fn base_files_serve_llama_perplexity_and_back() {
         BaseReader::open(&ours).unwrap(),
     );
     assert_eq!(a.header(), b.header());
-    let read_by_llama = reference("tiny-llama-q8_0.llama-reads-gpack.txt", "Mean PPL(base)                : ");
+    let read_by_llama = reference(
+        "tiny-llama-q8_0.llama-reads-gpack.txt",
+        "Mean PPL(base)                : ",
+    );
     let p = f(&ppl, "/ppl");
     assert!(
         (p / read_by_llama - 1.0).abs() < 16.0 / 65535.0,
@@ -209,7 +232,11 @@ fn perplexity_refuses_bad_input_clearly() {
     b.extend_from_slice(&[0; 16]);
     b.resize(b.len() + 2 * (2 * 1025 + 4), 0);
     std::fs::write(&other, &b).unwrap();
-    let e = err(&["--kl-divergence", "--kl-divergence-base", other.to_str().unwrap()]);
+    let e = err(&[
+        "--kl-divergence",
+        "--kl-divergence-base",
+        other.to_str().unwrap(),
+    ]);
     assert!(e.contains("over 2049 tokens but the model has 2048"), "{e}");
     let short = dir.path().join("short.txt");
     std::fs::write(&short, "a few words").unwrap();

@@ -339,12 +339,7 @@ impl Report {
         self.line.push_str(&piece);
     }
 
-    fn ppl_final(
-        mut self,
-        acc: &PplAccum,
-        base: Option<PathBuf>,
-        t0: Instant,
-    ) -> Result<ExitCode> {
+    fn ppl_final(mut self, acc: &PplAccum, base: Option<PathBuf>, t0: Instant) -> Result<ExitCode> {
         self.bar.finish_and_clear();
         let (ppl, err) = acc.estimate();
         if self.json {
@@ -372,7 +367,12 @@ impl Report {
             )?,
         }
         if let Some(b) = base {
-            writeln!(o, "saved the base log-probs of {} tokens to {}", acc.count, b.display())?;
+            writeln!(
+                o,
+                "saved the base log-probs of {} tokens to {}",
+                acc.count,
+                b.display()
+            )?;
         }
         eprintln!(
             "{} tokens scored in {:.1} s",
@@ -437,12 +437,36 @@ impl Report {
             )?;
         }
         writeln!(o, "\n====== Perplexity statistics ======")?;
-        writeln!(o, "Mean PPL(Q)                   : {:10.6} ± {:10.6}", s.ppl, s.ppl_err)?;
-        writeln!(o, "Mean PPL(base)                : {:10.6} ± {:10.6}", s.ppl_base, s.ppl_base_err)?;
-        writeln!(o, "Cor(ln(PPL(Q)), ln(PPL(base))): {:6.2}%", 100.0 * s.ln_ppl_cor)?;
-        writeln!(o, "Mean ln(PPL(Q)/PPL(base))     : {:10.6} ± {:10.6}", s.ln_ppl_ratio, s.ln_ppl_ratio_err)?;
-        writeln!(o, "Mean PPL(Q)/PPL(base)         : {:10.6} ± {:10.6}", s.ppl_ratio, s.ppl_ratio_err)?;
-        writeln!(o, "Mean PPL(Q)-PPL(base)         : {:10.6} ± {:10.6}", s.ppl_diff, s.ppl_diff_err)?;
+        writeln!(
+            o,
+            "Mean PPL(Q)                   : {:10.6} ± {:10.6}",
+            s.ppl, s.ppl_err
+        )?;
+        writeln!(
+            o,
+            "Mean PPL(base)                : {:10.6} ± {:10.6}",
+            s.ppl_base, s.ppl_base_err
+        )?;
+        writeln!(
+            o,
+            "Cor(ln(PPL(Q)), ln(PPL(base))): {:6.2}%",
+            100.0 * s.ln_ppl_cor
+        )?;
+        writeln!(
+            o,
+            "Mean ln(PPL(Q)/PPL(base))     : {:10.6} ± {:10.6}",
+            s.ln_ppl_ratio, s.ln_ppl_ratio_err
+        )?;
+        writeln!(
+            o,
+            "Mean PPL(Q)/PPL(base)         : {:10.6} ± {:10.6}",
+            s.ppl_ratio, s.ppl_ratio_err
+        )?;
+        writeln!(
+            o,
+            "Mean PPL(Q)-PPL(base)         : {:10.6} ± {:10.6}",
+            s.ppl_diff, s.ppl_diff_err
+        )?;
         writeln!(o, "\n====== KL divergence statistics ======")?;
         writeln!(o, "Mean    KLD: {:10.6} ± {:10.6}", s.kld, s.kld_err)?;
         let k = &s.kld_pct;
@@ -450,13 +474,32 @@ impl Report {
             writeln!(o, "{name} KLD: {v:10.6}")?;
         }
         writeln!(o, "\n====== Token probability statistics ======")?;
-        writeln!(o, "Mean    Δp: {:6.3} ± {:5.3} %", 100.0 * s.p_diff, 100.0 * s.p_diff_err)?;
+        writeln!(
+            o,
+            "Mean    Δp: {:6.3} ± {:5.3} %",
+            100.0 * s.p_diff,
+            100.0 * s.p_diff_err
+        )?;
         for (name, v) in pct_lines(&s.p_diff_pct, true) {
             writeln!(o, "{name} Δp: {:6.3}%", 100.0 * v)?;
         }
-        writeln!(o, "RMS Δp    : {:6.3} ± {:5.3} %", 100.0 * s.p_diff_rms, 100.0 * s.p_diff_rms_err)?;
-        writeln!(o, "Same top p: {:6.3} ± {:5.3} %", 100.0 * s.same_top, 100.0 * s.same_top_err)?;
-        eprintln!("{} tokens compared in {:.1} s", s.count, t0.elapsed().as_secs_f64());
+        writeln!(
+            o,
+            "RMS Δp    : {:6.3} ± {:5.3} %",
+            100.0 * s.p_diff_rms,
+            100.0 * s.p_diff_rms_err
+        )?;
+        writeln!(
+            o,
+            "Same top p: {:6.3} ± {:5.3} %",
+            100.0 * s.same_top,
+            100.0 * s.same_top_err
+        )?;
+        eprintln!(
+            "{} tokens compared in {:.1} s",
+            s.count,
+            t0.elapsed().as_secs_f64()
+        );
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -112,10 +112,16 @@ impl BaseReader {
             ));
         }
         if n_vocab <= 0 {
-            return Err(bad(12, format!("n_vocab {n_vocab}, expected a positive count")));
+            return Err(bad(
+                12,
+                format!("n_vocab {n_vocab}, expected a positive count"),
+            ));
         }
         if n_chunk <= 0 {
-            return Err(bad(16, format!("n_chunk {n_chunk}, expected a positive count")));
+            return Err(bad(
+                16,
+                format!("n_chunk {n_chunk}, expected a positive count"),
+            ));
         }
         let (n_vocab, n_chunk) = (n_vocab as u32, n_chunk as u32);
         let rows = rows_per_chunk(n_ctx as usize) as u64;
@@ -240,13 +246,12 @@ impl BaseWriter {
             header.n_chunk as usize * header.n_ctx as usize,
             "one token per position of every chunk"
         );
-        let mut file = gpack_format::AtomicFile::create(out, true).map_err(|e| {
-            QualityError::Io {
+        let mut file =
+            gpack_format::AtomicFile::create(out, true).map_err(|e| QualityError::Io {
                 what: "creating",
                 path: out.to_path_buf(),
                 source: std::io::Error::other(e),
-            }
-        })?;
+            })?;
         let mut b = Vec::with_capacity(HEADER as usize + 4 * header.tokens.len());
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&header.n_ctx.to_le_bytes());
@@ -370,6 +375,9 @@ mod tests {
         let mut buf = Vec::new();
         r.next_chunk(&mut buf).unwrap();
         let e = r.next_chunk(&mut buf).unwrap_err().to_string();
-        assert!(e.contains(&format!("offset {at}: chunk 2 row 0: scale NaN")), "{e}");
+        assert!(
+            e.contains(&format!("offset {at}: chunk 2 row 0: scale NaN")),
+            "{e}"
+        );
     }
 }

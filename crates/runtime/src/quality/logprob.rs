@@ -158,7 +158,9 @@ mod tests {
 
     #[test]
     fn a_quantized_row_gives_back_its_log_probs_within_half_a_step() {
-        let logits: Vec<f32> = (0..1001).map(|i| ((i * 37) % 101) as f32 * 0.3 - 12.0).collect();
+        let logits: Vec<f32> = (0..1001)
+            .map(|i| ((i * 37) % 101) as f32 * 0.3 - 12.0)
+            .collect();
         let mut row = vec![0u16; row_len(logits.len())];
         assert_eq!(row.len(), 1006);
         let n = nll_quantized(&logits, 7, &mut row);

@@ -281,7 +281,7 @@ impl Percentiles {
             let p = p - ip as f32;
             f64::from((1.0 - p) * v[ip] + p * v[(ip + 1).min(n - 1)])
         };
-        let median = if n % 2 == 0 {
+        let median = if n.is_multiple_of(2) {
             f64::from(0.5 * (v[n / 2] + v[n / 2 - 1]))
         } else {
             f64::from(v[n / 2])
