@@ -44,8 +44,9 @@ use std::time::Instant;
 /// files work here, and this command's in llama-perplexity.
 ///
 /// The model runs on the CPU with GPACK_THREADS threads (or --threads); with
-/// --device gpu its blocks run on a GPU as in `gpack run`. The KV cache is
-/// f16 (as llama.cpp's default) unless --kv f32.
+/// --device gpu its blocks run on a GPU as in `gpack run` (figures within
+/// rounding of the CPU's). The KV cache is f16 (as llama.cpp's default)
+/// unless --kv f32.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack perplexity smollm2.gpack -f wiki.test.raw
