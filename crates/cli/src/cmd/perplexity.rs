@@ -323,8 +323,8 @@ impl Report {
     }
 
     fn ppl_chunk(&mut self, i: usize, ppl: f64) {
-        self.bar.inc(1);
         self.bar.set_message(format!("PPL {ppl:.4}"));
+        self.bar.inc(1);
         self.chunks.push(json!({"chunk": i, "ppl": ppl}));
         if self.json {
             return;
@@ -384,8 +384,8 @@ impl Report {
     }
 
     fn kl_chunk(&mut self, i: usize, s: &KlSummary) {
-        self.bar.inc(1);
         self.bar.set_message(format!("KLD {:.5}", s.kld));
+        self.bar.inc(1);
         self.chunks.push(json!({
             "chunk": i, "ppl": s.ppl, "ppl_err": s.ppl_err,
             "ln_ppl_ratio": s.ln_ppl_ratio, "ln_ppl_ratio_err": s.ln_ppl_ratio_err,
