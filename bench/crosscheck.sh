@@ -48,6 +48,7 @@ family() { case $1 in 1b | tiny | 8b) echo llama ;; gemma2-*) echo gemma2 ;; phi
 bound() {
   case $1 in
     1b) echo 0.002 ;;              # KL 5.0e-4; mutations 0.054, 0.178
+    phi3.5-mini) echo 0.01 ;;      # KL 3.7e-3; rope halved 1.05, eps x10 0.456
     gemma2-2b) echo 0.0005 ;;      # KL 2.3e-4; final cap halved 7.8e-4, attn cap 5 2.5e-3, eps 1e-2 8.7e-3
     tiny) echo 0.00002 ;;          # KL 3.1e-6; rope halved 2.4e-5, eps x10 3.4e-4 (checks the script)
     gpt-oss-tiny) echo 0.0005 ;;   # KL 8.7e-5; mutations 1.0e-3, 1.5e-3
