@@ -1,61 +1,129 @@
 #!/usr/bin/env bash
-# Real-shape correctness cross-check against llama.cpp where no transformers reference exists
-# (the synthetic benchmark models): the same token ids through llama.cpp (testdata/scripts/
-# llama_ref.cpp, built by testdata/scripts/27_llamacpp_q8_0_multi_prompt.sh's recipe) on
-# MODEL.gguf and through gpack (crates/runtime/examples/logits.rs) on its .gpack; prints the
-# per-position argmax agreement, the last logits' relative L2 distance and the greedy prefix
-# both take. Both quantize activations (differently), so small distances are expected; a
-# wrong graph shows as distances of order 1.
-# Usage: bench/crosscheck.sh MODEL.gguf [N_PROMPT=32] [N_NEW=16] [SEED=1]
+# Real-shape correctness against llama.cpp where no transformers reference exists: the
+# KL-divergence of gpack's logits from llama.cpp's on the same Q8_0 GGUF of a synthetic
+# model (random weights at a real model's shape, scripts/make-synthetic-llama.py with
+# SmolLM2's tokenizer), with a bound per shape (one real shape per family), and mutation tests proving each bound
+# can fail: a moderate graph error (RoPE base, norm epsilon, soft-cap), made by editing the
+# GGUF's metadata in place for gpack only (llama.cpp's logits are saved before, the value
+# restored after), must push the KL above the bound.
+#   1. llama-perplexity -m Q8_0.gguf -f testdata/perplexity/corpus.txt -c 256 --chunks 2
+#      --kl-divergence-base BASE (llama.cpp's log-probs of 254 positions);
+#   2. gpack perplexity Q8_0.gguf --kl-divergence --kl-divergence-base BASE: mean KL per
+#      token and top-1 agreement ("same top") against llama.cpp's: must be <= the bound;
+#   3. per mutation: the key set to the wrong value, step 2 again: must be > the bound.
+# Random weights give nearly flat logits, so KL values are small and a bound that a
+# mutation cannot exceed would prove nothing: the mutations are what the bounds are for.
+# Usage: bench/crosscheck.sh [SHAPE ...]   (default: 1b)
+#   SHAPE  1b (Llama-3.2-1B body, llama), gemma2-2b, phi3.5-mini, gpt-oss-20b (MXFP4_MOE:
+#          experts MXFP4, the rest Q8_0), deepseek2-lite; tiny, gpt-oss-tiny and
+#          deepseek2-tiny check the script itself (their bounds are the real shapes').
+# Models: ${GPACK_CACHE:-~/.cache/gpack}/bench/crosscheck/synthetic-SHAPE.Q8_0.gguf, made
+# once when missing (the f16 source is deleted after quantizing; free disk needed: the f16
+# plus the Q8_0, e.g. 2.4 + 1.3 GB for 1b, 5.2 + 2.8 for gemma2-2b, 7.6 + 4.1 for
+# phi3.5-mini, 12 + 12 for gpt-oss-20b, 31 + 16.5 for deepseek2-lite).
+# Exit 1 if a bound fails either way. Raw outputs: bench/logs/crosscheck-TIMESTAMP/.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${GPACK_CACHE:-$HOME/.cache/gpack}
-M=${1:?usage: bench/crosscheck.sh MODEL.gguf [N_PROMPT] [N_NEW] [SEED]}
-NP=${2:-32}; NN=${3:-16}; SEED=${4:-1}
-GP=${M%.gguf}.gpack
-[ -f "$GP" ] || { echo "no $GP (gpack convert $M -o $GP)" >&2; exit 1; }
-REF=$CACHE/llama_ref/llama_ref
-[ -x "$REF" ] || { echo "no $REF (bash testdata/scripts/27_llamacpp_q8_0_multi_prompt.sh builds it)" >&2; exit 1; }
+BIN=${LLAMA_BIN:-$(LLAMA_TARGETS="llama-quantize llama-perplexity" bash "$ROOT/scripts/build-llamacpp.sh")}
+SHAPES=("$@"); [ ${#SHAPES[@]} -gt 0 ] || SHAPES=(1b)
+TEXT=$ROOT/testdata/perplexity/corpus.txt
 cd "$ROOT"
-cargo build -q --release --locked -p gpack-runtime --example logits >&2
+cargo build -q --locked -p gpack-cli >&2   # the dev profile (optimized)
 TD=$(cargo metadata -q --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-NV=$(python3 - "$M" <<'PY'
-import sys, struct
-# n_vocab: the token list's length from the GGUF header (no gguf package needed).
-f = open(sys.argv[1], "rb"); f.read(8); nt, nkv = struct.unpack("<QQ", f.read(16))
-def s(): n, = struct.unpack("<Q", f.read(8)); return f.read(n)
-size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-def skip(t):
-    if t == 8: s()
-    elif t == 9:
-        et, n = struct.unpack("<IQ", f.read(12))
-        if et == 8:
-            for _ in range(n): s()
-        else: f.read(size[et] * n)
-        return n
-    else: f.read(size[t])
-for _ in range(nkv):
-    k = s().decode(); t, = struct.unpack("<I", f.read(4)); n = skip(t)
-    if k == "tokenizer.ggml.tokens": print(n); break
+G=${GPACK:-$TD/debug/gpack}
+DIR=$CACHE/bench/crosscheck; mkdir -p "$DIR"
+LOG=$ROOT/bench/logs/crosscheck-$(date -u +%Y%m%dT%H%M%SZ); mkdir -p "$LOG"
+W=$(mktemp -d); RESTORE=()
+restore() { for r in "${RESTORE[@]}"; do eval "$r" || true; done; rm -rf "$W"; }
+trap restore EXIT
+# Family of a shape, its bound on mean KL(llama.cpp || gpack) per token, and its family's
+# mutations (KEY=VALUE, float32 keys of the GGUF; gpack reads the file with that value).
+family() { case $1 in 1b | tiny | 8b) echo llama ;; gemma2-*) echo gemma2 ;; phi3*) echo phi3 ;;
+  gpt-oss-*) echo gpt-oss ;; deepseek2-*) echo deepseek2 ;; esac; }
+# Bounds per shape, each set between gpack's KL and its mutations' (bench/logs, 2026-12-07,
+# docs/PERFORMANCE.md "Real-shape cross-check"); a shape without one prints its figures and
+# exits 1: measure it, then set its bound here.
+bound() {
+  case $1 in
+    1b) echo 0.002 ;;              # KL 5.0e-4; mutations 0.054, 0.178
+    phi3.5-mini) echo 0.01 ;;      # KL 3.7e-3; rope halved 1.05, eps x10 0.456
+    gemma2-2b) echo 0.0005 ;;      # KL 2.3e-4; final cap halved 7.8e-4, attn cap 5 2.5e-3, eps 1e-2 8.7e-3
+    tiny) echo 0.00002 ;;          # KL 3.1e-6; rope halved 2.4e-5, eps x10 3.4e-4 (checks the script)
+    gpt-oss-tiny) echo 0.0005 ;;   # KL 8.7e-5; mutations 1.0e-3, 1.5e-3
+    deepseek2-tiny) echo 0.000015 ;; # KL 1.02e-5; mutations 1.96e-5, 2.07e-5 (flat: a thin margin)
+    *) echo none ;;
+  esac
+}
+mutations() { # moderate errors: the RoPE base halved, the norm epsilon x10, a soft-cap halved
+  case $1 in
+    llama) echo "llama.rope.freq_base=250000 llama.attention.layer_norm_rms_epsilon=0.0001" ;;
+    # gemma2 scales embeddings by sqrt(n_embd): activations of mean square ~1 hide an epsilon
+    # x10, and random attention scores (~1) sit far below a cap of 25: those two are broken
+    # harder (measured: cap 25 gave 2.7e-4, epsilon 1e-5 2.4e-4, both within the noise).
+    gemma2) echo "gemma2.final_logit_softcapping=15 gemma2.attn_logit_softcapping=5 gemma2.attention.layer_norm_rms_epsilon=0.01" ;;
+    phi3) echo "phi3.rope.freq_base=5000 phi3.attention.layer_norm_rms_epsilon=0.0001" ;;
+    gpt-oss) echo "gpt-oss.rope.freq_base=75000 gpt-oss.attention.layer_norm_rms_epsilon=0.0001" ;;
+    deepseek2) echo "deepseek2.rope.freq_base=5000 deepseek2.attention.layer_norm_rms_epsilon=0.00001" ;;
+  esac
+}
+# Sets a float32 metadata value in place; prints the old one.
+setkv() {
+  python3 - "$@" <<'PY'
+import sys, gguf
+path, key, value = sys.argv[1:]
+r = gguf.GGUFReader(path, "r+")
+f = r.fields.get(key)
+if f is None or f.types != [gguf.GGUFValueType.FLOAT32]:
+    sys.exit(f"{path}: no float32 key {key}")
+old = float(f.parts[f.data[0]][0])
+f.parts[f.data[0]][0] = float(value)
+r.data.flush() if hasattr(r.data, "flush") else None
+print(repr(old))
 PY
-)
-IDS=$(python3 -c "import random; r = random.Random($SEED); print(','.join(str(r.randrange(3, $NV)) for _ in range($NP)))")
-echo "# $(date -u +%FT%TZ) $(basename "$M"): $NP random ids (seed $SEED, vocabulary $NV), $NN greedy steps"
-L=$(mktemp); G=$(mktemp); trap 'rm -f "$L" "$G"' EXIT
-"$REF" "$M" "$IDS" "$NN" >"$L"
-GPACK_THREADS=${GPACK_THREADS:-2} "$TD/release/examples/logits" "$GP" "$IDS" "$NN" >"$G"
-python3 - "$L" "$G" <<'PY'
-import json, math, sys
-l, g = (json.load(open(p)) for p in sys.argv[1:3])
-am = sum(a == b for a, b in zip(l["argmax"], g["argmax"]))
-a, b = l["last_logits"], g["last_logits"]
-d = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)) / sum(x * x for x in a))
-pre = 0
-for x, y in zip(l["greedy"], g["greedy"]):
-    if x != y: break
-    pre += 1
-print(f"argmax per position: {am}/{len(l['argmax'])} equal")
-print(f"last logits: rel L2 {d:.2e} (gpack vs llama.cpp)")
-print(f"greedy: {pre}/{len(l['greedy'])} equal from the start; llama.cpp {l['greedy']}, gpack {g['greedy']}")
-PY
+}
+model() {
+  local shape=$1 q=Q8_0 m
+  [ "$(family "$shape")" = gpt-oss ] && q=MXFP4
+  m=$DIR/synthetic-$shape.$q.gguf
+  if [ ! -f "$m" ]; then
+    local src=$DIR/synthetic-$shape.f16.gguf
+    python3 scripts/make-synthetic-llama.py "$shape" "$src" "$(bash scripts/fetch-models.sh)" >&2
+    "$BIN/llama-quantize" "$src" "$m.tmp" "$([ $q = MXFP4 ] && echo MXFP4_MOE || echo Q8_0)" 2 >"$LOG/quantize-$shape.log" 2>&1
+    mv "$m.tmp" "$m"; rm -f "$src"
+  fi
+  echo "$m"
+}
+kl() { # MODEL NAME: gpack's KL against $W/base.kld; prints "kld same_top"
+  "$G" perplexity "$1" -t 2 --kl-divergence --kl-divergence-base "$W/base.kld" --json >"$LOG/$2.json"
+  python3 -c 'import json, sys; k = json.load(open(sys.argv[1]))["kl"]; print(k["kld"], k["same_top"])' "$LOG/$2.json"
+}
+echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), -c 256 --chunks 2 of $(basename "$TEXT")" | tee "$LOG/summary.md"
+echo "| shape | family | run | mean KL | same top | bound | verdict |" | tee -a "$LOG/summary.md"
+echo "|---|---|---|---|---|---|---|" | tee -a "$LOG/summary.md"
+fail=0
+for shape in "${SHAPES[@]}"; do
+  fam=$(family "$shape"); [ -n "$fam" ] || { echo "unknown shape $shape" >&2; exit 2; }
+  b=$(bound "$shape"); m=$(model "$shape")
+  "$BIN/llama-perplexity" -m "$m" -f "$TEXT" -c 256 --chunks 2 -t 2 --kl-divergence-base "$W/base.kld" >"$LOG/llama-$shape.log" 2>&1
+  read -r k top < <(kl "$m" "gpack-$shape")
+  if [ "$b" = none ]; then
+    v="no bound measured for this shape: set one in bound()"
+  else
+    v=$(python3 -c "print('ok' if $k <= $b else 'FAIL: above the bound')")
+  fi
+  [ "$v" = ok ] || fail=1
+  echo "| $shape | $fam | gpack vs llama.cpp | $k | $top | $b | $v |" | tee -a "$LOG/summary.md"
+  for mut in $(mutations "$fam"); do
+    key=${mut%%=*}; val=${mut#*=}
+    old=$(setkv "$m" "$key" "$val")
+    RESTORE+=("setkv '$m' '$key' '$old' >/dev/null")
+    read -r k top < <(kl "$m" "gpack-$shape-$key")
+    setkv "$m" "$key" "$old" >/dev/null; unset 'RESTORE[-1]'
+    v=$([ "$b" = none ] && echo "no bound" || python3 -c "print('ok: caught' if $k > $b else 'FAIL: mutation under the bound')")
+    [ "${v%%:*}" = ok ] || fail=1
+    echo "| $shape | $fam | $key $old -> $val | $k | $top | $b | $v |" | tee -a "$LOG/summary.md"
+  done
+done
+exit $fail

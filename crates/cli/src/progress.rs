@@ -85,3 +85,20 @@ impl gpack_oci::Progress for TransferBars {
         }
     }
 }
+
+/// A bar counting units of work (`perplexity`'s chunks) on stderr, hidden
+/// unless `visible` and stderr is a terminal (the report goes to stdout).
+pub fn count_bar(unit: &str, visible: bool) -> ProgressBar {
+    if !visible || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+    pb.set_style(
+        ProgressStyle::with_template(&format!(
+            "[{{bar:40}}] {{pos}}/{{len}} {unit} {{elapsed}} eta {{eta}} {{msg}}"
+        ))
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    pb
+}

@@ -9,6 +9,7 @@ mod interrupt;
 mod modelpack;
 mod moe;
 mod oci;
+mod perplexity;
 mod ple;
 mod quant_types;
 mod run;

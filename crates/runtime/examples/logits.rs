@@ -5,8 +5,9 @@
 //! token ids and prints the same JSON, `{"argmax": [per prompt position],
 //! "last_logits": [...], "greedy": [N_NEW ids]}` (greedy with the KV cache,
 //! one token per step, never stopping), and on stderr the KV cache's bytes per
-//! position. `bench/crosscheck.sh` compares the two on models too large for
-//! a transformers reference.
+//! position. (bench/crosscheck.sh compared the two on models too large for a
+//! transformers reference; it now compares KL-divergence through `gpack
+//! perplexity` and llama-perplexity.)
 
 use gpack_runtime::{argmax, GgufWeights, GpackWeights, Logits, Model, WeightSource};
 use std::path::Path;

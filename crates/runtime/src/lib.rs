@@ -18,6 +18,8 @@
 //! * [`spec`]: speculative decoding's draft sources ([`NgramDrafter`],
 //!   [`ModelDrafter`]) and its acceptance rule;
 //! * [`bench`]: prompt-processing and generation throughput;
+//! * [`quality`]: perplexity and KL-divergence on a text, llama-perplexity's
+//!   way (its `--kl-divergence-base` file read and written);
 //! * [`open`]: opening any model file ([`Loaded`]: .gpack, .giw, .gguf, HF
 //!   directory) with its tokenizer, as `gpack run`, `gpack serve` and the
 //!   Python package do.
@@ -122,6 +124,7 @@ pub mod model;
 pub mod open;
 pub mod ops;
 pub mod ple;
+pub mod quality;
 pub mod sampler;
 pub mod spec;
 pub mod weights;

@@ -6,6 +6,7 @@ pub mod devices;
 pub mod export;
 pub mod inspect;
 pub mod ls;
+pub mod perplexity;
 pub mod prequant;
 pub mod pull;
 pub mod push;
