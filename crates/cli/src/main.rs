@@ -35,6 +35,7 @@ enum Command {
     Rm(cmd::rm::Args),
     Export(cmd::export::Args),
     Bench(cmd::bench::Args),
+    Imatrix(cmd::imatrix::Args),
 }
 
 /// Runs one subcommand.
@@ -53,6 +54,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Rm(a) => cmd::rm::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Imatrix(a) => cmd::imatrix::run(a),
     }
 }
 

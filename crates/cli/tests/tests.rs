@@ -5,6 +5,7 @@ mod convert_inspect;
 mod device;
 mod errors;
 mod export;
+mod imatrix;
 mod interrupt;
 mod modelpack;
 mod moe;

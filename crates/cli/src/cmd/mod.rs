@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod convert;
 pub mod export;
+pub mod imatrix;
 pub mod inspect;
 pub mod ls;
 pub mod prequant;
