@@ -5,6 +5,7 @@ mod convert_inspect;
 mod device;
 mod errors;
 mod export;
+mod hf_quantize;
 mod imatrix;
 mod interrupt;
 mod modelpack;
