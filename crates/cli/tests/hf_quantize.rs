@@ -16,7 +16,10 @@ fn hf_safetensors_to_q4_k_m_equals_convert_hf_to_gguf_and_llama_quantize() {
     let tmp = tempfile::tempdir().unwrap();
     // qwen3 ties its output to the embedding: one matrix fewer.
     for (m, matrices) in [("llama", 16), ("qwen3", 15)] {
-        let (pack, back) = (tmp.path().join(format!("{m}.gpack")), tmp.path().join(format!("{m}.gguf")));
+        let (pack, back) = (
+            tmp.path().join(format!("{m}.gpack")),
+            tmp.path().join(format!("{m}.gguf")),
+        );
         let o = gpack()
             .arg("convert")
             .arg(root.join(format!("tiny/{m}/hf")))
@@ -26,10 +29,17 @@ fn hf_safetensors_to_q4_k_m_equals_convert_hf_to_gguf_and_llama_quantize() {
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let o = gpack().arg("export").arg(&pack).arg("-o").arg(&back).output().unwrap();
+        let o = gpack()
+            .arg("export")
+            .arg(&pack)
+            .arg("-o")
+            .arg(&back)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let ours = Source::open(&back).unwrap();
-        let refs = std::fs::read_to_string(root.join(format!("quantize/hf-{m}-Q4_K_M.sha256"))).unwrap();
+        let refs =
+            std::fs::read_to_string(root.join(format!("quantize/hf-{m}-Q4_K_M.sha256"))).unwrap();
         let mut checked = 0;
         for line in refs.lines() {
             let f: Vec<&str> = line.split(' ').collect();
@@ -39,7 +49,9 @@ fn hf_safetensors_to_q4_k_m_equals_convert_hf_to_gguf_and_llama_quantize() {
                 // the source's bf16 (the same values); not quantized.
                 continue;
             }
-            let t = ours.tensor(name).unwrap_or_else(|| panic!("{m}: {name} missing"));
+            let t = ours
+                .tensor(name)
+                .unwrap_or_else(|| panic!("{m}: {name} missing"));
             assert_eq!(t.ggml_type.name(), ty, "{m}: {name}");
             let got = hex::encode(Sha256::digest(&*ours.tensor_bytes(t).unwrap()));
             assert_eq!(got, sha, "{m}: {name} ({ty}) differs from llama-quantize's");

@@ -54,16 +54,25 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 fn assert_close(name: &str, ours: &Entry, want: &Entry) {
     assert_eq!(ours.sums.len(), want.sums.len(), "{name}");
     assert_eq!(ours.counts.len(), want.counts.len(), "{name}");
-    let (a, b) = (ours.activations.as_ref().unwrap(), want.activations.as_ref().unwrap());
+    let (a, b) = (
+        ours.activations.as_ref().unwrap(),
+        want.activations.as_ref().unwrap(),
+    );
     if want.counts.len() == 1 {
         assert_eq!(ours.counts, want.counts, "{name}: counts");
         for (i, (x, y)) in ours.sums.iter().zip(&want.sums).enumerate() {
             let rel = ((x - y) / y).abs();
-            assert!(rel <= 2e-3, "{name}: in_sum2[{i}] {x} vs llama-imatrix {y} ({rel:.1e})");
+            assert!(
+                rel <= 2e-3,
+                "{name}: in_sum2[{i}] {x} vs llama-imatrix {y} ({rel:.1e})"
+            );
         }
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= 2e-3 * scale, "{name}: in_sum[{i}] {x} vs {y}");
+            assert!(
+                (x - y).abs() <= 2e-3 * scale,
+                "{name}: in_sum[{i}] {x} vs {y}"
+            );
         }
         return;
     }
@@ -74,7 +83,10 @@ fn assert_close(name: &str, ours: &Entry, want: &Entry) {
             "{name}: expert {e} count {c} vs llama-imatrix {w}"
         );
         let ms = |s: &[f32], c: i64| -> Vec<f32> {
-            s[e * cols..(e + 1) * cols].iter().map(|v| v / c as f32).collect()
+            s[e * cols..(e + 1) * cols]
+                .iter()
+                .map(|v| v / c as f32)
+                .collect()
         };
         let r = rel_l2(&ms(&ours.sums, c), &ms(&want.sums, w));
         assert!(r <= 1e-2, "{name}: expert {e} mean squares rel L2 {r:.1e}");
@@ -129,7 +141,10 @@ fn legacy_dat_files_read_as_their_gguf() {
     };
     let dat = Imatrix::read(&dir().join("llama-f16.imatrix.dat")).unwrap();
     assert_eq!(dat.chunk_count, 9);
-    check(&dat, &Imatrix::read(&dir().join("llama-f16.imatrix")).unwrap());
+    check(
+        &dat,
+        &Imatrix::read(&dir().join("llama-f16.imatrix")).unwrap(),
+    );
     let tmp = tempfile::tempdir().unwrap();
     let (g, d) = (tmp.path().join("g.imatrix"), tmp.path().join("d.dat"));
     gpack_imatrix(&model("llama"), &g, &[]);
@@ -157,14 +172,25 @@ fn llama_quantize_reads_gpack_imatrix_to_the_same_blocks() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("bits per weight") && stdout.contains("llama-f16.gpack.imatrix"), "{stdout}");
-    let o = gpack().arg("export").arg(&pack).arg("-o").arg(&back).output().unwrap();
+    assert!(
+        stdout.contains("bits per weight") && stdout.contains("llama-f16.gpack.imatrix"),
+        "{stdout}"
+    );
+    let o = gpack()
+        .arg("export")
+        .arg(&pack)
+        .arg("-o")
+        .arg(&back)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let ours = Source::open(&back).unwrap();
     let want = Source::open(&dir().join("llama-f16-gpack-imatrix-Q4_0.gguf")).unwrap();
     let mut quantized = 0;
     for w in &want.tensors {
-        let t = ours.tensor(&w.name).unwrap_or_else(|| panic!("{} not exported", w.name));
+        let t = ours
+            .tensor(&w.name)
+            .unwrap_or_else(|| panic!("{} not exported", w.name));
         assert_eq!(t.ggml_type, w.ggml_type, "{}", w.name);
         assert!(
             ours.tensor_bytes(t).unwrap() == want.tensor_bytes(w).unwrap(),

@@ -123,7 +123,9 @@ pub enum ImatrixProblem {
         matrices: u64,
     },
     /// `--imatrix` without one of llama-quantize's types.
-    #[error("--imatrix needs one of llama-quantize's types as --quant (Q4_K_M, IQ4_XS, …), not {quant}")]
+    #[error(
+        "--imatrix needs one of llama-quantize's types as --quant (Q4_K_M, IQ4_XS, …), not {quant}"
+    )]
     NeedsMix {
         /// The `--quant` given.
         quant: String,

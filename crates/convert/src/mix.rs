@@ -427,9 +427,7 @@ fn get_type_impl(
             } else if use_more_bits(i_layer, n_layer) {
                 new_type = T::Q6_K;
             }
-        } else if i_layer < n_layer / 8
-            && matches!(ftype, F::IQ4_NL | F::IQ4_XS)
-            && !f.has_imatrix
+        } else if i_layer < n_layer / 8 && matches!(ftype, F::IQ4_NL | F::IQ4_XS) && !f.has_imatrix
         {
             new_type = T::Q5_K;
         } else if ftype == F::Q5_K_M && use_more_bits(i_layer, n_layer) {

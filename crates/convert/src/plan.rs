@@ -240,12 +240,10 @@ fn decisions(
         has_imatrix,
         ..crate::mix::Facts::of(source)
     };
-    let types = crate::mix::mix_types(ftype, &facts, &tensors).map_err(|e| {
-            Error::Quantize {
-                tensor: String::new(),
-                problem: QuantizeProblem::Rules(e),
-            }
-        })?;
+    let types = crate::mix::mix_types(ftype, &facts, &tensors).map_err(|e| Error::Quantize {
+        tensor: String::new(),
+        problem: QuantizeProblem::Rules(e),
+    })?;
     let mut out = Vec::with_capacity(types.len());
     for (t, &target) in source.tensors.iter().zip(&types) {
         let d = policy::decide_mix(t.ggml_type, target, cols_of(t))

@@ -69,7 +69,9 @@ fn assert_blocks_equal(
         }
         let cols = st.dims[0];
         let rows = st.dims[1..].iter().product::<u64>();
-        let im = weights.and_then(|w| w.get(rt.name.as_str())).map(Vec::as_slice);
+        let im = weights
+            .and_then(|w| w.get(rt.name.as_str()))
+            .map(Vec::as_slice);
         let mut out = Vec::new();
         quantize_canonical(
             st.ggml_type,
@@ -103,7 +105,11 @@ fn assert_blocks_equal(
 fn blocks_equal_llama_quantize_for_every_type() {
     let mut checked = Vec::new();
     for name in TYPES {
-        checked.extend(assert_blocks_equal(name, &format!("edge-{name}.gguf"), None));
+        checked.extend(assert_blocks_equal(
+            name,
+            &format!("edge-{name}.gguf"),
+            None,
+        ));
     }
     // Every type, and llama-quantize's fallbacks (288 columns, 40 columns).
     for must in [
@@ -162,10 +168,9 @@ fn mix_types_equal_llama_quantize() {
             let want = match has_imatrix {
                 false => reference_types(model, ftype),
                 // llama-quantize --imatrix (types-*-imatrix-*.txt).
-                true => read_types(&dir().join(format!(
-                    "types-{model}-imatrix-{}.txt",
-                    ftype.name()
-                ))),
+                true => {
+                    read_types(&dir().join(format!("types-{model}-imatrix-{}.txt", ftype.name())))
+                }
             };
             assert_eq!(want.len(), tensors.len(), "{model} {}", ftype.name());
             for (t, ty) in tensors.iter().zip(&ours) {
@@ -307,7 +312,10 @@ fn blocks_with_an_imatrix_equal_llama_quantize_for_every_type() {
     let (wg, wd) = (gguf.weights(), dat.weights());
     // The two files hold the same statistics, rounded differently.
     assert_eq!(wg.keys().collect::<Vec<_>>(), wd.keys().collect::<Vec<_>>());
-    assert!(wg.iter().any(|(k, v)| v != &wd[k]), "no rounding difference to test");
+    assert!(
+        wg.iter().any(|(k, v)| v != &wd[k]),
+        "no rounding difference to test"
+    );
     let mut checked = Vec::new();
     for name in TYPES {
         checked.extend(assert_blocks_equal(
@@ -339,7 +347,11 @@ fn blocks_with_an_imatrix_equal_llama_quantize_for_every_type() {
     // The importance matrix matters: without it the blocks differ.
     let with = Source::open(&dir().join("edge-imatrix-Q4_K.gguf")).unwrap();
     let without = Source::open(&dir().join("edge-Q4_K.gguf")).unwrap();
-    let q = |s: &Source| s.tensor_bytes(s.tensor("blk.0.attn_k.weight").unwrap()).unwrap().to_vec();
+    let q = |s: &Source| {
+        s.tensor_bytes(s.tensor("blk.0.attn_k.weight").unwrap())
+            .unwrap()
+            .to_vec()
+    };
     assert_ne!(q(&with), q(&without));
 }
 
@@ -419,9 +431,12 @@ fn a_mismatched_imatrix_is_refused_before_anything_is_written() {
         assert!(
             std::fs::read_dir(tmp.path()).unwrap().count() == 0 || {
                 // Only the files this test wrote.
-                std::fs::read_dir(tmp.path())
-                    .unwrap()
-                    .all(|f| f.unwrap().file_name().to_string_lossy().ends_with(".imatrix"))
+                std::fs::read_dir(tmp.path()).unwrap().all(|f| {
+                    f.unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .ends_with(".imatrix")
+                })
             },
             "a temporary file was left: {e}"
         );
@@ -439,7 +454,10 @@ fn a_mismatched_imatrix_is_refused_before_anything_is_written() {
         ),
         "{msg}"
     );
-    assert!(msg.contains("another model") && msg.contains("moe.imatrix"), "{msg}");
+    assert!(
+        msg.contains("another model") && msg.contains("moe.imatrix"),
+        "{msg}"
+    );
     // The edge model's attn_k has 512 columns, the mix's 256.
     let (msg, e) = run("mix-F16.gguf", "Q4_K_M", dir().join("edge.imatrix"));
     assert!(
@@ -463,10 +481,16 @@ fn a_mismatched_imatrix_is_refused_before_anything_is_written() {
     let nan = tmp.path().join("nan.imatrix");
     m.write(&nan, false, false).unwrap();
     let (msg, _) = run("mix-F16.gguf", "Q4_K_M", nan);
-    assert!(msg.contains("blk.3.attn_v.weight") && msg.contains("NaN"), "{msg}");
+    assert!(
+        msg.contains("blk.3.attn_v.weight") && msg.contains("NaN"),
+        "{msg}"
+    );
     // gpack's own layouts take no importance matrix.
     let (msg, _) = run("mix-F16.gguf", "int4", dir().join("mix.imatrix"));
-    assert!(msg.contains("--imatrix needs") && msg.contains("int4"), "{msg}");
+    assert!(
+        msg.contains("--imatrix needs") && msg.contains("int4"),
+        "{msg}"
+    );
     // Not an importance matrix at all.
     let (msg, _) = run("mix-F16.gguf", "Q4_K_M", dir().join("mix-F16.gguf"));
     assert!(msg.contains("imatrix.datasets"), "{msg}");

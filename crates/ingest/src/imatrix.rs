@@ -196,7 +196,10 @@ impl Imatrix {
             }
         }
         if parts.is_empty() {
-            return Err(gguf_err(file, "no <weight>.in_sum2 / <weight>.counts tensors"));
+            return Err(gguf_err(
+                file,
+                "no <weight>.in_sum2 / <weight>.counts tensors",
+            ));
         }
         let floats = |t: &gguf::GgufTensor| -> Result<Vec<f32>, ImatrixError> {
             if t.ggml_type != GgmlType::F32 {
@@ -268,7 +271,11 @@ impl Imatrix {
 
     /// Parses a legacy `.dat` held in memory (`file` names it in errors).
     pub fn from_dat(bytes: &[u8], file: &Path) -> Result<Imatrix, ImatrixError> {
-        let mut r = DatReader { bytes, pos: 0, file };
+        let mut r = DatReader {
+            bytes,
+            pos: 0,
+            file,
+        };
         let n_entries = r.i32("the entry count")?;
         if n_entries < 1 {
             return Err(r.err(format!(
@@ -391,7 +398,11 @@ impl Imatrix {
         for (name, e) in &self.entries {
             let n_mat = e.counts.len() as u64;
             let ne0 = e.cols() as u64;
-            tensors.push((format!("{name}.in_sum2"), vec![ne0, n_mat], f32_bytes(&e.sums)));
+            tensors.push((
+                format!("{name}.in_sum2"),
+                vec![ne0, n_mat],
+                f32_bytes(&e.sums),
+            ));
             let counts: Vec<f32> = e.counts.iter().map(|&c| c as f32).collect();
             tensors.push((format!("{name}.counts"), vec![1, n_mat], f32_bytes(&counts)));
             if let Some(a) = &e.activations {
@@ -463,7 +474,8 @@ impl Imatrix {
             true => self.to_dat(),
             false => self.to_gguf().map_err(|e| werr(Box::new(e)))?,
         };
-        let mut f = gpack_format::AtomicFile::create(path, replace).map_err(|e| werr(Box::new(e)))?;
+        let mut f =
+            gpack_format::AtomicFile::create(path, replace).map_err(|e| werr(Box::new(e)))?;
         std::io::Write::write_all(f.file(), &bytes).map_err(|e| werr(Box::new(e)))?;
         f.commit().map_err(|e| werr(Box::new(e)))?;
         Ok(())
@@ -561,7 +573,10 @@ mod tests {
         assert_eq!(dat.entries["blk.0.attn_q.weight"].counts, [2]);
         assert_eq!(dat.weights()["blk.0.attn_q.weight"], [0.5, 1.0, 1.5, 2.0]);
         // Read again and written again: the same bytes.
-        assert_eq!(Imatrix::from_dat(&dat.to_dat(), Path::new("x")).unwrap(), dat);
+        assert_eq!(
+            Imatrix::from_dat(&dat.to_dat(), Path::new("x")).unwrap(),
+            dat
+        );
     }
 
     #[test]
@@ -587,6 +602,9 @@ mod tests {
         m.entries.get_mut("blk.0.attn_q.weight").unwrap().sums[2] = f32::NAN;
         let e = m.check_finite(Path::new("nan.imatrix")).unwrap_err();
         let s = e.to_string();
-        assert!(s.contains("blk.0.attn_q.weight") && s.contains("value 2"), "{s}");
+        assert!(
+            s.contains("blk.0.attn_q.weight") && s.contains("value 2"),
+            "{s}"
+        );
     }
 }

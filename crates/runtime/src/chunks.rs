@@ -63,10 +63,16 @@ mod tests {
         let c = text_chunks(&t, 5, Some(1), None).unwrap();
         assert_eq!(c.len(), 4);
         assert_eq!(c[1], [1, 16, 17, 18, 19]);
-        assert_eq!(text_chunks(&t, 5, None, Some(2)).unwrap()[1], [15, 16, 17, 18, 19]);
+        assert_eq!(
+            text_chunks(&t, 5, None, Some(2)).unwrap()[1],
+            [15, 16, 17, 18, 19]
+        );
         assert_eq!(
             text_chunks(&t, 11, None, None),
-            Err(ChunkError::TooShort { tokens: 21, n_ctx: 11 })
+            Err(ChunkError::TooShort {
+                tokens: 21,
+                n_ctx: 11
+            })
         );
     }
 }

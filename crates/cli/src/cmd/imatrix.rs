@@ -67,10 +67,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         bail!("-c must be at least 16 tokens, got {}", a.ctx);
     }
     if !a.force && a.output.exists() {
-        bail!(
-            "{} exists (pass --force to replace it)",
-            a.output.display()
-        );
+        bail!("{} exists (pass --force to replace it)", a.output.display());
     }
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("reading the text {}", a.file.display()))?;
@@ -104,7 +101,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     bar.finish_and_clear();
     drop(state);
-    let collector = Arc::try_unwrap(collector).map_err(|_| anyhow::anyhow!("observer still shared"))?;
+    let collector =
+        Arc::try_unwrap(collector).map_err(|_| anyhow::anyhow!("observer still shared"))?;
     let im = collector
         .finish(
             vec![a.file.display().to_string()],

@@ -77,7 +77,12 @@ impl Importance {
     /// The weights of a stored tensor made of `members` (`(name, rows)` in
     /// row order: one tensor, or a fused group's), `cols` columns each;
     /// `expert`: which expert of a stacked tensor it is.
-    pub fn runs<'a>(&'a self, members: &[(&str, u64)], cols: u64, expert: Option<u64>) -> Vec<Run<'a>> {
+    pub fn runs<'a>(
+        &'a self,
+        members: &[(&str, u64)],
+        cols: u64,
+        expert: Option<u64>,
+    ) -> Vec<Run<'a>> {
         members
             .iter()
             .map(|&(name, rows)| {
@@ -98,5 +103,6 @@ pub(super) fn runs<'a>(
     cols: u64,
     expert: Option<u64>,
 ) -> Vec<Run<'a>> {
-    im.map(|im| im.runs(members, cols, expert)).unwrap_or_default()
+    im.map(|im| im.runs(members, cols, expert))
+        .unwrap_or_default()
 }

@@ -66,7 +66,8 @@ pub(super) fn finish(
         .into(),
     })?;
     let tensors = report::tensors(input, opts.external_experts);
-    let (bits_per_weight, weights_bits_per_weight) = report::bits_per_weight(written.size, &tensors);
+    let (bits_per_weight, weights_bits_per_weight) =
+        report::bits_per_weight(written.size, &tensors);
     Ok(Report {
         schema: "gpack.convert.v1",
         output: written.path.display().to_string(),

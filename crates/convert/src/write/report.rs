@@ -80,7 +80,8 @@ pub(super) fn bits_per_weight(size: u64, tensors: &[TensorReport]) -> (f64, f64)
     let elements = |t: &TensorReport| t.dims.iter().product::<u64>() as f64;
     let all: f64 = tensors.iter().map(elements).sum();
     let matrices = || tensors.iter().filter(|t| t.placement != Placement::Dense);
-    let (w_bytes, w_elems) = matrices().fold((0u64, 0f64), |(b, e), t| (b + t.bytes, e + elements(t)));
+    let (w_bytes, w_elems) =
+        matrices().fold((0u64, 0f64), |(b, e), t| (b + t.bytes, e + elements(t)));
     let ratio = |bits: f64, n: f64| if n > 0.0 { bits / n } else { 0.0 };
     (
         ratio(size as f64 * 8.0, all),

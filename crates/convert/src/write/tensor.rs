@@ -4,11 +4,11 @@
 
 use super::importance::Run;
 use super::options::Progress;
-use gpack_quant::quantize::RowWeights;
 use crate::plan::{self, PlannedTensor};
 use crate::{Error, TensorProblem};
 use gpack_format::SectionWriter;
 use gpack_ingest::{Source, TensorInfo};
+use gpack_quant::quantize::RowWeights;
 use std::borrow::Cow;
 use std::io::Write;
 

@@ -227,7 +227,11 @@ pub fn quantize_canonical_rows(
             have: src.len() as u64,
         });
     }
-    if let Some(im) = imatrix.runs.iter().find_map(|r| r.1.filter(|w| w.len() as u64 != cols)) {
+    if let Some(im) = imatrix
+        .runs
+        .iter()
+        .find_map(|r| r.1.filter(|w| w.len() as u64 != cols))
+    {
         return Err(Error::Invalid {
             what: "importance matrix length",
             value: im.len() as u64,

@@ -190,7 +190,12 @@ impl<'a> Model<'a> {
                     .collect()
             };
             if c.mla.is_none() {
-                inputs.attn = bound(&["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight"]);
+                inputs.attn = bound(&[
+                    "attn_q.weight",
+                    "attn_k.weight",
+                    "attn_v.weight",
+                    "attn_qkv.weight",
+                ]);
                 if kv_shared {
                     inputs.attn = bound(&["attn_q.weight"]);
                 }

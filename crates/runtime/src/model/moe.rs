@@ -86,7 +86,8 @@ impl Model<'_> {
             s.moe_u.resize(m * ff, 0.0);
             s.moe_h.resize(m * ff, 0.0);
             s.moe_y.resize(m * d, 0.0);
-            s.observer.show(&inputs.experts, Some((e, ne)), &s.moe_x[..m * d], d);
+            s.observer
+                .show(&inputs.experts, Some((e, ne)), &s.moe_x[..m * d], d);
             gate.matmul(&self.pool, &s.moe_x[..m * d], m, &mut s.moe_g[..m * ff]);
             up.matmul(&self.pool, &s.moe_x[..m * d], m, &mut s.moe_u[..m * ff]);
             let bias =
@@ -106,7 +107,8 @@ impl Model<'_> {
                     &mut s.moe_h[r],
                 );
             }
-            s.observer.show(&inputs.experts_down, Some((e, ne)), &s.moe_h[..m * ff], ff);
+            s.observer
+                .show(&inputs.experts_down, Some((e, ne)), &s.moe_h[..m * ff], ff);
             down.matmul(&self.pool, &s.moe_h[..m * ff], m, &mut s.moe_y[..m * d]);
             if let Some(b) = bias(2, d) {
                 add_bias(&mut s.moe_y[..m * d], b);
@@ -135,7 +137,8 @@ impl Model<'_> {
                 &mut s.moe_y[..n * d],
             );
             let sff = down.cols();
-            s.observer.show(&inputs.ffn_down, None, &s.hb[..n * sff], sff);
+            s.observer
+                .show(&inputs.ffn_down, None, &s.hb[..n * sff], sff);
             s.out[..n * d]
                 .iter_mut()
                 .zip(&s.moe_y[..n * d])

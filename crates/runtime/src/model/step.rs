@@ -156,7 +156,8 @@ impl Model<'_> {
                         // dense_ffn leaves its inputs in xb and hb.
                         let ff = down.cols();
                         s.observer.show(&layer.inputs.ffn, None, &s.xb[..n * d], d);
-                        s.observer.show(&layer.inputs.ffn_down, None, &s.hb[..n * ff], ff);
+                        s.observer
+                            .show(&layer.inputs.ffn_down, None, &s.hb[..n * ff], ff);
                     }
                     Ffn::Moe(m) => self.moe(s, l, m, &layer.inputs, n)?,
                 }
