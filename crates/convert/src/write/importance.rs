@@ -46,7 +46,7 @@ impl Importance {
             };
             let cols = t.dims.first().copied().unwrap_or(0);
             let matrices = t.dims.get(2).copied().unwrap_or(1);
-            let expected = cols.checked_mul(matrices).unwrap_or(u64::MAX);
+            let expected = cols.saturating_mul(matrices);
             if w.len() as u64 != expected {
                 if name == "token_embd.weight" {
                     continue;
