@@ -29,6 +29,11 @@ fn hf_safetensors_to_q4_k_m_equals_convert_hf_to_gguf_and_llama_quantize() {
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            stdout.contains("Q4_K_M: ") && stdout.contains("bits per weight (file)"),
+            "{stdout}"
+        );
         let o = gpack()
             .arg("export")
             .arg(&pack)

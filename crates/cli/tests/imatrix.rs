@@ -166,15 +166,46 @@ fn llama_quantize_reads_gpack_imatrix_to_the_same_blocks() {
         .arg(model("llama"))
         .arg("-o")
         .arg(&pack)
-        .args(["--quant", "Q4_0", "--imatrix"])
+        .args(["--quant", "Q4_0", "--json", "--imatrix"])
         .arg(dir().join("llama-f16.gpack.imatrix"))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["imatrix"], "llama-f16.gpack.imatrix");
+    // Q4_0 is 4.5 bits per weight, the Q8_0 head 8.5: (131072·4.5 + 131072·8.5
+    // + 73728·4.5) / 335872 = 6.06, plus each tensor's 64-byte header.
+    let w = report["weights_bits_per_weight"].as_f64().unwrap();
+    assert!((6.06..6.3).contains(&w), "weights_bits_per_weight {w}");
+    let f = report["bits_per_weight"].as_f64().unwrap();
+    // The whole file: also the tokenizer, metadata and page padding.
+    assert!(f > w, "bits_per_weight {f}");
+    // inspect: the mix and the matrix it was made with, each tensor's stored type.
+    let o = gpack()
+        .arg("inspect")
+        .arg(&pack)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["manifest"]["convert"]["quant"], "Q4_0");
+    assert_eq!(
+        v["manifest"]["convert"]["imatrix"],
+        "llama-f16.gpack.imatrix"
+    );
+    let t = |name: &str| {
+        let all = v["tensors"].as_array().unwrap();
+        let e = all.iter().find(|e| e["name"] == name).unwrap();
+        (e["type"].clone(), e["stored_type"].clone())
+    };
+    assert_eq!(t("blk.0.attn_q.weight"), ("F16".into(), "Q4_0".into()));
+    assert_eq!(t("output.weight"), ("F16".into(), "Q8_0".into()));
+    assert_eq!(t("blk.0.attn_norm.weight"), ("F32".into(), "F32".into()));
+    let o = gpack().arg("inspect").arg(&pack).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        stdout.contains("bits per weight") && stdout.contains("llama-f16.gpack.imatrix"),
-        "{stdout}"
+        text.contains("quant:     Q4_0 (llama-quantize mix"),
+        "{text}"
     );
     let o = gpack()
         .arg("export")
