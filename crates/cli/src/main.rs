@@ -36,6 +36,7 @@ enum Command {
     Export(cmd::export::Args),
     Bench(cmd::bench::Args),
     Perplexity(cmd::perplexity::Args),
+    Imatrix(cmd::imatrix::Args),
 }
 
 /// Runs one subcommand.
@@ -55,6 +56,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Export(a) => cmd::export::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Imatrix(a) => cmd::imatrix::run(a),
     }
 }
 

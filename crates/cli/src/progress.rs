@@ -21,6 +21,21 @@ pub fn bytes_bar(total: u64, message: &str, visible: bool) -> ProgressBar {
     pb
 }
 
+/// A bar counting `total` items (chunks, …), hidden like [`bytes_bar`].
+pub fn items_bar(total: u64, message: &str, visible: bool) -> ProgressBar {
+    if !visible || !std::io::stdout().is_terminal() {
+        return ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(message.to_string());
+    pb
+}
+
 /// Bars of a push or pull: one for the whole transfer and one per layer
 /// while it moves (layers under 1 MiB get none), hidden like [`bytes_bar`].
 pub struct TransferBars {

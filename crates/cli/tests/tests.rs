@@ -5,6 +5,8 @@ mod convert_inspect;
 mod device;
 mod errors;
 mod export;
+mod hf_quantize;
+mod imatrix;
 mod interrupt;
 mod modelpack;
 mod moe;

@@ -12,6 +12,7 @@
 //! groups are quantized independently, so the bytes written are the same.
 
 use crate::policy::Decision;
+use gpack_quant::quantize::RowWeights;
 use gpack_quant::{native_layout_for, GgmlType, Layout};
 use std::io::Write;
 
@@ -20,7 +21,10 @@ use std::io::Write;
 /// transcoded exactly. `f16_scales` adds the f16 copy of the scales and mins
 /// (exact transcodes: only types whose block scales are f16,
 /// [`gpack_quant::f16_scales_exact_for`]; quantized: always exact unless a
-/// scale exceeds f16's range). Returns the bytes written.
+/// scale exceeds f16's range). `imatrix`: the importance weights of each
+/// row, for llama-quantize's types (gpack's own layouts take none).
+/// Returns the bytes written.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ty: GgmlType,
     src: &[u8],
@@ -28,17 +32,15 @@ pub(crate) fn encode(
     cols: u64,
     d: Decision,
     f16_scales: bool,
+    imatrix: RowWeights<'_>,
     w: &mut impl Write,
 ) -> Result<u64, gpack_quant::Error> {
+    use gpack_quant::quantize::quantize_canonical_rows as quantize;
     use gpack_quant::transcode as t;
     match d.layout {
         // llama-quantize's types: ggml's quantizers, canonical layouts.
-        Layout::Rows16(t) if d.quantized => {
-            gpack_quant::quantize::quantize_canonical(ty, src, rows, cols, t, None, w)
-        }
-        Layout::F16 if d.quantized => {
-            gpack_quant::quantize::quantize_canonical(ty, src, rows, cols, GgmlType::F16, None, w)
-        }
+        Layout::Rows16(t) if d.quantized => quantize(ty, src, rows, cols, t, imatrix, w),
+        Layout::F16 if d.quantized => quantize(ty, src, rows, cols, GgmlType::F16, imatrix, w),
         layout if d.quantized && f16_scales => {
             gpack_quant::quantize_with_f16_scales(ty, src, rows, cols, layout, w)
         }

@@ -71,6 +71,65 @@ pub enum Error {
     /// (`converting A to B: …`).
     #[error("the output already exists (pass --force to replace it)")]
     OutputExists(PathBuf),
+    /// `--imatrix`: the file could not be read, or holds a non-finite value
+    /// (the message names the file).
+    #[error(transparent)]
+    Imatrix(#[from] gpack_ingest::imatrix::ImatrixError),
+    /// `--imatrix`: the file does not fit the model (names or lengths
+    /// disagree), or does not apply to `--quant`.
+    #[error("importance matrix {}: {problem}", file.display())]
+    ImatrixMismatch {
+        /// The importance matrix.
+        file: PathBuf,
+        /// What disagrees.
+        problem: ImatrixProblem,
+    },
+}
+
+/// How an importance matrix (`--imatrix`) disagrees with the model or the
+/// options.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImatrixProblem {
+    /// Entries name tensors the model does not have: a matrix of another
+    /// model.
+    #[error(
+        "{count} of its {total} entries name no tensor of this model (first: {first}): \
+         it was made for another model"
+    )]
+    UnknownNames {
+        /// How many entries match no tensor.
+        count: usize,
+        /// Entries in the file.
+        total: usize,
+        /// The first such name.
+        first: String,
+    },
+    /// An entry's length is not the tensor's columns (× experts).
+    #[error(
+        "{name} has {found} values, but the tensor has {expected} (columns {cols} × {matrices} \
+         matrices): it was made for another model"
+    )]
+    Length {
+        /// The tensor.
+        name: String,
+        /// Values in the file.
+        found: usize,
+        /// Values the tensor needs.
+        expected: u64,
+        /// The tensor's columns.
+        cols: u64,
+        /// Its matrices (experts).
+        matrices: u64,
+    },
+    /// `--imatrix` without one of llama-quantize's types.
+    #[error(
+        "--imatrix needs one of llama-quantize's types as --quant (Q4_K_M, IQ4_XS, …), not {quant}"
+    )]
+    NeedsMix {
+        /// The `--quant` given.
+        quant: String,
+    },
 }
 
 /// What is wrong with one tensor of the source: matchable, each variant

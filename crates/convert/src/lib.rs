@@ -58,7 +58,7 @@ pub(crate) fn child_vm_hwm_kb(test: &str, var: &str, src: &std::path::Path) -> u
         .unwrap_or_else(|| panic!("child did not report VmHWM: {stdout}"))
 }
 
-pub use error::{Error, OptionProblem, QuantizeProblem, TensorProblem};
+pub use error::{Error, ImatrixProblem, OptionProblem, QuantizeProblem, TensorProblem};
 pub use plan::{Fuse, Placement, Plan, PlannedTensor, FUSED_GROUPS};
 pub use policy::Quant;
 pub use write::{

@@ -25,9 +25,10 @@
 //!
 //! Not reproduced (llama-quantize options gpack does not offer):
 //! `--pure`, `--output-tensor-type`, `--token-embedding-type`,
-//! `--tensor-type`, `--leave-output-tensor`, `--prune-layers`, and the
-//! imatrix-dependent choices (`has_imatrix`: IQ4_NL/IQ4_XS ffn_down, Q4_0/Q5_0
-//! ffn_down), which assume no importance matrix.
+//! `--tensor-type`, `--leave-output-tensor`, `--prune-layers`. The
+//! choices that depend on an importance matrix being given (`has_imatrix`:
+//! IQ4_NL/IQ4_XS's first ffn_down layers stay Q5_K only without one,
+//! Q4_0/Q5_0's go to Q4_1/Q5_1 only with one) follow [`Facts::has_imatrix`].
 
 use gpack_ingest::GgmlType;
 
@@ -140,6 +141,9 @@ pub struct Facts {
     pub n_head_kv: u32,
     /// `<arch>.expert_count` (0 when dense).
     pub n_expert: u32,
+    /// An importance matrix is given (`convert --imatrix`: llama-quantize's
+    /// `has_imatrix`). Not a fact of the model: [`Facts::of`] leaves it false.
+    pub has_imatrix: bool,
 }
 
 impl Facts {
@@ -155,6 +159,7 @@ impl Facts {
             n_head_kv: get("attention.head_count_kv").unwrap_or(n_head),
             n_expert: get("expert_count").unwrap_or(0),
             arch,
+            has_imatrix: false,
         }
     }
 
@@ -422,13 +427,19 @@ fn get_type_impl(
             } else if use_more_bits(i_layer, n_layer) {
                 new_type = T::Q6_K;
             }
-        } else if i_layer < n_layer / 8 && matches!(ftype, F::IQ4_NL | F::IQ4_XS) {
-            // `&& !has_imatrix`: gpack quantizes without one.
+        } else if i_layer < n_layer / 8 && matches!(ftype, F::IQ4_NL | F::IQ4_XS) && !f.has_imatrix
+        {
             new_type = T::Q5_K;
         } else if ftype == F::Q5_K_M && use_more_bits(i_layer, n_layer) {
             new_type = T::Q6_K;
         } else if ftype == F::Q4_K_S && !falcon && i_layer < n_layer / 8 {
             new_type = T::Q5_K;
+        } else if matches!(ftype, F::Q4_0 | F::Q5_0) && f.has_imatrix && i_layer < n_layer / 8 {
+            // llama.cpp: guards the first ffn_down layers, with an imatrix only.
+            new_type = match ftype {
+                F::Q4_0 => T::Q4_1,
+                _ => T::Q5_1,
+            };
         }
         qs.i_ffn_down += 1;
     } else if cat == Cat::AttnOutput {

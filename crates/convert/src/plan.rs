@@ -213,6 +213,7 @@ fn decisions(
     source: &Source,
     quant: Quant,
     allow_requantize: bool,
+    has_imatrix: bool,
 ) -> Result<Vec<Decision>, Error> {
     let cols_of = |t: &TensorInfo| t.dims.first().copied().unwrap_or(1);
     let Quant::Mix(ftype) = quant else {
@@ -235,13 +236,14 @@ fn decisions(
             ty: t.ggml_type,
         })
         .collect();
-    let types =
-        crate::mix::mix_types(ftype, &crate::mix::Facts::of(source), &tensors).map_err(|e| {
-            Error::Quantize {
-                tensor: String::new(),
-                problem: QuantizeProblem::Rules(e),
-            }
-        })?;
+    let facts = crate::mix::Facts {
+        has_imatrix,
+        ..crate::mix::Facts::of(source)
+    };
+    let types = crate::mix::mix_types(ftype, &facts, &tensors).map_err(|e| Error::Quantize {
+        tensor: String::new(),
+        problem: QuantizeProblem::Rules(e),
+    })?;
     let mut out = Vec::with_capacity(types.len());
     for (t, &target) in source.tensors.iter().zip(&types) {
         let d = policy::decide_mix(t.ggml_type, target, cols_of(t))
@@ -276,14 +278,17 @@ pub(crate) fn undecodable(t: &TensorInfo, dense: bool) -> bool {
 
 /// Plans `source`. `allow_requantize`: with llama-quantize's types, an
 /// already-quantized source tensor may be quantized again (else an error).
+/// `has_imatrix`: an importance matrix will be given to the quantizers
+/// (llama-quantize's mixes differ for a few tensors then).
 pub fn plan(
     source: &Source,
     quant: Quant,
     external_experts: bool,
     allow_requantize: bool,
+    has_imatrix: bool,
 ) -> Result<Plan, Error> {
     let mut p = Plan::default();
-    let decided = decisions(source, quant, allow_requantize)?;
+    let decided = decisions(source, quant, allow_requantize, has_imatrix)?;
     let n_layers = source
         .architecture()
         .and_then(|a| source.metadata.get_u32(&format!("{a}.block_count")))
@@ -581,7 +586,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ok = moe_gguf(dir.path(), "blk.3.ffn_gate_exps.weight", 4);
         let src = Source::open(&ok).unwrap();
-        assert!(plan(&src, Quant::Keep, false, false).is_ok());
+        assert!(plan(&src, Quant::Keep, false, false, false).is_ok());
         for (name, bc) in [
             ("blk.4294967295.ffn_gate_exps.weight", 4),
             ("blk.4096.ffn_up_exps.weight", 4),
@@ -589,7 +594,7 @@ mod tests {
         ] {
             let p = moe_gguf(dir.path(), name, bc);
             let src = Source::open(&p).unwrap();
-            let e = plan(&src, Quant::Keep, false, false)
+            let e = plan(&src, Quant::Keep, false, false, false)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("4096"), "{name} / {bc}: {e}");

@@ -17,6 +17,7 @@
 mod error;
 pub mod gguf;
 pub mod hf;
+pub mod imatrix;
 pub mod safetensors;
 mod source;
 mod value;

@@ -51,6 +51,7 @@ pub fn convert(
         mtp_dir,
         draft,
         allow_requantize,
+        imatrix: None,
     };
     crate::report_to_py(py, "converting", &src, &out, || rconvert(&opts, &Quiet))
 }

@@ -106,6 +106,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod chunks;
 pub mod config;
 mod decodable;
 pub mod decode;
@@ -118,9 +119,11 @@ pub mod generate;
 pub mod gguf;
 pub mod giw;
 pub mod gpack;
+pub mod imatrix;
 pub mod integrity;
 mod matrix;
 pub mod model;
+pub mod observe;
 pub mod open;
 pub mod ops;
 pub mod ple;

@@ -110,6 +110,9 @@ struct Layer<'a> {
     /// Multi-head latent attention's weights (DeepSeek): then `qkv` is the
     /// first projection (queries or their compression, and the latent).
     mla: Option<Box<mla::MlaLayer<'a>>>,
+    /// The names of the weights each matrix input feeds (for an
+    /// [`crate::observe::Observer`]).
+    inputs: Box<crate::observe::BlockInputs>,
 }
 
 /// The graph that runs a model's layers: the shared block graph (every
@@ -350,6 +353,8 @@ pub struct Scratch {
     mla: mla::MlaScratch,
     /// The device's buffers (a model on a GPU).
     gpu: Option<gpu::GpuScratch>,
+    /// Shown every weight matrix's input ([`State::set_observer`]).
+    observer: crate::observe::ObserverSlot,
 }
 
 impl Scratch {
@@ -398,6 +403,12 @@ impl State {
     /// Bytes of the KV cache.
     pub fn kv_bytes(&self) -> usize {
         self.seq.kv_bytes()
+    }
+    /// Shows every weight matrix's input rows of this state's forward
+    /// passes to `observer` from now on (`None`: to nobody); see
+    /// [`crate::observe`] for what is covered.
+    pub fn set_observer(&mut self, observer: Option<Arc<dyn crate::observe::Observer>>) {
+        self.scratch.observer = crate::observe::ObserverSlot(observer);
     }
 }
 

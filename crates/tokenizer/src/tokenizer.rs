@@ -132,6 +132,12 @@ impl<'a> Tokenizer<'a> {
         self.g.eos()
     }
 
+    /// The BOS id when [`Tokenizer::encode`] with special tokens adds it
+    /// (llama.cpp's `llama_vocab_get_add_bos`), else `None`.
+    pub fn added_bos(&self) -> Option<u32> {
+        self.g.bos().filter(|_| self.g.flags() & FLAG_ADD_BOS != 0)
+    }
+
     /// The chat template stored with the tokenizer.
     pub fn chat_template(&self) -> Option<&'a str> {
         self.g.chat_template()

@@ -23,6 +23,7 @@ use std::sync::Mutex;
   gpack convert model-00001-of-00003.gguf --external-experts -o ext.gpack --json
   gpack convert ./hf_model_dir -o model.gpack
   gpack convert ./hf_model_dir -o model.Q4_K_M.gpack --quant Q4_K_M
+  gpack convert model.f16.gguf -o model.IQ4_XS.gpack --quant IQ4_XS --imatrix model.imatrix
   gpack convert ./hf_model_dir/model.safetensors.index.json -o model.gpack --quant int8")]
 pub struct Args {
     /// The source model.
@@ -48,6 +49,14 @@ pub struct Args {
     /// quantized in the source (as llama-quantize --allow-requantize).
     #[arg(long)]
     allow_requantize: bool,
+    /// With llama-quantize's types: an importance matrix (from `gpack
+    /// imatrix` or llama-imatrix: GGUF, or the legacy .dat) whose
+    /// per-column weights guide the quantizers, as llama-quantize --imatrix:
+    /// the same blocks bit for bit. A matrix made for another model (names
+    /// or lengths that disagree) or holding NaN is refused before anything
+    /// is written.
+    #[arg(long, value_name = "FILE")]
+    imatrix: Option<PathBuf>,
     /// Leave routed experts in the source GGUF shards (which must sit next to OUT)
     /// and record references to them instead of copying.
     #[arg(long)]
@@ -97,6 +106,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         name: a.name,
         quant: a.quant,
         allow_requantize: a.allow_requantize,
+        imatrix: a.imatrix,
         external_experts: a.external_experts,
         force: a.force,
         mtp_dir: a.mtp_dir,
@@ -135,6 +145,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
             },
             report.seconds,
             report.digest
+        );
+        println!(
+            "{}: {:.2} bits per weight (file), {:.2} (weight matrices){}",
+            report.quant,
+            report.bits_per_weight,
+            report.weights_bits_per_weight,
+            report
+                .imatrix
+                .as_deref()
+                .map(|f| format!(", importance matrix {f}"))
+                .unwrap_or_default()
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -20,7 +20,9 @@ pub struct Args {
     /// The .gpack file.
     file: PathBuf,
     /// Print JSON (schema "gpack.inspect.v1"; "family" holds the runtime's
-    /// view: {"architecture", "features"} or {"error"}) instead of text.
+    /// view: {"architecture", "features"} or {"error"}; each tensor's
+    /// "type" is its source type, "stored_type" the type it is stored as;
+    /// the mix is manifest.convert.quant) instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -132,6 +134,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         )?;
     }
     let mv = m.to_value();
+    if let Some(q) = mv["convert"]["quant"].as_str() {
+        let im = mv["convert"]["imatrix"]
+            .as_str()
+            .map(|f| format!(", importance matrix {f}"))
+            .unwrap_or_default();
+        writeln!(out, "quant:     {q}{}{im}", mix_note(q))?;
+    }
     let mtp = &mv["convert"]["mtp"];
     if mtp["role"] == "mtp" {
         writeln!(
@@ -171,12 +180,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let t = tensors(&g)?;
     if !t.is_empty() {
         writeln!(out, "tensors:   {}", t.len())?;
+        writeln!(
+            out,
+            "  {:<40} {:<6} {:<7} {:<18} {:<14} layout",
+            "name", "source", "stored", "dims", "section"
+        )?;
         for e in &t {
             writeln!(
                 out,
-                "  {:<40} {:<6} {:<18} {:<14} {}",
+                "  {:<40} {:<6} {:<7} {:<18} {:<14} {}",
                 e["name"].as_str().unwrap_or(""),
                 e["type"].as_str().unwrap_or(""),
+                e["stored_type"].as_str().unwrap_or(""),
                 e["dims"].to_string(),
                 e["section"].as_str().unwrap_or(""),
                 e["layout"].as_str().unwrap_or("")
@@ -200,6 +215,7 @@ fn tensors(g: &Gpack) -> Result<Vec<serde_json::Value>> {
             json!({
                 "name": e.name,
                 "type": ty,
+                "stored_type": stored_type(e.layout, e.group, &ty),
                 "dims": e.dims,
                 "section": SectionKind::from_u32(e.section).map_or("?", |k| k.default_name()),
                 "layout": layout_name(e.layout, e.group),
@@ -208,6 +224,33 @@ fn tensors(g: &Gpack) -> Result<Vec<serde_json::Value>> {
             })
         })
         .collect())
+}
+
+/// `(mix)` after the quant name when it is one of llama-quantize's mixes
+/// (Q4_K_M: each tensor's own type below), nothing for gpack's own.
+fn mix_note(quant: &str) -> &'static str {
+    match quant.parse::<gpack_convert::Quant>() {
+        Ok(gpack_convert::Quant::Mix(_)) => " (llama-quantize mix: each tensor's type below)",
+        _ => "",
+    }
+}
+
+/// The type a tensor is stored as: the ggml type of its blocks (Q4_K for
+/// a `Q4_Kx16` layout, the source type for raw ggml rows), F32/F16/BF16,
+/// or gpack's own layout's name (`I8Sym/G32`).
+fn stored_type(code: u32, group: u32, source: &str) -> String {
+    use gpack_quant::Layout as L;
+    if code == gpack_format::payload::LAYOUT_GGML {
+        return source.to_string();
+    }
+    match gpack_quant::Layout::from_code(code, group) {
+        Ok(L::Rows16(t) | L::Ggml(t)) => t.name().to_string(),
+        Ok(L::F32) => "F32".into(),
+        Ok(L::F16) => "F16".into(),
+        Ok(L::BF16) => "BF16".into(),
+        Ok(l) => l.name().to_string(),
+        Err(_) => format!("#{code}"),
+    }
 }
 
 /// The native layout's name as `gpack_quant` spells it (`Q4_Kx16` for the

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod convert;
 pub mod devices;
 pub mod export;
+pub mod imatrix;
 pub mod inspect;
 pub mod ls;
 pub mod perplexity;

@@ -4,6 +4,7 @@
 use super::Error;
 use crate::policy::Decision;
 use gpack_format::giw::{GiwWriter, MemberSpec};
+use gpack_quant::quantize::RowWeights;
 use gpack_quant::{GgmlType, NativeTensorHeader, NativeView};
 use std::io::Write;
 
@@ -52,12 +53,14 @@ pub(super) fn encode_into(
     let (_, total) = NativeTensorHeader::new(layout, rows, cols, false).map_err(qerr(name))?;
     if !(f16 && layout.has_scales()) {
         let mut pw = begin(w, dest, total)?;
-        crate::encode::encode(ty, src, rows, cols, d, false, &mut pw).map_err(qerr(name))?;
+        crate::encode::encode(ty, src, rows, cols, d, false, RowWeights::NONE, &mut pw)
+            .map_err(qerr(name))?;
         pw.finish()?;
         return Ok((total, quantize, false));
     }
     let mut buf = gpack_quant::AlignedBuf::zeroed(total as usize);
-    crate::encode::encode(ty, src, rows, cols, d, false, &mut buf).map_err(qerr(name))?;
+    crate::encode::encode(ty, src, rows, cols, d, false, RowWeights::NONE, &mut buf)
+        .map_err(qerr(name))?;
     let v = NativeView::parse(buf.as_slice()).map_err(qerr(name))?;
     let exact = gpack_quant::f16_scales_if_exact(v.scales()).is_some()
         && gpack_quant::f16_scales_if_exact(v.mins()).is_some();

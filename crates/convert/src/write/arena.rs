@@ -5,7 +5,7 @@
 
 use super::input::Input;
 use super::output::Output;
-use super::tensor;
+use super::{importance, tensor};
 use crate::plan::{Fuse, Placement, PlannedTensor, DENSE_ALIGN, NATIVE_ALIGN};
 use crate::Error;
 use gpack_format::payload::{self, BlobEntry};
@@ -115,7 +115,18 @@ pub(super) fn write_native(
             }
             Cow::Owned(all)
         };
-        let n = tensor::write_native(&mut s, progress, t, &bytes, rows, p)?;
+        let names: Vec<(&str, u64)> = match &p.fuse {
+            Fuse::Carrier(m) => m
+                .iter()
+                .map(|&i| {
+                    let pt = &plan.tensors[i];
+                    (source.tensors[pt.source].name.as_str(), pt.rows)
+                })
+                .collect(),
+            _ => vec![(t.name.as_str(), rows)],
+        };
+        let runs = importance::runs(input.imatrix.as_ref(), &names, p.cols, None);
+        let n = tensor::write_native(&mut s, progress, t, &bytes, rows, p, &runs)?;
         debug_assert_eq!(n, p.size);
         drop(bytes);
         for m in members {

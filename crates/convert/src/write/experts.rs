@@ -6,7 +6,7 @@
 use super::input::Input;
 use super::options::ConvertOptions;
 use super::output::Output;
-use super::tensor;
+use super::{importance, tensor};
 use crate::plan::{PlannedTensor, NATIVE_ALIGN};
 use crate::{Error, OptionProblem};
 use gpack_format::payload::{self, ExpertFile, ExpertLayout, ExpertSlice};
@@ -128,7 +128,9 @@ pub(super) fn write(
                 let start = (e * slice_src) as usize;
                 let part = &bytes[start..start + slice_src as usize];
                 s.pad_to(NATIVE_ALIGN)?;
-                tensor::write_native(&mut s, progress, t, part, p.rows, p)?;
+                let members = [(t.name.as_str(), p.rows)];
+                let runs = importance::runs(input.imatrix.as_ref(), &members, p.cols, Some(e));
+                tensor::write_native(&mut s, progress, t, part, p.rows, p, &runs)?;
             }
         }
         for (t, _, _) in srcs.iter().flatten() {

@@ -4,9 +4,11 @@
 //! Every refusal of the options happens here, so a refused conversion never
 //! creates the output (not even its temporary file).
 
+use super::importance::Importance;
 use super::options::ConvertOptions;
 use crate::plan::{self, Plan};
-use crate::{Error, OptionProblem};
+use crate::policy::Quant;
+use crate::{Error, ImatrixProblem, OptionProblem};
 use gpack_ingest::{Source, SourceKind, TensorInfo};
 use std::path::Path;
 
@@ -20,6 +22,8 @@ pub(super) struct Input {
     pub draft: Option<Source>,
     /// Every tensor of `source` placed, with its layout, offset and size.
     pub plan: Plan,
+    /// `--imatrix`: the importance weights, checked against `source`.
+    pub imatrix: Option<Importance>,
 }
 
 impl Input {
@@ -35,11 +39,24 @@ impl Input {
         }
         // The model's own MTP blocks go to the Mtp section, not the trunk's.
         let mtp_block = take_mtp_blocks(&mut source);
+        let imatrix = match &opts.imatrix {
+            Some(f) if !matches!(opts.quant, Quant::Mix(_)) => {
+                return Err(Error::ImatrixMismatch {
+                    file: f.clone(),
+                    problem: ImatrixProblem::NeedsMix {
+                        quant: opts.quant.name().to_string(),
+                    },
+                })
+            }
+            Some(f) => Some(Importance::load(f, &source)?),
+            None => None,
+        };
         let plan = plan::plan(
             &source,
             opts.quant,
             opts.external_experts,
             opts.allow_requantize,
+            imatrix.is_some(),
         )?;
         if opts.draft.is_some() && opts.mtp_dir.is_some() {
             return Err(OptionProblem::DraftAndMtpDir.into());
@@ -75,6 +92,7 @@ impl Input {
             mtp_block,
             draft,
             plan,
+            imatrix,
         })
     }
 }

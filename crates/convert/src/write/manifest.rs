@@ -41,6 +41,13 @@ pub(super) fn finish(
                 .unwrap_or_default()
         });
     let stored_as_ggml = report::stored_as_ggml_blocks(input);
+    // The file name only: the manifest is hashed and shared, a path is not
+    // the model's.
+    let imatrix = input.imatrix.as_ref().map(|im| {
+        im.file
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    });
     let written = out.w.finish(&ManifestInput {
         name,
         architecture: source.architecture().unwrap_or("").to_string(),
@@ -53,10 +60,14 @@ pub(super) fn finish(
                 "tensors": input.plan.tensors.len(),
                 "stored_as_ggml_blocks": stored_as_ggml.len(),
                 "mtp": mtp,
+                "imatrix": imatrix,
             }),
         )]
         .into(),
     })?;
+    let tensors = report::tensors(input, opts.external_experts);
+    let (bits_per_weight, weights_bits_per_weight) =
+        report::bits_per_weight(written.size, &tensors);
     Ok(Report {
         schema: "gpack.convert.v1",
         output: written.path.display().to_string(),
@@ -66,8 +77,11 @@ pub(super) fn finish(
         quant: opts.quant.name(),
         external_experts: opts.external_experts,
         sections: out.sections,
-        tensors: report::tensors(input, opts.external_experts),
+        tensors,
         stored_as_ggml_blocks: stored_as_ggml,
         seconds: start.elapsed().as_secs_f64(),
+        imatrix,
+        bits_per_weight,
+        weights_bits_per_weight,
     })
 }

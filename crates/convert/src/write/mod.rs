@@ -9,6 +9,7 @@
 
 mod arena;
 mod experts;
+mod importance;
 mod index;
 mod input;
 mod manifest;

@@ -111,7 +111,7 @@ fn write_section(
     } else {
         quant
     };
-    let mut mtp_plan = plan::plan(src, quant, false, false)?;
+    let mut mtp_plan = plan::plan(src, quant, false, false, false)?;
     for p in &mut mtp_plan.tensors {
         if p.placement != Placement::Experts {
             continue;
@@ -179,7 +179,7 @@ fn write_section(
         if e.layout == payload::LAYOUT_GGML {
             s.write_bytes(&bytes)?;
         } else {
-            tensor::write_native(&mut s, progress, t, &bytes, p.rows, p)?;
+            tensor::write_native(&mut s, progress, t, &bytes, p.rows, p, &[])?;
         }
         drop(bytes);
         tensor::release(src, t);

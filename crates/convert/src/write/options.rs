@@ -20,6 +20,10 @@ pub struct ConvertOptions {
     /// that are already quantized in the source (llama-quantize's
     /// `--allow-requantize`); without it they are an error.
     pub allow_requantize: bool,
+    /// `--imatrix`: an importance matrix (llama-imatrix's GGUF or legacy
+    /// `.dat`, or `gpack imatrix`'s) whose per-column weights the
+    /// quantizers use, as llama-quantize `--imatrix` does.
+    pub imatrix: Option<PathBuf>,
     /// Keep routed experts in the source GGUF shards next to the output.
     pub external_experts: bool,
     /// Replace an existing output.

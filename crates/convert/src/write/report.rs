@@ -62,6 +62,31 @@ pub struct Report {
     pub stored_as_ggml_blocks: Vec<String>,
     /// Wall time.
     pub seconds: f64,
+    /// The importance matrix given (`--imatrix`), if any.
+    pub imatrix: Option<String>,
+    /// The whole file's bits per weight: its size × 8 over every tensor's
+    /// elements (llama-quantize's "BPW" counts the tensors' bytes only).
+    pub bits_per_weight: f64,
+    /// The weight matrices' bits per weight: the bytes stored for the
+    /// matrices (native arena, experts, embedding, head; with their
+    /// layouts' headers and scale copies) × 8 over their elements.
+    pub weights_bits_per_weight: f64,
+}
+
+/// `(whole file, weight matrices)` bits per weight of a file of `size`
+/// bytes holding `tensors` ([`Report::bits_per_weight`],
+/// [`Report::weights_bits_per_weight`]).
+pub(super) fn bits_per_weight(size: u64, tensors: &[TensorReport]) -> (f64, f64) {
+    let elements = |t: &TensorReport| t.dims.iter().product::<u64>() as f64;
+    let all: f64 = tensors.iter().map(elements).sum();
+    let matrices = || tensors.iter().filter(|t| t.placement != Placement::Dense);
+    let (w_bytes, w_elems) =
+        matrices().fold((0u64, 0f64), |(b, e), t| (b + t.bytes, e + elements(t)));
+    let ratio = |bits: f64, n: f64| if n > 0.0 { bits / n } else { 0.0 };
+    (
+        ratio(size as f64 * 8.0, all),
+        ratio(w_bytes as f64 * 8.0, w_elems),
+    )
 }
 
 /// Every planned tensor of `input`, in plan order: where it went and how

@@ -4,7 +4,7 @@
 
 use super::input::Input;
 use super::output::Output;
-use super::tensor;
+use super::{importance, tensor};
 use crate::plan::Placement;
 use crate::Error;
 use gpack_format::raw::SingleTensorHeaderV1;
@@ -36,7 +36,9 @@ pub(super) fn write(out: &mut Output<'_>, input: &Input) -> Result<(), Error> {
         let bytes = tensor::bytes(source, t)?;
         match p.layout {
             Some(_) => {
-                tensor::write_native(&mut s, progress, t, &bytes, p.rows, p)?;
+                let members = [(t.name.as_str(), p.rows)];
+                let runs = importance::runs(input.imatrix.as_ref(), &members, p.cols, None);
+                tensor::write_native(&mut s, progress, t, &bytes, p.rows, p, &runs)?;
             }
             None => s.write_bytes(&bytes)?,
         }

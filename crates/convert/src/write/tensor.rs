@@ -2,11 +2,13 @@
 //! encoded into a streamed section as its plan says, and its source pages
 //! released, so memory stays about one tensor whatever the model size.
 
+use super::importance::Run;
 use super::options::Progress;
 use crate::plan::{self, PlannedTensor};
 use crate::{Error, TensorProblem};
 use gpack_format::SectionWriter;
 use gpack_ingest::{Source, TensorInfo};
+use gpack_quant::quantize::RowWeights;
 use std::borrow::Cow;
 use std::io::Write;
 
@@ -28,8 +30,9 @@ pub(super) fn release(source: &Source, t: &TensorInfo) {
 
 /// Writes `rows × p.cols` elements of `t`'s type from `bytes` into `s` as
 /// `p`'s decision says ([`crate::encode::encode`], bounded memory), with the
-/// f16 copy of the scales where [`plan::with_f16_scales`] says so, telling
-/// `progress` of every byte. Returns the bytes written.
+/// f16 copy of the scales where [`plan::with_f16_scales`] says so, and the
+/// importance weights of `runs` ([`super::importance`]; empty: none),
+/// telling `progress` of every byte. Returns the bytes written.
 pub(super) fn write_native(
     s: &mut SectionWriter<'_>,
     progress: &dyn Progress,
@@ -37,6 +40,7 @@ pub(super) fn write_native(
     bytes: &[u8],
     rows: u64,
     p: &PlannedTensor,
+    runs: &[Run<'_>],
 ) -> Result<u64, Error> {
     let q = |source| Error::Quant {
         tensor: t.name.clone(),
@@ -50,7 +54,8 @@ pub(super) fn write_native(
     };
     let f16 = plan::with_f16_scales(t.ggml_type, d.layout);
     let mut w = Counting { s, progress };
-    crate::encode::encode(t.ggml_type, bytes, rows, p.cols, d, f16, &mut w).map_err(q)
+    let im = RowWeights::runs(runs);
+    crate::encode::encode(t.ggml_type, bytes, rows, p.cols, d, f16, im, &mut w).map_err(q)
 }
 
 /// A section writer that tells the progress callbacks of every byte.

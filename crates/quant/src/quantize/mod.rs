@@ -143,6 +143,38 @@ pub fn canonical_target_layout(target: GgmlType) -> Result<Layout, Error> {
 /// Rows quantized per parallel chunk (a multiple of 16: whole row groups).
 const CHUNK_ROWS: usize = 256;
 
+/// Importance weights for the rows of one tensor being quantized: each
+/// row's `cols` weights, or none. A stored tensor may be several source
+/// tensors back to back (q‖k‖v fused) or one expert of a stacked tensor, so
+/// the weights are given per run of rows: `(rows, weights)` pairs in row
+/// order covering the tensor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowWeights<'a> {
+    runs: &'a [(u64, Option<&'a [f32]>)],
+}
+
+impl<'a> RowWeights<'a> {
+    /// No importance matrix.
+    pub const NONE: RowWeights<'static> = RowWeights { runs: &[] };
+
+    /// Runs of `(rows, weights)` in row order (rows past the last run get none).
+    pub fn runs(runs: &'a [(u64, Option<&'a [f32]>)]) -> Self {
+        RowWeights { runs }
+    }
+
+    /// The weights of row `r`.
+    pub fn of(&self, r: u64) -> Option<&'a [f32]> {
+        let mut end = 0;
+        for &(n, w) in self.runs {
+            end += n;
+            if r < end {
+                return w;
+            }
+        }
+        None
+    }
+}
+
 /// Writes one native tensor of `rows × cols` values of `src_type` (from
 /// `src`, whole rows) quantized into `target`, in its canonical layout
 /// ([`canonical_target_layout`]: ggml's blocks row-interleaved by 16, or
@@ -158,6 +190,21 @@ pub fn quantize_canonical(
     cols: u64,
     target: GgmlType,
     imatrix: Option<&[f32]>,
+    w: &mut impl Write,
+) -> Result<u64, Error> {
+    let run = [(rows, imatrix)];
+    quantize_canonical_rows(src_type, src, rows, cols, target, RowWeights::runs(&run), w)
+}
+
+/// [`quantize_canonical`] with importance weights per run of rows
+/// ([`RowWeights`]; each given vector must hold `cols` weights).
+pub fn quantize_canonical_rows(
+    src_type: GgmlType,
+    src: &[u8],
+    rows: u64,
+    cols: u64,
+    target: GgmlType,
+    imatrix: RowWeights<'_>,
     w: &mut impl Write,
 ) -> Result<u64, Error> {
     let layout = canonical_target_layout(target)?;
@@ -180,13 +227,15 @@ pub fn quantize_canonical(
             have: src.len() as u64,
         });
     }
-    if let Some(im) = imatrix {
-        if im.len() as u64 != cols {
-            return Err(Error::Invalid {
-                what: "importance matrix length",
-                value: im.len() as u64,
-            });
-        }
+    if let Some(im) = imatrix
+        .runs
+        .iter()
+        .find_map(|r| r.1.filter(|w| w.len() as u64 != cols))
+    {
+        return Err(Error::Invalid {
+            what: "importance matrix length",
+            value: im.len() as u64,
+        });
     }
     let (h, total) = NativeTensorHeader::new(layout, rows, cols, false)?;
     w.write_all(&h.to_bytes())?;
@@ -203,9 +252,10 @@ pub fn quantize_canonical(
         let out = &mut buf[..n * dst_row];
         out.par_chunks_mut(dst_row)
             .zip(src[r0 * src_row..(r0 + n) * src_row].par_chunks(src_row))
+            .enumerate()
             .try_for_each_init(
                 || vec![0f32; cols_us],
-                |x, (o, s)| -> Result<(), Error> {
+                |x, (i, (o, s))| -> Result<(), Error> {
                     row_to_f32(src_type, s, x)?;
                     match target {
                         GgmlType::F32 => o.copy_from_slice(bytemuck::cast_slice(&x[..])),
@@ -219,7 +269,7 @@ pub fn quantize_canonical(
                                 d.copy_from_slice(&fp32_to_bf16(v).to_le_bytes());
                             }
                         }
-                        t => quantize_row(t, x, imatrix, o)?,
+                        t => quantize_row(t, x, imatrix.of((r0 + i) as u64), o)?,
                     }
                     Ok(())
                 },

@@ -181,7 +181,35 @@ impl<'a> Model<'a> {
             } else {
                 None
             };
+            let mut inputs = crate::observe::BlockInputs::default();
+            let bound = |names: &[&str]| -> Vec<String> {
+                names
+                    .iter()
+                    .map(|s| n(s))
+                    .filter(|name| w.tensor(name).is_some())
+                    .collect()
+            };
+            if c.mla.is_none() {
+                inputs.attn = bound(&[
+                    "attn_q.weight",
+                    "attn_k.weight",
+                    "attn_v.weight",
+                    "attn_qkv.weight",
+                ]);
+                if kv_shared {
+                    inputs.attn = bound(&["attn_q.weight"]);
+                }
+            }
+            inputs.attn_out = bound(&["attn_output.weight"]);
             let ffn = if c.n_expert > 0 && l >= c.n_dense_lead {
+                inputs.ffn = bound(&[
+                    "ffn_gate_inp.weight",
+                    "ffn_gate_shexp.weight",
+                    "ffn_up_shexp.weight",
+                ]);
+                inputs.ffn_down = bound(&["ffn_down_shexp.weight"]);
+                inputs.experts = bound(&["ffn_gate_exps.weight", "ffn_up_exps.weight"]);
+                inputs.experts_down = bound(&["ffn_down_exps.weight"]);
                 let name = n("ffn_gate_inp.weight");
                 let (ne, ff) = (c.n_expert, c.n_ff_exp);
                 let bias = |s: &str, len: usize| dense_vec(w, &n(s), ne * len, "bias");
@@ -210,6 +238,8 @@ impl<'a> Model<'a> {
             } else {
                 // Phi-3 stores gate‖up as one `ffn_up` of 2·n_ff rows (gate
                 // first: llama.cpp's LLM_FFN_SWIGLU split), our layout.
+                inputs.ffn = bound(&["ffn_gate.weight", "ffn_up.weight"]);
+                inputs.ffn_down = bound(&["ffn_down.weight"]);
                 let gate_up = match w.tensor(&n("ffn_gate.weight")) {
                     Some(_) => vec![
                         mat("ffn_gate.weight", d, c.n_ff)?,
@@ -266,6 +296,7 @@ impl<'a> Model<'a> {
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
                 swa: c.swa_layers[l],
                 mla,
+                inputs: Box::new(inputs),
             });
         }
         let experts = if c.n_expert > 0 {

@@ -5,6 +5,7 @@ use super::step::{add_bias, dense_ffn, glu};
 use super::{Model, MoeFfn, Scratch};
 use crate::config::{Gating, Routing};
 use crate::error::Result;
+use crate::observe::BlockInputs;
 use crate::ops;
 
 impl Model<'_> {
@@ -24,7 +25,14 @@ impl Model<'_> {
     /// gate, up and down biases (transformers' `GptOssTopKRouter` and
     /// `GptOssExperts`). DeepSeek routes as [`route`] says and adds its
     /// shared experts' FFN.
-    pub(super) fn moe(&self, s: &mut Scratch, l: usize, f: &MoeFfn<'_>, n: usize) -> Result<()> {
+    pub(super) fn moe(
+        &self,
+        s: &mut Scratch,
+        l: usize,
+        f: &MoeFfn<'_>,
+        inputs: &BlockInputs,
+        n: usize,
+    ) -> Result<()> {
         let c = &self.config;
         let store = self
             .experts
@@ -36,6 +44,8 @@ impl Model<'_> {
         if l == c.n_dense_lead {
             store.count_tokens(n);
         }
+        // The router and the shared experts' gate and up read the rows as they are.
+        s.observer.show(&inputs.ffn, None, &s.xb[..n * d], d);
         route_rows(
             c,
             f,
@@ -61,6 +71,8 @@ impl Model<'_> {
             s.moe_u.resize(m * ff, 0.0);
             s.moe_h.resize(m * ff, 0.0);
             s.moe_y.resize(m * d, 0.0);
+            s.observer
+                .show(&inputs.experts, Some((e, ne)), &s.moe_x[..m * d], d);
             gate.matmul(&self.pool, &s.moe_x[..m * d], m, &mut s.moe_g[..m * ff]);
             up.matmul(&self.pool, &s.moe_x[..m * d], m, &mut s.moe_u[..m * ff]);
             let bias =
@@ -80,6 +92,8 @@ impl Model<'_> {
                     &mut s.moe_h[r],
                 );
             }
+            s.observer
+                .show(&inputs.experts_down, Some((e, ne)), &s.moe_h[..m * ff], ff);
             down.matmul(&self.pool, &s.moe_h[..m * ff], m, &mut s.moe_y[..m * d]);
             if let Some(b) = bias(2, d) {
                 add_bias(&mut s.moe_y[..m * d], b);
@@ -107,6 +121,9 @@ impl Model<'_> {
                 bufs,
                 &mut s.moe_y[..n * d],
             );
+            let sff = down.cols();
+            s.observer
+                .show(&inputs.ffn_down, None, &s.hb[..n * sff], sff);
             s.out[..n * d]
                 .iter_mut()
                 .zip(&s.moe_y[..n * d])

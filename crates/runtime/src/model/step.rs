@@ -117,11 +117,12 @@ impl Model<'_> {
                         &mut s.qkv[..n * qkv_w],
                         &mut s.tmp,
                     );
+                    s.observer.show(&layer.inputs.attn, None, &s.xb[..n * d], d);
                     self.prepare_qkv(layer, s, seqs, l, n, QkvPrep::STANDARD);
                     self.attention(s, seqs, l, layer.swa, layer.sinks.as_deref(), n);
-                    layer
-                        .wo
-                        .matmul(&self.pool, &s.att[..n * att_w], n, &mut s.out[..n * d]);
+                    let att = &s.att[..n * att_w];
+                    s.observer.show(&layer.inputs.attn_out, None, att, att_w);
+                    layer.wo.matmul(&self.pool, att, n, &mut s.out[..n * d]);
                 }
                 if let Some(b) = &layer.wo_bias {
                     add_bias(&mut s.out[..n * d], b);
@@ -152,8 +153,13 @@ impl Model<'_> {
                             bufs,
                             out,
                         );
+                        // dense_ffn leaves its inputs in xb and hb.
+                        let ff = down.cols();
+                        s.observer.show(&layer.inputs.ffn, None, &s.xb[..n * d], d);
+                        s.observer
+                            .show(&layer.inputs.ffn_down, None, &s.hb[..n * ff], ff);
                     }
-                    Ffn::Moe(m) => self.moe(s, l, m, n)?,
+                    Ffn::Moe(m) => self.moe(s, l, m, &layer.inputs, n)?,
                 }
                 self.residual(s, n, layer.post_ffn_norm.as_deref());
             }
