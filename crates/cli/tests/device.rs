@@ -109,7 +109,7 @@ fn inspect_names_the_adapters_and_the_auto_choice() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let inspect = |env: &[(&str, &str)]| -> serde_json::Value {
         let o = gpack()
-            .args(["inspect", out.to_str().unwrap(), "--json"])
+            .args(["inspect", out.to_str().unwrap(), "--json", "--devices"])
             .envs(env.iter().copied())
             .output()
             .unwrap();

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 /// not hash the payloads: use `gpack verify` for that.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  gpack inspect model.gpack\n  gpack inspect model.gpack --json | jq .sections"
+    after_help = "Examples:\n  gpack inspect model.gpack\n  gpack inspect model.gpack --json | jq .sections\n  gpack inspect model.gpack --devices   # and the GPUs it could run on"
 )]
 pub struct Args {
     /// The .gpack file.
@@ -25,6 +25,11 @@ pub struct Args {
     /// the mix is manifest.convert.quant) instead of text.
     #[arg(long)]
     json: bool,
+    /// Also list the GPU adapters the installed drivers offer (index, name,
+    /// backend, hardware or software) and what `--device auto` takes; JSON:
+    /// "devices". Loads the GPU drivers, so it is not done by default.
+    #[arg(long)]
+    devices: bool,
 }
 
 /// The model family the runtime sees in `file` and the features of it in
@@ -75,7 +80,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "manifest": m.to_value(),
             "family": fam,
             "tensors": tensors(&g)?,
-            "devices": super::devices::json(),
+            "devices": a.devices.then(super::devices::json),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -123,10 +128,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         )?,
     }
     writeln!(out, "source:    {}", m.source)?;
-    for (i, d) in super::devices::lines(&super::devices::json())
-        .iter()
-        .enumerate()
-    {
+    let devices = match a.devices {
+        true => super::devices::lines(&super::devices::json()),
+        false => Vec::new(),
+    };
+    for (i, d) in devices.iter().enumerate() {
         writeln!(
             out,
             "{}{d}",
