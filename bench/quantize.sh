@@ -39,7 +39,7 @@ base.TextModel.get_vocab_base_pre = pre
 sys.argv = [os.path.join(ll, "convert_hf_to_gguf.py")] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 PYEOF
-stat3() { sort -g | awk '{a[NR]=$1} END {printf "%s %s %s", a[int((NR+1)/2)], a[1], a[NR]}'; }
+stat3() { sort -g | awk '{a[NR]=$1} END {printf "%s %s %s\n", a[int((NR+1)/2)], a[1], a[NR]}'; }
 echo "# bench/quantize.sh $(date -u +%FT%TZ) on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| model | bf16 GB | largest tensor MiB | gpack s (min-max) | convert_hf_to_gguf s | llama-quantize s | two-step s | gpack / two-step | RssAnon MiB gpack | convert_hf_to_gguf | llama-quantize | gpack RssAnon / largest tensor |"
@@ -68,7 +68,7 @@ for shape in $SHAPES; do
   cr=$(printf '%s\n' "${C_R[@]}" | sort -n | tail -1)
   qr=$(printf '%s\n' "${Q_R[@]}" | sort -n | tail -1)
   printf '| %s | %.2f | %.0f | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.2f | %.0f | %.0f | %.0f | %.2f |\n' \
-    "$shape" "$(echo "$(stat -c %s "$SRC/model.safetensors") / 1e9" | bc -l)" "$(echo "$largest / 1048576" | bc -l)" \
+    "$shape" "$(echo "$(stat -c %s "$SRC/model.safetensors") / 1000000000" | bc -l)" "$(echo "$largest / 1048576" | bc -l)" \
     "$g" "$gmin" "$gmax" "$c" "$cmin" "$cmax" "$q" "$qmin" "$qmax" "$s" "$smin" "$smax" \
     "$(echo "$g / $s" | bc -l)" "$(echo "$gr / 1024" | bc -l)" "$(echo "$cr / 1024" | bc -l)" \
     "$(echo "$qr / 1024" | bc -l)" "$(echo "$gr * 1024 / $largest" | bc -l)"
