@@ -3,6 +3,7 @@
 mod common;
 mod exact;
 mod kernels;
+mod kvq;
 mod parse;
 mod pool;
 mod quantizers;

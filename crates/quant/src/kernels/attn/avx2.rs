@@ -54,6 +54,38 @@ impl Lanes for Avx2 {
         unsafe { _mm256_storeu_ps(p, v) }
     }
 
+    #[inline(always)]
+    unsafe fn load_i8(p: *const u8, k: usize) -> __m256 {
+        debug_assert_eq!(k, 8);
+        // SAFETY: the caller's bounds (8 bytes).
+        unsafe {
+            let b = _mm_loadl_epi64(p as *const __m128i);
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b))
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_nib(p: *const u8, k: usize, hi: bool) -> __m256 {
+        debug_assert_eq!(k, 8);
+        // SAFETY: the caller's bounds (8 bytes).
+        unsafe {
+            let b = _mm_loadl_epi64(p as *const __m128i);
+            let b = if hi { _mm_srli_epi16::<4>(b) } else { b };
+            let b = _mm_and_si128(b, _mm_set1_epi8(15));
+            let x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+            _mm256_sub_ps(x, _mm256_set1_ps(8.0))
+        }
+    }
+    fn q_vectors(m: usize) -> usize {
+        match m {
+            1 => 4,
+            2 => 2,
+            _ => 1,
+        }
+    }
+    fn q_weighted_shape() -> (usize, usize) {
+        (2, 1)
+    }
+
     /// 64 lanes per pass for one row, 16 for several, then 8; the tail
     /// narrower than 8 is the caller's.
     #[inline(always)]
@@ -211,4 +243,40 @@ pub(super) unsafe fn exp_sub(x: &mut [f32], max: f32) {
     for v in &mut x[i..] {
         *v = super::expf_impl(*v - max);
     }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C available; the bounds `kvq::scores_group_on` checks hold.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn q_scores(
+    t: super::kvq::KvQuant,
+    q: &[f32],
+    d: usize,
+    scale: f32,
+    blk: &[u8],
+    kb: usize,
+    start: usize,
+    n: usize,
+    sc: &mut [f32],
+    ld: usize,
+) -> usize {
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::q_scores::<Avx2>(t, q, d, scale, blk, kb, start, n, sc, ld) }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C available; the bounds `kvq::weighted_group_on` checks hold.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q_weighted(
+    t: super::kvq::KvQuant,
+    a: &[f32],
+    lda: usize,
+    len: usize,
+    v: &[u8],
+    out: &mut [f32],
+    w: usize,
+) -> usize {
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::q_weighted::<Avx2>(t, a, lda, len, v, out, w) }
 }

@@ -57,6 +57,44 @@ impl Lanes for Avx512 {
         }
     }
 
+    #[inline(always)]
+    unsafe fn load_i8(p: *const u8, k: usize) -> __m512 {
+        // SAFETY: the caller's bounds: bytes 0..k readable (the rest masked).
+        unsafe {
+            let b = if k == 16 {
+                _mm_loadu_si128(p as *const __m128i)
+            } else {
+                _mm_maskz_loadu_epi8(mask(k), p as *const i8)
+            };
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b))
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_nib(p: *const u8, k: usize, hi: bool) -> __m512 {
+        // SAFETY: as above.
+        unsafe {
+            let b = if k == 16 {
+                _mm_loadu_si128(p as *const __m128i)
+            } else {
+                _mm_maskz_loadu_epi8(mask(k), p as *const i8)
+            };
+            let b = if hi { _mm_srli_epi16::<4>(b) } else { b };
+            let b = _mm_and_si128(b, _mm_set1_epi8(15));
+            let x = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+            _mm512_sub_ps(x, _mm512_set1_ps(8.0))
+        }
+    }
+    fn q_vectors(m: usize) -> usize {
+        if m <= 2 {
+            4
+        } else {
+            2
+        }
+    }
+    fn q_weighted_shape() -> (usize, usize) {
+        (4, 2)
+    }
+
     /// 128 lanes per pass for one row of long rows (`wide`: the scores),
     /// else 64, then the masked tail (1 to 4 vectors).
     #[inline(always)]
@@ -194,4 +232,40 @@ pub(super) unsafe fn exp_sub(x: &mut [f32], max: f32) {
     for v in &mut x[i..] {
         *v = super::expf_impl(*v - max);
     }
+}
+
+/// # Safety
+/// AVX-512F/BW/VL; the bounds `kvq::scores_group_on` checks hold.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn q_scores(
+    t: super::kvq::KvQuant,
+    q: &[f32],
+    d: usize,
+    scale: f32,
+    blk: &[u8],
+    kb: usize,
+    start: usize,
+    n: usize,
+    sc: &mut [f32],
+    ld: usize,
+) -> usize {
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::q_scores::<Avx512>(t, q, d, scale, blk, kb, start, n, sc, ld) }
+}
+
+/// # Safety
+/// AVX-512F/BW/VL; the bounds `kvq::weighted_group_on` checks hold.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn q_weighted(
+    t: super::kvq::KvQuant,
+    a: &[f32],
+    lda: usize,
+    len: usize,
+    v: &[u8],
+    out: &mut [f32],
+    w: usize,
+) -> usize {
+    // SAFETY: forwarded caller guarantees.
+    unsafe { lanes::q_weighted::<Avx512>(t, a, lda, len, v, out, w) }
 }

@@ -224,6 +224,7 @@ mod loads {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod kvq;
 
 /// `sc[j] = (Σ_d q[d] · kt[d · stride + start + j]) · scale` for
 /// `j < sc.len()`, the sum taken in `d` order from 0 (each term one fused
