@@ -153,6 +153,14 @@ pub enum Error {
         /// Why.
         why: &'static str,
     },
+    /// The model cannot keep its KV cache in the type asked for (`--kv`).
+    #[error("a {kv} KV cache is not supported for this model: {why} (use --kv f16 or f32)")]
+    KvType {
+        /// The types asked for: "q8_0", "K q4_0 / V f16".
+        kv: String,
+        /// Why.
+        why: &'static str,
+    },
 }
 
 /// What a section of a .gpack holds that this runtime cannot use (the

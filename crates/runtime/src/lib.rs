@@ -144,8 +144,8 @@ pub use gpack::{DraftWeights, GpackWeights};
 pub use gpack_quant::Pool;
 pub use integrity::{Integrity, VerifyMode};
 pub use model::{
-    default_threads, LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode, PleStats, Scratch,
-    Sequence, State, Threads, DEFAULT_PLE_CACHE,
+    default_threads, KvType, KvTypes, LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode,
+    PleStats, Scratch, Sequence, State, Threads, DEFAULT_PLE_CACHE,
 };
 pub use open::{Loaded, OpenError};
 pub use sampler::{argmax, Sampler, SamplerConfig};

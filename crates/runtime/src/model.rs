@@ -41,7 +41,7 @@ mod mtp;
 mod step;
 pub use gemma3n::{PleMode, PleStats};
 use kv::Kv;
-pub use kv::{Sequence, KB};
+pub use kv::{KvType, KvTypes, Sequence, KB};
 use load::{matrix, required_vec, tensor};
 pub use mtp::{Mtp, MtpWeights};
 use step::{glu, norm_rows};
@@ -194,12 +194,18 @@ pub struct LoadOptions {
     /// How a `.gpack`'s per-layer embedding table is read (models with one:
     /// Gemma 3n).
     pub ple: PleIo,
-    /// Keep sequences' keys and values as IEEE half floats (the default,
-    /// as llama.cpp's, for run, serve, bench and Python alike) instead of
-    /// f32: half the KV memory and half the bytes attention streams per
-    /// step (with several long sequences in a step, attention is
-    /// memory-bound). K/V are rounded to f16 once when written.
-    pub kv_f16: bool,
+    /// The types sequences keep keys and values in: f16 by default (as
+    /// llama.cpp's, for run, serve, bench and Python alike): half the KV
+    /// memory of f32 and half the bytes attention streams per step (with
+    /// several long sequences in a step, attention is memory-bound);
+    /// q8_0/q4_0 (ggml's blocks along each head) a little over a half or a
+    /// quarter of f16's. K/V are rounded once when written.
+    pub kv: KvTypes,
+    /// A test reference: a q8_0/q4_0 cache kept as f32 values quantized
+    /// and dequantized when written (the values its kernels read), summed
+    /// by the f32 attention kernels.
+    #[doc(hidden)]
+    pub kv_dequantized: bool,
     /// The longest context the caller will run (0: not known). LongRoPE
     /// models (Phi-3) take their long frequency factors when it exceeds
     /// their original context, as llama.cpp does, and the short ones
@@ -235,7 +241,8 @@ impl Default for LoadOptions {
             threads: Threads::Default,
             experts: ExpertMode::Auto,
             ple: DEFAULT_PLE_CACHE,
-            kv_f16: true,
+            kv: KvTypes::F16,
+            kv_dequantized: false,
             context: 0,
             device: Device::Cpu,
             gpu_layers: None,
@@ -251,7 +258,7 @@ impl LoadOptions {
     /// against.
     pub fn reference() -> Self {
         LoadOptions {
-            kv_f16: false,
+            kv: KvTypes::F32,
             ..LoadOptions::default()
         }
     }
@@ -276,8 +283,10 @@ pub struct Model<'a> {
     experts: Option<ExpertStore<'a>>,
     /// Which graph runs the layers.
     graph: Graph<'a>,
-    /// Sequences keep K/V as f16 ([`LoadOptions::kv_f16`]).
-    kv_f16: bool,
+    /// The types sequences keep K/V in ([`LoadOptions::kv`]).
+    kv: KvTypes,
+    /// [`LoadOptions::kv_dequantized`].
+    kv_dequantized: bool,
     /// The threads every kernel of the graph runs on ([`LoadOptions::threads`]).
     pool: Arc<Pool>,
     /// The blocks (and head) on a GPU, when loaded for one
@@ -484,16 +493,22 @@ impl<'a> Model<'a> {
             n_ctx,
             pos: 0,
             k_cache: Kv::new(
+                self.kv.k,
                 host_layers * n_ctx.div_ceil(KB) * KB * c.k_dim(),
-                self.kv_f16,
+                c.head_dim,
+                true,
+                self.kv_dequantized,
             ),
             // MLA reads its values from the key cache.
             v_cache: Kv::new(
+                self.kv.v,
                 match c.mla {
                     Some(_) => 0,
                     None => host_layers * n_ctx * c.v_dim(),
                 },
-                self.kv_f16,
+                c.head_dim_v,
+                false,
+                self.kv_dequantized,
             ),
             gpu: None,
         }

@@ -541,7 +541,11 @@ fn q8_0_over_many_prompts(kv_f16: bool) {
         let q8 = Model::load_with(
             &q8,
             &gpack_runtime::LoadOptions {
-                kv_f16,
+                kv: if kv_f16 {
+                    gpack_runtime::KvTypes::F16
+                } else {
+                    gpack_runtime::KvTypes::F32
+                },
                 ..Default::default()
             },
         )

@@ -167,13 +167,13 @@ fn tiny_gemma3n_q8_0_matches_the_weight_only_q8_0_reference() {
 fn batched_gemma3n_steps_equal_solo_runs() {
     let g = GgufWeights::open(&dir().join("gemma3n-q8_0.gguf")).unwrap();
     let prompts: [&[u32]; 3] = [&[2, 10, 99, 1500, 7], &[2, 44], &[2, 600, 601, 602]];
-    for kv_f16 in [false, true] {
+    for kv in gpack_runtime::KvType::ALL {
         let opts = LoadOptions {
-            kv_f16,
+            kv: gpack_runtime::KvTypes::both(kv),
             ..LoadOptions::default()
         };
         let m = Model::load_with(&g, &opts).unwrap();
-        let what = format!("gemma3n kv f16 {kv_f16}");
+        let what = format!("gemma3n kv {kv}");
         assert_batched_equals_solo(&m, &prompts, &what);
     }
 }

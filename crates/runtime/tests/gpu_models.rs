@@ -381,7 +381,7 @@ fn gpu_refuses_mla_and_gemma3n_and_auto_falls_back_to_the_cpu() {
     let e = Model::load_with(
         &w,
         &LoadOptions {
-            kv_f16: false,
+            kv: gpack_runtime::KvTypes::F32,
             ..gpu()
         },
     )

@@ -15,7 +15,11 @@ fn fixture() -> std::path::PathBuf {
 /// `w` with its KV cache f16 or f32.
 fn load(w: &GgufWeights, kv_f16: bool) -> Model<'_> {
     let opts = LoadOptions {
-        kv_f16,
+        kv: if kv_f16 {
+            gpack_runtime::KvTypes::F16
+        } else {
+            gpack_runtime::KvTypes::F32
+        },
         ..LoadOptions::default()
     };
     Model::load_with(w, &opts).unwrap()

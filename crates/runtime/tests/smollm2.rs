@@ -120,7 +120,7 @@ fn smollm2_server_config_batches_exactly_and_stays_close_to_f32_kv() {
     let packed = Model::load_with(
         &w,
         &LoadOptions {
-            kv_f16: true,
+            kv: gpack_runtime::KvTypes::F16,
             ..LoadOptions::default()
         },
     )

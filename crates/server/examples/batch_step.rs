@@ -17,7 +17,11 @@ fn main() {
     let model = Model::load_with(
         w,
         &gpack_runtime::LoadOptions {
-            kv_f16: std::env::var("GPACK_KV_F32").is_err(),
+            kv: if std::env::var("GPACK_KV_F32").is_err() {
+                gpack_runtime::KvTypes::F16
+            } else {
+                gpack_runtime::KvTypes::F32
+            },
             ..gpack_runtime::LoadOptions::from_env().unwrap_or_else(|e| panic!("{e}"))
         },
     )

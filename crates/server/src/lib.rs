@@ -132,7 +132,7 @@ impl Default for Options {
             prefill_chunk: 256,
             model_name: None,
             load: gpack_runtime::LoadOptions {
-                kv_f16: true,
+                kv: gpack_runtime::KvTypes::F16,
                 ..gpack_runtime::LoadOptions::default()
             },
             verify: VerifyMode::Background,

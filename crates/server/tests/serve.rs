@@ -930,7 +930,7 @@ fn logprobs_are_the_log_softmax_of_the_runtime_logits() {
     // from, with the server's f16 KV cache.
     let w = GgufWeights::open(&m.gguf).unwrap();
     let opts = LoadOptions {
-        kv_f16: true,
+        kv: gpack_runtime::KvTypes::F16,
         ..LoadOptions::default()
     };
     let model = Model::load_with(&w, &opts).unwrap();

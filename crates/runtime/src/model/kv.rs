@@ -1,42 +1,170 @@
 //! A sequence's KV cache: keys transposed in blocks of [`KB`] positions,
-//! values by position, each as f32 or f16.
+//! values by position, each as f32, f16, or ggml's q8_0/q4_0 blocks
+//! ([`KvType`]; the quantized layouts are `gpack_quant::kernels::attn::kvq`'s).
 
 use crate::config::Config;
 use crate::ops;
+use gpack_quant::kernels::attn::kvq::{self, KvQuant};
 
-/// Key or value storage of a sequence: f32, or IEEE half floats (as
-/// llama.cpp keeps its cache; half the bytes for attention to stream).
+/// The type a KV cache keeps keys or values in (`--kv`, `--kv-k`, `--kv-v`;
+/// Python's `kv=`): the one list of choices and their names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvType {
+    /// 4 bytes a value.
+    F32,
+    /// IEEE half floats, 2 bytes a value (the default, as llama.cpp's).
+    #[default]
+    F16,
+    /// ggml's q8_0 blocks along each head: 34 bytes per 32 values.
+    Q8_0,
+    /// ggml's q4_0 blocks along each head: 18 bytes per 32 values.
+    Q4_0,
+}
+
+impl KvType {
+    /// Every type, in the order `--help` lists them.
+    pub const ALL: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0];
+    /// Its name (`f32`, `f16`, `q8_0`, `q4_0`).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
+        }
+    }
+    /// The quantized block type, if it is one.
+    pub fn quant(self) -> Option<KvQuant> {
+        match self {
+            KvType::Q8_0 => Some(KvQuant::Q8_0),
+            KvType::Q4_0 => Some(KvQuant::Q4_0),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<KvType, String> {
+        KvType::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown KV cache type {s:?}: choose f32, f16, q8_0 or q4_0"))
+    }
+}
+
+/// The types of a KV cache's keys and values (llama.cpp's `-ctk`/`-ctv`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KvTypes {
+    /// Keys.
+    pub k: KvType,
+    /// Values.
+    pub v: KvType,
+}
+
+impl KvTypes {
+    /// f16 keys and values (the default).
+    pub const F16: KvTypes = KvTypes::both(KvType::F16);
+    /// f32 keys and values (the precision of the f32 references).
+    pub const F32: KvTypes = KvTypes::both(KvType::F32);
+    /// `t` for keys and values.
+    pub const fn both(t: KvType) -> KvTypes {
+        KvTypes { k: t, v: t }
+    }
+    /// Whether either is quantized.
+    pub fn quantized(self) -> bool {
+        self.k.quant().is_some() || self.v.quant().is_some()
+    }
+}
+
+impl std::fmt::Display for KvTypes {
+    /// `q8_0` when both are, else `K q8_0 / V f16`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.k == self.v {
+            write!(f, "{}", self.k)
+        } else {
+            write!(f, "K {} / V {}", self.k, self.v)
+        }
+    }
+}
+
+/// Whether a model of config `c` can keep its KV cache as `t`: a
+/// quantized cache needs a per-head cache (not MLA's compressed latent,
+/// whose values are the keys' first dims, read by the f32/f16 transposed
+/// sums only) and heads of at most `kvq::MAX_HEAD`.
+pub(super) fn check_types(c: &Config, t: KvTypes) -> crate::Result<()> {
+    if !t.quantized() {
+        return Ok(());
+    }
+    let err = |why| {
+        Err(crate::Error::KvType {
+            kv: t.to_string(),
+            why,
+        })
+    };
+    if c.mla.is_some() {
+        return err("DeepSeek's latent (MLA) cache is kept as f32 or f16 only");
+    }
+    if c.head_dim.max(c.head_dim_v) > kvq::MAX_HEAD {
+        return err("heads over 1024 dims are not quantized");
+    }
+    Ok(())
+}
+
+/// Key or value storage of a sequence: f32, IEEE half floats (as
+/// llama.cpp keeps its cache; half the bytes for attention to stream), or
+/// ggml blocks (`kvq`'s layouts: keys as transposed blocks of [`KB`]
+/// positions, values as one block row per position and head).
 #[derive(Debug)]
 pub(super) enum Kv {
     F32(Vec<f32>),
     F16(Vec<u16>),
+    Q(KvQuant, Vec<u8>),
+    /// f32 values quantized and dequantized when written: the values a
+    /// `Q` cache's kernels read, summed by the f32 kernels (the test
+    /// reference of [`LoadOptions::kv_dequantized`](crate::LoadOptions)).
+    Deq(KvQuant, Vec<f32>),
 }
 
 impl Kv {
-    pub(super) fn new(len: usize, f16: bool) -> Kv {
-        if f16 {
-            Kv::F16(vec![0; len])
-        } else {
-            Kv::F32(vec![0.0; len])
+    /// A cache of `len` values in rows of `row` (the head size): f32/f16
+    /// hold `len` elements; a quantized one the same rows as blocks
+    /// (`keys`: `[head][KB]` transposed blocks, else rows).
+    pub(super) fn new(t: KvType, len: usize, row: usize, keys: bool, deq: bool) -> Kv {
+        match t.quant() {
+            Some(q) if deq => Kv::Deq(q, vec![0.0; len]),
+            None if t == KvType::F16 => Kv::F16(vec![0; len]),
+            None => Kv::F32(vec![0.0; len]),
+            Some(q) => {
+                let bytes = if row == 0 {
+                    0
+                } else if keys {
+                    len / (row * KB) * kvq::key_block_bytes(q, row, KB)
+                } else {
+                    len / row * kvq::row_bytes(q, row)
+                };
+                Kv::Q(q, vec![0; bytes])
+            }
         }
     }
     pub(super) fn bytes(&self) -> usize {
         match self {
-            Kv::F32(v) => v.len() * 4,
+            Kv::F32(v) | Kv::Deq(_, v) => v.len() * 4,
             Kv::F16(v) => v.len() * 2,
-        }
-    }
-    #[inline]
-    pub(super) fn set(&mut self, i: usize, x: f32) {
-        match self {
-            Kv::F32(v) => v[i] = x,
-            Kv::F16(v) => v[i] = half::f16::from_f32(x).to_bits(),
+            Kv::Q(_, v) => v.len(),
         }
     }
     /// [`ops::scores_transposed_group`] over one block of keys `kt` (a
-    /// range of this cache: `[head_dim][KB]`), `n` positions from `start` in
-    /// the block, for the queries `q` (`d` each), query `i`'s scores at
-    /// `sc[i · ld ..]`.
+    /// range of this cache's elements: `[head_dim][KB]`), `n` positions
+    /// from `start` in the block, for the queries `q` (`d` each), query
+    /// `i`'s scores at `sc[i · ld ..]`; a quantized cache's block is read
+    /// by `kvq::scores_group`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn scores_group(
         &self,
@@ -50,13 +178,21 @@ impl Kv {
         ld: usize,
     ) {
         match self {
-            Kv::F32(k) => ops::scores_transposed_group(q, d, scale, &k[kt], KB, start, n, sc, ld),
+            Kv::F32(k) | Kv::Deq(_, k) => {
+                ops::scores_transposed_group(q, d, scale, &k[kt], KB, start, n, sc, ld)
+            }
             Kv::F16(k) => ops::scores_transposed_group(q, d, scale, &k[kt], KB, start, n, sc, ld),
+            Kv::Q(t, k) => {
+                let bb = kvq::key_block_bytes(*t, d, KB);
+                let b0 = kt.start / (d * KB) * bb;
+                kvq::scores_group(*t, q, d, scale, &k[b0..b0 + bb], KB, start, n, sc, ld)
+            }
         }
     }
     /// [`ops::weighted_rows_group`] over the value rows in `v` (a range of
-    /// this cache, rows `stride` apart): probability rows `a[i · lda ..][..len]`,
-    /// outputs `w` wide.
+    /// this cache's elements, rows `stride` apart): probability rows
+    /// `a[i · lda ..][..len]`, outputs `w` wide; a quantized cache's rows
+    /// (`stride == w`) are read by `kvq::weighted_group`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn weighted_group(
         &self,
@@ -69,13 +205,21 @@ impl Kv {
         w: usize,
     ) {
         match self {
-            Kv::F32(x) => ops::weighted_rows_group(a, lda, len, &x[v], stride, out, w),
+            Kv::F32(x) | Kv::Deq(_, x) => {
+                ops::weighted_rows_group(a, lda, len, &x[v], stride, out, w)
+            }
             Kv::F16(x) => ops::weighted_rows_group(a, lda, len, &x[v], stride, out, w),
+            Kv::Q(t, x) => {
+                let rb = kvq::row_bytes(*t, stride);
+                let r0 = v.start / stride * rb;
+                kvq::weighted_group(*t, a, lda, len, &x[r0..r0 + len * rb], out, w)
+            }
         }
     }
     /// [`ops::weighted_transposed_group`] over one block of keys `kt` (a
     /// range of this cache: `[head_dim][KB]`), `n` positions from `start`
-    /// in the block: `out[i·w + j] += Σ a[i·lda + p] · kt[j][start + p]`.
+    /// in the block: `out[i·w + j] += Σ a[i·lda + p] · kt[j][start + p]`
+    /// (MLA, whose cache is f32 or f16: a quantized one is refused at load).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn weighted_transposed_group(
         &self,
@@ -88,10 +232,14 @@ impl Kv {
         w: usize,
     ) {
         match self {
-            Kv::F32(k) => ops::weighted_transposed_group(a, lda, &k[kt], KB, start, n, out, w),
+            Kv::F32(k) | Kv::Deq(_, k) => {
+                ops::weighted_transposed_group(a, lda, &k[kt], KB, start, n, out, w)
+            }
             Kv::F16(k) => ops::weighted_transposed_group(a, lda, &k[kt], KB, start, n, out, w),
+            Kv::Q(..) => unreachable!("MLA refuses a quantized KV cache at load"),
         }
     }
+    /// Writes the head `src` at element `at` (a row of `src.len()`).
     pub(super) fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             Kv::F32(v) => v[at..at + src.len()].copy_from_slice(src),
@@ -99,8 +247,48 @@ impl Kv {
                 .iter_mut()
                 .zip(src)
                 .for_each(|(d, &x)| *d = half::f16::from_f32(x).to_bits()),
+            Kv::Q(t, v) => {
+                let rb = kvq::row_bytes(*t, src.len());
+                let r0 = at / src.len() * rb;
+                kvq::quantize_row(*t, src, &mut v[r0..r0 + rb]);
+            }
+            Kv::Deq(t, v) => round_trip(*t, src, &mut v[at..at + src.len()]),
         }
     }
+    /// Writes the head `k` (`d` dims) of position `j` in the transposed
+    /// key block that starts at element `base` (`[d][KB]`).
+    pub(super) fn write_key(&mut self, base: usize, j: usize, k: &[f32]) {
+        match self {
+            Kv::F32(v) => k
+                .iter()
+                .enumerate()
+                .for_each(|(d, &x)| v[base + d * KB + j] = x),
+            Kv::F16(v) => k
+                .iter()
+                .enumerate()
+                .for_each(|(d, &x)| v[base + d * KB + j] = half::f16::from_f32(x).to_bits()),
+            Kv::Q(t, v) => {
+                let d = k.len();
+                let bb = kvq::key_block_bytes(*t, d, KB);
+                let b0 = base / (d * KB) * bb;
+                kvq::put_key(*t, k, &mut v[b0..b0 + bb], KB, j);
+            }
+            Kv::Deq(t, v) => {
+                let mut x = vec![0f32; k.len()];
+                round_trip(*t, k, &mut x);
+                x.iter()
+                    .enumerate()
+                    .for_each(|(d, &x)| v[base + d * KB + j] = x);
+            }
+        }
+    }
+}
+
+/// `x` quantized as a head of `t` and dequantized into `out`.
+fn round_trip(t: KvQuant, x: &[f32], out: &mut [f32]) {
+    let mut row = vec![0u8; kvq::row_bytes(t, x.len())];
+    kvq::quantize_row(t, x, &mut row);
+    kvq::dequantize_row(t, &row, out);
 }
 
 /// One sequence's KV cache.
@@ -168,10 +356,8 @@ impl Sequence {
     #[inline]
     pub(super) fn put_keys(&mut self, c: &Config, l: usize, p: usize, k: &[f32]) {
         for (kvh, kh) in k.chunks_exact(c.head_dim).enumerate() {
-            let base = self.k_at(c, l, kvh, 0, p);
-            for (d, &v) in kh.iter().enumerate() {
-                self.k_cache.set(base + d * KB, v);
-            }
+            let base = self.k_at(c, l, kvh, 0, p / KB * KB);
+            self.k_cache.write_key(base, p % KB, kh);
         }
     }
 

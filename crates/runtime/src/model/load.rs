@@ -367,10 +367,12 @@ impl<'a> Model<'a> {
             rope_swa,
             experts,
             graph,
-            kv_f16: opts.kv_f16,
+            kv: opts.kv,
+            kv_dequantized: opts.kv_dequantized,
             pool: opts.threads.pool(),
             gpu: None,
         };
+        super::kv::check_types(&model.config, opts.kv)?;
         model.gpu = super::gpu::GpuModel::attach(&model, w, opts)?.map(Box::new);
         Ok(model)
     }

@@ -140,9 +140,9 @@ fn refusal(m: &Model) -> Option<(String, &'static str)> {
             "DeepSeek's latent attention has no GPU executor yet",
         ));
     }
-    if !m.kv_f16 {
+    if m.kv != super::KvTypes::F16 {
         return Some((
-            "an f32 KV cache".into(),
+            format!("a {} KV cache", m.kv),
             "the GPU keeps its KV cache as f16 (--kv f16)",
         ));
     }
