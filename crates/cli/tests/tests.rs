@@ -8,6 +8,7 @@ mod export;
 mod hf_quantize;
 mod imatrix;
 mod interrupt;
+mod kv;
 mod modelpack;
 mod moe;
 mod oci;

@@ -242,7 +242,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// bundle, exactly as `gpack run` loads it.
 ///
 /// Options: `n_ctx` (KV cache positions, default 2048), `kv` (`"f16"`, the
-/// default of run, serve and bench too, or `"f32"`; `kv_f16=` is its old,
+/// default of run, serve and bench too, `"f32"`, or ggml's `"q8_0"` /
+/// `"q4_0"` blocks: `gpack run --kv`; `kv_k` / `kv_v` set keys' and
+/// values' types apart, as `--kv-k` / `--kv-v`; `kv_f16=` is its old,
 /// deprecated spelling), `expert_mmap` / `expert_cache_bytes` (how MoE experts are read),
 /// `fallback_gguf` (run this GGUF when the .gpack fails validation), and
 /// `verify`: `"background"` (default: the sections are hashed on one thread
@@ -538,7 +540,7 @@ impl Stream {
 impl Model {
     /// Loads `path` (see the class docstring for the options).
     #[new]
-    #[pyo3(signature = (path, *, n_ctx = 2048, kv = "f16", kv_f16 = None, verify = "background",
+    #[pyo3(signature = (path, *, n_ctx = 2048, kv = "f16", kv_k = None, kv_v = None, kv_f16 = None, verify = "background",
                         fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None,
                         threads = None, device = "auto", gpu_layers = None))]
     fn new(
@@ -546,6 +548,8 @@ impl Model {
         path: PathBuf,
         n_ctx: usize,
         kv: &str,
+        kv_k: Option<&str>,
+        kv_v: Option<&str>,
         kv_f16: Option<bool>,
         verify: &str,
         fallback_gguf: Option<PathBuf>,
@@ -566,8 +570,12 @@ impl Model {
                 )))
             }
         };
-        let kv_f16 = match (kv, kv_f16) {
-            (_, Some(old)) => {
+        let parse = |s: &str| {
+            s.parse::<gpack_runtime::KvType>()
+                .map_err(|e| PyValueError::new_err(format!("kv: {e}")))
+        };
+        let both = match kv_f16 {
+            Some(old) => {
                 let w = py.get_type::<pyo3::exceptions::PyDeprecationWarning>();
                 PyErr::warn(
                     py,
@@ -575,15 +583,17 @@ impl Model {
                     c"kv_f16= is deprecated: use kv=\"f16\" (the default) or kv=\"f32\"",
                     1,
                 )?;
-                old
+                if old {
+                    gpack_runtime::KvType::F16
+                } else {
+                    gpack_runtime::KvType::F32
+                }
             }
-            ("f16", None) => true,
-            ("f32", None) => false,
-            (v, None) => {
-                return Err(PyValueError::new_err(format!(
-                    "kv must be \"f16\" or \"f32\", not {v:?}"
-                )))
-            }
+            None => parse(kv)?,
+        };
+        let kv = gpack_runtime::KvTypes {
+            k: kv_k.map(parse).transpose()?.unwrap_or(both),
+            v: kv_v.map(parse).transpose()?.unwrap_or(both),
         };
         if n_ctx < 2 {
             return Err(PyValueError::new_err("n_ctx must be at least 2"));
@@ -607,7 +617,7 @@ impl Model {
         let opts = LoadOptions {
             threads,
             experts,
-            kv_f16,
+            kv,
             device,
             gpu_layers,
             ..env

@@ -267,7 +267,7 @@ def test_logprobs_and_bad_constraints(smol):
         smol.generate("x", 4, grammar="start: (")
     with pytest.raises(ValueError, match="presence_penalty"):
         smol.generate("x", 4, presence_penalty=3.0)
-    with pytest.raises(ValueError, match="kv"):
+    with pytest.raises(ValueError, match="kv: .*q9.*choose f32, f16, q8_0 or q4_0"):
         gpack.Model(smol.path, kv="q9")
     r = smol.create_chat_completion(
         [{"role": "user", "content": "Give a name and an age."}],
@@ -279,6 +279,17 @@ def test_logprobs_and_bad_constraints(smol):
     assert c["message"]["content"].startswith("{")
     assert len(c["logprobs"]["content"]) == r["usage"]["completion_tokens"]
     assert all(len(e["top_logprobs"]) == 2 for e in c["logprobs"]["content"])
+
+
+def test_quantized_kv_equals_gpack_run(smol_gpack):
+    """kv="q8_0" (and K/V apart) gives gpack run --kv q8_0's text; kv_f16= warns."""
+    m = gpack.Model(smol_gpack, kv="q8_0")
+    assert m.generate(PROMPTS[0], N) == cli_run(smol_gpack, PROMPTS[0], extra=["--kv", "q8_0"])
+    m = gpack.Model(smol_gpack, kv_k="q8_0", kv_v="q4_0")
+    want = cli_run(smol_gpack, PROMPTS[0], extra=["--kv-k", "q8_0", "--kv-v", "q4_0"])
+    assert m.generate(PROMPTS[0], N) == want
+    with pytest.warns(DeprecationWarning, match="kv_f16"):
+        gpack.Model(smol_gpack, kv_f16=False)
 
 
 def test_threads_setting(smol_gpack):

@@ -89,7 +89,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let loaded = super::open_model(&a.model, None, None, &a.registry)
         .with_context(|| format!("opening {}", a.model.display()))?;
     let opts = a.device.apply(gpack_runtime::LoadOptions {
-        kv_f16: a.kv.f16(),
+        kv: a.kv.types(),
         ..gpack_runtime::LoadOptions::from_env().map_err(anyhow::Error::msg)?
     });
     let model = Model::load_with(loaded.weights(), &opts)

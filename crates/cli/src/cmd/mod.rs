@@ -77,15 +77,34 @@ impl ExpertArgs {
     }
 }
 
-/// The KV cache's type (run, serve, bench): one flag, one default.
+/// The `--kv` choices, listed by `--help` and by the error for any other.
+fn kv_type_parser() -> impl clap::builder::TypedValueParser<Value = gpack_runtime::KvType> {
+    use clap::builder::TypedValueParser;
+    let names = gpack_runtime::KvType::ALL.map(|t| t.name());
+    clap::builder::PossibleValuesParser::new(names).map(|s| {
+        s.parse::<gpack_runtime::KvType>()
+            .expect("a listed KV type")
+    })
+}
+
+/// The KV cache's types (run, serve, bench): one flag, one default.
 #[derive(clap::Args, Debug, Clone)]
 pub struct KvArgs {
     /// The type the KV cache keeps keys and values in: f16 (the default,
     /// as llama.cpp's; half the memory of f32 and half the bytes attention
-    /// streams per step; K/V are rounded once when written) or f32.
-    #[arg(long, value_name = "TYPE", default_value = "f16",
-          value_parser = clap::builder::PossibleValuesParser::new(["f16", "f32"]))]
-    pub kv: String,
+    /// streams per step; K/V are rounded once when written), f32, or
+    /// ggml's q8_0 / q4_0 blocks of 32 values along each head (0.53x /
+    /// 0.28x f16's bytes; attention reads the blocks directly; q4_0 costs
+    /// visibly more accuracy). Not for MLA models (DeepSeek) nor the GPU,
+    /// which keep f16.
+    #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = kv_type_parser())]
+    pub kv: gpack_runtime::KvType,
+    /// The keys' type alone (llama.cpp's -ctk), over --kv.
+    #[arg(long, value_name = "TYPE", value_parser = kv_type_parser())]
+    pub kv_k: Option<gpack_runtime::KvType>,
+    /// The values' type alone (llama.cpp's -ctv), over --kv.
+    #[arg(long, value_name = "TYPE", value_parser = kv_type_parser())]
+    pub kv_v: Option<gpack_runtime::KvType>,
     /// Old spelling of `--kv f16` (the default now).
     #[arg(long, hide = true)]
     pub kv_f16: bool,
@@ -95,17 +114,22 @@ pub struct KvArgs {
 }
 
 impl KvArgs {
-    /// Whether the cache keeps f16 (a warning for the old flags).
-    pub fn f16(&self) -> bool {
-        if self.kv_f16 {
+    /// The types of keys and values (a warning for the old flags).
+    pub fn types(&self) -> gpack_runtime::KvTypes {
+        use gpack_runtime::KvType;
+        let both = if self.kv_f16 {
             log::warn!("--kv-f16 is the default now and will go: use --kv f16");
-            return true;
-        }
-        if self.kv_f32 {
+            KvType::F16
+        } else if self.kv_f32 {
             log::warn!("--kv-f32 will go: use --kv f32");
-            return false;
+            KvType::F32
+        } else {
+            self.kv
+        };
+        gpack_runtime::KvTypes {
+            k: self.kv_k.unwrap_or(both),
+            v: self.kv_v.unwrap_or(both),
         }
-        self.kv == "f16"
     }
 }
 

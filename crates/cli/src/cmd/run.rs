@@ -257,7 +257,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         gpack_runtime::integrity::verify_now(loaded)?;
     }
     let opts = a.device.apply(LoadOptions {
-        kv_f16: a.kv.f16(),
+        kv: a.kv.types(),
         context: a.ctx,
         ..opts
     });

@@ -193,7 +193,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         max_body_bytes: a.max_body,
         model_name: a.name,
         load: a.device.apply(gpack_runtime::LoadOptions {
-            kv_f16: a.kv.f16(),
+            kv: a.kv.types(),
             context: a.ctx,
             ..load
         }),
