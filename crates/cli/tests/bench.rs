@@ -11,11 +11,16 @@ fn bench_reports_pp_and_tg_with_the_read_bandwidth_and_int8_peak_shares() {
     let o = gpack()
         .arg("bench")
         .arg(&gguf)
-        .args(["-p", "16", "-n", "8", "-r", "2", "--json"])
+        .args(["-p", "16", "-n", "8", "-r", "2", "--kv-k", "q8_0", "--json"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // llama-bench's names for the KV cache's types.
+    assert_eq!(
+        (v["type_k"].as_str(), v["type_v"].as_str()),
+        (Some("q8_0"), Some("f16"))
+    );
     let tests = v["tests"].as_array().unwrap();
     assert_eq!(tests.len(), 2, "{v}");
     assert_eq!(

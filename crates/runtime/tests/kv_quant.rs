@@ -139,3 +139,22 @@ fn mla_refuses_a_quantized_kv_cache_naming_why() {
     );
     assert!(load(&w, KvTypes::F16, false).is_ok());
 }
+
+/// KV bytes per position on SmolLM2 (heads of 64): q8_0 is 34/64 of f16's
+/// bytes, q4_0 18/64 (ggml's block sizes), f32 twice; types mix by K and V.
+/// (Heads under 32 values, as the tiny fixtures' 16, pad their one block:
+/// there q8_0 takes more bytes than f16.)
+#[test]
+fn kv_bytes_per_type_on_smollm2() {
+    let w = GgufWeights::open(&gpack_testkit::smollm2()).unwrap();
+    let bytes = |kv| load(&w, kv, false).unwrap().new_sequence(1024).kv_bytes();
+    let f16 = bytes(KvTypes::F16);
+    assert_eq!(bytes(KvTypes::F32), 2 * f16);
+    assert_eq!(bytes(KvTypes::both(KvType::Q8_0)) * 64, f16 * 34);
+    assert_eq!(bytes(KvTypes::both(KvType::Q4_0)) * 64, f16 * 18);
+    let mixed = KvTypes {
+        k: KvType::Q8_0,
+        v: KvType::Q4_0,
+    };
+    assert_eq!(bytes(mixed) * 128, f16 * (34 + 18));
+}

@@ -88,8 +88,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let t = Instant::now();
     let loaded = super::open_model(&a.model, None, None, &a.registry)
         .with_context(|| format!("opening {}", a.model.display()))?;
+    let kv_types = a.kv.types();
     let opts = a.device.apply(gpack_runtime::LoadOptions {
-        kv: a.kv.types(),
+        kv: kv_types,
         ..gpack_runtime::LoadOptions::from_env().map_err(anyhow::Error::msg)?
     });
     let model = Model::load_with(loaded.weights(), &opts)
@@ -145,6 +146,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "model_filename": a.model.display().to_string(), "model_size": size,
             "n_layer": model.config.n_layer, "n_threads": threads, "isa": isa,
             "prefill_tile": tile,
+            "type_k": kv_types.k.name(), "type_v": kv_types.v.name(),
             "load_ms": load_ms, "bytes_per_token": bpt, "macs_per_token": cost.body_macs + cost.head_macs,
             "read_bw_gbs": bw, "int8_peak_gmacs": peak.map(|p| p.gmacs),
             "int8_peak_instruction": peak.map(|p| p.instruction), "tests": tests,

@@ -77,7 +77,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let tok = loaded.tokenizer()?;
     // An f16 KV cache, as llama-imatrix's default.
     let opts = gpack_runtime::LoadOptions {
-        kv_f16: true,
+        kv: gpack_runtime::KvTypes::F16,
         ..gpack_runtime::LoadOptions::from_env().map_err(anyhow::Error::msg)?
     };
     let model = Model::load_with(loaded.weights(), &opts)

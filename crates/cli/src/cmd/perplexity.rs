@@ -118,7 +118,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let opts = a.device.apply(gpack_runtime::LoadOptions {
         threads,
-        kv_f16: a.kv.f16(),
+        kv: a.kv.types(),
         ..env
     });
     let model = Model::load_with(loaded.weights(), &opts)
