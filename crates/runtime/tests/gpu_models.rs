@@ -78,9 +78,9 @@ fn compare(
     what: &str,
 ) -> f64 {
     let float = what.contains("f16");
-    let routed = cpu_routed(w);
     let tol = if float { REL_L2_FLOAT } else { REL_L2_QUANT };
     let cpu = Model::load_with(w, &opts(Device::Cpu)).unwrap();
+    let routed = cpu.config.n_expert > 0;
     let gpu = Model::load_with(w, gpu_opts).unwrap_or_else(|e| panic!("{what}: {e:?}"));
     let summary = gpu
         .gpu_summary()
@@ -135,13 +135,6 @@ fn compare(
         }
     }
     rl2
-}
-
-/// Whether `w`'s model has routed experts.
-fn cpu_routed(w: &dyn WeightSource) -> bool {
-    Model::load_with(w, &opts(Device::Cpu))
-        .map(|m| m.config.n_expert > 0)
-        .unwrap_or(false)
 }
 
 fn prompt_of(arch: &str) -> Vec<u32> {

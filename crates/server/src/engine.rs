@@ -789,30 +789,41 @@ impl Engine {
     /// [`Event::Shutdown`] ([`EngineHandle::abort`]).
     fn cancel_all(&mut self, rx: &mpsc::Receiver<Work>) {
         const WHY: &str = "the server shut down before the embedding finished";
+        let n = self.end_all(rx, || Event::Shutdown, WHY);
+        self.metrics
+            .cancelled
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Ends every job held or queued: generations get `event()`, embeddings
+    /// `embed_why`. Returns how many jobs it ended.
+    fn end_all(
+        &mut self,
+        rx: &mpsc::Receiver<Work>,
+        event: impl Fn() -> Event,
+        embed_why: &str,
+    ) -> usize {
         let active = self.n_active();
         for i in 0..self.slots.len() {
-            self.retire(i, Some(Event::Shutdown));
+            self.retire(i, Some(event()));
         }
-        let queued = rx.try_iter();
         self.lanes.clear();
         let embeds: Vec<_> = self.embeds.drain(..).map(|e| e.job).collect();
         let mut n = 0;
-        for w in queued.chain(embeds.into_iter().map(Work::Embed)) {
+        for w in rx.try_iter().chain(embeds.into_iter().map(Work::Embed)) {
             match w {
                 Work::Gen(j) => {
-                    let _ = j.events.send(Event::Shutdown);
+                    let _ = j.events.send(event());
                 }
                 Work::Embed(j) => {
-                    let _ = j.reply.send(Err(WHY.into()));
+                    let _ = j.reply.send(Err(embed_why.into()));
                 }
             }
             n += 1;
         }
         self.handle.in_system.fetch_sub(n, Ordering::SeqCst);
-        self.metrics
-            .cancelled
-            .fetch_add((active + n) as u64, Ordering::Relaxed);
         self.update_gauges();
+        active + n
     }
 
     fn run(mut self, rx: mpsc::Receiver<Work>) {
@@ -873,27 +884,7 @@ impl Engine {
     /// Ends every job held or queued with `why` (a lost device).
     fn fail_all(&mut self, rx: &mpsc::Receiver<Work>, why: &str) {
         let msg = format!("the request could not finish: {why}");
-        for i in 0..self.slots.len() {
-            if self.slots[i].is_some() {
-                self.retire(i, Some(Event::Error(msg.clone())));
-            }
-        }
-        self.lanes.clear();
-        let embeds: Vec<_> = self.embeds.drain(..).map(|e| e.job).collect();
-        let mut n = 0;
-        for w in rx.try_iter().chain(embeds.into_iter().map(Work::Embed)) {
-            match w {
-                Work::Gen(j) => {
-                    let _ = j.events.send(Event::Error(msg.clone()));
-                }
-                Work::Embed(j) => {
-                    let _ = j.reply.send(Err(msg.clone()));
-                }
-            }
-            n += 1;
-        }
-        self.handle.in_system.fetch_sub(n, Ordering::SeqCst);
-        self.update_gauges();
+        self.end_all(rx, || Event::Error(msg.clone()), &msg);
     }
 
     /// One batched forward over every active slot, then sampling. A
