@@ -121,6 +121,7 @@ pub mod giw;
 pub mod gpack;
 pub mod imatrix;
 pub mod integrity;
+pub mod kvcache;
 mod matrix;
 pub mod model;
 pub mod observe;
@@ -145,7 +146,7 @@ pub use gpack_quant::Pool;
 pub use integrity::{Integrity, VerifyMode};
 pub use model::{
     default_threads, KvType, KvTypes, LoadOptions, Logits, Model, Mtp, MtpWeights, PleMode,
-    PleStats, Scratch, Sequence, State, Threads, DEFAULT_PLE_CACHE,
+    PleStats, Scratch, Sequence, State, Threads, DEFAULT_PLE_CACHE, KB,
 };
 pub use open::{Loaded, OpenError};
 pub use sampler::{argmax, Sampler, SamplerConfig};

@@ -413,6 +413,14 @@ impl State {
     pub fn kv_bytes(&self) -> usize {
         self.seq.kv_bytes()
     }
+    /// The sequence (its KV cache).
+    pub fn sequence(&self) -> &Sequence {
+        &self.seq
+    }
+    /// The sequence, to change (the prefix cache's imports).
+    pub fn sequence_mut(&mut self) -> &mut Sequence {
+        &mut self.seq
+    }
     /// Shows every weight matrix's input rows of this state's forward
     /// passes to `observer` from now on (`None`: to nobody); see
     /// [`crate::observe`] for what is covered.
@@ -478,6 +486,28 @@ impl<'a> Model<'a> {
     /// Bytes of all routed experts (0 for a dense model).
     pub fn expert_bytes(&self) -> u64 {
         self.experts.as_ref().map_or(0, ExpertStore::total_bytes)
+    }
+
+    /// The types sequences keep K and V in.
+    pub fn kv_types(&self) -> KvTypes {
+        self.kv
+    }
+    /// Whether sequences keep quantized K/V dequantized (a test reference).
+    pub fn kv_dequantized(&self) -> bool {
+        self.kv_dequantized
+    }
+    /// Bytes of one block of [`KB`] positions of a sequence's KV cache
+    /// (what the prefix cache copies).
+    pub fn kv_block_bytes(&self) -> usize {
+        self.new_sequence(KB).block_bytes(&self.config)
+    }
+    /// Whether sequences can take blocks from the prefix cache
+    /// ([`crate::kvcache`]): their KV cache must be on the host, all of it.
+    pub fn prefix_cache_support(&self) -> std::result::Result<(), String> {
+        if self.gpu.is_some() {
+            return Err("this model runs on a GPU, whose KV cache is on the device; run it with --device cpu to use the prefix cache".into());
+        }
+        Ok(())
     }
 
     /// An empty sequence with a KV cache of `n_ctx` positions.

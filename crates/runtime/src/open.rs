@@ -195,6 +195,23 @@ impl Loaded {
         })
     }
 
+    /// What the KV prefix cache keys blocks of this model by: a .gpack's
+    /// footer digest and tokenizer section hash (`None` for a source that
+    /// has no digest: a GGUF, a Hugging Face directory, a .giw bundle).
+    pub fn identity(&self) -> Option<crate::kvcache::ModelIdentity> {
+        match self {
+            Loaded::Gpack { weights, .. } => {
+                let g = weights.gpack();
+                let tok = g.layout().section(SectionKind::TokenizerBin)?;
+                Some(crate::kvcache::ModelIdentity {
+                    model: g.layout().digest(),
+                    tokenizer: tok.sha256,
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// The file actually loaded (the fallback, when it was used).
     pub fn path(&self) -> &Path {
         match self {

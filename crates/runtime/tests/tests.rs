@@ -4,6 +4,7 @@ mod gemma3n;
 mod generation;
 mod gpu_models;
 mod gpu_ops;
+mod kv_prefix;
 mod kv_quant;
 mod mla;
 mod moe;

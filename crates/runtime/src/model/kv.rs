@@ -382,3 +382,135 @@ impl Sequence {
         self.k_cache.bytes() + self.v_cache.bytes()
     }
 }
+
+/// Bytes of the run `r` of elements (or, for a quantized cache, of the
+/// blocks that hold it) in `kv`: the unit a prefix-cache block copies.
+fn run_bytes(kv: &Kv, r: std::ops::Range<usize>, row: usize, keys: bool) -> std::ops::Range<usize> {
+    match kv {
+        Kv::F32(_) | Kv::Deq(..) => r.start * 4..r.end * 4,
+        Kv::F16(_) => r.start * 2..r.end * 2,
+        Kv::Q(t, _) if keys => {
+            let bb = kvq::key_block_bytes(*t, row, KB);
+            r.start / (row * KB) * bb..r.end.div_ceil(row * KB) * bb
+        }
+        Kv::Q(t, _) => {
+            let rb = kvq::row_bytes(*t, row);
+            r.start / row * rb..r.end / row * rb
+        }
+    }
+}
+
+impl Kv {
+    /// The cache as bytes (little-endian values, or the blocks as stored).
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Kv::F32(v) | Kv::Deq(_, v) => bytemuck::cast_slice(v),
+            Kv::F16(v) => bytemuck::cast_slice(v),
+            Kv::Q(_, v) => v,
+        }
+    }
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Kv::F32(v) | Kv::Deq(_, v) => bytemuck::cast_slice_mut(v),
+            Kv::F16(v) => bytemuck::cast_slice_mut(v),
+            Kv::Q(_, v) => v,
+        }
+    }
+}
+
+impl Sequence {
+    /// The byte runs of block `b` (positions `b·KB .. (b+1)·KB`): per layer
+    /// and KV head, its transposed key block, then per layer and KV head its
+    /// `KB` value rows. Each run is contiguous in the cache (keys are
+    /// blocked by [`KB`] positions, values are one run per head), so a
+    /// block is a list of copies, not a gather of positions.
+    fn block_runs(
+        &self,
+        c: &Config,
+        b: usize,
+    ) -> (Vec<std::ops::Range<usize>>, Vec<std::ops::Range<usize>>) {
+        let layers = if self.k_cache.bytes() == 0 {
+            0
+        } else {
+            c.n_layer
+        };
+        let mut keys = Vec::with_capacity(layers * c.n_head_kv);
+        let mut values = Vec::new();
+        for l in 0..layers {
+            for kvh in 0..c.n_head_kv {
+                let k0 = self.k_at(c, l, kvh, 0, b * KB);
+                keys.push(run_bytes(
+                    &self.k_cache,
+                    k0..k0 + c.head_dim * KB,
+                    c.head_dim,
+                    true,
+                ));
+                if self.v_cache.bytes() > 0 {
+                    let v0 = self.v_at(c, l, kvh, b * KB);
+                    values.push(run_bytes(
+                        &self.v_cache,
+                        v0..v0 + KB * c.head_dim_v,
+                        c.head_dim_v,
+                        false,
+                    ));
+                }
+            }
+        }
+        (keys, values)
+    }
+
+    /// Bytes of one block of [`KB`] positions ([`Sequence::export_block`]).
+    pub fn block_bytes(&self, c: &Config) -> usize {
+        if self.n_ctx < KB {
+            return 0;
+        }
+        let (k, v) = self.block_runs(c, 0);
+        k.iter().chain(&v).map(|r| r.len()).sum()
+    }
+
+    /// The keys and values of block `b` (positions `b·KB .. (b+1)·KB`, all
+    /// held: `(b + 1)·KB <= pos`), as [`Sequence::import_block`] takes them
+    /// back, in a sequence of the same model and KV types.
+    pub fn export_block(&self, c: &Config, b: usize) -> Vec<u8> {
+        assert!((b + 1) * KB <= self.pos, "block {b} is not full");
+        let (k, v) = self.block_runs(c, b);
+        let mut out = Vec::with_capacity(self.block_bytes(c));
+        for r in k {
+            out.extend_from_slice(&self.k_cache.as_bytes()[r]);
+        }
+        for r in v {
+            out.extend_from_slice(&self.v_cache.as_bytes()[r]);
+        }
+        out
+    }
+
+    /// Writes block `b` from `bytes` ([`Sequence::export_block`]'s) and
+    /// makes the cache end after it: the sequence must hold the blocks
+    /// before it (`pos >= b·KB`), and `bytes` must be one block of this
+    /// model with these KV types (`block_bytes` long; the caller checked
+    /// where they came from).
+    pub fn import_block(&mut self, c: &Config, b: usize, bytes: &[u8]) {
+        assert!(b * KB <= self.pos, "block {b} follows a gap");
+        assert!((b + 1) * KB <= self.n_ctx, "block {b} is past the context");
+        assert_eq!(bytes.len(), self.block_bytes(c), "a block of another shape");
+        let (k, v) = self.block_runs(c, b);
+        let mut at = 0;
+        for r in k {
+            let n = r.len();
+            self.k_cache.as_bytes_mut()[r].copy_from_slice(&bytes[at..at + n]);
+            at += n;
+        }
+        for r in v {
+            let n = r.len();
+            self.v_cache.as_bytes_mut()[r].copy_from_slice(&bytes[at..at + n]);
+            at += n;
+        }
+        self.pos = (b + 1) * KB;
+    }
+
+    /// Whether the KV cache lives on the host (a model all on the GPU keeps
+    /// it on the device, where the prefix cache does not reach).
+    pub fn on_host(&self) -> bool {
+        self.k_cache.bytes() > 0 && self.gpu.is_none()
+    }
+}
