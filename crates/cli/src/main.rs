@@ -37,6 +37,7 @@ enum Command {
     Bench(cmd::bench::Args),
     Perplexity(cmd::perplexity::Args),
     Imatrix(cmd::imatrix::Args),
+    Cache(cmd::cache::Args),
 }
 
 /// Runs one subcommand.
@@ -57,6 +58,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Imatrix(a) => cmd::imatrix::run(a),
+        Command::Cache(a) => cmd::cache::run(a),
     }
 }
 

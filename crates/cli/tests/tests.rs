@@ -9,6 +9,7 @@ mod hf_quantize;
 mod imatrix;
 mod interrupt;
 mod kv;
+mod kvcache;
 mod modelpack;
 mod moe;
 mod oci;

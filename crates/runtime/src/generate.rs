@@ -60,8 +60,11 @@ pub struct Generation {
     pub text: String,
     /// Why it ended.
     pub stop: StopReason,
-    /// Prompt tokens processed.
+    /// Prompt tokens.
     pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values were restored, not computed
+    /// ([`generate_slot_from`]).
+    pub cached_tokens: usize,
     /// Wall time of the prefill.
     pub prefill_time: Duration,
     /// Wall time of decoding (sampling and forwards after the prefill).
@@ -73,9 +76,9 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Prompt tokens per second.
+    /// Prompt tokens computed per second (restored ones not counted).
     pub fn prefill_tps(&self) -> f64 {
-        self.prompt_tokens as f64 / self.prefill_time.as_secs_f64().max(1e-9)
+        (self.prompt_tokens - self.cached_tokens) as f64 / self.prefill_time.as_secs_f64().max(1e-9)
     }
     /// Generated tokens per second (forwards after the first token).
     pub fn decode_tps(&self) -> f64 {
@@ -150,14 +153,33 @@ impl<F: FnMut(&Emitted<'_>) -> bool> Sink for F {
 pub fn generate_slot(
     model: &Model<'_>,
     state: &mut State,
+    slot: Slot<'_>,
+    drafter: Option<&mut dyn Drafter>,
+    sink: impl Sink,
+) -> Result<Generation> {
+    generate_slot_from(model, state, slot, 0, drafter, sink)
+}
+
+/// [`generate_slot`] when `state` already holds the keys and values of the
+/// prompt's first `cached` tokens (restored by the prefix cache,
+/// [`crate::kvcache`]): only the rest is computed. `cached` must leave the
+/// prompt's last token to run (its logits are needed), or be 0.
+pub fn generate_slot_from(
+    model: &Model<'_>,
+    state: &mut State,
     mut slot: Slot<'_>,
+    cached: usize,
     mut drafter: Option<&mut dyn Drafter>,
     mut sink: impl Sink,
 ) -> Result<Generation> {
     let t0 = Instant::now();
     let prompt = slot.prompt().to_vec();
+    assert!(
+        cached == 0 || cached < prompt.len(),
+        "the prompt's last token must run"
+    );
     let batch = slot.config().prefill_batch.max(1);
-    let mut chunks = prompt.chunks(batch).peekable();
+    let mut chunks = prompt[cached..].chunks(batch).peekable();
     let mut rows = usize::from(slot.config().max_tokens > 0);
     while let Some(c) = chunks.next() {
         if !sink.proceed() {
@@ -242,6 +264,7 @@ pub fn generate_slot(
         text: slot.text().to_string(),
         stop: slot.stop().cloned().unwrap_or(StopReason::MaxTokens),
         prompt_tokens: prompt.len(),
+        cached_tokens: cached,
         prefill_time,
         decode_time: t1.elapsed(),
         spec,

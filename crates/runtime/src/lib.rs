@@ -139,7 +139,9 @@ pub use device::{adapters, auto_adapter};
 pub use device::{Adapter, Device, GpuInfo};
 pub use error::{Error, ExpertSliceProblem, ExportProblem, Result, SectionProblem};
 pub use experts::{ExpertMode, ExpertStats};
-pub use generate::{generate, generate_slot, generate_with, GenerateConfig, Generation, Sink};
+pub use generate::{
+    generate, generate_slot, generate_slot_from, generate_with, GenerateConfig, Generation, Sink,
+};
 pub use gguf::GgufWeights;
 pub use gpack::{DraftWeights, GpackWeights};
 pub use gpack_quant::Pool;

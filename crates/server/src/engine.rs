@@ -39,7 +39,7 @@ use crate::api::ApiError;
 use crate::metrics::Metrics;
 use gpack_runtime::decode::{Guide, SimpleVob, Slot, StopReason};
 use gpack_runtime::{Drafter, ModelDrafter, Mtp, MtpDrafter, NgramDrafter, SpecMode};
-use gpack_runtime::{GenerateConfig, Logits, Model, Scratch, Sequence};
+use gpack_runtime::{GenerateConfig, Logits, Model, Scratch, Sequence, KB};
 use gpack_tokenizer::Tokenizer;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -95,6 +95,8 @@ pub enum Event {
         prompt_tokens: usize,
         /// Generated tokens (a stop token is not counted).
         completion_tokens: usize,
+        /// Prompt tokens whose keys and values were reused, not computed.
+        cached_tokens: usize,
     },
     /// The job failed.
     Error(String),
@@ -358,6 +360,9 @@ pub struct EngineConfig {
     pub draft_p_min: f32,
 }
 
+/// The prefix cache the engine shares between its slots, if any.
+pub type Prefix = Option<gpack_runtime::kvcache::PrefixCache>;
+
 /// Rows of a step's decoding sequences with their drafts, at most: each
 /// decoding sequence may draft `(STEP_DRAFT_ROWS - decoding) / decoding`
 /// tokens (a lone stream up to its draft length, 2 streams 7 each, 8 streams
@@ -369,6 +374,8 @@ struct Active {
     job: Job,
     /// Prompt tokens in the cache.
     fed: usize,
+    /// Prompt tokens reused when the job was placed.
+    reused: usize,
     slot: Slot<'static>,
     first_at: Option<Instant>,
     ngram: NgramDrafter,
@@ -382,10 +389,13 @@ pub type FirstOutput = Box<dyn FnOnce() + Send>;
 /// its first output). Returns the handle and the thread.
 pub fn start(
     model: &'static Model<'static>,
-    draft: Option<&'static Model<'static>>,
-    mtp: Option<&'static Mtp<'static>>,
+    (draft, mtp): (
+        Option<&'static Model<'static>>,
+        Option<&'static Mtp<'static>>,
+    ),
     tok: Tokenizer<'static>,
     cfg: EngineConfig,
+    prefix: Prefix,
     metrics: Arc<Metrics>,
     first_output: Option<FirstOutput>,
 ) -> (Arc<EngineHandle>, std::thread::JoinHandle<()>) {
@@ -406,6 +416,7 @@ pub fn start(
         .spawn(move || {
             let _alive = AliveGuard(h.clone());
             let mut e = Engine::new(model, (draft, mtp), tok, cfg, metrics, h);
+            e.prefix = prefix;
             e.first_output = first_output;
             e.run(rx)
         })
@@ -426,6 +437,12 @@ struct Engine {
     /// next job with the same prefix (a chat's next turn, a repeated system
     /// prompt) skips that part of its prefill.
     cached: Vec<Vec<u32>>,
+    /// Per slot: the leading full blocks of `cached[i]` the prefix cache
+    /// holds (published), kept `<= cached[i].len() / KB` by every truncation.
+    published: Vec<usize>,
+    /// Blocks shared by every slot, in memory and on disk
+    /// (`--kv-cache-bytes`, `--kv-cache-dir`).
+    prefix: Prefix,
     scratch: Scratch,
     /// Per slot: the draft model's drafter (its own cache follows the slot's
     /// text, and like `cached` outlives a job), when there is a draft model.
@@ -528,6 +545,8 @@ impl Engine {
             slots: (0..cfg.parallel).map(|_| None).collect(),
             seqs,
             cached: vec![Vec::new(); cfg.parallel],
+            published: vec![0; cfg.parallel],
+            prefix: None,
             drafters: (0..cfg.parallel)
                 .map(|_| {
                     draft.map(|d| ModelDrafter::new(d, cfg.n_ctx, cfg.draft_max, cfg.draft_p_min))
@@ -572,9 +591,19 @@ impl Engine {
         else {
             return;
         };
-        let keep = shared.min(job.prompt.len().saturating_sub(1));
-        self.seqs[i].truncate(keep);
-        self.cached[i].truncate(keep);
+        let mut keep = shared.min(job.prompt.len().saturating_sub(1));
+        self.truncate_slot(i, keep);
+        // Blocks the prefix cache holds beyond the slot's own prefix (not
+        // with an MTP block, whose drafter needs the trunk's hidden states
+        // of every position it follows).
+        if let (Some(p), None) = (self.prefix.as_mut(), &self.mtps[i]) {
+            let now = p.restore(self.model, &mut self.seqs[i], &job.prompt, keep);
+            if now > keep {
+                self.cached[i] = job.prompt[..now].to_vec();
+                self.published[i] = now / KB;
+                keep = now;
+            }
+        }
         self.metrics
             .prompt_tokens
             .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
@@ -593,8 +622,33 @@ impl Engine {
             slot,
             job,
             fed: keep,
+            reused: keep,
             first_at: None,
         });
+    }
+
+    /// Keeps the first `n` positions of slot `i`'s cache.
+    fn truncate_slot(&mut self, i: usize, n: usize) {
+        self.seqs[i].truncate(n);
+        self.cached[i].truncate(n);
+        self.published[i] = self.published[i].min(n / KB);
+    }
+
+    /// Gives the prefix cache the full blocks of the slots in `idx`.
+    fn publish(&mut self, idx: &[usize]) {
+        let Some(p) = self.prefix.as_mut() else {
+            return;
+        };
+        for &i in idx {
+            if self.cached[i].len() / KB > self.published[i] {
+                self.published[i] = p.publish(
+                    self.model,
+                    &self.seqs[i],
+                    &self.cached[i],
+                    self.published[i],
+                );
+            }
+        }
     }
 
     fn n_active(&self) -> usize {
@@ -653,6 +707,7 @@ impl Engine {
             finish,
             prompt_tokens: a.job.prompt.len(),
             completion_tokens: a.slot.generated().len(),
+            cached_tokens: a.reused,
         };
         self.retire(i, Some(ev));
     }
@@ -1037,8 +1092,7 @@ impl Engine {
             log::error!("batched step failed: {msg}");
             self.scratch = Scratch::default();
             for &i in &idx {
-                self.seqs[i].reset();
-                self.cached[i].clear();
+                self.truncate_slot(i, 0);
                 if let Some(d) = self.mtps[i].as_mut() {
                     d.hidden(0, &[]);
                 }
@@ -1157,8 +1211,7 @@ impl Engine {
                 }
                 // Keep the token and its accepted drafts: the cache of plain
                 // decoding at this point.
-                self.seqs[i].truncate(pos - 1 + used);
-                self.cached[i].truncate(pos - 1 + used);
+                self.truncate_slot(i, pos - 1 + used);
                 kept[j].3 = used;
             }
         }
@@ -1167,6 +1220,7 @@ impl Engine {
                 d.hidden(from, &self.model.hidden_rows(&self.scratch, row, n));
             }
         }
+        self.publish(&idx);
         if sampled {
             self.output_done();
         }

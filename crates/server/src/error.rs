@@ -47,6 +47,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The prefix cache (its directory) could not be set up.
+    #[error(transparent)]
+    KvCache(Box<gpack_runtime::kvcache::KvCacheError>),
     /// The decoding thread panicked.
     #[error("the decoding thread panicked")]
     EnginePanic,

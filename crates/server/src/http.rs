@@ -651,11 +651,15 @@ struct Meta {
     call_seed: u64,
 }
 
-fn usage(prompt: usize, completion: usize) -> Value {
+/// OpenAI's usage object; `cached` prompt tokens had their keys and values
+/// reused (a slot's own cache or the prefix cache), as OpenAI's and vLLM's
+/// `prompt_tokens_details.cached_tokens`.
+fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 
@@ -672,7 +676,7 @@ async fn collect(
     rxs: Vec<UnboundedReceiver<Event>>,
 ) -> Result<Response, ApiError> {
     let mut choices = Vec::with_capacity(rxs.len());
-    let (mut n_prompt, mut n_completion) = (0, 0);
+    let (mut n_prompt, mut n_completion, mut n_cached) = (0, 0, 0);
     for (index, mut rx) in rxs.into_iter().enumerate() {
         let mut g = Gathered::default();
         loop {
@@ -688,8 +692,10 @@ async fn collect(
                     finish,
                     prompt_tokens,
                     completion_tokens,
+                    cached_tokens,
                 }) => {
                     n_prompt = prompt_tokens;
+                    n_cached = n_cached.max(cached_tokens);
                     n_completion += completion_tokens;
                     choices.push(m.choice(index, g, finish));
                     break;
@@ -716,7 +722,7 @@ async fn collect(
         "model": m.model,
         "system_fingerprint": "gpack",
         "choices": choices,
-        "usage": usage(n_prompt, n_completion),
+        "usage": usage(n_prompt, n_completion, n_cached),
     }))
     .into_response())
 }
@@ -837,7 +843,7 @@ impl Meta {
         }
         v
     }
-    fn usage_chunk(&self, prompt: usize, completion: usize) -> Value {
+    fn usage_chunk(&self, (prompt, completion, cached): (usize, usize, usize)) -> Value {
         let object = match self.kind {
             Kind::Chat => "chat.completion.chunk",
             Kind::Completion => "text_completion",
@@ -849,7 +855,7 @@ impl Meta {
             "model": self.model,
             "system_fingerprint": "gpack",
             "choices": [],
-            "usage": usage(prompt, completion),
+            "usage": usage(prompt, completion, cached),
         })
     }
 }
@@ -885,7 +891,7 @@ struct Sse {
     /// Per choice: its slot said the reply is tool calls.
     tool_calls: Vec<bool>,
     finished: usize,
-    usage: (usize, usize),
+    usage: (usize, usize, usize),
     started: bool,
     pending: std::collections::VecDeque<Bytes>,
     done: bool,
@@ -984,11 +990,13 @@ impl Sse {
                         finish,
                         prompt_tokens,
                         completion_tokens,
+                        cached_tokens,
                     },
                 )) => {
                     self.finished += 1;
                     self.usage.0 = prompt_tokens;
                     self.usage.1 += completion_tokens;
+                    self.usage.2 = self.usage.2.max(cached_tokens);
                     let lp = self.take_logprobs(i);
                     let mut end = self.meta.chunk(i, None, false, Some(finish), lp);
                     if self.tool_calls[i] {
@@ -998,8 +1006,8 @@ impl Sse {
                     if self.finished == self.n {
                         self.done = true;
                         if self.meta.include_usage {
-                            let (p, c) = self.usage;
-                            self.pending.push_back(data(&self.meta.usage_chunk(p, c)));
+                            let u = self.meta.usage_chunk(self.usage);
+                            self.pending.push_back(data(&u));
                         }
                         self.pending
                             .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
@@ -1045,7 +1053,7 @@ fn sse(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
         sent: vec![0; n],
         tool_calls: vec![false; n],
         finished: 0,
-        usage: (0, 0),
+        usage: (0, 0, 0),
         started: false,
         pending: Default::default(),
         done: false,
@@ -1129,7 +1137,7 @@ mod tests {
             sent: vec![0],
             tool_calls: vec![false],
             finished: 0,
-            usage: (0, 0),
+            usage: (0, 0, 0),
             started: true,
             pending: Default::default(),
             done: false,

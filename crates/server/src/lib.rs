@@ -115,6 +115,13 @@ pub struct Options {
     pub draft_p_min: f32,
     /// A chat template (Jinja source) used instead of the model's.
     pub chat_template: Option<String>,
+    /// Bytes of KV blocks the prefix cache keeps in memory, shared by all
+    /// slots (`--kv-cache-bytes`; 0: no prefix cache beyond each slot's own).
+    pub kv_cache_bytes: usize,
+    /// A directory of KV blocks kept across restarts and shared with other
+    /// processes serving the same .gpack (`--kv-cache-dir`), and its disk
+    /// budget (`--kv-cache-disk-bytes`).
+    pub kv_cache_dir: Option<(std::path::PathBuf, u64)>,
 }
 
 impl Default for Options {
@@ -146,6 +153,8 @@ impl Default for Options {
             draft_max: gpack_runtime::spec::DEFAULT_MAX_DRAFT,
             draft_p_min: gpack_runtime::spec::DEFAULT_P_MIN,
             chat_template: None,
+            kv_cache_bytes: gpack_runtime::kvcache::DEFAULT_MEMORY_BYTES,
+            kv_cache_dir: None,
         }
     }
 }
@@ -169,6 +178,32 @@ fn load_draft(
         source: Box::new(source),
     })?;
     Ok(Box::leak(Box::new(m)))
+}
+
+/// The prefix cache `opts` ask for, if any: none on a model whose KV
+/// cache is on a GPU (said on stderr), unless a cache directory was asked
+/// for (an error then, as for a model file without a digest).
+fn prefix_cache(
+    loaded: &Loaded,
+    model: &Model<'_>,
+    opts: &Options,
+) -> Result<Option<gpack_runtime::kvcache::PrefixCache>> {
+    use gpack_runtime::kvcache::{CacheOptions, PrefixCache};
+    if opts.kv_cache_bytes == 0 && opts.kv_cache_dir.is_none() {
+        return Ok(None);
+    }
+    if let (Err(why), None) = (model.prefix_cache_support(), &opts.kv_cache_dir) {
+        log::info!("no prefix cache: {why}");
+        return Ok(None);
+    }
+    let c = CacheOptions {
+        memory_bytes: opts.kv_cache_bytes,
+        dir: opts.kv_cache_dir.clone(),
+    };
+    let name = loaded.path().display().to_string();
+    PrefixCache::new(model, loaded.identity(), &name, &c)
+        .map(Some)
+        .map_err(|e| Error::KvCache(Box::new(e)))
 }
 
 /// Checks the options that need no model (before anything binds).
@@ -413,10 +448,13 @@ impl Listening {
                     }
                 }) as engine::FirstOutput
             });
+        let prefix = prefix_cache(loaded, bm, &opts)?;
+        if let Some(p) = &prefix {
+            metrics.set_prefix(p.stats());
+        }
         let (engine, thread) = engine::start(
             bm,
-            draft,
-            mtp,
+            (draft, mtp),
             tok,
             engine::EngineConfig {
                 parallel: opts.parallel,
@@ -426,6 +464,7 @@ impl Listening {
                 draft_max: opts.draft_max.max(1),
                 draft_p_min: opts.draft_p_min,
             },
+            prefix,
             metrics.clone(),
             start_check,
         );

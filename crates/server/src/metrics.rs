@@ -86,6 +86,8 @@ pub struct Metrics {
     pub tps: Histogram,
     /// Where the model runs: set once at start ([`Metrics::set_device`]).
     pub device: std::sync::OnceLock<(String, u64)>,
+    /// The prefix cache's counters, when there is one ([`Metrics::set_prefix`]).
+    pub prefix: std::sync::OnceLock<std::sync::Arc<gpack_runtime::kvcache::Stats>>,
     /// Seconds to compute one token's grammar mask (constrained requests;
     /// on the mask thread, beside the forward pass).
     pub mask_seconds: Histogram,
@@ -125,6 +127,7 @@ impl Default for Metrics {
             mask_seconds: Histogram::new(MASK_BOUNDS),
             mask_wait: Histogram::new(MASK_BOUNDS),
             device: std::sync::OnceLock::new(),
+            prefix: std::sync::OnceLock::new(),
         }
     }
 }
@@ -137,6 +140,11 @@ fn label(v: &str) -> String {
 }
 
 impl Metrics {
+    /// Reports the prefix cache's counters from now on.
+    pub fn set_prefix(&self, stats: std::sync::Arc<gpack_runtime::kvcache::Stats>) {
+        let _ = self.prefix.set(stats);
+    }
+
     /// Records where the model runs (`gpack_device_info`,
     /// `gpack_device_weight_bytes`): the CPU, or the GPU's adapter.
     pub fn set_device(&self, gpu: Option<&gpack_runtime::GpuInfo>) {
@@ -271,6 +279,47 @@ impl Metrics {
             "gauge",
             &[("", self.kv_total.load(Relaxed))],
         );
+        if let Some(p) = self.prefix.get() {
+            counter(
+                "gpack_kv_cache_bytes",
+                "Bytes of KV blocks the prefix cache keeps in memory (evictable: not counted in vllm:kv_cache_usage_perc, as vLLM counts cached free blocks as free).",
+                "gauge",
+                &[("", p.memory_bytes.load(Relaxed))],
+            );
+            counter(
+                "gpack_kv_cache_budget_bytes",
+                "The prefix cache's memory budget (--kv-cache-bytes).",
+                "gauge",
+                &[("", p.memory_budget.load(Relaxed))],
+            );
+            counter(
+                "gpack_kv_cache_blocks_reused_total",
+                "KV blocks copied into a sequence from the prefix cache, by where they were found.",
+                "counter",
+                &[
+                    ("{source=\"memory\"}", p.memory_blocks.load(Relaxed)),
+                    ("{source=\"disk\"}", p.disk_blocks.load(Relaxed)),
+                ],
+            );
+            counter(
+                "gpack_kv_cache_disk_rejected_total",
+                "Block files of the cache directory refused (another model or settings, truncated, corrupt, not a regular file) and recomputed.",
+                "counter",
+                &[("", p.disk_rejected.load(Relaxed))],
+            );
+            counter(
+                "gpack_kv_cache_disk_writes_total",
+                "Block files written to the cache directory.",
+                "counter",
+                &[("", p.disk_writes.load(Relaxed))],
+            );
+            counter(
+                "gpack_kv_cache_disk_write_failures_total",
+                "Block writes skipped (a full disk, or the writer behind); serving went on.",
+                "counter",
+                &[("", p.disk_write_failures.load(Relaxed))],
+            );
+        }
         // The gauges an inference router reads, with vLLM's names and
         // meaning (llm-d's and the Gateway API Inference Extension's
         // endpoint pickers scrape these from any model server).
@@ -289,6 +338,20 @@ impl Metrics {
             self.queue_depth.load(Relaxed),
             self.active.load(Relaxed),
             if total == 0 { 0.0 } else { used as f64 / total as f64 }
+        );
+        // vLLM's prefix-cache counters, in tokens: every prompt token is a
+        // query, every one whose keys and values were reused (a slot's own
+        // cache or the shared prefix cache) a hit.
+        let _ = writeln!(
+            s,
+            "# HELP vllm:prefix_cache_queries Prompt tokens looked up in the prefix cache.\n\
+             # TYPE vllm:prefix_cache_queries counter\n\
+             vllm:prefix_cache_queries_total {}\n\
+             # HELP vllm:prefix_cache_hits Prompt tokens whose KV was reused from the cache.\n\
+             # TYPE vllm:prefix_cache_hits counter\n\
+             vllm:prefix_cache_hits_total {}",
+            self.prompt_tokens.load(Relaxed),
+            self.prompt_tokens_cached.load(Relaxed),
         );
         let _ = writeln!(
             s,

@@ -17,7 +17,8 @@ use std::process::ExitCode;
     after_help = "Examples:\n  gpack inspect model.gpack\n  gpack inspect model.gpack --json | jq .sections\n  gpack inspect model.gpack --devices   # and the GPUs it could run on"
 )]
 pub struct Args {
-    /// The .gpack file.
+    /// The .gpack file (or a KV cache file: a `--kv-cache-dir` block or a
+    /// `--prompt-cache` file).
     file: PathBuf,
     /// Print JSON (schema "gpack.inspect.v1"; "family" holds the runtime's
     /// view: {"architecture", "features"} or {"error"}; each tensor's
@@ -44,6 +45,14 @@ fn family(file: &std::path::Path) -> serde_json::Value {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    let mut magic = [0u8; 8];
+    if std::fs::File::open(&a.file)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && &magic == gpack_runtime::kvcache::file::MAGIC
+    {
+        return super::cache::inspect(&a.file, a.json);
+    }
     let g = super::open_gpack(&a.file)?;
     let fam = family(&a.file);
     let l = g.layout();

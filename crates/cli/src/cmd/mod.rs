@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod cache;
 pub mod convert;
 pub mod devices;
 pub mod export;
@@ -131,6 +132,33 @@ impl KvArgs {
             v: self.kv_v.unwrap_or(both),
         }
     }
+}
+
+/// Parses a byte size for a u64 (`10G`, `512M`, `1048576`).
+pub(crate) fn parse_size_u64(s: &str) -> Result<u64, String> {
+    parse_size_arg(s).map(|n| n as u64)
+}
+
+/// The prefix cache's flags (serve; `run` takes the directory).
+#[derive(clap::Args, Debug, Clone)]
+pub struct KvCacheArgs {
+    /// Bytes of KV blocks (64 positions each) kept in memory and shared by
+    /// every request: a prompt reuses its longest prefix held here (system
+    /// prompts, chat turns, RAG contexts), least recently used evicted
+    /// first; 0 turns it off (each slot still reuses its own last text).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size_arg)]
+    pub kv_cache_bytes: usize,
+    /// A directory where full KV blocks are also kept as verified files
+    /// (SHA-256 per block, named by a hash of the model, settings and
+    /// tokens): a restarted server, or another process serving the same
+    /// .gpack, reuses them. It must be yours and not writable by others
+    /// (created 0700 if missing). `gpack cache ls|clear DIR` manages it.
+    #[arg(long, value_name = "DIR")]
+    pub kv_cache_dir: Option<std::path::PathBuf>,
+    /// Disk budget of --kv-cache-dir; beyond it the least recently used
+    /// block files are removed.
+    #[arg(long, value_name = "SIZE", default_value = "10G", value_parser = parse_size_u64, requires = "kv_cache_dir")]
+    pub kv_cache_disk_bytes: u64,
 }
 
 /// Where the model's blocks run (run, serve, bench): one flag pair, one

@@ -4,9 +4,10 @@ use anyhow::{bail, Context, Result};
 use gpack_format::SectionKind;
 use gpack_runtime::decode::{Constraint, ConstraintError, Grammars, TokenLogprob};
 use gpack_runtime::decode::{Emitted, Slot, MAX_CONSTRAINT_BYTES};
+use gpack_runtime::kvcache::{CacheOptions, PrefixCache};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
-    generate_slot, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
+    generate_slot_from, Drafter, ExpertMode, GenerateConfig, LoadOptions, Model, ModelDrafter, Mtp,
     MtpDrafter, NgramDrafter, PleMode, SamplerConfig, SpecMode, Threads,
 };
 use gpack_tokenizer::ChatMessage;
@@ -128,6 +129,23 @@ pub struct Args {
     spec: super::SpecArgs,
     #[command(flatten)]
     kv: super::KvArgs,
+    /// A KV cache directory (as `gpack serve --kv-cache-dir`): the
+    /// prompt's longest prefix held there is restored instead of computed,
+    /// and its full blocks of 64 positions are written there afterwards
+    /// (verified files, shared with servers and other runs of the same
+    /// .gpack; `gpack cache ls|clear DIR`).
+    #[arg(long, value_name = "DIR", conflicts_with = "prompt_cache")]
+    kv_cache_dir: Option<PathBuf>,
+    /// Disk budget of --kv-cache-dir (least recently used blocks removed beyond it).
+    #[arg(long, value_name = "SIZE", default_value = "10G", value_parser = super::parse_size_u64, requires = "kv_cache_dir")]
+    kv_cache_disk_bytes: u64,
+    /// A file keeping the prompt's KV cache (as llama-cli's
+    /// --prompt-cache): restored from when it holds a prefix of this
+    /// prompt for this model and settings (checked: digests, SHA-256 per
+    /// block), rewritten atomically with this prompt's full blocks after.
+    /// One file per prompt family; `gpack inspect FILE` shows it.
+    #[arg(long, value_name = "FILE")]
+    prompt_cache: Option<PathBuf>,
     #[command(flatten)]
     device: super::DeviceArgs,
     /// When a .gpack's sections are checked against their SHA-256 digests:
@@ -227,6 +245,32 @@ fn report_caches(model: &Model, loaded: &Loaded) {
             }
         }
     }
+}
+
+/// The prefix cache `--kv-cache-dir` or `--prompt-cache` ask for.
+fn prefix_cache(
+    a: &Args,
+    model: &Model<'_>,
+    loaded: &Loaded,
+    spec: SpecMode,
+) -> Result<Option<PrefixCache>> {
+    if a.kv_cache_dir.is_none() && a.prompt_cache.is_none() {
+        return Ok(None);
+    }
+    if spec == SpecMode::Mtp {
+        bail!("--kv-cache-dir/--prompt-cache do not work with --spec mtp yet (its drafter needs the hidden states of every cached position)");
+    }
+    let opts = CacheOptions {
+        memory_bytes: 0,
+        dir: a.kv_cache_dir.clone().map(|d| (d, a.kv_cache_disk_bytes)),
+    };
+    let name = a.model.display().to_string();
+    let mut c = PrefixCache::new(model, loaded.identity(), &name, &opts);
+    // A prompt cache file, like a directory, needs the model's digest.
+    if let (Ok(_), None, None) = (&c, &a.kv_cache_dir, loaded.identity()) {
+        c = Err(gpack_runtime::kvcache::KvCacheError::NoDigest(name));
+    }
+    Ok(Some(c?))
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -393,54 +437,90 @@ pub fn run(a: Args) -> Result<ExitCode> {
         SpecMode::Draft => by_model.as_mut().map(|d| d as &mut dyn Drafter),
         SpecMode::Mtp => by_mtp.as_mut().map(|d| d as &mut dyn Drafter),
     };
-    let g = generate_slot(&model, &mut state, slot, drafter, |e: &Emitted<'_>| {
-        let text = e.text;
-        {
-            // The first token is out: start hashing; later, stop as soon
-            // as a section failed.
-            if a.verify == gpack_runtime::VerifyMode::Background {
-                match &check {
-                    None => check = gpack_runtime::Integrity::start(loaded),
-                    Some(c) => {
-                        if let Some(m) = c.failure() {
-                            damaged = Some(m);
-                            return false;
+    // The prefix cache (--kv-cache-dir, --prompt-cache): positions restored.
+    let mut prefix = prefix_cache(&a, &model, loaded, spec_mode)?;
+    let cached = match (&mut prefix, &a.prompt_cache) {
+        (Some(p), Some(f)) => p
+            .restore_file(&model, state.sequence_mut(), &prompt_ids, f)
+            .unwrap_or_else(|why| {
+                log::warn!("the prompt cache is not used (it is rewritten): {why}");
+                0
+            }),
+        (Some(p), None) => p.restore(&model, state.sequence_mut(), &prompt_ids, 0),
+        (None, _) => 0,
+    };
+    let g = generate_slot_from(
+        &model,
+        &mut state,
+        slot,
+        cached,
+        drafter,
+        |e: &Emitted<'_>| {
+            let text = e.text;
+            {
+                // The first token is out: start hashing; later, stop as soon
+                // as a section failed.
+                if a.verify == gpack_runtime::VerifyMode::Background {
+                    match &check {
+                        None => check = gpack_runtime::Integrity::start(loaded),
+                        Some(c) => {
+                            if let Some(m) = c.failure() {
+                                damaged = Some(m);
+                                return false;
+                            }
                         }
                     }
                 }
-            }
-            let written = match harmony.as_mut() {
-                // Harmony (gpt-oss) with --chat: the analysis channel goes
-                // to stderr (dimmed on a terminal), the answer to stdout.
-                Some(h) => {
-                    let (reasoning, content) = h.push(text);
-                    let mut err = std::io::stderr().lock();
-                    let dim = err.is_terminal();
-                    let r = if reasoning.is_empty() {
-                        Ok(())
-                    } else if dim {
-                        write!(err, "\x1b[2m{reasoning}\x1b[0m")
-                    } else {
-                        write!(err, "{reasoning}")
-                    };
-                    r.and_then(|()| out.write_all(content.as_bytes()))
-                        .and_then(|()| out.flush())
+                let written = match harmony.as_mut() {
+                    // Harmony (gpt-oss) with --chat: the analysis channel goes
+                    // to stderr (dimmed on a terminal), the answer to stdout.
+                    Some(h) => {
+                        let (reasoning, content) = h.push(text);
+                        let mut err = std::io::stderr().lock();
+                        let dim = err.is_terminal();
+                        let r = if reasoning.is_empty() {
+                            Ok(())
+                        } else if dim {
+                            write!(err, "\x1b[2m{reasoning}\x1b[0m")
+                        } else {
+                            write!(err, "{reasoning}")
+                        };
+                        r.and_then(|()| out.write_all(content.as_bytes()))
+                            .and_then(|()| out.flush())
+                    }
+                    None => out.write_all(text.as_bytes()).and_then(|()| out.flush()),
+                };
+                match written {
+                    Ok(()) => true,
+                    Err(e) => {
+                        write_err = Some(e);
+                        false
+                    }
                 }
-                None => out.write_all(text.as_bytes()).and_then(|()| out.flush()),
-            };
-            match written {
-                Ok(()) => true,
-                Err(e) => {
-                    write_err = Some(e);
-                    false
-                }
             }
-        }
-    })?;
+        },
+    )?;
     if let Some(e) = write_err {
         return Err(e.into());
     }
     writeln!(out)?;
+    if let Some(p) = &mut prefix {
+        let mut held = prompt_ids.clone();
+        held.extend_from_slice(&g.tokens);
+        held.truncate(state.pos());
+        match &a.prompt_cache {
+            // The prompt's blocks only (as llama-cli's --prompt-cache).
+            Some(f) => {
+                if let Err(e) = p.save_file(&model, state.sequence(), &prompt_ids, f) {
+                    log::warn!("the prompt cache {} was not written: {e}", f.display());
+                }
+            }
+            None => {
+                p.publish(&model, state.sequence(), &held, 0);
+                p.flush();
+            }
+        }
+    }
     if a.logprobs.is_some() {
         print_logprobs(&g.logprobs, tok)?;
     }
@@ -457,8 +537,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(m) = damaged {
         return Err(m.into());
     }
+    let reused = if g.cached_tokens > 0 {
+        format!(" ({} restored from the KV cache)", g.cached_tokens)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "load {:.1} ms · prompt {} tokens at {:.1} tok/s · generated {} tokens at {:.1} tok/s",
+        "load {:.1} ms · prompt {} tokens{reused} at {:.1} tok/s · generated {} tokens at {:.1} tok/s",
         load_time.as_secs_f64() * 1e3,
         g.prompt_tokens,
         g.prefill_tps(),

@@ -123,6 +123,8 @@ pub struct Args {
     #[command(flatten)]
     kv: super::KvArgs,
     #[command(flatten)]
+    kv_cache: super::KvCacheArgs,
+    #[command(flatten)]
     device: super::DeviceArgs,
     /// When a .gpack's sections are checked against their SHA-256 digests:
     /// `background` (default) hashes them on one thread once the first
@@ -225,6 +227,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .with_context(|| format!("reading the chat template {}", p.display()))
             })
             .transpose()?,
+        kv_cache_bytes: a.kv_cache.kv_cache_bytes,
+        kv_cache_dir: a
+            .kv_cache
+            .kv_cache_dir
+            .clone()
+            .map(|d| (d, a.kv_cache.kv_cache_disk_bytes)),
         ..gpack_server::Options::default()
     };
     // The listener answers /livez and /readyz (503) while the model is

@@ -290,6 +290,86 @@ impl PrefixCache {
         n
     }
 
+    /// `gpack run --prompt-cache FILE`: brings `seq` (empty) as far into
+    /// `prompt` as the blocks of the cache file at `path` go (all but the
+    /// prompt's last token at most); returns the positions restored. A
+    /// missing file restores nothing; a file of another model or settings,
+    /// or a damaged one, is an error naming it (the caller recomputes).
+    pub fn restore_file(
+        &mut self,
+        model: &Model<'_>,
+        seq: &mut Sequence,
+        prompt: &[u32],
+        path: &Path,
+    ) -> Result<usize, String> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let p = file::check(&bytes, &self.ctx).map_err(|e| format!("{}: {e}", path.display()))?;
+        if p.header.first_block != 0 {
+            return Err(format!(
+                "{}: starts at block {}, not at the first position",
+                path.display(),
+                p.header.first_block
+            ));
+        }
+        let limit = prompt.len().saturating_sub(1).min(seq.n_ctx());
+        seq.truncate(0);
+        for (i, e) in p.entries.iter().enumerate() {
+            let end = (i + 1) * KB;
+            if end > limit || prompt[i * KB..end] != e.tokens[..] {
+                break;
+            }
+            seq.import_block(&model.config, i, p.payload(&bytes, i));
+        }
+        let n = seq.pos();
+        self.stats
+            .queries
+            .fetch_add(prompt.len() as u64, Ordering::Relaxed);
+        self.stats.hits.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Writes the full blocks of `tokens` (what `seq` holds) to the cache
+    /// file at `path`, atomically (replacing it). Nothing is written when
+    /// there is no full block.
+    pub fn save_file(
+        &self,
+        model: &Model<'_>,
+        seq: &Sequence,
+        tokens: &[u32],
+        path: &Path,
+    ) -> std::io::Result<usize> {
+        let n = tokens.len().min(seq.pos()) / KB;
+        if n == 0 {
+            return Ok(0);
+        }
+        let keys = key::chain(&self.root, &tokens[..n * KB]);
+        let payloads: Vec<Vec<u8>> = (0..n).map(|b| seq.export_block(&model.config, b)).collect();
+        let blocks: Vec<file::BlockOut<'_>> = (0..n)
+            .map(|b| file::BlockOut {
+                key: keys[b],
+                tokens: &tokens[b * KB..(b + 1) * KB],
+                payload: &payloads[b],
+            })
+            .collect();
+        let other = |e: gpack_format::Error| std::io::Error::other(e.to_string());
+        let mut a = gpack_format::AtomicFile::create(path, true).map_err(other)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            a.file()
+                .set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        let mut w = std::io::BufWriter::new(a.file());
+        file::write(&mut w, &self.ctx, 0, &self.root, &blocks)?;
+        std::io::Write::flush(&mut w)?;
+        drop(w);
+        a.commit().map_err(other)?;
+        Ok(n)
+    }
+
     /// Waits for the queued block files to be written.
     pub fn flush(&mut self) {
         if let Some((tx, thread)) = self.writer.take() {
