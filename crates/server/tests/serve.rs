@@ -15,6 +15,8 @@ use gpack_testkit::{root, script};
 
 /// `serve --device gpu` (lavapipe here and in CI).
 mod gpu;
+/// The prefix cache (`--kv-cache-bytes`, `--kv-cache-dir`).
+mod kvcache;
 
 /// The `gpack` binary: `GPACK_BIN` when set (scripts/test.sh sets it to the
 /// binary its `cargo test --workspace` built), otherwise built now beside
