@@ -14,11 +14,12 @@ use gpack_runtime::decode::TokenLogprob;
 use gpack_runtime::decode::{Constraint, ConstraintError, Emitted, Grammars, Guide, Slot};
 use gpack_runtime::decode::{MAX_CONSTRAINT_BYTES, MAX_TOP_LOGPROBS};
 use gpack_runtime::integrity::{Integrity, VerifyMode};
+use gpack_runtime::kvcache::{CacheOptions, PrefixCache};
 use gpack_runtime::spec::{DEFAULT_MAX_DRAFT, DEFAULT_P_MIN};
 use gpack_runtime::Loaded;
 use gpack_runtime::{
-    generate_slot, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions, Model as RModel,
-    Mtp, MtpDrafter, NgramDrafter, SamplerConfig, Sink, SpecMode, Threads,
+    generate_slot_from, Drafter, ExpertMode, GenerateConfig, Generation, LoadOptions,
+    Model as RModel, Mtp, MtpDrafter, NgramDrafter, SamplerConfig, Sink, SpecMode, Threads,
 };
 use gpack_tokenizer::Tokenizer as RTokenizer;
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
@@ -96,6 +97,8 @@ struct Shared {
     integrity: Mutex<Option<Integrity>>,
     /// Constraints compiled for this model's vocabulary.
     grammars: Grammars,
+    /// The prefix cache (`kv_cache_bytes=`, `kv_cache_dir=`), if any.
+    prefix: Mutex<Option<PrefixCache>>,
 }
 
 impl Shared {
@@ -138,6 +141,16 @@ impl Shared {
                 ));
             }
             let mut state = e.model.new_state(self.n_ctx);
+            // Blocks of the prompt the prefix cache holds (not for MTP,
+            // whose drafter needs every position's hidden state).
+            let mut prefix = self.prefix.lock().unwrap_or_else(|p| p.into_inner());
+            let cached = match (prefix.as_mut(), job.spec) {
+                (Some(p), s) if s != SpecMode::Mtp => {
+                    p.restore(&e.model, state.sequence_mut(), &job.prompt, 0)
+                }
+                _ => 0,
+            };
+            drop(prefix);
             let mut ngram = NgramDrafter::default();
             // The MTP block, bound for this generation (a few vectors).
             let mtp_weights = match job.spec {
@@ -179,7 +192,16 @@ impl Shared {
                 }
             };
             let sink = PySink { emit, proceed };
-            generate_slot(&e.model, &mut state, slot, drafter, sink).map_err(|e| crate::chain(&e))
+            let g = generate_slot_from(&e.model, &mut state, slot, cached, drafter, sink)
+                .map_err(|e| crate::chain(&e))?;
+            let mut prefix = self.prefix.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(p) = prefix.as_mut() {
+                let mut held = job.prompt.clone();
+                held.extend_from_slice(&g.tokens);
+                held.truncate(state.pos());
+                p.publish(&e.model, state.sequence(), &held, 0);
+            }
+            Ok(g)
         })?;
         match damaged {
             Some(m) => Err(m),
@@ -257,7 +279,13 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// never a software adapter), `"cpu"`, `"gpu"` (a hardware GPU, else a
 /// software one such as lavapipe with a warning; none is an error) or
 /// `"gpu:N"`; `gpu_layers`: the first N blocks on the GPU, the rest on the
-/// CPU (default: all). `Model.device` says where it runs. The `GPACK_*` load variables apply as in `gpack run`;
+/// CPU (default: all). `Model.device` says where it runs. `kv_cache_bytes`:
+/// bytes of KV blocks (64 positions each) kept in memory and reused by
+/// later generations that start with the same tokens (default 0: none);
+/// `kv_cache_dir`: a cache directory shared with `gpack serve/run
+/// --kv-cache-dir` (a .gpack model only; yours, not writable by others),
+/// `kv_cache_disk_bytes` its budget (default 10 GiB). `generate_ids`
+/// reports `cached_tokens`. The `GPACK_*` load variables apply as in `gpack run`;
 /// a bad value is a `ValueError`.
 #[pyclass(module = "gpack._gpack", frozen)]
 pub struct Model {
@@ -542,7 +570,8 @@ impl Model {
     #[new]
     #[pyo3(signature = (path, *, n_ctx = 2048, kv = "f16", kv_k = None, kv_v = None, kv_f16 = None, verify = "background",
                         fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None,
-                        threads = None, device = "auto", gpu_layers = None))]
+                        threads = None, device = "auto", gpu_layers = None,
+                        kv_cache_bytes = 0, kv_cache_dir = None, kv_cache_disk_bytes = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -558,6 +587,9 @@ impl Model {
         threads: Option<usize>,
         device: &str,
         gpu_layers: Option<usize>,
+        kv_cache_bytes: usize,
+        kv_cache_dir: Option<PathBuf>,
+        kv_cache_disk_bytes: Option<u64>,
     ) -> PyResult<Model> {
         let device: gpack_runtime::Device = device.parse().map_err(PyValueError::new_err)?;
         let verify = match verify {
@@ -636,6 +668,24 @@ impl Model {
             })
         });
         let cell = cell.map_err(err_msg)?;
+        let prefix = if kv_cache_bytes > 0 || kv_cache_dir.is_some() {
+            let c = CacheOptions {
+                memory_bytes: kv_cache_bytes,
+                dir: kv_cache_dir.map(|d| {
+                    (
+                        d,
+                        kv_cache_disk_bytes.unwrap_or(gpack_runtime::kvcache::DEFAULT_DISK_BYTES),
+                    )
+                }),
+            };
+            let name = path.display().to_string();
+            let p = cell.with_dependent(|loaded, e| {
+                PrefixCache::new(&e.model, loaded.identity(), &name, &c)
+            });
+            Some(p.map_err(|e| err_msg(e.to_string()))?)
+        } else {
+            None
+        };
         let eos = cell.with_dependent(|_, e| e.tok.stop_ids().first().copied().unwrap_or(0));
         let load = LoadOptions {
             threads: Threads::Shared(cell.with_dependent(|_, e| e.model.pool().clone())),
@@ -661,6 +711,7 @@ impl Model {
                     n_ctx,
                     verify,
                     integrity: Mutex::new(None),
+                    prefix: Mutex::new(prefix),
                 }
             }),
             path,
@@ -852,6 +903,7 @@ impl Model {
                 "tokens": g.tokens,
                 "finish_reason": g.stop.finish_reason(),
                 "prompt_tokens": g.prompt_tokens,
+                "cached_tokens": g.cached_tokens,
                 "prefill_tps": g.prefill_tps(),
                 "decode_tps": g.decode_tps(),
                 "drafted": g.spec.drafted,

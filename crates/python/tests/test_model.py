@@ -316,3 +316,27 @@ def test_device_setting(smol_gpack):
     assert auto.device == "cpu" or "software" not in auto.device, auto.device
     with pytest.raises(ValueError, match="device"):
         gpack.Model(smol_gpack, device="tpu")
+
+
+def test_kv_cache_dir_shared_with_the_cli(smol_gpack, tmp_path):
+    """kv_cache_dir= (a directory `gpack run --kv-cache-dir` also uses): a generation whose
+    prompt starts with blocks another process wrote restores them (cached_tokens) and
+    gives the text of a run without any cache; kv_cache_bytes= alone reuses blocks in
+    memory; a directory others may write is refused."""
+    prompt = " ".join(f"Note {i}: the valve {i} opens at {i * 3} bar." for i in range(30))
+    kv = tmp_path / "kv"
+    want = gpack.Model(smol_gpack).generate_ids(prompt, 12)
+    cli_run(smol_gpack, prompt, 12, extra=["--kv-cache-dir", str(kv)])
+    m = gpack.Model(smol_gpack, kv_cache_dir=kv)
+    got = m.generate_ids(prompt, 12)
+    assert got["tokens"] == want["tokens"]
+    assert got["cached_tokens"] >= 128 and got["cached_tokens"] % 64 == 0, got
+    mem = gpack.Model(smol_gpack, kv_cache_bytes=64 << 20)
+    assert mem.generate_ids(prompt, 12)["cached_tokens"] == 0
+    again = mem.generate_ids(prompt, 12)
+    assert again["tokens"] == want["tokens"] and again["cached_tokens"] >= 128, again
+    bad = tmp_path / "open"
+    bad.mkdir(mode=0o777)
+    bad.chmod(0o777)
+    with pytest.raises(gpack.GpackError, match="not trusted"):
+        gpack.Model(smol_gpack, kv_cache_dir=bad)

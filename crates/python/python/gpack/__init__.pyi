@@ -108,6 +108,9 @@ class Model:
         threads: Optional[int] = None,
         device: str = "auto",
         gpu_layers: Optional[int] = None,
+        kv_cache_bytes: int = 0,
+        kv_cache_dir: Optional[_Path] = None,
+        kv_cache_disk_bytes: Optional[int] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...
@@ -181,7 +184,7 @@ class Model:
         json_schema: Union[None, str, Dict[str, Any]] = None,
         grammar: Optional[str] = None,
     ) -> Dict[str, Any]:
-        """text, tokens, finish_reason, prompt_tokens, prefill_tps, decode_tps,
+        """text, tokens, finish_reason, prompt_tokens, cached_tokens, prefill_tps, decode_tps,
         drafted, accepted (speculative decoding's draft tokens), logprobs
         (with logprobs=N: per token {"token", "logprob", "top": [[id, lp], ...]})."""
     @overload

@@ -11,10 +11,18 @@ use std::net::SocketAddr;
 /// A system prompt of a few hundred tokens, then a question.
 fn prompt(i: usize) -> String {
     let system: String = (0..30)
-        .map(|k| format!("Rule {k}: answer politely, cite source {} and keep it short.", k * 3 % 17))
+        .map(|k| {
+            format!(
+                "Rule {k}: answer politely, cite source {} and keep it short.",
+                k * 3 % 17
+            )
+        })
         .collect::<Vec<_>>()
         .join(" ");
-    format!("{system}\nQuestion {i}: what is {i} plus {}? Answer:", i * 2)
+    format!(
+        "{system}\nQuestion {i}: what is {i} plus {}? Answer:",
+        i * 2
+    )
 }
 
 fn request(i: usize) -> String {
@@ -23,10 +31,7 @@ fn request(i: usize) -> String {
     } else {
         format!(r#""temperature":0.8,"top_k":40,"seed":{i}"#)
     };
-    format!(
-        r#"{{"prompt":{:?},"max_tokens":12,{sampling}}}"#,
-        prompt(i)
-    )
+    format!(r#"{{"prompt":{:?},"max_tokens":12,{sampling}}}"#, prompt(i))
 }
 
 /// (text, usage.prompt_tokens_details.cached_tokens) of request `i`.
@@ -80,7 +85,12 @@ fn shared_prefixes_are_reused_across_slots_restarts_and_processes() {
         gauge(&metrics, "vllm:prefix_cache_queries_total")
             > gauge(&metrics, "vllm:prefix_cache_hits_total")
     );
-    assert!(labelled(&metrics, "gpack_kv_cache_blocks_reused_total{source=\"memory\"} ") >= 28.0);
+    assert!(
+        labelled(
+            &metrics,
+            "gpack_kv_cache_blocks_reused_total{source=\"memory\"} "
+        ) >= 28.0
+    );
     assert!(gauge(&metrics, "gpack_kv_cache_bytes") > 0.0);
     drop(s);
     let files = gpack_runtime::kvcache::dir::list(std::path::Path::new(kv));
@@ -95,7 +105,12 @@ fn shared_prefixes_are_reused_across_slots_restarts_and_processes() {
         assert_eq!(text, want[i], "after a restart, request {i}");
         assert!(cached >= 256, "{cached}");
         let metrics = get(srv.addr, "/metrics");
-        assert!(labelled(&metrics, "gpack_kv_cache_blocks_reused_total{source=\"disk\"} ") >= 4.0);
+        assert!(
+            labelled(
+                &metrics,
+                "gpack_kv_cache_blocks_reused_total{source=\"disk\"} "
+            ) >= 4.0
+        );
         assert_eq!(gauge(&metrics, "gpack_kv_cache_disk_rejected_total"), 0.0);
     }
 }
