@@ -98,12 +98,17 @@ try:
         b = start(g(port + 1), port + 1)
         dt, cached = ttft(port + 1, 2)
         res["g_restart"].append(dt)
+        m = urllib.request.urlopen(f"http://127.0.0.1:{port + 1}/metrics").read().decode()
+        ms = next(float(l.split()[1]) for l in m.splitlines()
+                  if l.startswith("gpack_kv_cache_restore_milliseconds_total "))
+        res.setdefault("g_restore", []).append(ms / 1000)
         c = start(g(port + 2), port + 2)
         res["g_other"].append(ttft(port + 2, 3)[0])
         stop(b)
         stop(c)
         print(f"round {r}: gpack cold {res['g_cold'][-1]:.2f} s, memory {res['g_mem'][-1]:.3f} s, "
-              f"restart {res['g_restart'][-1]:.3f} s ({cached} cached), other {res['g_other'][-1]:.3f} s", flush=True)
+              f"restart {res['g_restart'][-1]:.3f} s ({cached} cached; reading, checking and copying "
+              f"the blocks {res['g_restore'][-1]:.3f} s), other {res['g_other'][-1]:.3f} s", flush=True)
         # llama-server
         slots = os.path.join(work, "slots")
         os.makedirs(slots, exist_ok=True)
@@ -148,3 +153,5 @@ gc, gr, lr = med(res["g_cold"])[0], med(res["g_restart"])[0], med(res["l_restart
 print(f"gpack after restart / gpack cold: {gr / gc:.4f} (goal <= 0.05)")
 print(f"gpack after restart / llama-server restore+request: {gr / lr:.3f} (goal <= 1.0)")
 print(f"gpack cold / llama-server cold: {gc / med(res['l_cold'])[0]:.2f}")
+print(f"gpack blocks read from disk, checked and copied in (after restart): {fmt('g_restore')}; "
+      f"restore / cold TTFT: {med(res['g_restore'])[0] / gc:.4f} (copying blocks in, not paged attention)")

@@ -302,6 +302,12 @@ impl Metrics {
                 ],
             );
             counter(
+                "gpack_kv_cache_restore_milliseconds_total",
+                "Milliseconds spent finding, checking (disk blocks: reading and SHA-256) and copying cached blocks into sequences.",
+                "counter",
+                &[("", p.restore_nanos.load(Relaxed) / 1_000_000)],
+            );
+            counter(
                 "gpack_kv_cache_disk_rejected_total",
                 "Block files of the cache directory refused (another model or settings, truncated, corrupt, not a regular file) and recomputed.",
                 "counter",

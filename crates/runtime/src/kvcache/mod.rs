@@ -45,6 +45,9 @@ pub struct Stats {
     pub memory_bytes: AtomicU64,
     /// The memory budget.
     pub memory_budget: AtomicU64,
+    /// Nanoseconds spent finding, checking and copying blocks into
+    /// sequences (disk reads and their SHA-256 included).
+    pub restore_nanos: AtomicU64,
 }
 
 /// Why a prefix cache cannot be set up.
@@ -199,6 +202,7 @@ impl PrefixCache {
         prompt: &[u32],
         have: usize,
     ) -> usize {
+        let t0 = std::time::Instant::now();
         let limit = prompt.len().saturating_sub(1).min(seq.n_ctx());
         let keys = key::chain(&self.root, &prompt[..limit / KB * KB]);
         let b0 = have.min(seq.pos()) / KB;
@@ -237,6 +241,9 @@ impl PrefixCache {
             .queries
             .fetch_add(prompt.len() as u64, Ordering::Relaxed);
         self.stats.hits.fetch_add(now as u64, Ordering::Relaxed);
+        self.stats
+            .restore_nanos
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.sync_memory();
         now
     }
