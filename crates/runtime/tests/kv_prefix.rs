@@ -260,3 +260,48 @@ fn an_untrusted_or_digestless_cache_directory_is_refused() {
         .to_string();
     assert!(e.contains(".gpack") && e.contains("llama-f16.gguf"), "{e}");
 }
+
+#[test]
+fn a_cache_directory_stays_under_its_disk_budget() {
+    let d = testdata().join("tiny").join("llama");
+    let path = d.join("llama-f16.gguf");
+    let w = GgufWeights::open(&path).unwrap();
+    let m = load(&w, KvTypes::F16);
+    let t = private_dir();
+    let one = gpack_runtime::kvcache::file::file_bytes(1, m.kv_block_bytes()).unwrap() as u64;
+    // Room for two block files: a prompt of four blocks keeps its last two
+    // written (the least recently used are removed first).
+    let opts = CacheOptions {
+        memory_bytes: 0,
+        dir: Some((t.path().to_path_buf(), 2 * one)),
+    };
+    let p = prompt(&m, 4 * KB + 1);
+    {
+        let mut c = PrefixCache::new(&m, Some(identity(&path)), "llama", &opts).unwrap();
+        let mut s = m.new_state(512);
+        m.forward(&mut s, &p, Logits::None).unwrap();
+        // One block a call, as a server publishes them while it prefills.
+        for b in 0..4 {
+            c.publish(&m, s.sequence(), &p[..(b + 1) * KB], b);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        c.flush();
+        assert_eq!(c.stats().disk_writes.load(Ordering::Relaxed), 4);
+    }
+    let files = dir::list(t.path());
+    let total: u64 = files.iter().map(|f| f.bytes).sum();
+    assert!(total <= 2 * one, "{total} bytes > {}", 2 * one);
+    let first: Vec<u32> = files
+        .iter()
+        .map(|f| {
+            let b = std::fs::read(&f.path).unwrap();
+            u32::from_le_bytes(b[28..32].try_into().unwrap())
+        })
+        .collect();
+    assert!(!first.contains(&0), "block 0 (the oldest) was kept: {first:?}");
+    // Without block 0 nothing is reused, and the answer is still right.
+    let mut c = PrefixCache::new(&m, Some(identity(&path)), "llama", &opts).unwrap();
+    let (got, have) = cached(&m, &mut c, &p);
+    assert_eq!(have, 0);
+    assert_eq!(got, plain(&m, &p));
+}
