@@ -31,6 +31,11 @@ impl ModelIdentity {
     };
 }
 
+/// The revision of what a block stores (the KV cache's layouts and the
+/// transforms applied before storing): raise it whenever a build would
+/// store other bytes for the same tokens, so that no older block is read.
+pub const KV_LAYOUT_REVISION: u32 = 1;
+
 /// Everything the values of a cached block depend on besides its tokens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheContext {
@@ -72,6 +77,11 @@ impl CacheContext {
     pub fn digest(&self) -> [u8; 32] {
         let mut h = Sha256::new();
         h.update(b"gpack kv cache context v1\0");
+        // The release and the layout revision: another build may round
+        // differently or store other bytes.
+        h.update(env!("CARGO_PKG_VERSION").as_bytes());
+        h.update(b"\0");
+        h.update(KV_LAYOUT_REVISION.to_le_bytes());
         h.update(self.identity.model);
         h.update(self.identity.tokenizer);
         h.update(self.kv.k.name());
