@@ -108,6 +108,7 @@ class Model:
         threads: Optional[int] = None,
         device: str = "auto",
         gpu_layers: Optional[int] = None,
+        gpu_memory: Optional[Union[int, str]] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...
