@@ -192,7 +192,7 @@ fn kernels_are_recorded_and_submitted_by_the_read_back() {
         before + 2,
         "one more submission: the read-back's"
     );
-    for i in 0..n {
-        assert_eq!(y[i], 5.0 * i as f32 + 100.0, "element {i}");
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(*v, 5.0 * i as f32 + 100.0, "element {i}");
     }
 }
