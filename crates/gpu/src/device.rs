@@ -62,6 +62,11 @@ pub struct Caps {
     pub f16: bool,
     /// Subgroup operations are enabled.
     pub subgroups: bool,
+    /// WGSL's packed 4×8-bit integer dot products
+    /// (`packed_4x8_integer_dot_product`: `dot4I8Packed`) are used by the
+    /// Q8_0/Q4_0 matmuls (on native backends wgpu always has them: a
+    /// driver without the instruction gets naga's polyfill).
+    pub int8_dot: bool,
     /// The largest storage-buffer binding, in bytes.
     pub max_binding: u64,
     /// The largest buffer, in bytes.
@@ -83,6 +88,8 @@ pub struct Allow {
     pub f16: bool,
     /// Subgroup operations.
     pub subgroups: bool,
+    /// Packed int8 dot products in the quantized matmuls.
+    pub int8_dot: bool,
     /// A cap on each storage binding below the adapter's limit (`None`:
     /// the adapter's): tensors over it are bound as row pieces, so tests
     /// exercise that on small models, and a driver whose large bindings
@@ -95,6 +102,7 @@ impl Default for Allow {
         Allow {
             f16: true,
             subgroups: true,
+            int8_dot: true,
             max_binding: None,
         }
     }
@@ -114,6 +122,9 @@ pub struct Gpu {
     submits: AtomicU64,
     /// A 4-byte storage buffer for bindings a kernel does not read.
     unused: std::sync::OnceLock<wgpu::Buffer>,
+    /// A grow-only buffer for a kernel's intermediate (the int8
+    /// activations of a matmul; commands run in order, so one serves all).
+    scratch: Mutex<Option<Arc<wgpu::Buffer>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -343,6 +354,10 @@ impl Gpu {
             kind: kind_of(&info),
             f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
+            int8_dot: allow.int8_dot
+                && inst
+                    .wgsl_language_features()
+                    .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct),
             max_binding: allow
                 .max_binding
                 .map_or(limits.max_storage_buffer_binding_size, |cap| {
@@ -363,6 +378,7 @@ impl Gpu {
             pending: Mutex::new(None),
             submits: AtomicU64::new(0),
             unused: std::sync::OnceLock::new(),
+            scratch: Mutex::new(None),
         })
     }
 
@@ -551,6 +567,20 @@ impl Gpu {
             });
         }
         Ok(buf)
+    }
+
+    /// A storage buffer of at least `size` bytes shared by the kernels
+    /// that need an intermediate (grown, never shrunk; the commands recorded
+    /// before a growth keep the old buffer alive).
+    pub fn scratch(&self, label: &str, size: u64) -> Result<Arc<wgpu::Buffer>, Error> {
+        let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = s.as_ref().filter(|b| b.size() >= size) {
+            return Ok(b.clone());
+        }
+        let grown = size.next_power_of_two().min(self.caps.max_buffer).max(size);
+        let b = Arc::new(self.storage(label, grown)?);
+        *s = Some(b.clone());
+        Ok(b)
     }
 
     /// A 4-byte storage buffer for a binding the kernel does not read
