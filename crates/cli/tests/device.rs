@@ -134,3 +134,61 @@ fn inspect_names_the_adapters_and_the_auto_choice() {
     assert_eq!(none["adapters"].as_array().unwrap().len(), 0, "{none}");
     assert!(none["auto"].as_str().unwrap().starts_with("cpu"), "{none}");
 }
+
+/// The bytes `--verbose` says the placement was planned to take (to the
+/// 0.1 KiB or MiB it prints).
+fn planned_bytes(stderr: &str) -> f64 {
+    let at = stderr.find("; planned ").expect("a planned line") + "; planned ".len();
+    let rest = &stderr[at..];
+    let num = &rest[..rest.find(' ').unwrap()];
+    let unit = match &rest[num.len() + 1..num.len() + 4] {
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        u => panic!("unit {u}: {rest}"),
+    };
+    num.parse::<f64>().unwrap() * unit
+}
+
+/// `--gpu-memory`: a budget that holds every block runs them all; one
+/// between what one block and all blocks need splits the model (said on
+/// stderr; the same greedy text as the CPU); one below a block's share
+/// exits 1 naming needed vs budget, without a panic; a bad size is a flag
+/// error listing what is expected.
+#[test]
+fn gpu_memory_budget_splits_or_refuses() {
+    let (code, cpu, e) = run(&["--device", "cpu"], &[]);
+    assert_eq!(code, Some(0), "{e}");
+    let (code, all, e) = run(&["--device", "gpu", "--gpu-memory", "1GiB"], &[]);
+    assert_eq!(code, Some(0), "{e}");
+    assert!(
+        e.contains("against a budget of 1.00 GiB (--gpu-memory)"),
+        "{e}"
+    );
+    assert_eq!(all, cpu, "all blocks within the budget: the CPU's text");
+    let need_all = planned_bytes(&e);
+    let (code, _, e) = run(&["--device", "gpu", "--gpu-layers", "1"], &[]);
+    assert_eq!(code, Some(0), "{e}");
+    let need_one = planned_bytes(&e);
+    assert!(
+        need_one < need_all,
+        "one block {need_one} B, all {need_all} B"
+    );
+    let mid = format!("{}", ((need_one + need_all) / 2.0) as u64);
+    let (code, split, e) = run(&["--device", "gpu", "--gpu-memory", &mid], &[]);
+    assert_eq!(code, Some(0), "{e}");
+    assert!(
+        e.contains("1 of 2 blocks fit in") && e.contains("the rest and the head run on the CPU"),
+        "{e}"
+    );
+    assert_eq!(split, cpu, "split by the budget: the CPU's text");
+    let (code, _, e) = run(&["--device", "gpu", "--gpu-memory", "1KiB"], &[]);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(
+        e.contains("not even one block fits") && e.contains("the budget is 1024 (--gpu-memory)"),
+        "{e}"
+    );
+    assert!(!e.contains("panicked"), "{e}");
+    let (code, _, e) = run(&["--device", "gpu", "--gpu-memory", "lots"], &[]);
+    assert_eq!(code, Some(2), "{e}");
+    assert!(e.contains("expected auto or a size"), "{e}");
+}

@@ -9,12 +9,22 @@
 //! Errors never panic: wgpu's default handler for uncaptured errors panics,
 //! so [`Gpu::open`] installs one that records the message, and [`Gpu::check`]
 //! (called by [`Gpu::read`] and [`Gpu::wait`]) turns it, or a lost device,
-//! into [`Error::Device`].
+//! into [`Error::Device`]. Allocations ([`Gpu::storage`]) run inside
+//! wgpu error scopes: a driver that refuses a buffer (out of device memory,
+//! over the adapter's limits) is an error naming the buffer and its bytes.
+//!
+//! Submission policy: kernels, copies and clears are recorded into one
+//! pending command encoder, submitted when the host needs a result
+//! ([`Gpu::read`], [`Gpu::read_many`], [`Gpu::wait`], [`Gpu::flush`]) or
+//! before a `queue.write_buffer` into an existing buffer (which would
+//! otherwise land before the commands recorded ahead of it). A model step
+//! is then one submission: its uploads come first, its read-back last.
+//! [`Gpu::submissions`] counts them.
 
 use crate::Error;
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Which adapter to open.
@@ -52,6 +62,11 @@ pub struct Caps {
     pub f16: bool,
     /// Subgroup operations are enabled.
     pub subgroups: bool,
+    /// WGSL's packed 4×8-bit integer dot products
+    /// (`packed_4x8_integer_dot_product`: `dot4I8Packed`) are used by the
+    /// Q8_0/Q4_0 matmuls (on native backends wgpu always has them: a
+    /// driver without the instruction gets naga's polyfill).
+    pub int8_dot: bool,
     /// The largest storage-buffer binding, in bytes.
     pub max_binding: u64,
     /// The largest buffer, in bytes.
@@ -61,6 +76,8 @@ pub struct Caps {
     /// A storage-buffer binding's offset must be a multiple of this
     /// (`min_storage_buffer_offset_alignment`, a power of two, 256 at most).
     pub offset_align: u64,
+    /// The adapter's PCI vendor and device ids (0 when it has none).
+    pub pci: (u32, u32),
 }
 
 /// Which optional features [`Gpu::open_with`] may enable (each only where
@@ -71,6 +88,8 @@ pub struct Allow {
     pub f16: bool,
     /// Subgroup operations.
     pub subgroups: bool,
+    /// Packed int8 dot products in the quantized matmuls.
+    pub int8_dot: bool,
     /// A cap on each storage binding below the adapter's limit (`None`:
     /// the adapter's): tensors over it are bound as row pieces, so tests
     /// exercise that on small models, and a driver whose large bindings
@@ -83,6 +102,7 @@ impl Default for Allow {
         Allow {
             f16: true,
             subgroups: true,
+            int8_dot: true,
             max_binding: None,
         }
     }
@@ -96,6 +116,15 @@ pub struct Gpu {
     pipelines: Mutex<HashMap<(String, String), Arc<wgpu::ComputePipeline>>>,
     lost: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<String>>>,
+    /// Commands recorded and not submitted yet.
+    pending: Mutex<Option<wgpu::CommandEncoder>>,
+    /// Queue submissions so far.
+    submits: AtomicU64,
+    /// A 4-byte storage buffer for bindings a kernel does not read.
+    unused: std::sync::OnceLock<wgpu::Buffer>,
+    /// A grow-only buffer for a kernel's intermediate (the int8
+    /// activations of a matmul; commands run in order, so one serves all).
+    scratch: Mutex<Option<Arc<wgpu::Buffer>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -130,6 +159,15 @@ fn backend_name(b: wgpu::Backend) -> &'static str {
         wgpu::Backend::BrowserWebGpu => "webgpu",
         _ => "other",
     }
+}
+
+/// A (multi-line) wgpu error message on one line.
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The device nodes a hardware GPU shows on Linux.
@@ -316,6 +354,10 @@ impl Gpu {
             kind: kind_of(&info),
             f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
+            int8_dot: allow.int8_dot
+                && inst
+                    .wgsl_language_features()
+                    .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct),
             max_binding: allow
                 .max_binding
                 .map_or(limits.max_storage_buffer_binding_size, |cap| {
@@ -324,6 +366,7 @@ impl Gpu {
             max_buffer: limits.max_buffer_size,
             max_workgroups: limits.max_compute_workgroups_per_dimension,
             offset_align: u64::from(device.limits().min_storage_buffer_offset_alignment),
+            pci: (info.vendor, info.device),
         };
         Ok(Gpu {
             device,
@@ -332,7 +375,56 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             lost,
             failure,
+            pending: Mutex::new(None),
+            submits: AtomicU64::new(0),
+            unused: std::sync::OnceLock::new(),
+            scratch: Mutex::new(None),
         })
+    }
+
+    /// The device's memory where the system says it without a driver
+    /// query (wgpu has none): a software adapter's is the host's
+    /// (`MemAvailable` of /proc/meminfo); an AMD GPU's VRAM is in sysfs
+    /// (`/sys/class/drm/card*/device/mem_info_vram_total`, matched by PCI
+    /// ids). `None` elsewhere (NVIDIA, Intel, Apple: pass the size).
+    /// Returns the bytes and where they came from.
+    pub fn memory_hint(&self) -> Option<(u64, String)> {
+        if self.caps.kind == AdapterKind::Software {
+            let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+            let kib: u64 = info
+                .lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            return Some((
+                kib.checked_mul(1024)?,
+                "the host's available memory (a software adapter's device memory is the host's)"
+                    .into(),
+            ));
+        }
+        let (vendor, device) = self.caps.pci;
+        let hex = |p: &std::path::Path| -> Option<u32> {
+            let s = std::fs::read_to_string(p).ok()?;
+            u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+        };
+        for e in std::fs::read_dir("/sys/class/drm").ok()?.flatten() {
+            let dir = e.path().join("device");
+            if hex(&dir.join("vendor")) != Some(vendor) || hex(&dir.join("device")) != Some(device)
+            {
+                continue;
+            }
+            let vram = dir.join("mem_info_vram_total");
+            if let Some(b) = std::fs::read_to_string(&vram)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                return Some((b, vram.display().to_string()));
+            }
+        }
+        None
     }
 
     /// What this device is and can do.
@@ -440,23 +532,65 @@ impl Gpu {
         Ok(buf)
     }
 
-    /// A zeroed storage buffer of `size` bytes (a multiple of 4).
+    /// A zeroed storage buffer of `size` bytes (a multiple of 4), made
+    /// inside wgpu error scopes: a driver out of device memory is
+    /// [`Error::OutOfMemory`], a size over the adapter's limits
+    /// [`Error::Allocation`], both naming `label` and the bytes (never a
+    /// panic, never an error left for a later call).
     pub fn storage(&self, label: &str, size: u64) -> Result<wgpu::Buffer, Error> {
-        if size > self.caps.max_buffer {
-            return Err(Error::TooLarge {
-                what: format!("buffer {label}"),
-                bytes: size,
-                limit: self.caps.max_buffer,
-            });
-        }
-        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+        let size = size.max(4);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: size.max(4),
+            size,
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_SRC
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        }))
+        });
+        let oom = pollster::block_on(oom.pop());
+        let invalid = pollster::block_on(validation.pop());
+        if let Some(e) = oom {
+            return Err(Error::OutOfMemory {
+                what: label.to_string(),
+                bytes: size,
+                why: e.to_string(),
+            });
+        }
+        if let Some(e) = invalid {
+            return Err(Error::Allocation {
+                what: label.to_string(),
+                bytes: size,
+                limit: self.caps.max_buffer,
+                why: one_line(&e.to_string()),
+            });
+        }
+        Ok(buf)
+    }
+
+    /// A storage buffer of at least `size` bytes shared by the kernels
+    /// that need an intermediate (grown, never shrunk; the commands recorded
+    /// before a growth keep the old buffer alive).
+    pub fn scratch(&self, label: &str, size: u64) -> Result<Arc<wgpu::Buffer>, Error> {
+        let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = s.as_ref().filter(|b| b.size() >= size) {
+            return Ok(b.clone());
+        }
+        let grown = size.next_power_of_two().min(self.caps.max_buffer).max(size);
+        let b = Arc::new(self.storage(label, grown)?);
+        *s = Some(b.clone());
+        Ok(b)
+    }
+
+    /// A 4-byte storage buffer for a binding the kernel does not read
+    /// (made once).
+    pub fn unused(&self) -> Result<&wgpu::Buffer, Error> {
+        if let Some(b) = self.unused.get() {
+            return Ok(b);
+        }
+        let b = self.storage("unused", 4)?;
+        Ok(self.unused.get_or_init(|| b))
     }
 
     /// A uniform buffer holding `bytes` (a kernel's small parameters).
@@ -514,51 +648,125 @@ impl Gpu {
             layout: &pipeline.get_bind_group_layout(0),
             entries,
         });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        {
+        self.record(|enc| {
             let mut pass = enc.begin_compute_pass(&Default::default());
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &group, &[]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-        }
-        self.queue.submit([enc.finish()]);
+        });
         self.check()
+    }
+
+    /// Runs `f` on the pending command encoder (made when there is none).
+    fn record<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let enc = pending.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("gpack step"),
+                })
+        });
+        f(enc)
+    }
+
+    /// Submits the commands recorded so far (none: nothing is submitted).
+    fn submit_pending(&self) -> Option<wgpu::SubmissionIndex> {
+        let enc = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        Some(self.submit([enc.finish()]))
+    }
+
+    /// Submits `commands` (counted by [`Gpu::submissions`]).
+    pub(crate) fn submit<I: IntoIterator<Item = wgpu::CommandBuffer>>(
+        &self,
+        commands: I,
+    ) -> wgpu::SubmissionIndex {
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.queue.submit(commands)
+    }
+
+    /// Submits the commands recorded so far without waiting for them.
+    pub fn flush(&self) -> Result<(), Error> {
+        self.submit_pending();
+        self.check()
+    }
+
+    /// Drops the commands recorded and not submitted (after a failed step:
+    /// its half-recorded work must not run before the next one's).
+    pub fn discard(&self) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+
+    /// Queue submissions since the device was opened (uploads included):
+    /// a model step's count shows how often the host waited on the device.
+    pub fn submissions(&self) -> u64 {
+        self.submits.load(Ordering::Relaxed)
     }
 
     /// Waits until everything submitted has run.
     pub fn wait(&self) -> Result<(), Error> {
+        self.submit_pending();
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Device(e.to_string()))?;
         self.check()
     }
 
-    /// Copies `len` bytes at `offset` of `buf` back to the host (waits).
+    /// Copies `len` bytes at `offset` of `buf` back to the host (submits
+    /// what is pending and waits).
     pub fn read(&self, buf: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>, Error> {
-        let size = len.div_ceil(4) * 4;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size: size.max(4),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
-        self.queue.submit([enc.finish()]);
+        let mut out = self.read_many(&[(buf, offset, len)])?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// [`Gpu::read`] of several ranges `(buffer, offset, len)` in one
+    /// submission (with the commands pending before it).
+    pub fn read_many(&self, ranges: &[(&wgpu::Buffer, u64, u64)]) -> Result<Vec<Vec<u8>>, Error> {
+        let mut staged = Vec::with_capacity(ranges.len());
+        for &(buf, offset, len) in ranges {
+            let size = len.div_ceil(4) * 4;
+            let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read-back"),
+                size: size.max(4),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            if size > 0 {
+                self.record(|enc| enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size));
+            }
+            staged.push((staging, len));
+        }
+        self.submit_pending();
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
+        for (i, (staging, _)) in staged.iter().enumerate() {
+            let tx = tx.clone();
+            staging.map_async(wgpu::MapMode::Read, .., move |r| {
+                let _ = tx.send((i, r));
+            });
+        }
+        drop(tx);
         self.wait()?;
-        rx.recv()
-            .map_err(|_| Error::Device("read-back never completed".into()))?
-            .map_err(|e| Error::Device(e.to_string()))?;
-        let view = staging
-            .get_mapped_range(..)
-            .map_err(|e| Error::Device(e.to_string()))?;
-        let out = view[..len as usize].to_vec();
-        drop(view);
-        staging.unmap();
+        for _ in 0..staged.len() {
+            let (_, r) = rx
+                .recv()
+                .map_err(|_| Error::Device("read-back never completed".into()))?;
+            r.map_err(|e| Error::Device(e.to_string()))?;
+        }
+        let mut out = Vec::with_capacity(staged.len());
+        for (staging, len) in &staged {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| Error::Device(e.to_string()))?;
+            out.push(view[..*len as usize].to_vec());
+            drop(view);
+            staging.unmap();
+        }
         Ok(out)
     }
 
@@ -588,12 +796,16 @@ impl Gpu {
             buf.size()
         );
         if !bytes.is_empty() {
+            // The write lands before the next submission: the commands
+            // recorded ahead of it go first, so it does not overtake them.
+            self.submit_pending();
             self.queue.write_buffer(buf, off, bytes);
         }
     }
 
     /// Copies `copies` (source element, destination element, elements)
-    /// from `src` to `dst` as one submission (4-byte elements).
+    /// from `src` to `dst` (recorded with the pending commands; 4-byte
+    /// elements).
     ///
     /// # Panics
     /// If a copy does not fit its buffers.
@@ -603,18 +815,35 @@ impl Gpu {
         dst: &wgpu::Buffer,
         copies: &[(usize, usize, usize)],
     ) -> Result<(), Error> {
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        for &(s, d, n) in copies {
-            let (s, d, n) = (s as u64 * 4, d as u64 * 4, n as u64 * 4);
-            assert!(
-                s + n <= src.size() && d + n <= dst.size(),
-                "copy: {n} bytes from {s} to {d} past the buffers"
-            );
-            if n > 0 {
-                enc.copy_buffer_to_buffer(src, s, dst, d, n);
+        self.record(|enc| {
+            for &(s, d, n) in copies {
+                let (s, d, n) = (s as u64 * 4, d as u64 * 4, n as u64 * 4);
+                assert!(
+                    s + n <= src.size() && d + n <= dst.size(),
+                    "copy: {n} bytes from {s} to {d} past the buffers"
+                );
+                if n > 0 {
+                    enc.copy_buffer_to_buffer(src, s, dst, d, n);
+                }
             }
+        });
+        self.check()
+    }
+
+    /// Zeroes `n` 4-byte elements of `buf` from element `at` (recorded with
+    /// the pending commands).
+    ///
+    /// # Panics
+    /// If the range does not fit `buf`.
+    pub fn clear_f32(&self, buf: &wgpu::Buffer, at: usize, n: usize) -> Result<(), Error> {
+        let (off, len) = (at as u64 * 4, n as u64 * 4);
+        assert!(
+            off + len <= buf.size(),
+            "clear: {len} bytes at {off} past the buffer"
+        );
+        if len > 0 {
+            self.record(|enc| enc.clear_buffer(buf, off, Some(len)));
         }
-        self.queue.submit([enc.finish()]);
         self.check()
     }
 

@@ -40,6 +40,30 @@ pub enum Error {
         /// The adapter's limit.
         limit: u64,
     },
+    /// The driver is out of device memory for a buffer (a wgpu
+    /// out-of-memory error scope caught it).
+    #[error("out of device memory allocating {what} ({bytes} bytes): {why}")]
+    OutOfMemory {
+        /// The buffer.
+        what: String,
+        /// Its bytes.
+        bytes: u64,
+        /// The driver's message.
+        why: String,
+    },
+    /// wgpu refused a buffer (a validation error scope caught it): over
+    /// the adapter's largest buffer, or otherwise not allowed.
+    #[error("allocating {what} ({bytes} bytes; the adapter's largest buffer is {limit}) was refused: {why}")]
+    Allocation {
+        /// The buffer.
+        what: String,
+        /// Its bytes.
+        bytes: u64,
+        /// The adapter's largest buffer.
+        limit: u64,
+        /// wgpu's message.
+        why: String,
+    },
     /// A weight layout no GPU kernel reads (the caller adds the tensor's
     /// name).
     #[error("layout {layout}: {why}")]

@@ -350,8 +350,8 @@ fn check_norm(rows: &Rows, src: &wgpu::Buffer, w: Option<&wgpu::Buffer>) {
 }
 
 /// A 4-byte buffer for an optional binding the kernel does not read.
-fn dummy(g: &Gpu) -> Result<wgpu::Buffer, Error> {
-    g.storage("unused", 4)
+fn dummy(g: &Gpu) -> Result<&wgpu::Buffer, Error> {
+    g.unused()
 }
 
 /// `dst[r] = src[row r] / sqrt(mean(row²) + eps) (· w)` for each row of
@@ -376,7 +376,7 @@ pub fn rmsnorm(
     let d = dummy(g)?;
     let params = rows.params(w.is_some(), eps);
     let groups = grid(g, rows.n as u32);
-    let bind = [(0, src), (1, dst), (2, w.unwrap_or(&d))];
+    let bind = [(0, src), (1, dst), (2, w.unwrap_or(d))];
     run(g, Shader::Norm, "rmsnorm", &bind, 3, &params, groups)
 }
 
@@ -398,7 +398,7 @@ pub fn rmsnorm_inplace(
     let d = dummy(g)?;
     let params = rows.params(w.is_some(), eps);
     let groups = grid(g, rows.n as u32);
-    let bind = [(1, x), (2, w.unwrap_or(&d))];
+    let bind = [(1, x), (2, w.unwrap_or(d))];
     run(
         g,
         Shader::Norm,
@@ -879,7 +879,7 @@ pub fn attention(
             (2, pos),
             (7, &kv.k),
             (8, &kv.v),
-            (9, sinks.unwrap_or(&d)),
+            (9, sinks.unwrap_or(d)),
         ],
         6,
         &params,

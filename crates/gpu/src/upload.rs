@@ -262,7 +262,7 @@ impl Gpu {
                 copy += 1;
                 done = 0;
             }
-            pending.push_back(queue.submit([]));
+            pending.push_back(self.submit([]));
             if pending.len() > options.in_flight {
                 let idx = pending.pop_front();
                 let r = self.device().poll(wgpu::PollType::Wait {

@@ -119,3 +119,80 @@ fn optional_features_can_be_withheld() {
     .unwrap();
     assert!(!g.caps().f16 && !g.caps().subgroups);
 }
+
+/// A buffer the adapter refuses (here: one word over its largest buffer)
+/// is caught by the allocation's error scope: an error naming the buffer
+/// and its bytes, not a panic, and not a failure left for the next call
+/// (the device still runs a kernel after it). A driver out of device
+/// memory takes the same path with the out-of-memory filter (lavapipe
+/// allocates host memory and cannot be made to refuse here).
+#[test]
+fn a_refused_allocation_is_an_error_naming_the_buffer() {
+    let g = gpu();
+    let bytes = g.caps().max_buffer + 4;
+    let e = g.storage("kv cache of everything", bytes).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            gpack_gpu::Error::Allocation { .. } | gpack_gpu::Error::OutOfMemory { .. }
+        ),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("kv cache of everything") && msg.contains(&bytes.to_string()),
+        "{msg}"
+    );
+    g.check().expect("the refusal is not left for a later call");
+    let x = g.upload("x", bytemuck::cast_slice(&[1.0f32, 2.0])).unwrap();
+    assert_eq!(g.read_f32(&x, 2).unwrap(), vec![1.0, 2.0]);
+}
+
+/// Kernels are recorded into one pending encoder and submitted once, by
+/// the read-back that needs them; a write into a buffer with work pending
+/// submits that work first, so it does not overtake it.
+#[test]
+fn kernels_are_recorded_and_submitted_by_the_read_back() {
+    let g = gpu();
+    let n = 256usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let xb = g.upload("x", bytemuck::cast_slice(&x)).unwrap();
+    let yb = g.storage("y", (n * 4) as u64).unwrap();
+    let mut params = Vec::new();
+    params.extend_from_slice(&(n as u32).to_le_bytes());
+    params.extend_from_slice(&1.0f32.to_le_bytes());
+    let pb = g.uniform("p", &params);
+    let p = g
+        .pipeline("smoke", include_str!("../shaders/smoke.wgsl"), "main")
+        .unwrap();
+    g.wait().unwrap();
+    let before = g.submissions();
+    for _ in 0..5 {
+        g.dispatch(&p, &[&xb, &yb, &pb], [(n as u32).div_ceil(64), 1, 1])
+            .unwrap();
+    }
+    assert_eq!(
+        g.submissions(),
+        before,
+        "five kernels recorded, none submitted"
+    );
+    // y = 5 x; then x is overwritten: the kernels above must have read the
+    // old x, so the write submits them first.
+    g.write_f32(&xb, 0, &vec![100.0; n]);
+    assert_eq!(
+        g.submissions(),
+        before + 1,
+        "the write submitted the pending kernels"
+    );
+    g.dispatch(&p, &[&xb, &yb, &pb], [(n as u32).div_ceil(64), 1, 1])
+        .unwrap();
+    let y = g.read_f32(&yb, n).unwrap();
+    assert_eq!(
+        g.submissions(),
+        before + 2,
+        "one more submission: the read-back's"
+    );
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(*v, 5.0 * i as f32 + 100.0, "element {i}");
+    }
+}

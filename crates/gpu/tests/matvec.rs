@@ -26,15 +26,30 @@ fn gpus() -> [&'static Gpu; 2] {
             .expect("a Vulkan adapter (apt-get install mesa-vulkan-drivers libvulkan1)")
     };
     [
-        FULL.get_or_init(|| open(Allow::default())),
+        FULL.get_or_init(|| {
+            open(Allow {
+                int8_dot: false,
+                ..Default::default()
+            })
+        }),
         BARE.get_or_init(|| {
             open(Allow {
                 f16: false,
                 subgroups: false,
+                int8_dot: false,
                 ..Default::default()
             })
         }),
     ]
+}
+
+/// The adapter with packed int8 dot products (the Q8_0/Q4_0 int8 path).
+fn int8_gpu() -> &'static Gpu {
+    static INT8: OnceLock<Gpu> = OnceLock::new();
+    INT8.get_or_init(|| {
+        Gpu::open_with(Want::Any, Allow::default())
+            .expect("a Vulkan adapter (apt-get install mesa-vulkan-drivers libvulkan1)")
+    })
 }
 
 /// The tolerance of each layout, relative to Σ|w·x| (module docs).
@@ -532,4 +547,69 @@ fn every_supported_layout_has_a_source_and_a_tolerance() {
             matmul_source(l, nb).unwrap();
         }
     }
+}
+
+/// The packed-int8 path (Q8_0, Q4_0 where the adapter's WGSL has
+/// `dot4I8Packed`: every native wgpu backend, lavapipe here) against the
+/// CPU's scalar reference of the same arithmetic (`gpack_quant::matmul_ref`:
+/// activations to int8 per 32 with an f16 scale, integer sums per block):
+/// within 2e-3 of Σ|w·x| (a code rounded the other way at a half, from the
+/// shader's `1/d`, moves one product by d_x·|w|; measured below), while the
+/// f32 path of the same matrix stays within its 2e-5 of the exact product.
+/// Other layouts keep the f32 path.
+#[test]
+fn int8_path_matches_the_cpu_integer_reference() {
+    use GgmlType as T;
+    let g = int8_gpu();
+    assert!(
+        g.caps().int8_dot,
+        "wgpu on a native backend has dot4I8Packed"
+    );
+    let mut rng = Rng::new(7);
+    let mut worst = 0f64;
+    for t in [T::Q8_0, T::Q4_0] {
+        for &(rows, cols) in &[(1, 32), (5, 96), (17, 576), (40, 2048)] {
+            let a = rows16(&mut rng, t, rows, cols, false);
+            let v = NativeView::parse(a.bytes()).unwrap();
+            let m = GpuMatrix::upload(g, "w", a.bytes()).unwrap();
+            assert!(m.int8_path(g), "{t:?} takes the int8 path");
+            for n in NS {
+                let x = random_x(&mut rng, n * cols);
+                let xb = g.upload("x", bytemuck::cast_slice(&x)).unwrap();
+                let yb = g.storage("y", (n * rows * 4) as u64).unwrap();
+                matmul(g, &m, &xb, n, &yb).unwrap();
+                let y = g.read_f32(&yb, n * rows).unwrap();
+                let mut cpu = vec![0f32; n * rows];
+                gpack_quant::matmul_ref(&v, &x, n, &mut cpu);
+                let mut w = vec![0f32; cols];
+                for r in 0..rows {
+                    v.dequantize_row(r, &mut w);
+                    for j in 0..n {
+                        let xs = &x[j * cols..(j + 1) * cols];
+                        let mag: f64 = w
+                            .iter()
+                            .zip(xs)
+                            .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                            .sum();
+                        let (got, want) = (y[j * rows + r] as f64, cpu[j * rows + r] as f64);
+                        let d = (got - want).abs() / mag.max(1e-30);
+                        worst = worst.max(d);
+                        assert!(
+                            d <= 2e-3,
+                            "{t:?} {rows}x{cols} n {n} row {r} vector {j}: GPU int8 {got}, CPU {want} \
+                             ({d:.2e} of Σ|wx| {mag})"
+                        );
+                    }
+                }
+            }
+            // The f32 path of the same matrix on the adapter without it.
+            check(gpus()[0], a.bytes(), 3, &mut rng, t.name());
+        }
+    }
+    eprintln!("int8 path: worst |gpu - cpu| / Σ|wx| = {worst:.2e}");
+    // A layout without an int8 decoder keeps the f32 path.
+    let a = rows16(&mut rng, T::Q4_1, 16, 64, false);
+    let m = GpuMatrix::upload(g, "w", a.bytes()).unwrap();
+    assert!(!m.int8_path(g), "Q4_1 keeps the f32 path");
+    check(g, a.bytes(), 2, &mut rng, "Q4_1 beside the int8 path");
 }

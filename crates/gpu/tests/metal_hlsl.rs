@@ -1,7 +1,7 @@
 //! Every WGSL shader of the crate translates to Metal (MSL) and HLSL with
 //! naga, so a shader that could not run on Metal or DX12 fails here, on Linux.
 //! That includes the sources Rust assembles from pieces (the matmul of each
-//! layout and batch tile).
+//! layout and batch tile, its packed-int8 twin, the activation quantizer).
 //! The `ops_*.wgsl` files are fragments that `gpack_gpu::ops` assembles per
 //! device variant (f16, subgroups): every assembled source is translated.
 
@@ -31,8 +31,15 @@ fn shaders() -> Vec<(String, String)> {
                 format!("matmul {l} nb{nb}"),
                 gpack_gpu::matvec::matmul_source(l, nb).unwrap(),
             ));
+            if let Some(src) = gpack_gpu::matvec::matmul_i8_source(l, nb) {
+                out.push((format!("matmul_i8 {l} nb{nb}"), src));
+            }
         }
     }
+    out.push((
+        "matvec/quant_x.wgsl".into(),
+        gpack_gpu::matvec::quant_x_source().into(),
+    ));
     out.extend(gpack_gpu::ops::sources());
     out
 }

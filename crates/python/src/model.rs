@@ -279,7 +279,11 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// never a software adapter), `"cpu"`, `"gpu"` (a hardware GPU, else a
 /// software one such as lavapipe with a warning; none is an error) or
 /// `"gpu:N"`; `gpu_layers`: the first N blocks on the GPU, the rest on the
-/// CPU (default: all). `Model.device` says where it runs. `kv_cache_bytes`:
+/// CPU (default: all, or as many as fit `gpu_memory`); `gpu_memory`: the
+/// device memory gpack may use, bytes (an int) or a size (`"8GiB"`,
+/// `"512MiB"`) or `"auto"`, as `gpack run --gpu-memory` (checked before
+/// anything is uploaded; a `gpu_layers` that does not fit is an error).
+/// `Model.device` says where it runs. `kv_cache_bytes`:
 /// bytes of KV blocks (64 positions each) kept in memory and reused by
 /// later generations that start with the same tokens (default 0: none);
 /// `kv_cache_dir`: a cache directory shared with `gpack serve/run
@@ -287,6 +291,15 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// `kv_cache_disk_bytes` its budget (default 10 GiB). `generate_ids`
 /// reports `cached_tokens`. The `GPACK_*` load variables apply as in `gpack run`;
 /// a bad value is a `ValueError`.
+/// A size argument: bytes, or text such as `"8GiB"` or `"auto"`.
+#[derive(FromPyObject)]
+pub enum SizeArg {
+    /// A number of bytes.
+    Bytes(u64),
+    /// A size with a unit, or a keyword.
+    Text(String),
+}
+
 #[pyclass(module = "gpack._gpack", frozen)]
 pub struct Model {
     shared: Arc<Shared>,
@@ -570,7 +583,7 @@ impl Model {
     #[new]
     #[pyo3(signature = (path, *, n_ctx = 2048, kv = "f16", kv_k = None, kv_v = None, kv_f16 = None, verify = "background",
                         fallback_gguf = None, expert_mmap = false, expert_cache_bytes = None,
-                        threads = None, device = "auto", gpu_layers = None,
+                        threads = None, device = "auto", gpu_layers = None, gpu_memory = None,
                         kv_cache_bytes = 0, kv_cache_dir = None, kv_cache_disk_bytes = None))]
     fn new(
         py: Python<'_>,
@@ -587,11 +600,20 @@ impl Model {
         threads: Option<usize>,
         device: &str,
         gpu_layers: Option<usize>,
+        gpu_memory: Option<SizeArg>,
         kv_cache_bytes: usize,
         kv_cache_dir: Option<PathBuf>,
         kv_cache_disk_bytes: Option<u64>,
     ) -> PyResult<Model> {
         let device: gpack_runtime::Device = device.parse().map_err(PyValueError::new_err)?;
+        let gpu_memory = match gpu_memory {
+            None => gpack_runtime::GpuMemory::Unknown,
+            Some(SizeArg::Bytes(0)) => {
+                return Err(PyValueError::new_err("gpu_memory must be at least 1 byte"))
+            }
+            Some(SizeArg::Bytes(b)) => gpack_runtime::GpuMemory::Bytes(b),
+            Some(SizeArg::Text(t)) => t.parse().map_err(PyValueError::new_err)?,
+        };
         let verify = match verify {
             "background" => VerifyMode::Background,
             "before" => VerifyMode::Before,
@@ -652,6 +674,10 @@ impl Model {
             kv,
             device,
             gpu_layers,
+            gpu_memory,
+            // The memory plan counts a KV cache of n_ctx positions (and
+            // LongRoPE models pick their factors by it, as `gpack run --ctx`).
+            context: n_ctx,
             ..env
         };
         let cell = py.detach(|| {

@@ -340,3 +340,17 @@ def test_kv_cache_dir_shared_with_the_cli(smol_gpack, tmp_path):
     bad.chmod(0o777)
     with pytest.raises(gpack.GpackError, match="not trusted"):
         gpack.Model(smol_gpack, kv_cache_dir=bad)
+
+
+def test_gpu_memory_setting(smol_gpack):
+    """gpu_memory= as `gpack run --gpu-memory`: a budget that holds the model runs every
+    block on the GPU with `gpack run`'s text; one below a block's share is refused naming
+    what it needs and the budget (a GpackError, not a crash); a bad size is a ValueError."""
+    m = gpack.Model(smol_gpack, device="gpu", gpu_memory="4GiB")
+    assert "against a budget of 4.00 GiB" in m.device, m.device
+    assert m.generate(PROMPTS[0], 8) == cli_run(
+        smol_gpack, PROMPTS[0], 8, extra=["--device", "gpu", "--gpu-memory", "4GiB"])
+    with pytest.raises(gpack.GpackError, match="not even one block fits.*the budget is 4096"):
+        gpack.Model(smol_gpack, device="gpu", gpu_memory=4096)
+    with pytest.raises(ValueError, match="expected auto or a size"):
+        gpack.Model(smol_gpack, device="gpu", gpu_memory="lots")

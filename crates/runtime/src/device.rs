@@ -54,9 +54,83 @@ impl FromStr for Device {
     }
 }
 
+/// The device memory gpack may use on a GPU ([`crate::LoadOptions::gpu_memory`]):
+/// what the memory plan checks before uploading anything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuMemory {
+    /// Not known (the default): nothing is planned against a budget; a
+    /// buffer the driver refuses is an error naming it and its bytes.
+    #[default]
+    Unknown,
+    /// What the system says where it says it without a driver query
+    /// (`gpack_gpu::Gpu::memory_hint`: AMD's sysfs, a software adapter's
+    /// host memory), else not known.
+    Auto,
+    /// This many bytes.
+    Bytes(u64),
+}
+
+impl fmt::Display for GpuMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuMemory::Unknown => f.write_str("unknown"),
+            GpuMemory::Auto => f.write_str("auto"),
+            GpuMemory::Bytes(b) => write!(f, "{}", crate::device::bytes(*b)),
+        }
+    }
+}
+
+impl FromStr for GpuMemory {
+    type Err = String;
+
+    /// `auto`, or a size: bytes, or a number with `K`/`M`/`G`/`T` (or
+    /// `KiB`, `MB`, …: powers of 1024) (`8GiB`, `512MiB`, `1.5G`).
+    fn from_str(s: &str) -> Result<GpuMemory, String> {
+        match s.trim() {
+            "auto" => Ok(GpuMemory::Auto),
+            t => match crate::experts::parse_size(t) {
+                Some(b) if b > 0 => Ok(GpuMemory::Bytes(b as u64)),
+                _ => Err(format!(
+                    "GPU memory {s:?}: expected auto or a size (bytes, or a number with K, M, G or T: 8GiB, 512MiB)"
+                )),
+            },
+        }
+    }
+}
+
+/// `b` bytes for people: `96.0 KiB`, `512.0 MiB`, `7.50 GiB`.
+pub(crate) fn bytes(b: u64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    if b >= 1 << 30 {
+        format!("{:.2} GiB", b as f64 / (MIB * 1024.0))
+    } else if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / MIB)
+    } else {
+        format!("{:.1} KiB", b as f64 / 1024.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_memory_sizes_parse() {
+        for (s, m) in [
+            ("auto", GpuMemory::Auto),
+            ("8GiB", GpuMemory::Bytes(8 << 30)),
+            ("512MiB", GpuMemory::Bytes(512 << 20)),
+            ("512M", GpuMemory::Bytes(512 << 20)),
+            ("1.5G", GpuMemory::Bytes(3 << 29)),
+            ("4096", GpuMemory::Bytes(4096)),
+        ] {
+            assert_eq!(s.parse::<GpuMemory>(), Ok(m), "{s}");
+        }
+        for bad in ["", "0", "lots", "8 parsecs", "-1G"] {
+            let e = bad.parse::<GpuMemory>().unwrap_err();
+            assert!(e.contains("expected auto or a size"), "{e}");
+        }
+    }
 
     #[test]
     fn devices_parse_and_print_back() {
@@ -93,6 +167,20 @@ pub struct GpuInfo {
     pub weight_bytes: u64,
     /// Device memory one sequence's f16 KV cache takes per position.
     pub kv_bytes_per_position: u64,
+    /// The model's blocks (on the device or not).
+    pub blocks_total: usize,
+    /// The device memory budget the placement was planned against
+    /// ([`GpuMemory`]; `None`: not known).
+    pub memory_budget: Option<u64>,
+    /// What the placement was planned to take: weights, the f16 KV caches
+    /// at the planned context and sequences, the step's buffers.
+    pub memory_planned: u64,
+    /// Steps run on the device.
+    pub steps: u64,
+    /// Queue submissions of the last step (1 for a dense model's step:
+    /// its commands recorded in one encoder; a MoE model adds one per MoE
+    /// layer, whose router reads the rows back).
+    pub last_step_submissions: u64,
 }
 
 /// A GPU adapter the installed drivers offer ([`adapters`]).

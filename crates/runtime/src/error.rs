@@ -145,6 +145,23 @@ pub enum Error {
         #[source]
         source: gpack_gpu::Error,
     },
+    /// The model (or the blocks asked for) does not fit the GPU's memory
+    /// budget (`--gpu-memory`, [`crate::LoadOptions::gpu_memory`]).
+    #[error("{what}: needs {needed} bytes of GPU memory ({detail}), the budget is {budget} ({from}); {hint}")]
+    GpuMemory {
+        /// What does not fit: "--gpu-layers 20", "block 0".
+        what: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// What the bytes are (weights, KV cache, step buffers).
+        detail: String,
+        /// The budget's bytes.
+        budget: u64,
+        /// Where the budget came from.
+        from: String,
+        /// What to do instead.
+        hint: &'static str,
+    },
     /// The model cannot run on the device asked for (`--device gpu`).
     #[error("{what} runs on the CPU only for now: {why} (use --device cpu or auto)")]
     DeviceUnsupported {

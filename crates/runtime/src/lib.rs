@@ -136,7 +136,7 @@ pub mod weights;
 pub use config::{Activation, Arch, Config, RopeStyle};
 pub use decode::{partial_stop, Slot, StopReason};
 pub use device::{adapters, auto_adapter};
-pub use device::{Adapter, Device, GpuInfo};
+pub use device::{Adapter, Device, GpuInfo, GpuMemory};
 pub use error::{Error, ExpertSliceProblem, ExportProblem, Result, SectionProblem};
 pub use experts::{ExpertMode, ExpertStats};
 pub use generate::{

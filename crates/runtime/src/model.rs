@@ -216,6 +216,16 @@ pub struct LoadOptions {
     /// With a GPU: how many blocks run on it, from the first (the rest,
     /// and then the head, on the CPU; llama.cpp's `-ngl`). `None`: all.
     pub gpu_layers: Option<usize>,
+    /// With a GPU: the device memory gpack may use. When known, what the
+    /// blocks, the head, the KV caches (`context` positions × `sequences`)
+    /// and a step's buffers need is checked before anything is uploaded:
+    /// without `gpu_layers`, as many whole blocks as fit go to the GPU
+    /// ([`Device::Auto`]: the CPU unless all fit); a `gpu_layers` that does
+    /// not fit is refused.
+    pub gpu_memory: crate::device::GpuMemory,
+    /// Sequences the caller keeps at once (serve's slots; 0: one): the
+    /// GPU's memory plan counts a KV cache for each.
+    pub sequences: usize,
     /// With a GPU: a cap on each storage binding below the adapter's
     /// limit (`None`: the adapter's). Tensors over it are bound as row
     /// pieces; tests use it to exercise that on small models.
@@ -246,6 +256,8 @@ impl Default for LoadOptions {
             context: 0,
             device: Device::Cpu,
             gpu_layers: None,
+            gpu_memory: crate::device::GpuMemory::Unknown,
+            sequences: 0,
             gpu_max_binding: None,
             gpu_lost_at_step: None,
         }

@@ -85,7 +85,8 @@ pub struct Metrics {
     /// Per-request decode speed (tokens after the first / their time).
     pub tps: Histogram,
     /// Where the model runs: set once at start ([`Metrics::set_device`]).
-    pub device: std::sync::OnceLock<(String, u64)>,
+    /// (labels, weight bytes, memory budget, memory planned).
+    pub device: std::sync::OnceLock<(String, u64, Option<u64>, u64)>,
     /// The prefix cache's counters, when there is one ([`Metrics::set_prefix`]).
     pub prefix: std::sync::OnceLock<std::sync::Arc<gpack_runtime::kvcache::Stats>>,
     /// Seconds to compute one token's grammar mask (constrained requests;
@@ -149,16 +150,19 @@ impl Metrics {
     /// `gpack_device_weight_bytes`): the CPU, or the GPU's adapter.
     pub fn set_device(&self, gpu: Option<&gpack_runtime::GpuInfo>) {
         let v = match gpu {
-            None => ("{device=\"cpu\"}".to_string(), 0),
+            None => ("{device=\"cpu\"}".to_string(), 0, None, 0),
             Some(g) => (
                 format!(
-                    "{{device=\"gpu\",adapter=\"{}\",backend=\"{}\",kind=\"{}\",blocks=\"{}\"}}",
+                    "{{device=\"gpu\",adapter=\"{}\",backend=\"{}\",kind=\"{}\",blocks=\"{}\",blocks_total=\"{}\"}}",
                     label(&g.adapter),
                     g.backend,
                     if g.software { "software" } else { "hardware" },
-                    g.blocks
+                    g.blocks,
+                    g.blocks_total
                 ),
                 g.weight_bytes,
+                g.memory_budget,
+                g.memory_planned,
             ),
         };
         let _ = self.device.set(v);
@@ -201,10 +205,10 @@ impl Metrics {
             "counter",
             &[("", self.cancelled.load(Relaxed))],
         );
-        if let Some((labels, bytes)) = self.device.get() {
+        if let Some((labels, bytes, budget, planned)) = self.device.get() {
             counter(
                 "gpack_device_info",
-                "Where the model runs: the CPU, or the GPU adapter (name, backend, kind, blocks on it).",
+                "Where the model runs: the CPU, or the GPU adapter (name, backend, kind, blocks on it of blocks_total).",
                 "gauge",
                 &[(labels, 1)],
             );
@@ -214,6 +218,20 @@ impl Metrics {
                 "gauge",
                 &[("", *bytes)],
             );
+            counter(
+                "gpack_device_memory_planned_bytes",
+                "GPU memory the placement was planned to take: weights, f16 KV caches at --ctx for --parallel slots, step buffers (0 on the CPU).",
+                "gauge",
+                &[("", *planned)],
+            );
+            if let Some(b) = budget {
+                counter(
+                    "gpack_device_memory_budget_bytes",
+                    "The GPU memory budget the placement was planned against (--gpu-memory).",
+                    "gauge",
+                    &[("", *b)],
+                );
+            }
         }
         counter(
             "gpack_prompt_tokens_total",

@@ -174,9 +174,22 @@ pub struct DeviceArgs {
           value_parser = |s: &str| s.parse::<gpack_runtime::Device>())]
     pub device: gpack_runtime::Device,
     /// With a GPU: the first N blocks on it, the rest and the head on the
-    /// CPU (llama.cpp's -ngl). Default: all of them.
+    /// CPU (llama.cpp's -ngl). Default: all of them, or as many as fit
+    /// --gpu-memory.
     #[arg(long, value_name = "N")]
     pub gpu_layers: Option<usize>,
+    /// With a GPU: the device memory gpack may use (8GiB, 512MiB, bytes),
+    /// or auto (what the system says where it says it: AMD's sysfs, a
+    /// software adapter's host memory). When known, what the blocks, the
+    /// head, the f16 KV cache at --ctx (× --parallel) and a step's buffers
+    /// need is checked before anything is uploaded: --device gpu places as
+    /// many whole blocks as fit and runs the rest on the CPU, saying so;
+    /// --gpu-layers N that does not fit is refused; --device auto takes the
+    /// CPU unless every block fits. Default: not known (a buffer the
+    /// driver refuses is then an error naming it and its bytes).
+    #[arg(long, value_name = "BYTES|auto",
+          value_parser = |s: &str| s.parse::<gpack_runtime::GpuMemory>())]
+    pub gpu_memory: Option<gpack_runtime::GpuMemory>,
 }
 
 impl DeviceArgs {
@@ -185,6 +198,7 @@ impl DeviceArgs {
         gpack_runtime::LoadOptions {
             device: self.device,
             gpu_layers: self.gpu_layers,
+            gpu_memory: self.gpu_memory.unwrap_or_default(),
             ..o
         }
     }

@@ -559,6 +559,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     if a.verbose {
         report_caches(&model, loaded);
+        if let Some(gi) = model.gpu_info() {
+            eprintln!(
+                "device: {} GPU steps, {} queue submission(s) in the last one",
+                gi.steps, gi.last_step_submissions
+            );
+        }
         if spec_mode == SpecMode::None {
             eprintln!("speculation: none");
         } else {

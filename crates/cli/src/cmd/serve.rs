@@ -197,6 +197,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         load: a.device.apply(gpack_runtime::LoadOptions {
             kv: a.kv.types(),
             context: a.ctx,
+            sequences: a.parallel,
             ..load
         }),
         verify: a.verify,

@@ -21,6 +21,14 @@
 //! adapter has `shader-f16` (exact, and a matvec is bound by memory, not by
 //! arithmetic); `shaders/matvec/f16.wgsl` says why not a bitcast.
 //!
+//! Packed int8 dot products: on an adapter whose WGSL has
+//! `packed_4x8_integer_dot_product` ([`crate::Caps::int8_dot`]), the Q8_0
+//! and Q4_0 matmuls first quantize the activations to int8 per 32 columns on
+//! the device (`shaders/matvec/quant_x.wgsl`, the CPU's rule) and sum codes
+//! with `dot4I8Packed` (`body_i8.wgsl`): the CPU's integer arithmetic, and a
+//! quarter of the activation bytes read. Other layouts, and adapters
+//! without the feature, take the f32 path.
+//!
 //! Perf log (lavapipe proves correctness only; nothing here has been timed
 //! on a GPU yet): the reduction of the K partial sums is in workgroup memory
 //! (8 values per row, cheap next to the unit loop), so subgroup operations
@@ -36,7 +44,9 @@ use gpack_quant::{Layout, NativeTensorHeader, NativeView};
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
 
-pub use source::{matmul_source, supported_layouts, supports};
+pub use source::{
+    has_int8_path, matmul_i8_source, matmul_source, quant_x_source, supported_layouts, supports,
+};
 
 /// Rows per group of the Rows16 layouts and per workgroup of every kernel.
 const R: usize = 16;
@@ -81,8 +91,9 @@ pub struct GpuMatrix {
     rows: usize,
     cols: usize,
     pieces: Vec<Piece>,
-    /// The compiled kernels, one per [`source::TILES`] entry, made on first use.
-    pipelines: Mutex<[Option<Arc<wgpu::ComputePipeline>>; 3]>,
+    /// The compiled kernels, one per [`source::TILES`] entry, made on first
+    /// use: the f32 path's, then the int8 path's.
+    pipelines: Mutex<[Option<Arc<wgpu::ComputePipeline>>; 6]>,
 }
 
 impl GpuMatrix {
@@ -208,7 +219,7 @@ impl GpuMatrix {
             rows,
             cols,
             pieces,
-            pipelines: Mutex::new([None, None, None]),
+            pipelines: Mutex::new(Default::default()),
         })
     }
 
@@ -293,7 +304,7 @@ impl GpuMatrix {
             rows,
             cols,
             pieces,
-            pipelines: Mutex::new([None, None, None]),
+            pipelines: Mutex::new(Default::default()),
         })
     }
 
@@ -318,18 +329,38 @@ impl GpuMatrix {
         self.pieces.len()
     }
 
-    /// The kernel for tile `t` (an index of [`source::TILES`]).
-    fn pipeline(&self, gpu: &Gpu, t: usize) -> Result<Arc<wgpu::ComputePipeline>, Error> {
-        if let Some(p) = self.pipelines.lock().ok().and_then(|c| c[t].clone()) {
+    /// The kernel for tile `t` (an index of [`source::TILES`]), of the
+    /// int8 path when `int8`.
+    fn pipeline(
+        &self,
+        gpu: &Gpu,
+        t: usize,
+        int8: bool,
+    ) -> Result<Arc<wgpu::ComputePipeline>, Error> {
+        let slot = t + if int8 { source::TILES.len() } else { 0 };
+        if let Some(p) = self.pipelines.lock().ok().and_then(|c| c[slot].clone()) {
             return Ok(p);
         }
         let nb = source::TILES[t];
-        let src = matmul_source(self.layout, nb)?;
-        let p = gpu.pipeline(&format!("matmul {} nb{nb}", self.layout), &src, "main")?;
+        let p = if int8 {
+            let src = matmul_i8_source(self.layout, nb).ok_or(Error::Layout {
+                layout: self.layout.name(),
+                why: "has no int8 matmul",
+            })?;
+            gpu.pipeline(&format!("matmul_i8 {} nb{nb}", self.layout), &src, "main")?
+        } else {
+            let src = matmul_source(self.layout, nb)?;
+            gpu.pipeline(&format!("matmul {} nb{nb}", self.layout), &src, "main")?
+        };
         if let Ok(mut c) = self.pipelines.lock() {
-            c[t] = Some(p.clone());
+            c[slot] = Some(p.clone());
         }
         Ok(p)
+    }
+
+    /// Whether [`matmul`] takes the packed-int8 path for this matrix on `gpu`.
+    pub fn int8_path(&self, gpu: &Gpu) -> bool {
+        gpu.caps().int8_dot && has_int8_path(self.layout)
     }
 }
 
@@ -388,6 +419,28 @@ pub fn matmul_max_workgroups(
     run_matmul(gpu, w, x, n, y, out, max_workgroups)
 }
 
+/// `x` (`n × cols` f32) quantized to int8 per 32 columns into the device's
+/// activation buffer (`shaders/matvec/quant_x.wgsl`): 9 words per unit.
+fn quantize_x(
+    gpu: &Gpu,
+    x: &wgpu::Buffer,
+    n: usize,
+    cols: usize,
+) -> Result<Arc<wgpu::Buffer>, Error> {
+    let units = cols.div_ceil(32);
+    let blocks = n * units;
+    let xq = gpu.scratch("int8 activations", blocks as u64 * 36)?;
+    let max = gpu.caps().max_workgroups.max(1) as usize;
+    let groups = blocks.div_ceil(64);
+    let gx = groups.min(max);
+    let gy = groups.div_ceil(gx);
+    let params: [u32; 4] = [n as u32, cols as u32, units as u32, (gx * 64) as u32];
+    let uniform = gpu.uniform("quant_x params", bytemuck::cast_slice(&params));
+    let p = gpu.pipeline("quant_x", quant_x_source(), "main")?;
+    gpu.dispatch(&p, &[x, &*xq, &uniform], [gx as u32, gy as u32, 1])?;
+    Ok(xq)
+}
+
 fn run_matmul(
     gpu: &Gpu,
     w: &GpuMatrix,
@@ -428,8 +481,16 @@ fn run_matmul(
         .position(|&nb| nb as usize >= n)
         .unwrap_or(source::TILES.len() - 1);
     let nb = source::TILES[t] as usize;
-    let pipeline = w.pipeline(gpu, t)?;
+    let int8 = w.int8_path(gpu);
+    let pipeline = w.pipeline(gpu, t, int8)?;
     let tiles = n.div_ceil(nb);
+    // The int8 path reads the activations quantized on the device first.
+    let xq = if int8 {
+        Some(quantize_x(gpu, x, n, w.cols)?)
+    } else {
+        None
+    };
+    let x = xq.as_deref().unwrap_or(x);
     let (gb_words, blocks) = match w.layout {
         Layout::Rows16(ty) => {
             let (bs, ts) = ty.block();

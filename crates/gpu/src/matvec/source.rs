@@ -10,6 +10,8 @@ const BODY: &str = include_str!("../../shaders/matvec/body.wgsl");
 const COMMON: &str = include_str!("../../shaders/matvec/common.wgsl");
 const ROWS16: &str = include_str!("../../shaders/matvec/rows16.wgsl");
 const F16: &str = include_str!("../../shaders/matvec/f16.wgsl");
+const BODY_I8: &str = include_str!("../../shaders/matvec/body_i8.wgsl");
+const QUANT_X: &str = include_str!("../../shaders/matvec/quant_x.wgsl");
 
 /// Row slices per workgroup: a workgroup is 16 rows × `K` invocations.
 pub(crate) const K: u32 = 8;
@@ -95,6 +97,48 @@ pub fn matmul_source(layout: Layout, nb: u32) -> Result<String, Error> {
         s.push('\n');
     }
     Ok(s)
+}
+
+/// The int8 decoder of `layout`, for the layouts whose weights are small
+/// integers times one scale per 32 (plus a constant offset): Q8_0, Q4_0.
+fn decoder_i8(layout: Layout) -> Option<&'static str> {
+    match layout {
+        Layout::Rows16(GgmlType::Q8_0) => {
+            Some(include_str!("../../shaders/matvec/decode_i8/q8_0.wgsl"))
+        }
+        Layout::Rows16(GgmlType::Q4_0) => {
+            Some(include_str!("../../shaders/matvec/decode_i8/q4_0.wgsl"))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `layout` has a packed-int8 matmul ([`matmul_i8_source`]).
+pub fn has_int8_path(layout: Layout) -> bool {
+    decoder_i8(layout).is_some()
+}
+
+/// The matmul of `layout` with packed int8 dot products (`dot4I8Packed`)
+/// over activations quantized to int8 per 32 ([`quant_x_source`]), for
+/// `nb` vectors per workgroup; `None` for a layout without one. Bindings
+/// as [`matmul_source`], binding 1 the quantized activations.
+pub fn matmul_i8_source(layout: Layout, nb: u32) -> Option<String> {
+    let decode = decoder_i8(layout)?;
+    let mut s = format!(
+        "// int8 matmul of {layout}, {nb} vector(s) per workgroup.\nconst NB: u32 = {nb}u;\nconst K: u32 = {K}u;\n\n"
+    );
+    for part in [BODY_I8, COMMON, F16, ROWS16, decode] {
+        s.push_str(part);
+        s.push('\n');
+    }
+    Some(s)
+}
+
+/// The kernel quantizing activations to int8 per 32 columns for the int8
+/// matmuls (entry `main`; bindings 0 x, 1 the codes and scales, 2 the
+/// parameters).
+pub fn quant_x_source() -> &'static str {
+    QUANT_X
 }
 
 /// Every layout with a GPU matmul (for tests and listings).

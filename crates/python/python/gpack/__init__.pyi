@@ -108,6 +108,7 @@ class Model:
         threads: Optional[int] = None,
         device: str = "auto",
         gpu_layers: Optional[int] = None,
+        gpu_memory: Optional[Union[int, str]] = None,
         kv_cache_bytes: int = 0,
         kv_cache_dir: Optional[_Path] = None,
         kv_cache_disk_bytes: Optional[int] = None,

@@ -30,7 +30,7 @@ pub(crate) use step::{GpuKv, GpuScratch};
 
 use super::{Ffn, Graph, LoadOptions, Model, MoeFfn};
 use crate::config::Config;
-use crate::device::Device;
+use crate::device::{Device, GpuMemory};
 use crate::error::{Error, Result};
 use crate::experts::DeviceExpert;
 use crate::weights::WeightSource;
@@ -122,7 +122,57 @@ pub(crate) struct GpuModel {
     /// Steps run (for [`LoadOptions::gpu_lost_at_step`]).
     steps: std::sync::atomic::AtomicU64,
     lost_at: Option<u64>,
+    /// Queue submissions of the last step.
+    last_submits: std::sync::atomic::AtomicU64,
+    /// The budget planned against (bytes, where from), if known.
+    budget: Option<(u64, String)>,
+    /// What the plan counted for the blocks placed.
+    planned: Need,
+    /// The model's blocks.
+    blocks_total: usize,
 }
+
+/// Device memory a placement needs, counted before anything is allocated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Need {
+    /// Weight buffers: the sections' placements, own uploads, norms and
+    /// biases.
+    weights: u64,
+    /// The f16 KV caches of the GPU blocks.
+    kv: u64,
+    /// The step's buffers ([`GpuScratch`]) at the planned rows.
+    scratch: u64,
+    /// Positions and sequences the KV caches were counted for.
+    positions: usize,
+    sequences: usize,
+}
+
+impl Need {
+    fn total(&self) -> u64 {
+        self.weights + self.kv + self.scratch
+    }
+
+    fn detail(&self) -> String {
+        use crate::device::bytes;
+        format!(
+            "weights {}, f16 KV cache {} ({} positions × {} sequence{}), step buffers {}",
+            bytes(self.weights),
+            bytes(self.kv),
+            self.positions,
+            self.sequences,
+            if self.sequences == 1 { "" } else { "s" },
+            bytes(self.scratch)
+        )
+    }
+}
+
+/// Rows of a step the memory plan counts buffers for (a prompt of more
+/// grows them at its step, inside the allocation's error scope).
+const PLAN_ROWS: usize = 512;
+
+/// The positions a KV cache is planned for when the caller gives no
+/// context.
+const PLAN_CONTEXT: usize = 4096;
 
 /// Why the device cannot run the model's graph, if it cannot.
 fn refusal(m: &Model) -> Option<(String, &'static str)> {
@@ -211,6 +261,43 @@ fn expert_biases(
         .map(Some)
 }
 
+/// What the device is asked to hold for every block and the head, with
+/// marks: `marks[l]` matrices are asked for by blocks `0..=l`.
+struct Asked<'a> {
+    up: Uploader<'a>,
+    tickets: Vec<(ProjTicket, Ticket, FfnTicket)>,
+    marks: Vec<usize>,
+    head: Ticket,
+}
+
+/// Bytes of a block's small vectors (norms, biases, sinks, expert biases)
+/// on the device.
+fn small_bytes(m: &Model<'_>, l: usize) -> u64 {
+    let layer = &m.layers[l];
+    let c = &m.config;
+    let v = |x: &Option<Vec<f32>>| x.as_ref().map_or(0, |v| (v.len().max(1) * 4) as u64);
+    let mut b = [
+        &layer.attn_norm,
+        &layer.qkv_bias,
+        &layer.q_norm,
+        &layer.k_norm,
+        &layer.wo_bias,
+        &layer.sinks,
+        &layer.post_attn_norm,
+        &layer.ffn_norm,
+        &layer.post_ffn_norm,
+    ]
+    .iter()
+    .map(|x| v(x))
+    .sum::<u64>();
+    if let Ffn::Moe(f) = &layer.ffn {
+        if f.bias.iter().any(Option::is_some) {
+            b += (c.n_expert * (2 * c.n_ff_exp + c.n_embd) * 4) as u64;
+        }
+    }
+    b
+}
+
 impl GpuModel {
     /// The device part of `m` as `opts` asks (`None`: all on the CPU).
     /// [`Device::Auto`] falls back to the CPU, logging why, where
@@ -225,11 +312,7 @@ impl GpuModel {
             Device::Auto => true,
             Device::Gpu(_) => false,
         };
-        let blocks = opts
-            .gpu_layers
-            .unwrap_or(m.config.n_layer)
-            .min(m.config.n_layer);
-        if blocks == 0 {
+        if opts.gpu_layers == Some(0) {
             log::info!("device: --gpu-layers 0, every block on the CPU");
             return Ok(None);
         }
@@ -269,7 +352,22 @@ impl GpuModel {
                 caps.name
             );
         }
-        match GpuModel::build(Arc::new(gpu), m, w, blocks, opts.gpu_lost_at_step) {
+        let budget = match opts.gpu_memory {
+            GpuMemory::Unknown => None,
+            GpuMemory::Bytes(b) => Some((b, "--gpu-memory".to_string())),
+            GpuMemory::Auto => match gpu.memory_hint() {
+                Some((b, from)) => Some((b, format!("--gpu-memory auto: {from}"))),
+                None => {
+                    log::info!(
+                        "--gpu-memory auto: {} does not say its memory size here (wgpu has no \
+                         query); no plan against a budget (give --gpu-memory BYTES)",
+                        caps.name
+                    );
+                    None
+                }
+            },
+        };
+        match GpuModel::build(Arc::new(gpu), m, w, opts, auto, budget) {
             Ok(g) => {
                 log::info!("device {}: {}", opts.device, g.summary());
                 Ok(Some(g))
@@ -287,20 +385,13 @@ impl GpuModel {
         }
     }
 
-    /// Uploads the first `n_blocks` blocks (and the head, when that is all).
-    fn build(
-        gpu: Arc<Gpu>,
-        m: &Model<'_>,
-        w: &dyn WeightSource,
-        n_blocks: usize,
-        lost_at: Option<u64>,
-    ) -> Result<GpuModel> {
-        let g = &*gpu;
+    /// Asks the uploader for every block's matrices and the head's.
+    fn ask<'a>(m: &Model<'a>, w: &'a dyn WeightSource) -> Result<Asked<'a>> {
         let c = &m.config;
-        let all = n_blocks == c.n_layer;
         let mut up = Uploader::new(w.device_sections());
-        let mut tickets = Vec::with_capacity(n_blocks);
-        for (l, layer) in m.layers.iter().take(n_blocks).enumerate() {
+        let mut tickets = Vec::with_capacity(c.n_layer);
+        let mut marks = Vec::with_capacity(c.n_layer);
+        for (l, layer) in m.layers.iter().enumerate() {
             let n = |s: &str| format!("blk.{l}.{s}");
             let ffn = match &layer.ffn {
                 Ffn::Dense { gate_up, down } => FfnTicket::Dense(
@@ -342,12 +433,143 @@ impl GpuModel {
                 up.matrix(&n("attn_output.weight"), &layer.wo)?,
                 ffn,
             ));
+            marks.push(up.len());
         }
-        let head = match all {
-            true => Some(up.matrix("output.weight", &m.output)?),
-            false => None,
+        let head = up.matrix("output.weight", &m.output)?;
+        Ok(Asked {
+            up,
+            tickets,
+            marks,
+            head,
+        })
+    }
+
+    /// What `k ≥ 1` blocks (and the head when `k` is all of them) need on
+    /// the device: weights as placed, f16 KV caches at the planned context
+    /// for the planned sequences, a step's buffers at [`PLAN_ROWS`] rows.
+    fn need(g: &Gpu, m: &Model<'_>, a: &Asked<'_>, k: usize, opts: &LoadOptions) -> Result<Need> {
+        let c = &m.config;
+        let all = k == c.n_layer;
+        let n_mats = if all { a.up.len() } else { a.marks[k - 1] };
+        let mut weights = a.up.device_bytes(g, n_mats)?;
+        weights += (0..k).map(|l| small_bytes(m, l)).sum::<u64>();
+        if all {
+            weights += (c.n_embd * 4) as u64;
+        }
+        let positions = match opts.context {
+            0 => c.n_ctx_train.clamp(1, PLAN_CONTEXT),
+            n => n,
         };
+        let sequences = opts.sequences.max(1);
+        let kv = (k * c.n_head_kv * (c.head_dim + c.head_dim_v) * 2) as u64
+            * positions as u64
+            * sequences as u64;
+        let rows = positions.min(PLAN_ROWS);
+        let head_rows = if all { sequences } else { 0 };
+        let ff = (0..k)
+            .map(|l| match &m.layers[l].ffn {
+                Ffn::Dense { down, .. } => down.cols(),
+                Ffn::Moe(f) => c
+                    .n_ff_exp
+                    .max(f.shared.as_ref().map_or(0, |(_, d)| d.cols())),
+            })
+            .max()
+            .unwrap_or(0);
+        let moe = (0..k).any(|l| matches!(m.layers[l].ffn, Ffn::Moe(_)));
+        let scratch = GpuScratch::floats(c, ff, moe, rows, head_rows)
+            .iter()
+            .map(|&f| (f.max(1) * 4) as u64)
+            .sum();
+        Ok(Need {
+            weights,
+            kv,
+            scratch,
+            positions,
+            sequences,
+        })
+    }
+
+    /// Plans and uploads the blocks `opts` and the budget allow (and the
+    /// head, when that is all of them).
+    fn build(
+        gpu: Arc<Gpu>,
+        m: &Model<'_>,
+        w: &dyn WeightSource,
+        opts: &LoadOptions,
+        auto: bool,
+        budget: Option<(u64, String)>,
+    ) -> Result<GpuModel> {
+        let g = &*gpu;
+        let c = &m.config;
+        let n_layer = c.n_layer;
+        let mut asked = GpuModel::ask(m, w)?;
+        let asked_blocks = opts.gpu_layers.map(|k| k.min(n_layer));
+        let mut n_blocks = asked_blocks.unwrap_or(n_layer);
+        let planned = GpuModel::need(g, m, &asked, n_blocks, opts)?;
+        let mut plan = planned;
+        if let Some((b, from)) = &budget {
+            let over = |what: String, need: Need, hint| Error::GpuMemory {
+                what,
+                needed: need.total(),
+                detail: need.detail(),
+                budget: *b,
+                from: from.clone(),
+                hint,
+            };
+            if planned.total() > *b {
+                if let Some(k) = asked_blocks {
+                    return Err(over(
+                        format!("--gpu-layers {k}"),
+                        planned,
+                        "ask for fewer blocks, or leave --gpu-layers out to place as many as fit",
+                    ));
+                }
+                if auto {
+                    return Err(over(
+                        format!("all {n_layer} blocks"),
+                        planned,
+                        "--device auto prefers the CPU unless every block fits \
+                         (--device gpu places as many as fit)",
+                    ));
+                }
+                let mut k = n_layer - 1;
+                while k > 0 {
+                    plan = GpuModel::need(g, m, &asked, k, opts)?;
+                    if plan.total() <= *b {
+                        break;
+                    }
+                    k -= 1;
+                }
+                if k == 0 {
+                    let one = GpuModel::need(g, m, &asked, 1, opts)?;
+                    return Err(over(
+                        "not even one block fits: block 0".to_string(),
+                        one,
+                        "run on the CPU (--device cpu), or give a larger --gpu-memory or a \
+                         smaller --ctx",
+                    ));
+                }
+                log::warn!(
+                    "device {}: {k} of {n_layer} blocks fit in {} of GPU memory ({from}; \
+                     all would need {}: {}); the rest and the head run on the CPU",
+                    opts.device,
+                    crate::device::bytes(*b),
+                    crate::device::bytes(planned.total()),
+                    planned.detail()
+                );
+                n_blocks = k;
+            }
+        }
+        if n_blocks < n_layer {
+            asked.up.truncate(asked.marks[n_blocks - 1]);
+            asked.tickets.truncate(n_blocks);
+        }
+        let all = n_blocks == n_layer;
+        let Asked {
+            up, tickets, head, ..
+        } = asked;
         let (mats, reports, weight_bytes) = up.upload(g)?;
+        let head = all.then_some(head);
         let opt = |name: String, v: &Option<Vec<f32>>| -> Result<Option<Buffer>> {
             v.as_deref().map(|v| upload_vec(g, &name, v)).transpose()
         };
@@ -406,7 +628,11 @@ impl GpuModel {
             weight_bytes,
             kv_bytes_per_pos: (n_blocks * c.n_head_kv * (c.head_dim + c.head_dim_v) * 2) as u64,
             steps: Default::default(),
-            lost_at,
+            lost_at: opts.gpu_lost_at_step,
+            last_submits: Default::default(),
+            budget,
+            planned: plan,
+            blocks_total: n_layer,
         })
     }
 
@@ -448,7 +674,20 @@ impl GpuModel {
             head: self.head.is_some(),
             weight_bytes: self.weight_bytes,
             kv_bytes_per_position: self.kv_bytes_per_pos,
+            blocks_total: self.blocks_total,
+            memory_budget: self.budget.as_ref().map(|b| b.0),
+            memory_planned: self.planned.total(),
+            steps: self.steps.load(std::sync::atomic::Ordering::Relaxed),
+            last_step_submissions: self.last_submits.load(std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// Records the submissions of a step that started at `before`.
+    fn step_done(&self, before: u64) {
+        let n = self.gpu.submissions().saturating_sub(before);
+        self.last_submits
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+        log::trace!("GPU step: {n} queue submission(s)");
     }
 
     /// Why the device was lost, if it was.
@@ -496,6 +735,22 @@ impl GpuModel {
             self.weight_bytes as f64 / (1 << 20) as f64,
             self.kv_bytes_per_pos
         ));
+        s.push_str(&format!(
+            "; planned {} ({}) against {}",
+            crate::device::bytes(self.planned.total()),
+            self.planned.detail(),
+            match &self.budget {
+                Some((b, from)) => format!("a budget of {} ({from})", crate::device::bytes(*b)),
+                None => "no known budget (--gpu-memory)".to_string(),
+            }
+        ));
+        if self.blocks.len() < self.blocks_total {
+            s.push_str(&format!(
+                "; {} of {} blocks on the GPU, the rest and the head on the CPU",
+                self.blocks.len(),
+                self.blocks_total
+            ));
+        }
         let cut = self.cut_tensors();
         if cut > 0 {
             s.push_str(&format!("; {cut} tensors bound as row pieces"));

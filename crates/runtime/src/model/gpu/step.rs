@@ -13,9 +13,12 @@
 //! weights for all their rows); attention runs per sequence over its own
 //! cache, into a buffer of its own rows copied into place.
 //!
-//! Perf note: each kernel is its own submission with its own uniform and
-//! bind group (`gpack_gpu::ops`); one command encoder per step is the next
-//! step for decode speed on a real GPU (lavapipe proves correctness only).
+//! Submissions: every kernel, copy and clear of a step is recorded into the
+//! device's one pending encoder (`gpack_gpu::Gpu`'s policy) and submitted
+//! by the read-back at its end: one submission per step for the dense
+//! families; a MoE layer adds one (its router reads the normed rows back
+//! mid-step). `GpuInfo::last_step_submissions` reports the count. Each
+//! kernel still has its own uniform and bind group.
 
 use super::weights::GpuProj;
 use super::{GpuBlock, GpuFfn, GpuModel, GpuMoe};
@@ -106,7 +109,55 @@ pub(crate) struct GpuScratch {
     logits: Buffer,
 }
 
+/// The step buffers' names, in the order of [`GpuScratch::floats`].
+const SCRATCH: [&str; 14] = [
+    "x",
+    "xb",
+    "qkv",
+    "att",
+    "att1",
+    "out",
+    "gu",
+    "hb",
+    "moe_x",
+    "moe_y",
+    "cs_global",
+    "cs_swa",
+    "hx",
+    "logits",
+];
+
 impl GpuScratch {
+    /// The f32 values of each buffer ([`SCRATCH`] order) for `rows` rows
+    /// and `head` rows of logits: what [`GpuScratch::new`] allocates and
+    /// the memory plan counts.
+    pub(super) fn floats(
+        c: &Config,
+        ff: usize,
+        moe: bool,
+        rows: usize,
+        head: usize,
+    ) -> [usize; 14] {
+        let moe_rows = if moe { rows } else { 0 };
+        let att_w = c.n_head * c.head_dim_v;
+        [
+            rows * c.n_embd,
+            rows * c.n_embd,
+            rows * (c.q_dim() + c.k_dim() + c.v_dim()),
+            rows * att_w,
+            rows * att_w,
+            rows * c.n_embd,
+            rows * 2 * ff,
+            rows * ff,
+            moe_rows * c.n_embd,
+            moe_rows * c.n_embd,
+            rows * c.n_rot,
+            rows * c.n_rot,
+            head * c.n_embd,
+            head * c.n_vocab,
+        ]
+    }
+
     fn new(
         g: &Gpu,
         c: &Config,
@@ -115,26 +166,30 @@ impl GpuScratch {
         rows: usize,
         head: usize,
     ) -> GResult<GpuScratch> {
-        let moe_rows = if moe { rows } else { 0 };
-        let buf = |label: &str, floats: usize| g.storage(label, (floats.max(1) * 4) as u64);
-        let att_w = c.n_head * c.head_dim_v;
+        let f = GpuScratch::floats(c, ff, moe, rows, head);
+        let mut bufs = Vec::with_capacity(f.len());
+        for (name, n) in SCRATCH.iter().zip(f) {
+            bufs.push(g.storage(&format!("step buffer {name}"), (n.max(1) * 4) as u64)?);
+        }
+        let mut it = bufs.into_iter();
+        let mut next = || it.next().expect("one buffer per name");
         Ok(GpuScratch {
             cap: rows,
             head_cap: head,
-            x: buf("x", rows * c.n_embd)?,
-            xb: buf("xb", rows * c.n_embd)?,
-            qkv: buf("qkv", rows * (c.q_dim() + c.k_dim() + c.v_dim()))?,
-            att: buf("att", rows * att_w)?,
-            att1: buf("att1", rows * att_w)?,
-            out: buf("out", rows * c.n_embd)?,
-            gu: buf("gu", rows * 2 * ff)?,
-            hb: buf("hb", rows * ff)?,
-            moe_x: buf("moe_x", moe_rows * c.n_embd)?,
-            moe_y: buf("moe_y", moe_rows * c.n_embd)?,
-            cs_global: buf("cs_global", rows * c.n_rot)?,
-            cs_swa: buf("cs_swa", rows * c.n_rot)?,
-            hx: buf("hx", head * c.n_embd)?,
-            logits: buf("logits", head * c.n_vocab)?,
+            x: next(),
+            xb: next(),
+            qkv: next(),
+            att: next(),
+            att1: next(),
+            out: next(),
+            gu: next(),
+            hb: next(),
+            moe_x: next(),
+            moe_y: next(),
+            cs_global: next(),
+            cs_swa: next(),
+            hx: next(),
+            logits: next(),
         })
     }
 }
@@ -211,7 +266,7 @@ fn moe_ffn(
     n: usize,
 ) -> GResult<()> {
     let d = c.n_embd;
-    g.write_f32(&b.out, 0, &vec![0.0; n * d]);
+    g.clear_f32(&b.out, 0, n * d)?;
     for (e, rows) in routes.iter().enumerate() {
         let m = rows.len();
         if m == 0 {
@@ -269,17 +324,23 @@ impl Model<'_> {
         n: usize,
     ) -> Result<bool> {
         g.count_step();
-        self.gpu_blocks_on(g, s, seqs, tokens, n)
-            .map_err(|source| match g.lost() {
-                Some(why) => Error::Gpu {
-                    what: format!("running a step: {why}"),
-                    source,
-                },
-                None => Error::Gpu {
-                    what: "running a step".into(),
-                    source,
-                },
-            })
+        let before = g.gpu.submissions();
+        let r = self.gpu_blocks_on(g, s, seqs, tokens, n);
+        if r.is_err() {
+            // Its half-recorded commands must not run before the next step's.
+            g.gpu.discard();
+        }
+        g.step_done(before);
+        r.map_err(|source| match g.lost() {
+            Some(why) => Error::Gpu {
+                what: format!("running a step: {why}"),
+                source,
+            },
+            None => Error::Gpu {
+                what: "running a step".into(),
+                source,
+            },
+        })
     }
 
     fn gpu_blocks_on(
@@ -383,12 +444,21 @@ impl Model<'_> {
                 if let Some(cap) = c.final_softcap {
                     ops::map(g, &b.logits, nl, Map::Softcap(cap))?;
                 }
-                s.logits = g.read_f32(&b.logits, nl)?;
             }
         }
-        // The residual rows back: hidden states, and the CPU blocks' input.
-        let x = g.read_f32(&b.x, n * d)?;
+        // The logits and the residual rows (hidden states, and the CPU
+        // blocks' input) back in one submission: the step's only one
+        // without MoE layers.
+        let nl = if logits { m * c.n_vocab } else { 0 };
+        let mut back =
+            g.read_many(&[(&b.logits, 0, nl as u64 * 4), (&b.x, 0, (n * d) as u64 * 4)])?;
+        let x = back.pop().expect("two ranges read");
+        let lg = back.pop().expect("two ranges read");
+        let x: Vec<f32> = bytemuck::pod_collect_to_vec(&x);
         s.x[..n * d].copy_from_slice(&x);
+        if logits {
+            s.logits = bytemuck::pod_collect_to_vec(&lg);
+        }
         Ok(logits)
     }
 

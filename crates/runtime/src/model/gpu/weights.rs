@@ -254,6 +254,69 @@ impl<'a> Uploader<'a> {
         Ok(ProjTicket { parts, rows: col })
     }
 
+    /// How many matrices have been asked for (a mark for [`Uploader::truncate`]).
+    pub fn len(&self) -> usize {
+        self.wanted.len()
+    }
+
+    /// Forgets every matrix asked for after the first `n` (the blocks a
+    /// memory budget leaves on the CPU).
+    pub fn truncate(&mut self, n: usize) {
+        self.wanted.truncate(n);
+    }
+
+    /// Device bytes the first `n` matrices asked for would take: each
+    /// section's placement of the tensors they use (the buffers
+    /// [`Uploader::upload`] makes, padding included) and the own uploads.
+    /// Pure arithmetic: nothing is allocated.
+    pub fn device_bytes(&self, g: &Gpu, n: usize) -> Result<u64> {
+        let wanted = &self.wanted[..n.min(self.wanted.len())];
+        let mut total = 0u64;
+        for (si, sec) in self.sections.iter().enumerate() {
+            let mut seen = std::collections::HashSet::new();
+            let list: Vec<Tensor> = wanted
+                .iter()
+                .filter_map(|(_, w)| match w {
+                    Want::InSection(at, v) if at.section == si && seen.insert(at.offset) => {
+                        Some(Tensor {
+                            offset: at.offset,
+                            len: v.byte_len() as u64,
+                            cut: cut_of(v),
+                        })
+                    }
+                    _ => None,
+                })
+                .collect();
+            if list.is_empty() {
+                continue;
+            }
+            let p = g
+                .place(&list, sec.bytes.len() as u64)
+                .map_err(gpu_err(format!("placing section {}", sec.name)))?;
+            total += p.device_bytes();
+        }
+        for (name, w) in wanted {
+            total += match w {
+                Want::InSection(..) => 0,
+                Want::Own(v) => {
+                    let (_, len) = NativeTensorHeader::new(
+                        v.layout(),
+                        v.rows() as u64,
+                        v.cols() as u64,
+                        v.has_f16_scales(),
+                    )
+                    .map_err(|source| Error::Quant {
+                        name: name.clone(),
+                        source,
+                    })?;
+                    len.next_multiple_of(4)
+                }
+                Want::Words(words) => words.len() as u64 * 4,
+            };
+        }
+        Ok(total)
+    }
+
     /// Uploads everything asked for: each section once (placed, streamed,
     /// SHA-256 checked), the rest one tensor each. Returns the matrices in
     /// ticket order and the sections' reports.
