@@ -36,16 +36,16 @@ pub(super) struct KvRot {
 impl KvRot {
     /// The policy above for heads of `c` kept as `t`.
     pub(super) fn of(c: &Config, t: KvTypes) -> KvRot {
-        let k = if t.k.quant().is_some() && c.head_dim > 0 && c.head_dim % 64 == 0 {
+        let k = if t.k.quant().is_some() && c.head_dim > 0 && c.head_dim.is_multiple_of(64) {
             let mut b = 64;
-            while c.head_dim % (2 * b) == 0 {
+            while c.head_dim.is_multiple_of(2 * b) {
                 b *= 2;
             }
             b
         } else {
             0
         };
-        let v = if t.v.quant().is_some() && c.head_dim_v > 0 && c.head_dim_v % 64 == 0 {
+        let v = if t.v.quant().is_some() && c.head_dim_v > 0 && c.head_dim_v.is_multiple_of(64) {
             64
         } else {
             0
@@ -61,17 +61,17 @@ pub(super) fn rotate(x: &mut [f32], block: usize) {
     if block == 0 {
         return;
     }
-    debug_assert!(block.is_power_of_two() && x.len() % block == 0);
+    debug_assert!(block.is_power_of_two() && x.len().is_multiple_of(block));
     let norm = 1.0 / (block as f32).sqrt();
     for b in x.chunks_exact_mut(block) {
         // The fast transform: log2(block) stages of butterflies.
+        // (Pairs h apart, as slices: no bounds checks, vectorized.)
         let mut h = 1;
         while h < block {
-            for i in (0..block).step_by(2 * h) {
-                for j in i..i + h {
-                    let (a, c) = (b[j], b[j + h]);
-                    b[j] = a + c;
-                    b[j + h] = a - c;
+            for pair in b.chunks_exact_mut(2 * h) {
+                let (lo, hi) = pair.split_at_mut(h);
+                for (a, c) in lo.iter_mut().zip(hi) {
+                    (*a, *c) = (*a + *c, *a - *c);
                 }
             }
             h *= 2;
