@@ -78,7 +78,14 @@ fn bench_reports_pp_and_tg_with_the_read_bandwidth_and_int8_peak_shares() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v16: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The KV cache's bytes per position: this run's f16 keys take 32 bytes
+    // a head of 16, the first run's q8_0 keys one zero-padded 34-byte
+    // block (values f16 in both).
+    let kv = |v: &serde_json::Value| v["kv_bytes_per_token"].as_f64().unwrap();
+    assert!(kv(&v16) > 0.0, "{v16}");
+    assert_eq!(kv(&v) * 64.0, kv(&v16) * 66.0, "q8_0 K: {v}");
+    let v = v16;
     let names: Vec<_> = v["tests"]
         .as_array()
         .unwrap()

@@ -34,6 +34,7 @@ mod attention;
 mod gemma3n;
 mod gpu;
 mod kv;
+mod kvrot;
 mod load;
 mod mla;
 mod moe;

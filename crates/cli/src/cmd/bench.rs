@@ -101,6 +101,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let bw = read_bandwidth_gbs(threads);
     let best = gpack_quant::Isa::best();
     let peak = gpack_quant::int8_peak(best, threads, 3);
+    // The KV cache's bytes per position (both K and V, every layer): a
+    // 1024-position sequence's, as the types' blocks lay it out.
+    let kv_bpt = model.new_sequence(1024).kv_bytes() as f64 / 1024.0;
     let runs = bench(&model, a.n_prompt, a.n_gen, a.n_depth, a.reps).context("benchmarking")?;
     let pp: Vec<f64> = runs.iter().map(|r| r.pp_tps).collect();
     let tg: Vec<f64> = runs.iter().map(|r| r.tg_tps).collect();
@@ -146,7 +149,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "model_filename": a.model.display().to_string(), "model_size": size,
             "n_layer": model.config.n_layer, "n_threads": threads, "isa": isa,
             "prefill_tile": tile,
-            "type_k": kv_types.k.name(), "type_v": kv_types.v.name(),
+            "type_k": kv_types.k.name(), "type_v": kv_types.v.name(), "kv_bytes_per_token": kv_bpt,
             "load_ms": load_ms, "bytes_per_token": bpt, "macs_per_token": cost.body_macs + cost.head_macs,
             "read_bw_gbs": bw, "int8_peak_gmacs": peak.map(|p| p.gmacs),
             "int8_peak_instruction": peak.map(|p| p.instruction), "tests": tests,
@@ -189,10 +192,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         eprintln!("prefill tile: {tile} (32-element sub-block kinds; others {isa})");
     }
     eprintln!(
-        "load {load_ms:.0} ms; per token {:.1} MB read, {:.3} G multiply-adds ({} matrices)",
+        "load {load_ms:.0} ms; per token {:.1} MB read, {:.3} G multiply-adds ({} matrices); \
+         KV cache ({kv_types}) {:.1} KiB per position",
         bpt / 1e6,
         (cost.body_macs + cost.head_macs) / 1e9,
-        cost.matrices
+        cost.matrices,
+        kv_bpt / 1024.0
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -95,9 +95,11 @@ pub struct KvArgs {
     /// as llama.cpp's; half the memory of f32 and half the bytes attention
     /// streams per step; K/V are rounded once when written), f32, or
     /// ggml's q8_0 / q4_0 blocks of 32 values along each head (0.53x /
-    /// 0.28x f16's bytes; attention reads the blocks directly; q4_0 costs
-    /// visibly more accuracy). Not for MLA models (DeepSeek) nor the GPU,
-    /// which keep f16.
+    /// 0.28x f16's bytes; attention reads the blocks directly; heads of 64
+    /// or more are Walsh-Hadamard rotated first, as llama.cpp's, which
+    /// spreads outlier dims over their block; q4_0 costs visibly more
+    /// accuracy: measure it with `gpack perplexity --kv`). Not for MLA
+    /// models (DeepSeek) nor the GPU, which keep f16.
     #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = kv_type_parser())]
     pub kv: gpack_runtime::KvType,
     /// The keys' type alone (llama.cpp's -ctk), over --kv.

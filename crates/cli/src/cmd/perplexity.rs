@@ -46,7 +46,8 @@ use std::time::Instant;
 /// The model runs on the CPU with GPACK_THREADS threads (or --threads); with
 /// --device gpu its blocks run on a GPU as in `gpack run` (figures within
 /// rounding of the CPU's). The KV cache is f16 (as llama.cpp's default)
-/// unless --kv f32.
+/// unless --kv says otherwise: a base saved with --kv f32 (or f16) and a run
+/// with --kv q8_0 on the same model measures what a quantized cache costs.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   gpack perplexity smollm2.gpack -f wiki.test.raw

@@ -1,6 +1,7 @@
 //! Attention: q/k/v made ready and stored in the cache, then causal
 //! (optionally sliding-window) attention over each row's own sequence.
 
+use super::kvrot::{self, KvRot};
 use super::{Layer, Model, Scratch, Sequence, KB};
 use crate::ops;
 use std::sync::Mutex;
@@ -27,8 +28,10 @@ impl Model<'_> {
     /// The `n` rows' q‖k‖v in `s.qkv` made ready for attention: biases,
     /// q and k RMS norms (per head, or over all heads: as long as the norm's
     /// weight), the weightless v norm (`prep.v_norm`), rotary embeddings
-    /// (where the layer has them); then each row's k and v stored at its
-    /// position in layer `l`'s cache, if `prep.store_kv`.
+    /// (where the layer has them), the rotation of a quantized cache's
+    /// heads (`kvrot`: q and k for quantized keys, v for quantized values);
+    /// then each row's k and v stored at its position in layer `l`'s cache,
+    /// if `prep.store_kv`.
     pub(super) fn prepare_qkv(
         &self,
         layer: &Layer,
@@ -45,6 +48,7 @@ impl Model<'_> {
         let c = &self.config;
         let (qd, kd, hd, r, eps) = (c.q_dim(), c.k_dim(), c.head_dim, c.n_rot, c.rms_eps);
         let qkv_w = qd + kd + c.v_dim();
+        let rot = KvRot::of(c, self.kv);
         let (rope, cs) = if layer.swa {
             (&self.rope_swa, &s.cs_swa)
         } else {
@@ -66,6 +70,9 @@ impl Model<'_> {
             if rotate {
                 rope.apply(q, hd, cs_t);
             }
+            // The queries meet the keys in the cache, rotated as they are
+            // (also on layers that read another layer's cache).
+            kvrot::rotate(q, rot.k);
             if !store {
                 continue;
             }
@@ -82,6 +89,8 @@ impl Model<'_> {
             if rotate {
                 rope.apply(k, hd, cs_t);
             }
+            kvrot::rotate(k, rot.k);
+            kvrot::rotate(v, rot.v);
             let q_seq = &mut *seqs[s.row_seq[t]];
             let p = s.row_pos[t];
             q_seq.put_keys(c, l, p, k);
@@ -123,6 +132,7 @@ impl Model<'_> {
         let ld = s.score_ld;
         let window = if swa { c.sliding_window } else { None };
         let mla = c.mla.is_some();
+        let v_rot = KvRot::of(c, self.kv).v;
         let chunks: Vec<Mutex<&mut [f32]>> = s.att[..n * c.n_head * hdv]
             .chunks_mut(per_task * group * hdv)
             .map(Mutex::new)
@@ -203,6 +213,8 @@ impl Model<'_> {
                     q_seq
                         .v_cache
                         .weighted_group(&slot, ld, len, v0..v1, hdv, o, hdv);
+                    // Σ a·(H v) = H (Σ a·v): rotated back (H·H = I).
+                    kvrot::rotate(o, v_rot);
                 }
             }
         };
