@@ -34,7 +34,8 @@ impl ModelIdentity {
 /// The revision of what a block stores (the KV cache's layouts and the
 /// transforms applied before storing): raise it whenever a build would
 /// store other bytes for the same tokens, so that no older block is read.
-pub const KV_LAYOUT_REVISION: u32 = 1;
+/// 2: q8_0/q4_0 heads are stored Walsh-Hadamard rotated (`model::kvrot`).
+pub const KV_LAYOUT_REVISION: u32 = 2;
 
 /// Everything the values of a cached block depend on besides its tokens.
 #[derive(Clone, Debug, PartialEq, Eq)]
