@@ -96,7 +96,9 @@ fn ggml_types(only: &[String]) {
             f32::from_bits(bits)
         })
         .collect();
-    let im: Vec<f32> = (0..cols).map(|_| (next() >> 40) as f32 / 1e5 + 0.01).collect();
+    let im: Vec<f32> = (0..cols)
+        .map(|_| (next() >> 40) as f32 / 1e5 + 0.01)
+        .collect();
     for t in quantize::TYPES {
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(t.name())) {
             continue;
@@ -112,7 +114,11 @@ fn ggml_types(only: &[String]) {
             println!(
                 "quantize_row {:>7} {}: {:7.1} M weights/s ({:.1} ns/weight, thread CPU time)",
                 t.name(),
-                if imatrix.is_some() { "imatrix" } else { "       " },
+                if imatrix.is_some() {
+                    "imatrix"
+                } else {
+                    "       "
+                },
                 (rows * cols) as f64 / dt / 1e6,
                 dt * 1e9 / (rows * cols) as f64
             );

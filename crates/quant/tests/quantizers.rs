@@ -287,12 +287,21 @@ fn ggml_quantizers_write_the_same_bytes_on_every_isa() {
     rows[1] = vec![0.0; cols];
     rows[2] = vec![0.25; cols];
     rows[3][700] = 1e6;
-    rows[4] = rows[4].iter().map(|v| f32::from_bits(v.to_bits() & 0x807f_ffff)).collect();
+    rows[4] = rows[4]
+        .iter()
+        .map(|v| f32::from_bits(v.to_bits() & 0x807f_ffff))
+        .collect();
     rows[5] = rows[5].iter().map(|v| -v.abs()).collect();
     rows[6] = rows[6].iter().map(|v| v.abs()).collect();
     rows[7][..512].fill(0.0);
     let im: Vec<f32> = (0..cols)
-        .map(|i| if i % 37 == 0 { 0.0 } else { (rng.next_u64() % 1000) as f32 * 0.01 })
+        .map(|i| {
+            if i % 37 == 0 {
+                0.0
+            } else {
+                (rng.next_u64() % 1000) as f32 * 0.01
+            }
+        })
         .collect();
     let isas = Isa::available();
     assert!(isas.len() > 1 || !cfg!(target_arch = "x86_64"), "{isas:?}");

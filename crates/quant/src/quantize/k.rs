@@ -387,21 +387,21 @@ fn k4_search<const L: usize>(
 }
 
 /// The rest of Q4_K and Q5_K for one super-block, from its sub-blocks'
-/// `scales`, `mins`, weight sums `sw` (imatrix only) and search codes `l`:
+/// `scales`, `mins`, weight sums `sw` (given with an importance matrix) and
+/// search codes `l`:
 /// `d`, `dmin` and the packed 6-bit scales (bytes 0..16 of the block), and
 /// the codes (0..=nmax) for the stored values into `l`.
 #[inline(always)]
 fn k4_finish(
     x: &[f32],
-    imatrix: bool,
     scales: &[f32],
     mins: &[f32],
-    sw: &[f32],
+    sw: Option<&[f32]>,
     nmax: i32,
     y: &mut [u8],
     l: &mut [u8; QK_K],
 ) {
-    if imatrix {
+    if let Some(sw) = sw {
         let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
         let d_block = make_qp_quants(63, scales, &mut ls, sw);
         let m_block = make_qp_quants(63, mins, &mut lm, sw);
@@ -482,7 +482,8 @@ fn k4_row(
             let r = 8 * b..8 * b + 8;
             let y = &mut out[bs * (ib + b)..bs * (ib + b + 1)];
             let xb = &xs[QK_K * b..QK_K * (b + 1)];
-            k4_finish(xb, qw.is_some(), &scales[r.clone()], &mins[r.clone()], &sw[r], nmax, y, &mut l);
+            let sw = qw.is_some().then_some(&sw[r.clone()]);
+            k4_finish(xb, &scales[r.clone()], &mins[r], sw, nmax, y, &mut l);
             pack(&l, y);
         }
         ib += G;
@@ -493,7 +494,8 @@ fn k4_row(
         let (scales, mins, sw, lt) = k4_search::<8>(xb, qs, nmax);
         let mut l = block_codes::<u8, 32, 8, 8>(&lt, 0);
         let y = &mut out[bs * ib..bs * (ib + 1)];
-        k4_finish(xb, qw.is_some(), &scales, &mins, &sw, nmax, y, &mut l);
+        let sw = qw.is_some().then_some(&sw[..]);
+        k4_finish(xb, &scales, &mins, sw, nmax, y, &mut l);
         pack(&l, y);
         ib += 1;
     }

@@ -336,14 +336,21 @@ mod tests {
             for v in b.iter_mut() {
                 let r = next();
                 let e = 100 + (r >> 58) as u32 % 40;
-                *v = f32::from_bits(((r >> 32) as u32 & 0x8000_0000) | (e << 23) | (r as u32 & 0x7f_ffff));
+                *v = f32::from_bits(
+                    ((r >> 32) as u32 & 0x8000_0000) | (e << 23) | (r as u32 & 0x7f_ffff),
+                );
             }
             match c % 12 {
                 0 => b = [0.0; N],
                 1 => b = [0.25; N],
                 2 => b[(c / 12) % N] = 1e6,
-                3 => b.iter_mut().for_each(|v| *v = f32::from_bits(next() as u32 & 0x807f_ffff)),
-                4 => b.iter_mut().enumerate().for_each(|(i, v)| *v = (i % 4) as f32 * 0.5),
+                3 => b
+                    .iter_mut()
+                    .for_each(|v| *v = f32::from_bits(next() as u32 & 0x807f_ffff)),
+                4 => b
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v = (i % 4) as f32 * 0.5),
                 5 => b.iter_mut().for_each(|v| *v = -v.abs()),
                 6 => b.iter_mut().for_each(|v| *v = v.abs() + 1.0),
                 7 => {
@@ -364,7 +371,13 @@ mod tests {
             w[i] = match c % 4 {
                 0 => x[i].abs(),
                 1 => 1.0 + (i % 5) as f32 * 0.3,
-                2 => if i % 3 == 0 { 0.0 } else { x[i] * x[i] + 1e-12 },
+                2 => {
+                    if i % 3 == 0 {
+                        0.0
+                    } else {
+                        x[i] * x[i] + 1e-12
+                    }
+                }
                 _ => (i as f32 + 1.0) * 1e3,
             };
         }
@@ -376,7 +389,11 @@ mod tests {
         for (g, blocks) in xs.chunks_exact(L).enumerate() {
             let mut x = [[0f32; L]; N];
             let mut w = [[0f32; L]; N];
-            let ws: Vec<[f32; N]> = blocks.iter().enumerate().map(|(k, b)| weights(b, g + k)).collect();
+            let ws: Vec<[f32; N]> = blocks
+                .iter()
+                .enumerate()
+                .map(|(k, b)| weights(b, g + k))
+                .collect();
             for k in 0..L {
                 for i in 0..N {
                     x[i][k] = blocks[k][i];
@@ -388,8 +405,15 @@ mod tests {
             for k in 0..L {
                 let (mut lr, mut laux) = ([0u8; N], [0u8; N]);
                 let mut m = 0f32;
-                let f = if X3 { make_qkx3_quants } else { make_qkx2_quants };
-                let s = f(p.nmax, &blocks[k], &ws[k], &mut lr, &mut m, &mut laux, p.rmin, p.rdelta, p.nstep, p.use_mad);
+                let f = if X3 {
+                    make_qkx3_quants
+                } else {
+                    make_qkx2_quants
+                };
+                let s = f(
+                    p.nmax, &blocks[k], &ws[k], &mut lr, &mut m, &mut laux, p.rmin, p.rdelta,
+                    p.nstep, p.use_mad,
+                );
                 let got: Vec<u8> = (0..N).map(|i| l[i][k]).collect();
                 assert_eq!(
                     (scale[k].to_bits(), the_min[k].to_bits(), &got[..]),
@@ -403,10 +427,34 @@ mod tests {
 
     #[test]
     fn qkx_lanes_equal_the_scalar_searches() {
-        let q4 = Search { nmax: 15, rmin: -1.0, rdelta: 0.1, nstep: 20, use_mad: false };
-        let q5 = Search { nmax: 31, rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: false };
-        let q2 = Search { nmax: 3, rmin: -0.5, rdelta: 0.1, nstep: 15, use_mad: true };
-        let x3 = |nmax| Search { nmax, rmin: -0.9, rdelta: 0.05, nstep: 36, use_mad: false };
+        let q4 = Search {
+            nmax: 15,
+            rmin: -1.0,
+            rdelta: 0.1,
+            nstep: 20,
+            use_mad: false,
+        };
+        let q5 = Search {
+            nmax: 31,
+            rmin: -0.5,
+            rdelta: 0.1,
+            nstep: 15,
+            use_mad: false,
+        };
+        let q2 = Search {
+            nmax: 3,
+            rmin: -0.5,
+            rdelta: 0.1,
+            nstep: 15,
+            use_mad: true,
+        };
+        let x3 = |nmax| Search {
+            nmax,
+            rmin: -0.9,
+            rdelta: 0.05,
+            nstep: 36,
+            use_mad: false,
+        };
         // One super-block's sub-blocks and four's (k.rs's groups).
         check_qkx::<32, 8, false>(q4);
         check_qkx::<32, 32, false>(q4);
@@ -426,7 +474,11 @@ mod tests {
         for (g, blocks) in xs.chunks_exact(L).enumerate() {
             let mut x = [[0f32; L]; N];
             let mut w = [[0f32; L]; N];
-            let ws: Vec<[f32; N]> = blocks.iter().enumerate().map(|(k, b)| weights(b, g + k)).collect();
+            let ws: Vec<[f32; N]> = blocks
+                .iter()
+                .enumerate()
+                .map(|(k, b)| weights(b, g + k))
+                .collect();
             for k in 0..L {
                 for i in 0..N {
                     x[i][k] = blocks[k][i];
@@ -437,7 +489,13 @@ mod tests {
             let scale = make_qx1_lanes::<N, L>(nmax, &x, with_weights.then_some(&w), &mut l);
             for k in 0..L {
                 let mut lr = [0i8; N];
-                let s = make_qx_quants(nmax, &blocks[k], &mut lr, 1, with_weights.then_some(&ws[k][..]));
+                let s = make_qx_quants(
+                    nmax,
+                    &blocks[k],
+                    &mut lr,
+                    1,
+                    with_weights.then_some(&ws[k][..]),
+                );
                 let got: Vec<i8> = (0..N).map(|i| l[i][k]).collect();
                 assert_eq!(
                     (scale[k].to_bits(), &got[..]),
