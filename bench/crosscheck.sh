@@ -15,12 +15,14 @@
 # mutation cannot exceed would prove nothing: the mutations are what the bounds are for.
 # Usage: bench/crosscheck.sh [SHAPE ...]   (default: 1b)
 #   SHAPE  1b (Llama-3.2-1B body, llama), gemma2-2b, phi3.5-mini, gpt-oss-20b (MXFP4_MOE:
-#          experts MXFP4, the rest Q8_0), deepseek2-lite; tiny, gpt-oss-tiny and
-#          deepseek2-tiny check the script itself (their bounds are the real shapes').
+#          experts MXFP4, the rest Q8_0), deepseek2-lite, qwen2.5-0.5b, qwen3-0.6b,
+#          qwen3moe-30b-a3b-2l (Qwen3-30B-A3B's layer shape, 2 layers); tiny, gpt-oss-tiny,
+#          deepseek2-tiny and qwen3moe-tiny check the script itself.
 # Models: ${GPACK_CACHE:-~/.cache/gpack}/bench/crosscheck/synthetic-SHAPE.Q8_0.gguf, made
 # once when missing (the f16 source is deleted after quantizing; free disk needed: the f16
 # plus the Q8_0, e.g. 2.4 + 1.3 GB for 1b, 5.2 + 2.8 for gemma2-2b, 7.6 + 4.1 for
-# phi3.5-mini, 12 + 12 for gpt-oss-20b, 31 + 16.5 for deepseek2-lite).
+# phi3.5-mini, 12 + 12 for gpt-oss-20b, 31 + 16.5 for deepseek2-lite, 0.8 + 0.4 for
+# qwen2.5-0.5b, 1.0 + 0.5 for qwen3-0.6b, 2.7 + 1.4 for qwen3moe-30b-a3b-2l).
 # Exit 1 if a bound fails either way. Raw outputs: bench/logs/crosscheck-TIMESTAMP/.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,7 +43,8 @@ trap restore EXIT
 # Family of a shape, its bound on mean KL(llama.cpp || gpack) per token, and its family's
 # mutations (KEY=VALUE, float32 keys of the GGUF; gpack reads the file with that value).
 family() { case $1 in 1b | tiny | 8b) echo llama ;; gemma2-*) echo gemma2 ;; phi3*) echo phi3 ;;
-  gpt-oss-*) echo gpt-oss ;; deepseek2-*) echo deepseek2 ;; esac; }
+  gpt-oss-*) echo gpt-oss ;; deepseek2-*) echo deepseek2 ;; qwen2.5-*) echo qwen2 ;;
+  qwen3moe-*) echo qwen3moe ;; qwen3-*) echo qwen3 ;; esac; }
 # Bounds per shape, each set between gpack's KL and its mutations' (bench/logs, 2026-12-07,
 # docs/PERFORMANCE.md "Real-shape cross-check"); a shape without one prints its figures and
 # exits 1: measure it, then set its bound here.
@@ -53,6 +56,9 @@ bound() {
     tiny) echo 0.00002 ;;          # KL 3.1e-6; rope halved 2.4e-5, eps x10 3.4e-4 (checks the script)
     gpt-oss-tiny) echo 0.0005 ;;   # KL 8.7e-5; mutations 1.0e-3, 1.5e-3
     deepseek2-tiny) echo 0.000015 ;; # KL 1.02e-5; mutations 1.96e-5, 2.07e-5 (flat: a thin margin)
+    qwen2.5-0.5b) echo 0.0004 ;;   # KL 7.9e-5; rope halved 3.4e-3, eps 1e-4 4.0e-3 (2026-12-07)
+    qwen3-0.6b) echo 0.0003 ;;     # KL 4.8e-5; rope halved 4.6e-3, eps 1e-4 1.7e-3
+    qwen3moe-tiny) echo 0.00002 ;; # KL 1.9e-6; rope halved 1.3e-3, eps 1e-4 1.3e-4 (checks the script)
     *) echo none ;;
   esac
 }
@@ -66,6 +72,9 @@ mutations() { # moderate errors: the RoPE base halved, the norm epsilon x10, a s
     phi3) echo "phi3.rope.freq_base=5000 phi3.attention.layer_norm_rms_epsilon=0.0001" ;;
     gpt-oss) echo "gpt-oss.rope.freq_base=75000 gpt-oss.attention.layer_norm_rms_epsilon=0.0001" ;;
     deepseek2) echo "deepseek2.rope.freq_base=5000 deepseek2.attention.layer_norm_rms_epsilon=0.00001" ;;
+    # epsilon 1e-6 -> 1e-4: x10 hides under activations of mean square ~4e-4 (measured: KL
+    # 1.8e-4 / 8.3e-5 / 1.9e-5 at qwen2.5-0.5b / qwen3-0.6b / qwen3moe-tiny, too near the noise).
+    qwen2 | qwen3 | qwen3moe) echo "$1.rope.freq_base=500000 $1.attention.layer_norm_rms_epsilon=0.0001" ;;
   esac
 }
 # Sets a float32 metadata value in place; prints the old one.

@@ -6,8 +6,9 @@ comparisons at sizes that do not fit in cache (issue 13, "Measure").
 Usage: make-synthetic-llama.py SHAPE OUT.gguf TOKENIZER_SRC.gguf
   SHAPE  1b (Llama-3.2-1B body), 8b (Llama-3.1-8B body), gemma2-2b (Gemma-2-2B body),
          phi3.5-mini (Phi-3.5-mini body), gpt-oss-20b (gpt-oss-20b body), deepseek2-lite
-         (DeepSeek-V2-Lite body), or tiny, gpt-oss-tiny and deepseek2-tiny (for testing
-         this script), see SHAPES.
+         (DeepSeek-V2-Lite body), qwen2.5-0.5b, qwen3-0.6b, qwen3moe-30b-a3b-2l
+         (Qwen3-30B-A3B's layers, 2 of 48), or tiny, gpt-oss-tiny, deepseek2-tiny and
+         qwen3moe-tiny (for testing this script), see SHAPES.
 Then quantize with `llama-quantize OUT.gguf OUT.Q4_K_M.gguf Q4_K_M`
 (scripts/make-bench-models.sh does both). A gpt-oss file: `... OUT.MXFP4.gguf MXFP4_MOE`.
 
@@ -97,6 +98,16 @@ SHAPES = {  # n_embd, n_layer, n_ff, n_head, n_kv[, arch, head_dim[, n_expert, n
     # 27 layers, so 27 tiny layers; no matrix is square and attn_k_b / attn_v_b differ
     # (a transposed or swapped tensor fails the load): q 4 x (32 + 16), kv_a 128 + 16, v 4 x 48.
     "deepseek2-tiny": (256, 27, 512, 4, 1, "deepseek2", 48, 8, 2),
+    # Qwen2.5-0.5B body (Qwen/Qwen2.5-0.5B config.json): q/k/v biases, tied embeddings,
+    # RoPE base 1e6, epsilon 1e-6.
+    "qwen2.5-0.5b": (896, 24, 4864, 14, 2, "qwen2", 64),
+    # Qwen3-0.6B body: per-head q/k RMS norms, head_dim 128 (16 x 128 != 1024), tied.
+    "qwen3-0.6b": (1024, 28, 3072, 16, 8, "qwen3", 128),
+    # Qwen3-30B-A3B's layer shape (128 experts of 768, 8 used, 32/4 heads of 128, untied
+    # head) with 2 of its 48 layers: the real per-layer widths at a disk cost of 2.6 GB f16.
+    "qwen3moe-30b-a3b-2l": (2048, 2, 768, 32, 4, "qwen3moe", 128, 128, 8),
+    # For testing the script: the same code paths at tiny widths.
+    "qwen3moe-tiny": (256, 2, 128, 8, 2, "qwen3moe", 64, 8, 2),
 }
 # deepseek2's MLA and MoE extras: kv_lora_rank, qk_rope_head_dim, v_head_dim,
 # moe_intermediate_size (per routed expert; the shared experts are n_shared_experts of
@@ -197,6 +208,19 @@ def main():
         w.add_rope_dimension_count(n_rot)
         # 0.1 * mscale_all_dim: llama.cpp divides by 0.1 again ([TAG_DEEPSEEK2_YARN_LOG_MUL_FIX])
         w.add_rope_scaling_yarn_log_mul(0.1 * 0.707)
+    elif arch in ("qwen2", "qwen3", "qwen3moe"):
+        # What llama.cpp's Qwen2Model / Qwen3Model / Qwen3MoeModel converters write (the
+        # base set_gguf_parameters; key/value_length from config's head_dim for Qwen3).
+        w.add_rope_freq_base(1000000.0)
+        w.add_layer_norm_rms_eps(1e-6)
+        if arch != "qwen2":
+            w.add_key_length(hd)
+            w.add_value_length(hd)
+        if arch == "qwen3moe":
+            NE, NEU = moe
+            w.add_expert_count(NE)
+            w.add_expert_used_count(NEU)
+            w.add_expert_feed_forward_length(F)
     else:
         w.add_rope_dimension_count(hd)
         w.add_rope_freq_base(500000.0)
@@ -237,7 +261,7 @@ def main():
         ("token_embd.weight", (n_vocab, E), "mat"),
         ("output_norm.weight", (E,), "ones"),
     ]
-    if arch in ("llama", "phi3", "gpt-oss", "deepseek2"):
+    if arch in ("llama", "phi3", "gpt-oss", "deepseek2", "qwen3moe"):
         tensors.append(("output.weight", (n_vocab, E), "mat"))
     if arch == "phi3":
         tensors = [("rope_factors_long.weight", (hd // 2,), "ones"),
@@ -310,6 +334,43 @@ def main():
                     (p + "ffn_gate_shexp.weight", (n_shexp * F_exp, E), "mat"),
                     (p + "ffn_up_shexp.weight", (n_shexp * F_exp, E), "mat"),
                     (p + "ffn_down_shexp.weight", (E, n_shexp * F_exp), "mat"),
+                ]
+            continue
+        if arch in ("qwen2", "qwen3", "qwen3moe"):
+            # llama.cpp's src/models/qwen2.cpp / qwen3.cpp / qwen3moe.cpp; the router f32
+            # as the converter keeps it.
+            tensors += [
+                (p + "attn_norm.weight", (E,), "ones"),
+                (p + "attn_q.weight", (H * hd, E), "mat"),
+                (p + "attn_k.weight", (KV * hd, E), "mat"),
+                (p + "attn_v.weight", (KV * hd, E), "mat"),
+                (p + "attn_output.weight", (E, H * hd), "mat"),
+                (p + "ffn_norm.weight", (E,), "ones"),
+            ]
+            if arch == "qwen2":
+                tensors += [
+                    (p + "attn_q.bias", (H * hd,), "f32"),
+                    (p + "attn_k.bias", (KV * hd,), "f32"),
+                    (p + "attn_v.bias", (KV * hd,), "f32"),
+                ]
+            else:
+                tensors += [
+                    (p + "attn_q_norm.weight", (hd,), "ones"),
+                    (p + "attn_k_norm.weight", (hd,), "ones"),
+                ]
+            if arch == "qwen3moe":
+                NE, NEU = moe
+                tensors += [
+                    (p + "ffn_gate_inp.weight", (NE, E), "f32"),
+                    (p + "ffn_gate_exps.weight", (NE, F, E), "mat"),
+                    (p + "ffn_up_exps.weight", (NE, F, E), "mat"),
+                    (p + "ffn_down_exps.weight", (NE, E, F), "mat"),
+                ]
+            else:
+                tensors += [
+                    (p + "ffn_gate.weight", (F, E), "mat"),
+                    (p + "ffn_up.weight", (F, E), "mat"),
+                    (p + "ffn_down.weight", (E, F), "mat"),
                 ]
             continue
         tensors += [

@@ -16,15 +16,22 @@ impl Progress for Quiet {
 /// Converts `src` (a GGUF, the first shard of a split GGUF, a safetensors
 /// file, a `model.safetensors.index.json` or a Hugging Face directory) into
 /// the .gpack `out`, atomically (nothing is left at `out` on failure), as
-/// `gpack convert` does. `quant`: `"keep"` (default), `"int8"`,
-/// `"int8int8"` or `"int4"`; `name` the manifest name; `external_experts`
+/// `gpack convert` does. `quant`: `"keep"` (default), llama-quantize's
+/// types and mixes (`"Q4_K_M"`, `"Q8_0"`, `"IQ4_XS"`, …: `gpack convert
+/// --help` lists them) or gpack's `"int8"`, `"int8int8"`, `"int4"`;
+/// `allow_requantize` lets an already-quantized source be quantized again;
+/// `imatrix` an importance matrix file (llama.cpp's GGUF or legacy `.dat`,
+/// from `gpack imatrix` or llama-imatrix) guiding the quantizers as
+/// `gpack convert --imatrix` / `llama-quantize --imatrix` do (the same
+/// bytes as the CLI); `name` the manifest name; `external_experts`
 /// leaves routed experts in the source shards; `force` replaces an existing
 /// `out`; `draft` packs a draft model with the same tokenizer for
 /// speculative decoding (`gpack convert --draft`). Returns the conversion report (`gpack convert --json`'s dict).
 /// Runs without holding the GIL.
 #[pyfunction]
 #[pyo3(signature = (src, out, *, quant = "keep", name = None, external_experts = false,
-                    force = false, mtp_dir = None, draft = None, allow_requantize = false))]
+                    force = false, mtp_dir = None, draft = None, allow_requantize = false,
+                    imatrix = None))]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments
 pub fn convert(
     py: Python<'_>,
@@ -37,6 +44,7 @@ pub fn convert(
     mtp_dir: Option<PathBuf>,
     draft: Option<PathBuf>,
     allow_requantize: bool,
+    imatrix: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let quant: Quant = quant
         .parse()
@@ -51,7 +59,7 @@ pub fn convert(
         mtp_dir,
         draft,
         allow_requantize,
-        imatrix: None,
+        imatrix,
     };
     crate::report_to_py(py, "converting", &src, &out, || rconvert(&opts, &Quiet))
 }

@@ -260,3 +260,68 @@ fn requantize_from_blocks_equals_quantize_from_dequantized_f32() {
         }
     }
 }
+
+/// ggml's quantizers (`quantize::quantize_row_on`) write the same bytes on
+/// every ISA path as on the baseline one (which the unit tests compare with
+/// the one-sub-block scalar ports, and the convert crate's tests with
+/// llama-quantize): every type, without and with importance weights, on
+/// rows of 5 super-blocks (a group of 4 and one alone) of random values
+/// over many magnitudes and edge rows (zeros, a constant, an outlier,
+/// subnormals, one sign).
+#[test]
+fn ggml_quantizers_write_the_same_bytes_on_every_isa() {
+    use gpack_quant::kernels::Isa;
+    use gpack_quant::quantize::{quantize_row_on, TYPES};
+    let cols = 5 * 256;
+    let mut rng = Rng::new(45);
+    let mut rows: Vec<Vec<f32>> = (0..12)
+        .map(|_| {
+            (0..cols)
+                .map(|_| {
+                    let e = 100 + (rng.next_u64() % 40) as u32;
+                    f32::from_bits(((rng.next_u64() as u32) & 0x807f_ffff) | (e << 23))
+                })
+                .collect()
+        })
+        .collect();
+    rows[1] = vec![0.0; cols];
+    rows[2] = vec![0.25; cols];
+    rows[3][700] = 1e6;
+    rows[4] = rows[4]
+        .iter()
+        .map(|v| f32::from_bits(v.to_bits() & 0x807f_ffff))
+        .collect();
+    rows[5] = rows[5].iter().map(|v| -v.abs()).collect();
+    rows[6] = rows[6].iter().map(|v| v.abs()).collect();
+    rows[7][..512].fill(0.0);
+    let im: Vec<f32> = (0..cols)
+        .map(|i| {
+            if i % 37 == 0 {
+                0.0
+            } else {
+                (rng.next_u64() % 1000) as f32 * 0.01
+            }
+        })
+        .collect();
+    let isas = Isa::available();
+    assert!(isas.len() > 1 || !cfg!(target_arch = "x86_64"), "{isas:?}");
+    for t in TYPES {
+        let n = t.bytes_for(cols as u64).unwrap() as usize;
+        for imatrix in [None, Some(&im[..])] {
+            for (r, x) in rows.iter().enumerate() {
+                let mut want = vec![0u8; n];
+                quantize_row_on(Isa::Scalar, t, x, imatrix, &mut want).unwrap();
+                for &isa in &isas[1..] {
+                    let mut got = vec![0u8; n];
+                    quantize_row_on(isa, t, x, imatrix, &mut got).unwrap();
+                    assert!(
+                        got == want,
+                        "{t} on {} (imatrix {}), row {r}: differs from the baseline path",
+                        isa.name(),
+                        imatrix.is_some()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -235,14 +235,22 @@ def convert(
     src: _Path,
     out: _Path,
     *,
-    quant: Literal["keep", "int8", "int8int8", "int4"] = "keep",
+    quant: str = "keep",
     name: Optional[str] = None,
     external_experts: bool = False,
     force: bool = False,
     mtp_dir: Optional[_Path] = None,
     draft: Optional[_Path] = None,
+    allow_requantize: bool = False,
+    imatrix: Optional[_Path] = None,
 ) -> Dict[str, Any]:
-    """`gpack convert` as a function; returns its JSON report as a dict."""
+    """`gpack convert` as a function; returns its JSON report as a dict.
+
+    ``quant``: ``"keep"``, llama-quantize's types and mixes (``"Q4_K_M"``,
+    ``"Q8_0"``, ``"IQ4_XS"``, ...) or gpack's ``"int8"``, ``"int8int8"``,
+    ``"int4"``. ``imatrix``: an importance matrix (GGUF or legacy .dat, from
+    ``gpack imatrix`` or llama-imatrix), as ``gpack convert --imatrix``.
+    ``allow_requantize``: quantize an already-quantized source."""
 
 def export(src: _Path, out: _Path, *, force: bool = False) -> Dict[str, Any]:
     """`gpack export` as a function: the .gpack `src` back to the GGUF `out`.

@@ -275,7 +275,10 @@ pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8], do_rmse: bo
 }
 
 /// ggml's `make_qkx2_quants`: asymmetric codes `L[i] ∈ [0, nmax]`, the
-/// scale returned and `-min` in `the_min`.
+/// scale returned and `-min` in `the_min`. The quantizers run it on a
+/// super-block's sub-blocks at once ([`super::lanes`]); this one-sub-block
+/// port is the reference the lanes are tested against.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn make_qkx2_quants(
     nmax: i32,

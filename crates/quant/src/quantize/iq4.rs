@@ -24,6 +24,7 @@ const NTRY: i32 = 7;
 /// packed codes `q4` (`x.len() / 2` bytes) and, for 256, the sub-scales.
 /// `l` carries codes between calls as the C's buffer does (an all-zero
 /// sub-block of IQ4_NL leaves its codes to the table index of 0).
+#[inline(always)]
 fn iq4_impl(
     x: &[f32],
     qw: Option<&[f32]>,
@@ -157,6 +158,7 @@ fn iq4_impl(
 }
 
 /// One row of IQ4_NL (`cols / 32 × 18` bytes).
+#[inline(always)]
 pub(crate) fn iq4_nl(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
     let mut l = [0u8; 32];
     for (ib, (xb, y)) in x.chunks_exact(32).zip(out.chunks_exact_mut(18)).enumerate() {
@@ -168,6 +170,7 @@ pub(crate) fn iq4_nl(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
 }
 
 /// One row of IQ4_XS (`cols / 256 × 136` bytes).
+#[inline(always)]
 pub(crate) fn iq4_xs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
     let mut l = [0u8; 256];
     for (ib, (xb, y)) in x

@@ -24,19 +24,23 @@
 
 mod common;
 mod iq4;
+mod isa;
 mod k;
+mod lanes;
 mod legacy;
 mod mxfp4;
 
 pub use common::fp32_to_fp16;
 
+use crate::kernels::Isa;
 use crate::layout::{Layout, NativeTensorHeader};
 use crate::{to_usize, Error, GgmlType};
 use rayon::prelude::*;
 use std::io::Write;
 
-/// A row quantizer: `(x, importance, out)`; `out` is the row's blocks.
-type RowFn = fn(&[f32], Option<&[f32]>, &mut [u8]);
+/// A row quantizer: `(isa, x, importance, out)`; `out` is the row's blocks,
+/// the same bits on every `isa` ([`isa`]).
+type RowFn = fn(Isa, &[f32], Option<&[f32]>, &mut [u8]);
 
 /// Every ggml type gpack quantizes into, with its row function.
 pub const TYPES: [GgmlType; 13] = [
@@ -56,21 +60,22 @@ pub const TYPES: [GgmlType; 13] = [
 ];
 
 fn row_fn(t: GgmlType) -> Option<RowFn> {
+    use isa::on_isa;
     use GgmlType as T;
     Some(match t {
-        T::Q4_0 => legacy::q4_0,
-        T::Q4_1 => legacy::q4_1,
-        T::Q5_0 => legacy::q5_0,
-        T::Q5_1 => legacy::q5_1,
-        T::Q8_0 => |x, _, o| legacy::q8_0(x, o),
-        T::Q2_K => k::q2_k,
-        T::Q3_K => k::q3_k,
-        T::Q4_K => k::q4_k,
-        T::Q5_K => k::q5_k,
-        T::Q6_K => k::q6_k,
-        T::IQ4_NL => iq4::iq4_nl,
-        T::IQ4_XS => iq4::iq4_xs,
-        T::MXFP4 => |x, _, o| mxfp4::mxfp4(x, o),
+        T::Q4_0 => |_, x, qw, o| legacy::q4_0(x, qw, o),
+        T::Q4_1 => |_, x, qw, o| legacy::q4_1(x, qw, o),
+        T::Q5_0 => |_, x, qw, o| legacy::q5_0(x, qw, o),
+        T::Q5_1 => |_, x, qw, o| legacy::q5_1(x, qw, o),
+        T::Q8_0 => |_, x, _, o| legacy::q8_0(x, o),
+        T::Q2_K => on_isa!(k::q2_k),
+        T::Q3_K => on_isa!(k::q3_k),
+        T::Q4_K => on_isa!(k::q4_k),
+        T::Q5_K => on_isa!(k::q5_k),
+        T::Q6_K => on_isa!(k::q6_k),
+        T::IQ4_NL => on_isa!(iq4::iq4_nl),
+        T::IQ4_XS => on_isa!(iq4::iq4_xs),
+        T::MXFP4 => |_, x, _, o| mxfp4::mxfp4(x, o),
         _ => return None,
     })
 }
@@ -83,8 +88,20 @@ pub fn can_quantize(t: GgmlType) -> bool {
 /// Quantizes one row `x` (a whole number of `t`'s blocks) into `out`
 /// (`t.bytes_for(x.len())` bytes): the bytes `ggml_quantize_chunk(t, x, out,
 /// 0, 1, x.len(), imatrix)` writes. `imatrix`, when given, holds one weight
-/// per element of the row.
+/// per element of the row. Runs on [`Isa::best`].
 pub fn quantize_row(
+    t: GgmlType,
+    x: &[f32],
+    imatrix: Option<&[f32]>,
+    out: &mut [u8],
+) -> Result<(), Error> {
+    quantize_row_on(Isa::best(), t, x, imatrix, out)
+}
+
+/// [`quantize_row`] compiled for `isa` (baseline code when the CPU lacks
+/// it): the same bytes on every path (tests compare them).
+pub fn quantize_row_on(
+    isa: Isa,
     t: GgmlType,
     x: &[f32],
     imatrix: Option<&[f32]>,
@@ -107,7 +124,7 @@ pub fn quantize_row(
             have: out.len() as u64,
         });
     }
-    f(x, imatrix, out);
+    f(isa, x, imatrix, out);
     Ok(())
 }
 
@@ -245,6 +262,7 @@ pub fn quantize_canonical_rows(
     );
     let cols_us = to_usize(cols, "cols")?;
     let rows_us = to_usize(rows, "rows")?;
+    let isa = Isa::best();
     let mut buf = vec![0u8; CHUNK_ROWS.min(rows_us) * dst_row];
     let mut r0 = 0;
     while r0 < rows_us {
@@ -269,7 +287,7 @@ pub fn quantize_canonical_rows(
                                 d.copy_from_slice(&fp32_to_bf16(v).to_le_bytes());
                             }
                         }
-                        t => quantize_row(t, x, imatrix.of((r0 + i) as u64), o)?,
+                        t => quantize_row_on(isa, t, x, imatrix.of((r0 + i) as u64), o)?,
                     }
                     Ok(())
                 },
