@@ -298,7 +298,10 @@ fn a_cache_directory_stays_under_its_disk_budget() {
             u32::from_le_bytes(b[28..32].try_into().unwrap())
         })
         .collect();
-    assert!(!first.contains(&0), "block 0 (the oldest) was kept: {first:?}");
+    assert!(
+        !first.contains(&0),
+        "block 0 (the oldest) was kept: {first:?}"
+    );
     // Without block 0 nothing is reused, and the answer is still right.
     let mut c = PrefixCache::new(&m, Some(identity(&path)), "llama", &opts).unwrap();
     let (got, have) = cached(&m, &mut c, &p);
