@@ -670,13 +670,19 @@ impl Gpu {
     }
 
     /// Submits the commands recorded so far (none: nothing is submitted).
+    ///
+    /// The lock is held through the submission: a thread that recorded
+    /// commands and finds nothing pending then knows another thread's
+    /// submission of them has reached the queue (a read-back mapped between
+    /// that thread's take and its submit would be mapped before its copy
+    /// ran, and read zeros: seen with the kernel tests' threads sharing
+    /// one device).
     fn submit_pending(&self) -> Option<wgpu::SubmissionIndex> {
-        let enc = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        Some(self.submit([enc.finish()]))
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let enc = pending.take()?;
+        let index = self.submit([enc.finish()]);
+        drop(pending);
+        Some(index)
     }
 
     /// Submits `commands` (counted by [`Gpu::submissions`]).
