@@ -265,12 +265,12 @@ fn prefix_cache(
         dir: a.kv_cache_dir.clone().map(|d| (d, a.kv_cache_disk_bytes)),
     };
     let name = a.model.display().to_string();
-    let mut c = PrefixCache::new(model, loaded.identity(), &name, &opts);
+    let c = PrefixCache::new(model, loaded.identity(), &name, &opts)?;
     // A prompt cache file, like a directory, needs the model's digest.
-    if let (Ok(_), None, None) = (&c, &a.kv_cache_dir, loaded.identity()) {
-        c = Err(gpack_runtime::kvcache::KvCacheError::NoDigest(name));
+    if loaded.identity().is_none() {
+        return Err(gpack_runtime::kvcache::KvCacheError::NoDigest(name).into());
     }
-    Ok(Some(c?))
+    Ok(Some(c))
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {

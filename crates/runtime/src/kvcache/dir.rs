@@ -56,7 +56,7 @@ pub enum Found {
 }
 
 /// An open cache directory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CacheDir {
     path: PathBuf,
     budget: u64,

@@ -134,7 +134,7 @@ impl PrefixCache {
             None => (None, None),
             Some((path, budget)) => {
                 let reader = dir::CacheDir::open(path, *budget)?;
-                let mut w = dir::CacheDir::open(path, *budget)?;
+                let mut w = reader.clone();
                 let (tx, rx) = mpsc::sync_channel::<Write>(WRITE_QUEUE);
                 let (wctx, wstats) = (ctx.clone(), stats.clone());
                 let thread = std::thread::Builder::new()
@@ -264,10 +264,14 @@ impl PrefixCache {
             return n;
         }
         let keys = key::chain(&self.root, &tokens[..n * KB]);
+        // A pool too small for one block keeps none (`run`'s is 0 bytes).
+        let pooled = self.ctx.block_bytes <= self.pool.budget();
         for b in from..n {
             let k = keys[b];
-            let on_disk = self.dir.as_ref().is_none_or(|d| d.file_of(&k).exists());
-            if self.pool.contains(&k) && on_disk {
+            let to_memory = pooled && !self.pool.contains(&k);
+            let to_disk =
+                self.writer.is_some() && self.dir.as_ref().is_some_and(|d| !d.file_of(&k).exists());
+            if !to_memory && !to_disk {
                 continue;
             }
             let block: Block = match self.pool.get(&k) {
@@ -278,7 +282,7 @@ impl PrefixCache {
                     b
                 }
             };
-            if let (false, Some((tx, _))) = (on_disk, &self.writer) {
+            if let (true, Some((tx, _))) = (to_disk, &self.writer) {
                 let job = Write {
                     index: b,
                     parent: if b == 0 { self.root } else { keys[b - 1] },
